@@ -1,0 +1,291 @@
+//! The op catalog of remat: the one list of op kinds.
+//!
+//! Every op kind remat knows is declared once, in the table below, with the name users write in
+//! policies (`save(matmul)`), its arity and its flags. The runtime (`remat-core`) gives each kind its
+//! shape rule, FLOP count, kernels and gradient through exhaustive `match`es on [`OpKind`], so a kind
+//! added here cannot be forgotten there; the `#[checkpoint]` macro validates policy op names against
+//! [`lookup`] at compile time. There is no second list to drift.
+//!
+//! This crate has no dependencies so that the proc-macro crate can use it at compile time.
+
+#![warn(missing_docs)]
+
+/// How many inputs an op takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    /// Exactly this many inputs.
+    Fixed(usize),
+    /// At least one input (`concat`).
+    Variadic,
+}
+
+impl Arity {
+    /// Whether `n` inputs are acceptable.
+    pub fn accepts(self, n: usize) -> bool {
+        match self {
+            Arity::Fixed(k) => n == k,
+            Arity::Variadic => n >= 1,
+        }
+    }
+}
+
+/// What kind of values an op produces and how a partitioner may treat them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpInfo {
+    /// The kind.
+    pub kind: OpKind,
+    /// The snake_case name users write in policies and JSON.
+    pub name: &'static str,
+    /// Number of inputs.
+    pub arity: Arity,
+    /// A view: its value is a re-indexing of its first input. Views are never saved; their base is.
+    pub view: bool,
+    /// Draws random numbers (from a counter-based generator, so it can be replayed exactly).
+    pub random: bool,
+    /// Dominated by arithmetic rather than memory traffic (GEMMs): costly to recompute.
+    pub compute_intensive: bool,
+    /// Recorded at trace time only (`input`, `param`, `constant`): has no inputs and is resident.
+    pub leaf: bool,
+    /// Part of the user-facing DSL. Internal kinds only appear in derived backward graphs and
+    /// cannot be named in a policy.
+    pub public: bool,
+}
+
+macro_rules! catalog {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $arity:expr, [$($flag:ident),*]; )*) => {
+        /// Every op kind, user-facing and internal. See [`CATALOG`] for their properties.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum OpKind {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        /// The catalog, one entry per [`OpKind`], in declaration order (`CATALOG[k as usize].kind == k`).
+        pub const CATALOG: &[OpInfo] = &[
+            $( OpInfo {
+                kind: OpKind::$variant,
+                name: $name,
+                arity: $arity,
+                view: catalog!(@has view $($flag)*),
+                random: catalog!(@has random $($flag)*),
+                compute_intensive: catalog!(@has compute $($flag)*),
+                leaf: catalog!(@has leaf $($flag)*),
+                public: !catalog!(@has internal $($flag)*),
+            }, )*
+        ];
+    };
+    (@has $want:ident) => { false };
+    (@has view view $($rest:ident)*) => { true };
+    (@has random random $($rest:ident)*) => { true };
+    (@has compute compute $($rest:ident)*) => { true };
+    (@has leaf leaf $($rest:ident)*) => { true };
+    (@has internal internal $($rest:ident)*) => { true };
+    (@has $want:ident $other:ident $($rest:ident)*) => { catalog!(@has $want $($rest)*) };
+}
+
+use Arity::{Fixed, Variadic};
+
+catalog! {
+    /// A graph input (data, ids, targets): resident, never differentiated.
+    Input = "input", Fixed(0), [leaf];
+    /// A trainable parameter: resident, gradients are computed for it.
+    Param = "param", Fixed(0), [leaf];
+    /// A tensor full of one value.
+    Constant = "constant", Fixed(0), [leaf];
+    /// `a + b`, broadcasting.
+    Add = "add", Fixed(2), [];
+    /// `a - b`, broadcasting.
+    Sub = "sub", Fixed(2), [];
+    /// `a * b`, broadcasting.
+    Mul = "mul", Fixed(2), [];
+    /// `a / b`, broadcasting.
+    Div = "div", Fixed(2), [];
+    /// Elementwise maximum, broadcasting.
+    Maximum = "maximum", Fixed(2), [];
+    /// `-x`.
+    Neg = "neg", Fixed(1), [];
+    /// `e^x`.
+    Exp = "exp", Fixed(1), [];
+    /// Natural logarithm.
+    Log = "log", Fixed(1), [];
+    /// Sine.
+    Sin = "sin", Fixed(1), [];
+    /// Cosine.
+    Cos = "cos", Fixed(1), [];
+    /// Hyperbolic tangent.
+    Tanh = "tanh", Fixed(1), [];
+    /// Logistic sigmoid.
+    Sigmoid = "sigmoid", Fixed(1), [];
+    /// `max(x, 0)`.
+    Relu = "relu", Fixed(1), [];
+    /// GELU, tanh approximation.
+    Gelu = "gelu", Fixed(1), [];
+    /// `|x|`.
+    Abs = "abs", Fixed(1), [];
+    /// Square root.
+    Sqrt = "sqrt", Fixed(1), [];
+    /// `1 / sqrt(x)`.
+    Rsqrt = "rsqrt", Fixed(1), [];
+    /// `1 / x`.
+    Reciprocal = "reciprocal", Fixed(1), [];
+    /// `x * x`.
+    Square = "square", Fixed(1), [];
+    /// `min(max(x, lo), hi)`.
+    Clamp = "clamp", Fixed(1), [];
+    /// Sum over axes.
+    Sum = "sum", Fixed(1), [];
+    /// Mean over axes.
+    Mean = "mean", Fixed(1), [];
+    /// Maximum over axes.
+    Amax = "amax", Fixed(1), [];
+    /// Batched matrix product, batch dims broadcast.
+    Matmul = "matmul", Fixed(2), [compute];
+    /// Same elements, new shape.
+    Reshape = "reshape", Fixed(1), [view];
+    /// Axes permuted.
+    Transpose = "transpose", Fixed(1), [view];
+    /// Size-1 axes broadcast to a larger shape.
+    Expand = "expand", Fixed(1), [view];
+    /// Join along one axis.
+    Concat = "concat", Variadic, [];
+    /// Softmax over the last axis.
+    Softmax = "softmax", Fixed(1), [];
+    /// Log-softmax over the last axis.
+    LogSoftmax = "log_softmax", Fixed(1), [];
+    /// Layer normalisation over the last axis (no affine part: multiply and add for that).
+    LayerNorm = "layer_norm", Fixed(1), [];
+    /// Mean cross-entropy of logits `[.., C]` against integer targets `[..]`.
+    CrossEntropy = "cross_entropy", Fixed(2), [];
+    /// Rows of a table `[V, D]` gathered by integer ids.
+    Embedding = "embedding", Fixed(2), [];
+    /// Conversion to another dtype (round to nearest even, saturating for fp8).
+    Cast = "cast", Fixed(1), [];
+    /// Inverted dropout with a counter-based mask.
+    Dropout = "dropout", Fixed(1), [random];
+    /// `(a · b) * scale_a * scale_b` for fp8 `a`, `b` and f32 scalar scales; f32 result.
+    ScaledMatmul = "scaled_matmul", Fixed(4), [compute];
+    /// Internal: a contiguous range along one axis (gradient of `concat`).
+    Slice = "slice", Fixed(1), [internal];
+    /// Internal: `-1, 0, 1` by the sign of x (gradient of `abs`).
+    Sign = "sign", Fixed(1), [internal];
+    /// Internal: 1 where `a > b`, 1/2 where equal, 0 elsewhere (gradient of `maximum`).
+    MaximumMask = "maximum_mask", Fixed(2), [internal];
+    /// Internal: `g` where `lo <= x <= hi`, else 0 (gradient of `clamp`).
+    ClampGrad = "clamp_grad", Fixed(2), [internal];
+    /// Internal: `g` where `y > 0`, else 0 (gradient of `relu` from its output).
+    ReluGrad = "relu_grad", Fixed(2), [internal];
+    /// Internal: gradient of `gelu` from its input.
+    GeluGrad = "gelu_grad", Fixed(2), [internal];
+    /// Internal: gradient of `softmax` from its output.
+    SoftmaxGrad = "softmax_grad", Fixed(2), [internal];
+    /// Internal: gradient of `log_softmax` from its output.
+    LogSoftmaxGrad = "log_softmax_grad", Fixed(2), [internal];
+    /// Internal: gradient of `layer_norm` from its input.
+    LayerNormGrad = "layer_norm_grad", Fixed(2), [internal];
+    /// Internal: gradient of `cross_entropy` w.r.t. the logits.
+    CrossEntropyGrad = "cross_entropy_grad", Fixed(3), [internal];
+    /// Internal: gradient of `embedding` w.r.t. the table (scatter-add of rows).
+    EmbeddingGrad = "embedding_grad", Fixed(2), [internal];
+    /// Internal: gradient of `amax`, shared evenly between tied maxima.
+    AmaxGrad = "amax_grad", Fixed(3), [internal];
+}
+
+impl OpKind {
+    /// The catalog entry of this kind.
+    pub fn info(self) -> &'static OpInfo {
+        &CATALOG[self as usize]
+    }
+
+    /// The DSL name (`"matmul"`).
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    /// The kind named `name`, internal kinds included.
+    pub fn from_name(name: &str) -> Option<OpKind> {
+        CATALOG.iter().find(|i| i.name == name).map(|i| i.kind)
+    }
+
+    /// All kinds, in catalog order.
+    pub fn all() -> impl Iterator<Item = OpKind> {
+        CATALOG.iter().map(|i| i.kind)
+    }
+}
+
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The user-facing op named `name` (internal kinds excluded), as a policy would name it.
+pub fn lookup(name: &str) -> Option<&'static OpInfo> {
+    CATALOG.iter().find(|i| i.public && i.name == name)
+}
+
+/// The user-facing op name closest to `name`, if one is close enough to be a likely typo.
+pub fn suggest(name: &str) -> Option<&'static str> {
+    closest(name, CATALOG.iter().filter(|i| i.public).map(|i| i.name))
+}
+
+/// The candidate closest to `word` by edit distance, if within a third of its length (at least 1).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance over chars.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1).min(row[j] + 1).min(diag + usize::from(ca != cb));
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_is_indexed_by_kind() {
+        for (i, info) in CATALOG.iter().enumerate() {
+            assert_eq!(info.kind as usize, i, "{} out of place", info.name);
+            assert_eq!(OpKind::from_name(info.name), Some(info.kind));
+        }
+    }
+
+    #[test]
+    fn flags_come_from_the_table() {
+        assert!(OpKind::Reshape.info().view && OpKind::Transpose.info().view);
+        assert!(OpKind::Expand.info().view && !OpKind::Add.info().view);
+        assert!(OpKind::Dropout.info().random);
+        assert!(OpKind::Matmul.info().compute_intensive);
+        assert!(OpKind::ScaledMatmul.info().compute_intensive);
+        assert!(OpKind::Param.info().leaf && !OpKind::Param.info().view);
+        assert!(!OpKind::ReluGrad.info().public);
+        assert_eq!(OpKind::Concat.info().arity, Arity::Variadic);
+    }
+
+    #[test]
+    fn lookup_hides_internal_kinds_and_suggests() {
+        assert_eq!(lookup("matmul").map(|i| i.kind), Some(OpKind::Matmul));
+        assert!(lookup("relu_grad").is_none());
+        assert_eq!(suggest("matmull"), Some("matmul"));
+        assert_eq!(suggest("sofmax"), Some("softmax"));
+        assert_eq!(suggest("xyzzyplugh"), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}

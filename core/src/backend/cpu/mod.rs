@@ -1,0 +1,98 @@
+//! The CPU backend: the reference implementation of every op.
+//!
+//! Values are stored in their own dtype (2 bytes for bf16/f16, 1 for fp8) and computed in f32,
+//! or in f64 when the result is f64. Matrix products go through `matrixmultiply` on all cores.
+//! Every buffer is metered: [`Backend::memory`] reports exactly the bytes of live buffers.
+
+mod kernels;
+
+use super::{Backend, KernelCall, MemoryStats};
+use crate::error::Result;
+use crate::host::HostTensor;
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// Live and peak byte counters shared by a backend and its buffers.
+#[derive(Debug, Default)]
+struct Meter {
+    live: Cell<usize>,
+    peak: Cell<usize>,
+}
+
+impl Meter {
+    fn add(&self, bytes: usize) {
+        let live = self.live.get() + bytes;
+        self.live.set(live);
+        self.peak.set(self.peak.get().max(live));
+    }
+}
+
+/// A tensor held by the CPU backend; its bytes count as live until it is dropped.
+#[derive(Debug)]
+pub struct CpuBuffer {
+    tensor: HostTensor,
+    meter: Rc<Meter>,
+}
+
+impl CpuBuffer {
+    /// The tensor inside.
+    pub fn tensor(&self) -> &HostTensor {
+        &self.tensor
+    }
+}
+
+impl Drop for CpuBuffer {
+    fn drop(&mut self) {
+        self.meter.live.set(self.meter.live.get() - self.tensor.bytes());
+    }
+}
+
+/// The CPU backend.
+#[derive(Debug, Default)]
+pub struct CpuBackend {
+    meter: Rc<Meter>,
+}
+
+impl CpuBackend {
+    /// A CPU backend with nothing allocated.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn hold(&self, tensor: HostTensor) -> CpuBuffer {
+        self.meter.add(tensor.bytes());
+        CpuBuffer { tensor, meter: self.meter.clone() }
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buffer = CpuBuffer;
+
+    fn name(&self) -> String {
+        "cpu".to_string()
+    }
+
+    fn upload(&mut self, tensor: &HostTensor) -> Result<CpuBuffer> {
+        Ok(self.hold(tensor.clone()))
+    }
+
+    fn download(&mut self, buffer: &CpuBuffer) -> Result<HostTensor> {
+        Ok(buffer.tensor.clone())
+    }
+
+    fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&CpuBuffer]) -> Result<CpuBuffer> {
+        let tensors: Vec<&HostTensor> = inputs.iter().map(|b| &b.tensor).collect();
+        let out = kernels::execute(call, &tensors)?;
+        debug_assert_eq!(out.shape(), call.out_shape, "{} produced the wrong shape", call.op.name());
+        debug_assert_eq!(out.dtype(), call.out_dtype, "{} produced the wrong dtype", call.op.name());
+        Ok(self.hold(out))
+    }
+
+    fn memory(&self) -> MemoryStats {
+        MemoryStats { live_bytes: self.meter.live.get(), peak_bytes: self.meter.peak.get() }
+    }
+
+    fn reset_peak(&mut self) {
+        self.meter.peak.set(self.meter.live.get());
+    }
+}

@@ -1,0 +1,63 @@
+//! The backend trait: what a device must do to run a plan.
+//!
+//! Backends know nothing of tags, regions or partitions: they allocate, compute one op at a
+//! time, and count the bytes they hold. A buffer is freed by dropping it.
+
+pub mod cpu;
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::NodeId;
+use crate::host::HostTensor;
+use crate::op::{Meta, Op};
+
+/// One op to compute: the op, the node it belongs to (for errors), the shapes and dtypes of its
+/// inputs and output, and the run's seed for random ops.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelCall<'a> {
+    /// The graph node being computed (named in errors).
+    pub node: NodeId,
+    /// The op with its attributes.
+    pub op: &'a Op,
+    /// Shape and dtype of each input, in order.
+    pub inputs: &'a [Meta<'a>],
+    /// Shape of the result.
+    pub out_shape: &'a [usize],
+    /// Dtype of the result.
+    pub out_dtype: DType,
+    /// The run's seed, mixed into random ops' own seeds ([`crate::rng::stream_seed`]).
+    pub run_seed: u64,
+}
+
+/// Bytes a backend holds now and at most since the last reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes in live buffers now.
+    pub live_bytes: usize,
+    /// The most bytes live at once since the last [`Backend::reset_peak`].
+    pub peak_bytes: usize,
+}
+
+/// A device that can hold tensors and compute catalog ops.
+pub trait Backend {
+    /// A tensor's storage on this device; dropping it frees the memory.
+    type Buffer;
+
+    /// A short name for reports and errors (`"cpu"`, `"cuda:0"`).
+    fn name(&self) -> String;
+
+    /// Copies a host tensor to the device.
+    fn upload(&mut self, tensor: &HostTensor) -> Result<Self::Buffer>;
+
+    /// Copies a buffer back to the host.
+    fn download(&mut self, buffer: &Self::Buffer) -> Result<HostTensor>;
+
+    /// Computes one op into a new buffer.
+    fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&Self::Buffer]) -> Result<Self::Buffer>;
+
+    /// Live and peak bytes of the buffers this backend holds.
+    fn memory(&self) -> MemoryStats;
+
+    /// Starts a new peak measurement from the bytes live now.
+    fn reset_peak(&mut self);
+}

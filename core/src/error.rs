@@ -1,0 +1,55 @@
+//! The one error type of remat-core.
+
+use crate::graph::NodeId;
+
+/// Everything that can go wrong in remat-core. Messages name the op, the node, the shapes and,
+/// for traced ops, the caller's source line.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An op was recorded with inputs it cannot take (shape, dtype, arity, attributes).
+    #[error("{op} at {location}: {message}{}", if *.more > 0 { format!(" (and {} more error(s) after it)", .more) } else { String::new() })]
+    Trace {
+        /// The op's DSL name.
+        op: &'static str,
+        /// What is wrong, with the shapes involved.
+        message: String,
+        /// `file:line:column` of the user's call.
+        location: String,
+        /// How many further errors were recorded after this one.
+        more: usize,
+    },
+    /// A node of a graph is invalid or cannot be executed as asked.
+    #[error("node {node} ({op}): {message}")]
+    Node {
+        /// The node.
+        node: NodeId,
+        /// Its op's name.
+        op: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value fed to a run (input or parameter) does not fit its declaration.
+    #[error("{what} `{name}`: {message}")]
+    Feed {
+        /// `input` or `param`.
+        what: &'static str,
+        /// The declared name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Bad arguments to an API call (a strategy, an optimizer setting, ...).
+    #[error("{0}")]
+    Invalid(String),
+    /// A backend failed (device missing, out of memory, kernel error).
+    #[error("{backend} backend: {message}")]
+    Backend {
+        /// The backend's name.
+        backend: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,387 @@
+//! The tagged graph: an arena of nodes, each with its op, inputs, shape, dtype and tag.
+//!
+//! Invariants (checked by [`Graph::validate`] in debug builds and on import):
+//! - a node's inputs all have smaller ids (the arena is in topological order);
+//! - a node's shape and dtype are what its op infers from its inputs';
+//! - a tag's region exists, and a region's parent has a smaller id.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::op::{Meta, Op};
+use crate::region::RegionSpec;
+use crate::shape::numel;
+use std::fmt::Write as _;
+
+/// A node of a graph: an index into its arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// The arena index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// A region instance: one call of a checkpointed function (or a region of an imported graph).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u32);
+
+impl std::fmt::Display for RegionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "r{}", self.0)
+    }
+}
+
+/// What the user asked for a value: save it for the backward pass, or recompute it there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Always saved when the backward needs it; no strategy trades it away.
+    MustSave,
+    /// Saved under `Respect`; a min-cut or a budget may recompute it instead.
+    PreferSave,
+    /// Never saved: recomputed in the backward.
+    MustRecompute,
+    /// Recomputed under `Respect`; a budget may save it instead.
+    PreferRecompute,
+}
+
+impl Policy {
+    /// All policies.
+    pub const ALL: [Policy; 4] = [Policy::MustSave, Policy::PreferSave, Policy::MustRecompute, Policy::PreferRecompute];
+
+    /// The snake_case name (`"must_save"`), as in policies and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::MustSave => "must_save",
+            Policy::PreferSave => "prefer_save",
+            Policy::MustRecompute => "must_recompute",
+            Policy::PreferRecompute => "prefer_recompute",
+        }
+    }
+
+    /// The policy named `name`.
+    pub fn from_name(name: &str) -> Option<Policy> {
+        Policy::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Whether the policy leans to saving.
+    pub fn is_save(self) -> bool {
+        matches!(self, Policy::MustSave | Policy::PreferSave)
+    }
+
+    /// Whether the policy is a hard constraint.
+    pub fn is_must(self) -> bool {
+        matches!(self, Policy::MustSave | Policy::MustRecompute)
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a node has the policy it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicySource {
+    /// The region's rule for the op kind.
+    OpKind,
+    /// The region's rule for the value's name (`save_names`).
+    Name,
+    /// The region's default.
+    Default,
+    /// A `#[save]` / `#[recompute]` statement attribute.
+    Statement,
+    /// Given explicitly (imported graphs).
+    Explicit,
+}
+
+/// The tag every op recorded inside a region carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tag {
+    /// The innermost region instance the op was recorded in.
+    pub region: RegionId,
+    /// The policy resolved for this op.
+    pub policy: Policy,
+    /// Which rule produced the policy.
+    pub source: PolicySource,
+}
+
+/// A source location (`file:line:column`) of the user's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SrcLoc {
+    /// File path as the compiler saw it.
+    pub file: &'static str,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column.
+    pub column: u32,
+}
+
+impl SrcLoc {
+    /// The location of a `#[track_caller]` caller.
+    pub fn from_caller(loc: &'static std::panic::Location<'static>) -> Self {
+        SrcLoc { file: loc.file(), line: loc.line(), column: loc.column() }
+    }
+}
+
+impl std::fmt::Display for SrcLoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
+}
+
+/// A region instance of a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Region {
+    /// The enclosing region instance, if nested.
+    pub parent: Option<RegionId>,
+    /// The function (or imported region) name.
+    pub name: String,
+    /// The static spec the `#[checkpoint]` macro emitted, for traced regions.
+    pub spec: Option<&'static RegionSpec>,
+    /// A byte budget fraction for this region alone (`#[checkpoint(.., budget = f)]`).
+    pub budget: Option<f64>,
+}
+
+/// One node: an op applied to earlier nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The op.
+    pub op: Op,
+    /// Input nodes, all with smaller ids.
+    pub inputs: Vec<NodeId>,
+    /// Result shape.
+    pub shape: Vec<usize>,
+    /// Result dtype.
+    pub dtype: DType,
+    /// Region and policy, for ops recorded inside a region.
+    pub tag: Option<Tag>,
+    /// The value's name: `.name("attn")`, or an input's / parameter's declared name.
+    pub name: Option<String>,
+    /// Where the user's code recorded it.
+    pub loc: Option<SrcLoc>,
+}
+
+impl Node {
+    /// Bytes of the node's value.
+    pub fn bytes(&self) -> usize {
+        numel(&self.shape) * self.dtype.size()
+    }
+
+    /// Shape and dtype.
+    pub fn meta(&self) -> Meta<'_> {
+        (&self.shape, self.dtype)
+    }
+}
+
+/// A graph: nodes in topological order, regions, and outputs (the first is the scalar loss).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    regions: Vec<Region>,
+    outputs: Vec<NodeId>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a node whose shape and dtype are already known; returns its id.
+    pub fn push(&mut self, node: Node) -> NodeId {
+        debug_assert!(node.inputs.iter().all(|i| i.index() < self.nodes.len()), "inputs must precede");
+        self.nodes.push(node);
+        NodeId(self.nodes.len() as u32 - 1)
+    }
+
+    /// Appends an op applied to `inputs`, inferring shape and dtype; errors name the op.
+    pub fn push_op(&mut self, op: Op, inputs: Vec<NodeId>) -> Result<NodeId> {
+        let (shape, dtype) = self.infer(&op, &inputs).map_err(|message| Error::Node {
+            node: NodeId(self.nodes.len() as u32),
+            op: op.name(),
+            message,
+        })?;
+        Ok(self.push(Node { op, inputs, shape, dtype, tag: None, name: None, loc: None }))
+    }
+
+    /// What `op` would produce from `inputs`.
+    pub fn infer(&self, op: &Op, inputs: &[NodeId]) -> std::result::Result<(Vec<usize>, DType), String> {
+        let metas: Vec<Meta<'_>> = inputs.iter().map(|&i| self.node(i).meta()).collect();
+        op.infer(&metas)
+    }
+
+    /// Adds a region; returns its id.
+    pub fn add_region(&mut self, region: Region) -> RegionId {
+        self.regions.push(region);
+        RegionId(self.regions.len() as u32 - 1)
+    }
+
+    /// The node `id`.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    /// The node `id`, mutably.
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id.index()]
+    }
+
+    /// All nodes, by id.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Ids of all nodes.
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The region `id`.
+    pub fn region(&self, id: RegionId) -> &Region {
+        &self.regions[id.0 as usize]
+    }
+
+    /// All regions, by id.
+    pub fn regions(&self) -> &[Region] {
+        &self.regions
+    }
+
+    /// Whether region `inner` is `outer` or nested inside it.
+    pub fn region_within(&self, inner: RegionId, outer: RegionId) -> bool {
+        let mut r = Some(inner);
+        while let Some(id) = r {
+            if id == outer {
+                return true;
+            }
+            r = self.region(id).parent;
+        }
+        false
+    }
+
+    /// Graph outputs; the first is the loss.
+    pub fn outputs(&self) -> &[NodeId] {
+        &self.outputs
+    }
+
+    /// Sets the outputs.
+    pub fn set_outputs(&mut self, outputs: Vec<NodeId>) {
+        self.outputs = outputs;
+    }
+
+    /// The parameters (nodes of op `param`), in id order.
+    pub fn params(&self) -> Vec<NodeId> {
+        self.ids().filter(|&i| self.node(i).op == Op::Param).collect()
+    }
+
+    /// The inputs (nodes of op `input`), in id order.
+    pub fn inputs(&self) -> Vec<NodeId> {
+        self.ids().filter(|&i| self.node(i).op == Op::Input).collect()
+    }
+
+    /// For each node, the nodes that read it.
+    pub fn users(&self) -> Vec<Vec<NodeId>> {
+        let mut users = vec![Vec::new(); self.nodes.len()];
+        for id in self.ids() {
+            for &i in &self.node(id).inputs {
+                users[i.index()].push(id);
+            }
+        }
+        users
+    }
+
+    /// Checks the invariants listed in the module docs.
+    pub fn validate(&self) -> Result<()> {
+        for id in self.ids() {
+            let node = self.node(id);
+            let err = |message: String| Error::Node { node: id, op: node.op.name(), message };
+            if let Some(bad) = node.inputs.iter().find(|i| i.index() >= id.index()) {
+                return Err(err(format!("input {bad} does not precede the node (cycle or dangling input)")));
+            }
+            if let Some(tag) = node.tag {
+                if tag.region.0 as usize >= self.regions.len() {
+                    return Err(err(format!("region {} does not exist", tag.region)));
+                }
+            }
+            if node.op.info().leaf {
+                continue;
+            }
+            let (shape, dtype) = self.infer(&node.op, &node.inputs).map_err(err)?;
+            if shape != node.shape || dtype != node.dtype {
+                return Err(err(format!(
+                    "declared {:?} {} but the op produces {:?} {}",
+                    node.shape, node.dtype, shape, dtype
+                )));
+            }
+        }
+        for (i, r) in self.regions.iter().enumerate() {
+            if r.parent.is_some_and(|p| p.0 as usize >= i) {
+                return Err(Error::Invalid(format!("region r{i}: parent must precede it")));
+            }
+        }
+        if let Some(bad) = self.outputs.iter().find(|o| o.index() >= self.nodes.len()) {
+            return Err(Error::Invalid(format!("output {bad} does not exist")));
+        }
+        Ok(())
+    }
+
+    /// A plain-text listing, one node a line, with tags:
+    /// `%5 = matmul(%3, %1) [4, 8] f32 {r0 ffn must_save op} name=h @ src/model.rs:12:9`.
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        for (i, r) in self.regions.iter().enumerate() {
+            let parent = r.parent.map_or(String::new(), |p| format!(" parent={p}"));
+            let _ = writeln!(out, "region r{i} {}{parent}", r.name);
+        }
+        for id in self.ids() {
+            let _ = writeln!(out, "{}", self.describe(id));
+        }
+        let outs: Vec<String> = self.outputs.iter().map(|o| o.to_string()).collect();
+        let _ = writeln!(out, "outputs {}", outs.join(", "));
+        out
+    }
+
+    /// One line describing a node (the format of [`Graph::dump`]).
+    pub fn describe(&self, id: NodeId) -> String {
+        let n = self.node(id);
+        let inputs: Vec<String> = n.inputs.iter().map(|i| i.to_string()).collect();
+        let attrs = n.op.attrs_text();
+        let attrs = if attrs.is_empty() { attrs } else { format!("<{attrs}>") };
+        let mut line = format!("{id} = {}{attrs}({}) {:?} {}", n.op.name(), inputs.join(", "), n.shape, n.dtype);
+        if let Some(t) = n.tag {
+            let source = match t.source {
+                PolicySource::OpKind => "op",
+                PolicySource::Name => "name",
+                PolicySource::Default => "default",
+                PolicySource::Statement => "statement",
+                PolicySource::Explicit => "explicit",
+            };
+            let _ = write!(line, " {{{} {} {} {source}}}", t.region, self.region(t.region).name, t.policy);
+        }
+        if let Some(name) = &n.name {
+            let _ = write!(line, " name={name}");
+        }
+        if let Some(loc) = n.loc {
+            let _ = write!(line, " @ {loc}");
+        }
+        line
+    }
+}

@@ -1,0 +1,208 @@
+//! Tensors in host memory: what users feed in and get back, and the CPU backend's storage.
+
+use crate::dtype::{self, DType};
+use crate::error::{Error, Result};
+use crate::shape::{fmt_shape, numel};
+use half::{bf16, f16};
+
+/// The elements of a host tensor, stored in their own dtype (fp8 as raw bits).
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum HostData {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    BF16(Vec<bf16>),
+    F16(Vec<f16>),
+    F8E4M3(Vec<u8>),
+    F8E5M2(Vec<u8>),
+    I64(Vec<i64>),
+}
+
+/// A dense, row-major tensor in host memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    shape: Vec<usize>,
+    data: HostData,
+}
+
+impl HostData {
+    /// The dtype of these elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostData::F32(_) => DType::F32,
+            HostData::F64(_) => DType::F64,
+            HostData::BF16(_) => DType::BF16,
+            HostData::F16(_) => DType::F16,
+            HostData::F8E4M3(_) => DType::F8E4M3,
+            HostData::F8E5M2(_) => DType::F8E5M2,
+            HostData::I64(_) => DType::I64,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.len(),
+            HostData::F64(v) => v.len(),
+            HostData::BF16(v) => v.len(),
+            HostData::F16(v) => v.len(),
+            HostData::F8E4M3(v) | HostData::F8E5M2(v) => v.len(),
+            HostData::I64(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements converted exactly to f64 (i64 as its value).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match self {
+            HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            HostData::F64(v) => v.clone(),
+            HostData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            HostData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            HostData::F8E4M3(v) => v.iter().map(|&b| dtype::e4m3_to_f32(b) as f64).collect(),
+            HostData::F8E5M2(v) => v.iter().map(|&b| dtype::e5m2_to_f32(b) as f64).collect(),
+            HostData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+
+    /// Elements as f32 (exact for every dtype but f64 and large i64).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self {
+            HostData::F32(v) => v.clone(),
+            HostData::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            HostData::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            HostData::F8E4M3(v) => v.iter().map(|&b| dtype::e4m3_to_f32(b)).collect(),
+            HostData::F8E5M2(v) => v.iter().map(|&b| dtype::e5m2_to_f32(b)).collect(),
+            other => other.to_f64_vec().into_iter().map(|x| x as f32).collect(),
+        }
+    }
+
+    /// f32 values stored as `dtype`, rounding to nearest even (saturating for fp8).
+    pub fn from_f32(values: &[f32], dtype: DType) -> HostData {
+        match dtype {
+            DType::F32 => HostData::F32(values.to_vec()),
+            DType::F64 => HostData::F64(values.iter().map(|&x| x as f64).collect()),
+            DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f32(x)).collect()),
+            DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f32(x)).collect()),
+            DType::F8E4M3 => HostData::F8E4M3(values.iter().map(|&x| dtype::f32_to_e4m3(x)).collect()),
+            DType::F8E5M2 => HostData::F8E5M2(values.iter().map(|&x| dtype::f32_to_e5m2(x)).collect()),
+            DType::I64 => HostData::I64(values.iter().map(|&x| x as i64).collect()),
+        }
+    }
+
+    /// f64 values stored as `dtype` (f64 kept exact; other floats rounded via f32 except f64).
+    pub fn from_f64(values: &[f64], dtype: DType) -> HostData {
+        match dtype {
+            DType::F64 => HostData::F64(values.to_vec()),
+            DType::I64 => HostData::I64(values.iter().map(|&x| x as i64).collect()),
+            DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
+            _ => HostData::from_f32(&values.iter().map(|&x| x as f32).collect::<Vec<_>>(), dtype),
+        }
+    }
+}
+
+impl HostTensor {
+    /// A tensor from a shape and matching data; errors when the element count differs.
+    pub fn new(shape: impl Into<Vec<usize>>, data: HostData) -> Result<Self> {
+        let shape = shape.into();
+        if numel(&shape) != data.len() {
+            return Err(Error::Invalid(format!(
+                "shape {} holds {} elements, data has {}",
+                fmt_shape(&shape),
+                numel(&shape),
+                data.len()
+            )));
+        }
+        Ok(HostTensor { shape, data })
+    }
+
+    /// An f32 tensor.
+    pub fn f32(shape: impl Into<Vec<usize>>, values: Vec<f32>) -> Result<Self> {
+        Self::new(shape, HostData::F32(values))
+    }
+
+    /// An f64 tensor.
+    pub fn f64(shape: impl Into<Vec<usize>>, values: Vec<f64>) -> Result<Self> {
+        Self::new(shape, HostData::F64(values))
+    }
+
+    /// An i64 tensor (ids, targets).
+    pub fn i64(shape: impl Into<Vec<usize>>, values: Vec<i64>) -> Result<Self> {
+        Self::new(shape, HostData::I64(values))
+    }
+
+    /// A tensor of `shape` and `dtype` with every element `value`.
+    pub fn full(shape: impl Into<Vec<usize>>, value: f64, dtype: DType) -> Self {
+        let shape = shape.into();
+        let data = HostData::from_f64(&vec![value; numel(&shape)], dtype);
+        HostTensor { shape, data }
+    }
+
+    /// f32 values converted to `dtype`.
+    pub fn from_f32(shape: impl Into<Vec<usize>>, values: &[f32], dtype: DType) -> Result<Self> {
+        Self::new(shape, HostData::from_f32(values, dtype))
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The dtype.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    /// The elements.
+    pub fn data(&self) -> &HostData {
+        &self.data
+    }
+
+    /// The elements, mutably (the shape stays).
+    pub fn data_mut(&mut self) -> &mut HostData {
+        &mut self.data
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Bytes the elements occupy.
+    pub fn bytes(&self) -> usize {
+        self.numel() * self.dtype().size()
+    }
+
+    /// Elements as f64.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        self.data.to_f64_vec()
+    }
+
+    /// Elements as f32.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        self.data.to_f32_vec()
+    }
+
+    /// The single element of a one-element tensor, as f64.
+    pub fn scalar(&self) -> Result<f64> {
+        if self.numel() != 1 {
+            return Err(Error::Invalid(format!("expected one element, tensor has shape {}", fmt_shape(&self.shape))));
+        }
+        Ok(self.to_f64_vec()[0])
+    }
+
+    /// The same values, stored as `dtype`.
+    pub fn to_dtype(&self, dtype: DType) -> HostTensor {
+        let data = if dtype == DType::F64 || self.dtype() == DType::F64 {
+            HostData::from_f64(&self.to_f64_vec(), dtype)
+        } else {
+            HostData::from_f32(&self.to_f32_vec(), dtype)
+        };
+        HostTensor { shape: self.shape.clone(), data }
+    }
+}

@@ -1,0 +1,97 @@
+//! The counter-based generator behind random ops: Philox4x32-10.
+//!
+//! A dropout mask element is a pure function of (stream seed, op key, element index), so the same
+//! node evaluated twice — in the forward pass and again in a recompute, on the CPU or a GPU —
+//! draws the same mask. The CUDA kernels implement the same function bit for bit.
+
+const M0: u32 = 0xD251_1F53;
+const M1: u32 = 0xCD9E_8D57;
+const W0: u32 = 0x9E37_79B9;
+const W1: u32 = 0xBB67_AE85;
+
+/// Philox4x32 with 10 rounds: four random words for a 128-bit counter and a 64-bit key.
+pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+    let (mut c, mut k) = (counter, key);
+    for _ in 0..10 {
+        let p0 = (M0 as u64) * (c[0] as u64);
+        let p1 = (M1 as u64) * (c[2] as u64);
+        c = [
+            ((p1 >> 32) as u32) ^ c[1] ^ k[0],
+            p1 as u32,
+            ((p0 >> 32) as u32) ^ c[3] ^ k[1],
+            p0 as u32,
+        ];
+        k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
+    }
+    c
+}
+
+/// The generator seed of one random op in one run: the op's own seed mixed with the run's seed,
+/// so each training step draws fresh masks while a step's recomputes replay them.
+pub fn stream_seed(op_seed: u64, run_seed: u64) -> u64 {
+    op_seed ^ run_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The uniform 32-bit word for element `index` of the op with key `key` under `seed`.
+pub fn uniform_u32(seed: u64, key: u64, index: u64) -> u32 {
+    let block = index / 4;
+    let words = philox4x32_10(
+        [block as u32, (block >> 32) as u32, key as u32, (key >> 32) as u32],
+        [seed as u32, (seed >> 32) as u32],
+    );
+    words[(index % 4) as usize]
+}
+
+/// The integer threshold below which a uniform word drops its element, for drop probability `p`.
+pub fn drop_threshold(p: f64) -> u64 {
+    (p * 4_294_967_296.0) as u64
+}
+
+/// Whether dropout with probability `p` keeps element `index` of the op with key `key`.
+pub fn dropout_keeps(seed: u64, key: u64, index: u64, p: f64) -> bool {
+    uniform_u32(seed, key, index) as u64 >= drop_threshold(p)
+}
+
+/// A uniform f64 in [0, 1) from the same generator (for parameter initialisation).
+pub fn uniform_f64(seed: u64, key: u64, index: u64) -> f64 {
+    let hi = uniform_u32(seed, key, 2 * index) as u64;
+    let lo = uniform_u32(seed, key, 2 * index + 1) as u64;
+    (((hi << 32) | lo) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A standard normal f64 (Box–Muller over two uniforms), for parameter initialisation.
+pub fn normal_f64(seed: u64, key: u64, index: u64) -> f64 {
+    let u1 = uniform_f64(seed, key, 2 * index).max(f64::MIN_POSITIVE);
+    let u2 = uniform_f64(seed, key, 2 * index + 1);
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn philox_matches_the_reference_vectors() {
+        // Known-answer tests from Random123 (kat_vectors, philox4x32_10).
+        assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]);
+        assert_eq!(
+            philox4x32_10([u32::MAX; 4], [u32::MAX; 2]),
+            [0x408f_276d, 0x41c8_3b0e, 0xa20b_c7c6, 0x6d54_51fd]
+        );
+        assert_eq!(
+            philox4x32_10([0x243f_6a88, 0x85a3_08d3, 0x1319_8a2e, 0x0370_7344], [0xa409_3822, 0x299f_31d0]),
+            [0xd16c_fe09, 0x94fd_cceb, 0x5001_e420, 0x2412_6ea1]
+        );
+    }
+
+    #[test]
+    fn dropout_is_a_pure_function_with_the_right_rate() {
+        let kept = (0..100_000).filter(|&i| dropout_keeps(7, 3, i, 0.25)).count();
+        assert!((74_000..76_000).contains(&kept), "kept {kept}");
+        let a: Vec<bool> = (0..1000).map(|i| dropout_keeps(7, 3, i, 0.5)).collect();
+        let b: Vec<bool> = (0..1000).map(|i| dropout_keeps(7, 3, i, 0.5)).collect();
+        let other: Vec<bool> = (0..1000).map(|i| dropout_keeps(7, 4, i, 0.5)).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, other);
+    }
+}

@@ -1,0 +1,102 @@
+//! Shape arithmetic: element counts, strides, broadcasting.
+
+/// Number of elements of a shape (1 for a scalar `[]`).
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// Row-major strides of a contiguous tensor of `shape`.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// The numpy-style broadcast of two shapes (aligned on the right), or `None` when they clash.
+pub fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for (i, o) in out.iter_mut().enumerate() {
+        let da = dim_from_right(a, rank - 1 - i);
+        let db = dim_from_right(b, rank - 1 - i);
+        *o = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Whether `from` broadcasts to exactly `to` (aligned on the right; each dim 1 or equal).
+pub fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len()
+        && (0..from.len()).all(|i| {
+            let f = dim_from_right(from, i);
+            f == 1 || f == dim_from_right(to, i)
+        })
+}
+
+/// The dim `k` places from the right (0 = last), or 1 past the front.
+fn dim_from_right(shape: &[usize], k: usize) -> usize {
+    if k < shape.len() {
+        shape[shape.len() - 1 - k]
+    } else {
+        1
+    }
+}
+
+/// For each output element index of `out`, the strides to step an input of shape `inp` that
+/// broadcasts to `out`: the input's own stride, or 0 along broadcast axes.
+pub fn broadcast_strides(inp: &[usize], out: &[usize]) -> Vec<usize> {
+    let own = strides(inp);
+    let lead = out.len() - inp.len();
+    (0..out.len())
+        .map(|i| {
+            if i < lead || inp[i - lead] == 1 {
+                0
+            } else {
+                own[i - lead]
+            }
+        })
+        .collect()
+}
+
+/// Shape after reducing `axes` of `shape`.
+pub fn reduced(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| match (axes.contains(&i), keepdim) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+/// `[a, b, c]` for messages.
+pub fn fmt_shape(shape: &[usize]) -> String {
+    format!("{shape:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast(&[4, 1, 3], &[5, 3]), Some(vec![4, 5, 3]));
+        assert_eq!(broadcast(&[], &[2, 2]), Some(vec![2, 2]));
+        assert_eq!(broadcast(&[2, 3], &[3, 2]), None);
+        assert!(broadcasts_to(&[1, 3], &[4, 3]));
+        assert!(!broadcasts_to(&[2, 3], &[4, 3]));
+        assert_eq!(broadcast_strides(&[1, 3], &[2, 4, 3]), vec![0, 0, 1]);
+        assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(reduced(&[2, 3, 4], &[1], true), vec![2, 1, 4]);
+        assert_eq!(reduced(&[2, 3, 4], &[0, 2], false), vec![3]);
+    }
+}

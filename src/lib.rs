@@ -1,0 +1,2 @@
+//! remat: precise, explainable activation checkpointing.
+pub use remat_core as core;
