@@ -28,15 +28,8 @@ pub enum DType {
 
 impl DType {
     /// All dtypes, in a fixed order.
-    pub const ALL: [DType; 7] = [
-        DType::F32,
-        DType::F64,
-        DType::BF16,
-        DType::F16,
-        DType::F8E4M3,
-        DType::F8E5M2,
-        DType::I64,
-    ];
+    pub const ALL: [DType; 7] =
+        [DType::F32, DType::F64, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::I64];
 
     /// Bytes per element.
     pub fn size(self) -> usize {

@@ -241,7 +241,7 @@ impl Graph {
     }
 
     /// Ids of all nodes.
-    pub fn ids(&self) -> impl Iterator<Item = NodeId> {
+    pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + ExactSizeIterator {
         (0..self.nodes.len() as u32).map(NodeId)
     }
 
@@ -289,7 +289,7 @@ impl Graph {
 
     /// The parameters (nodes of op `param`), in id order.
     pub fn params(&self) -> Vec<NodeId> {
-        self.ids().filter(|&i| self.node(i).op == Op::Param).collect()
+        self.ids().filter(|&i| matches!(self.node(i).op, Op::Param { .. })).collect()
     }
 
     /// The inputs (nodes of op `input`), in id order.

@@ -6,21 +6,34 @@
 
 #![warn(missing_docs)]
 
+pub mod autodiff;
 pub mod backend;
 mod dtype;
 mod error;
+mod exec;
 mod graph;
 mod host;
+mod model;
 pub mod op;
+mod optim;
+pub mod plan;
 pub mod region;
 pub mod rng;
 pub mod shape;
+mod tensor_ops;
+mod trace;
 
+pub use autodiff::JointGraph;
 pub use backend::cpu::{CpuBackend, CpuBuffer};
 pub use backend::{Backend, KernelCall, MemoryStats};
 pub use dtype::DType;
 pub use error::{Error, Result};
+pub use exec::{run, RunOutput};
 pub use graph::{Graph, Node, NodeId, Policy, PolicySource, Region, RegionId, SrcLoc, Tag};
 pub use host::{HostData, HostTensor};
-pub use op::{Op, OpKind};
+pub use model::{Feeds, Model, Params, StepOutput};
+pub use op::{Init, Op, OpKind};
+pub use optim::{AdamW, Optimizer, Sgd};
+pub use plan::{Plan, Step};
 pub use region::{enter_region, PolicyTable, RegionGuard, RegionSpec};
+pub use trace::{Tensor, Trace};

@@ -14,8 +14,12 @@ pub use remat_catalog::{Arity, OpInfo, OpKind, CATALOG};
 #[allow(missing_docs)] // each variant is documented on its [`OpKind`]
 pub enum Op {
     Input,
-    Param,
-    Constant { value: f64 },
+    Param {
+        init: Init,
+    },
+    Constant {
+        value: f64,
+    },
     Add,
     Sub,
     Mul,
@@ -35,37 +39,93 @@ pub enum Op {
     Rsqrt,
     Reciprocal,
     Square,
-    Clamp { min: f64, max: f64 },
-    Sum { axes: Vec<usize>, keepdim: bool },
-    Mean { axes: Vec<usize>, keepdim: bool },
-    Amax { axes: Vec<usize>, keepdim: bool },
+    Clamp {
+        min: f64,
+        max: f64,
+    },
+    Sum {
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+    Mean {
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+    Amax {
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
     Matmul,
-    Reshape { shape: Vec<usize> },
-    Transpose { perm: Vec<usize> },
-    Expand { shape: Vec<usize> },
-    Concat { axis: usize },
+    Reshape {
+        shape: Vec<usize>,
+    },
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Expand {
+        shape: Vec<usize>,
+    },
+    Concat {
+        axis: usize,
+    },
     Softmax,
     LogSoftmax,
-    LayerNorm { eps: f64 },
+    LayerNorm {
+        eps: f64,
+    },
     CrossEntropy,
     Embedding,
-    Cast { dtype: DType },
+    Cast {
+        dtype: DType,
+    },
     /// `key` identifies the mask stream (the forward node's id at trace time), so the gradient
     /// (a dropout of the incoming gradient with the same key) and any recompute reproduce it.
-    Dropout { p: f64, seed: u64, key: u64 },
+    Dropout {
+        p: f64,
+        seed: u64,
+        key: u64,
+    },
     ScaledMatmul,
-    Slice { axis: usize, start: usize, len: usize },
+    Slice {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
     Sign,
     MaximumMask,
-    ClampGrad { min: f64, max: f64 },
+    ClampGrad {
+        min: f64,
+        max: f64,
+    },
     ReluGrad,
     GeluGrad,
     SoftmaxGrad,
     LogSoftmaxGrad,
-    LayerNormGrad { eps: f64 },
+    LayerNormGrad {
+        eps: f64,
+    },
     CrossEntropyGrad,
-    EmbeddingGrad { rows: usize },
-    AmaxGrad { axes: Vec<usize>, keepdim: bool },
+    EmbeddingGrad {
+        rows: usize,
+    },
+    AmaxGrad {
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+}
+
+/// How a parameter is initialised by [`crate::Params::init`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    /// Normal with std `1/sqrt(shape[rank-2])` for matrices (the fan-in of `x · w`), zeros for
+    /// vectors and scalars.
+    Auto,
+    /// All zeros.
+    Zeros,
+    /// All ones (layer-norm gains).
+    Ones,
+    /// Normal with mean 0 and this standard deviation.
+    Normal(f64),
 }
 
 /// A shape and dtype: what an op produces, what it reads.
@@ -77,7 +137,7 @@ impl Op {
         use OpKind as K;
         match self {
             Op::Input => K::Input,
-            Op::Param => K::Param,
+            Op::Param { .. } => K::Param,
             Op::Constant { .. } => K::Constant,
             Op::Add => K::Add,
             Op::Sub => K::Sub,
@@ -174,8 +234,12 @@ impl Op {
     pub fn attrs_text(&self) -> String {
         match self {
             Op::Constant { value } => format!("value={value}"),
+            Op::Param { init } if *init != Init::Auto => format!("init={init:?}"),
             Op::Clamp { min, max } | Op::ClampGrad { min, max } => format!("min={min}, max={max}"),
-            Op::Sum { axes, keepdim } | Op::Mean { axes, keepdim } | Op::Amax { axes, keepdim } | Op::AmaxGrad { axes, keepdim } => {
+            Op::Sum { axes, keepdim }
+            | Op::Mean { axes, keepdim }
+            | Op::Amax { axes, keepdim }
+            | Op::AmaxGrad { axes, keepdim } => {
                 format!("axes={axes:?}, keepdim={keepdim}")
             }
             Op::Reshape { shape } | Op::Expand { shape } => format!("shape={shape:?}"),
@@ -230,8 +294,12 @@ impl Op {
 mod infer {
     use super::*;
 
+    /// Arithmetic needs a float dtype wide enough to compute in: fp8 values can only be cast,
+    /// viewed, concatenated or fed to `scaled_matmul`.
     fn float(what: &str, m: Meta<'_>) -> Result<(), String> {
-        if m.1.is_float() {
+        if m.1.is_fp8() {
+            Err(format!("{what} is {}: cast fp8 values to a wider dtype first (or use scaled_matmul)", m.1))
+        } else if m.1.is_float() {
             Ok(())
         } else {
             Err(format!("{what} must be floating point, got {}", m.1))
@@ -286,15 +354,10 @@ mod infer {
         let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
         let (k2, n) = (b[b.len() - 2], b[b.len() - 1]);
         if k != k2 {
-            return Err(format!(
-                "inner dimensions differ: {} · {} ({k} vs {k2})",
-                fmt_shape(a),
-                fmt_shape(b)
-            ));
+            return Err(format!("inner dimensions differ: {} · {} ({k} vs {k2})", fmt_shape(a), fmt_shape(b)));
         }
-        let batch = broadcast(&a[..a.len() - 2], &b[..b.len() - 2]).ok_or_else(|| {
-            format!("batch dimensions of {} and {} do not broadcast", fmt_shape(a), fmt_shape(b))
-        })?;
+        let batch = broadcast(&a[..a.len() - 2], &b[..b.len() - 2])
+            .ok_or_else(|| format!("batch dimensions of {} and {} do not broadcast", fmt_shape(a), fmt_shape(b)))?;
         Ok([batch, vec![m, n]].concat())
     }
 
@@ -309,7 +372,7 @@ mod infer {
         let first = x.first().copied().unwrap_or((&[], DType::F32));
         let same = || (first.0.to_vec(), first.1);
         match op {
-            Op::Input | Op::Param | Op::Constant { .. } => {
+            Op::Input | Op::Param { .. } | Op::Constant { .. } => {
                 Err("leaf ops take their shape and dtype from the trace, not from inputs".into())
             }
             Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
@@ -335,9 +398,6 @@ mod infer {
             Op::Matmul => {
                 float("operands", x[0])?;
                 same_dtype(x[0], x[1])?;
-                if x[0].1.is_fp8() {
-                    return Err("fp8 operands need scaled_matmul, which takes their scales".into());
-                }
                 Ok((matmul_shape(x[0].0, x[1].0)?, x[0].1))
             }
             Op::ScaledMatmul => {
@@ -365,8 +425,8 @@ mod infer {
             Op::Transpose { perm } => {
                 let rank = first.0.len();
                 let mut seen = vec![false; rank];
-                let valid = perm.len() == rank
-                    && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+                let valid =
+                    perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
                 if !valid {
                     return Err(format!("{perm:?} is not a permutation of the {rank} axes of {}", fmt_shape(first.0)));
                 }
@@ -454,7 +514,12 @@ mod infer {
                 }
                 Ok(same())
             }
-            Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad | Op::SoftmaxGrad | Op::LogSoftmaxGrad | Op::LayerNormGrad { .. } => {
+            Op::ClampGrad { .. }
+            | Op::ReluGrad
+            | Op::GeluGrad
+            | Op::SoftmaxGrad
+            | Op::LogSoftmaxGrad
+            | Op::LayerNormGrad { .. } => {
                 if x[0].0 != x[1].0 {
                     return Err(format!("gradient {} does not match {}", fmt_shape(x[1].0), fmt_shape(x[0].0)));
                 }
@@ -466,7 +531,21 @@ mod infer {
                 Ok((vec![*rows, dim], x[1].1))
             }
             Op::AmaxGrad { .. } => Ok((x[0].0.to_vec(), x[2].1)),
-            Op::Neg | Op::Exp | Op::Log | Op::Sin | Op::Cos | Op::Tanh | Op::Sigmoid | Op::Relu | Op::Gelu | Op::Abs | Op::Sqrt | Op::Rsqrt | Op::Reciprocal | Op::Square | Op::Sign => {
+            Op::Neg
+            | Op::Exp
+            | Op::Log
+            | Op::Sin
+            | Op::Cos
+            | Op::Tanh
+            | Op::Sigmoid
+            | Op::Relu
+            | Op::Gelu
+            | Op::Abs
+            | Op::Sqrt
+            | Op::Rsqrt
+            | Op::Reciprocal
+            | Op::Square
+            | Op::Sign => {
                 float("input", first)?;
                 Ok(same())
             }
@@ -484,7 +563,7 @@ mod tests {
         let axes = vec![0];
         match kind {
             K::Input => Op::Input,
-            K::Param => Op::Param,
+            K::Param => Op::Param { init: Init::Auto },
             K::Constant => Op::Constant { value: 1.0 },
             K::Add => Op::Add,
             K::Sub => Op::Sub,

@@ -54,15 +54,7 @@ fn dim_from_right(shape: &[usize], k: usize) -> usize {
 pub fn broadcast_strides(inp: &[usize], out: &[usize]) -> Vec<usize> {
     let own = strides(inp);
     let lead = out.len() - inp.len();
-    (0..out.len())
-        .map(|i| {
-            if i < lead || inp[i - lead] == 1 {
-                0
-            } else {
-                own[i - lead]
-            }
-        })
-        .collect()
+    (0..out.len()).map(|i| if i < lead || inp[i - lead] == 1 { 0 } else { own[i - lead] }).collect()
 }
 
 /// Shape after reducing `axes` of `shape`.

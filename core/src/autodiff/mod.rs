@@ -1,0 +1,205 @@
+//! Reverse-mode autodiff: from a forward graph to a joint forward + backward graph.
+//!
+//! The joint graph keeps the forward nodes under their own ids and appends backward nodes after
+//! them, in an order where every input precedes its user. A backward node's inputs are forward
+//! values (what the backward *reads*: the partitioner decides whether each is saved or
+//! recomputed) or earlier backward nodes. Gradients are ops of the same catalog, so the backward
+//! runs on any backend and a recomputed forward node is just the same node computed again.
+
+mod rules;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Node, NodeId};
+use crate::op::Op;
+use crate::shape::numel;
+
+/// A forward graph with its backward pass appended.
+#[derive(Clone, Debug)]
+pub struct JointGraph {
+    graph: Graph,
+    n_forward: usize,
+    /// (parameter, its gradient node), in parameter order.
+    grads: Vec<(NodeId, NodeId)>,
+}
+
+impl JointGraph {
+    /// Differentiates `forward`'s first output (the scalar loss) with respect to every parameter.
+    pub fn new(forward: &Graph) -> Result<JointGraph> {
+        forward.validate()?;
+        let loss = *forward
+            .outputs()
+            .first()
+            .ok_or_else(|| Error::Invalid("the graph has no outputs (the loss comes first)".into()))?;
+        let loss_node = forward.node(loss);
+        if numel(&loss_node.shape) != 1 || !loss_node.dtype.is_float() {
+            return Err(Error::Node {
+                node: loss,
+                op: loss_node.op.name(),
+                message: format!("the loss must be one floating value, got {:?} {}", loss_node.shape, loss_node.dtype),
+            });
+        }
+        let needs_grad = needs_grad(forward, loss);
+        let mut bw = Backward { graph: forward.clone() };
+        let mut grad: Vec<Option<NodeId>> = vec![None; forward.len()];
+        let seed_dtype = loss_node.dtype.grad_dtype();
+        grad[loss.index()] = Some(bw.leaf(Op::Constant { value: 1.0 }, loss_node.shape.clone(), seed_dtype));
+        for id in forward.ids().rev() {
+            let Some(g) = grad[id.index()] else { continue };
+            if !needs_grad[id.index()] || forward.node(id).op.info().leaf {
+                continue;
+            }
+            let contributions = rules::backprop(&mut bw, forward, id, g, &needs_grad)?;
+            for (input, contribution) in contributions {
+                grad[input.index()] = Some(match grad[input.index()] {
+                    None => contribution,
+                    Some(previous) => bw.op(Op::Add, vec![previous, contribution])?,
+                });
+            }
+        }
+        let mut grads = Vec::new();
+        for p in forward.params() {
+            let g = match grad[p.index()] {
+                Some(g) => g,
+                // A parameter the loss does not depend on has a zero gradient.
+                None => {
+                    let n = forward.node(p);
+                    bw.leaf(Op::Constant { value: 0.0 }, n.shape.clone(), n.dtype.grad_dtype())
+                }
+            };
+            grads.push((p, g));
+        }
+        let mut graph = bw.graph;
+        let mut outputs = forward.outputs().to_vec();
+        outputs.extend(grads.iter().map(|&(_, g)| g));
+        graph.set_outputs(outputs);
+        debug_assert!(graph.validate().is_ok(), "joint graph violates its invariants");
+        Ok(JointGraph { graph, n_forward: forward.len(), grads })
+    }
+
+    /// The joint graph: forward nodes first, then backward nodes.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// How many nodes are forward nodes (ids `0..n_forward`).
+    pub fn n_forward(&self) -> usize {
+        self.n_forward
+    }
+
+    /// Whether `id` is a forward node.
+    pub fn is_forward(&self, id: NodeId) -> bool {
+        id.index() < self.n_forward
+    }
+
+    /// The loss node.
+    pub fn loss(&self) -> NodeId {
+        self.graph.outputs()[0]
+    }
+
+    /// The forward graph's own outputs (the loss first).
+    pub fn forward_outputs(&self) -> &[NodeId] {
+        &self.graph.outputs()[..self.graph.outputs().len() - self.grads.len()]
+    }
+
+    /// (parameter, gradient node) pairs, in parameter order.
+    pub fn grads(&self) -> &[(NodeId, NodeId)] {
+        &self.grads
+    }
+
+    /// For each forward node, whether some backward node reads it.
+    pub fn backward_reads(&self) -> Vec<bool> {
+        let mut reads = vec![false; self.n_forward];
+        for node in &self.graph.nodes()[self.n_forward..] {
+            for &i in &node.inputs {
+                if self.is_forward(i) {
+                    reads[i.index()] = true;
+                }
+            }
+        }
+        reads
+    }
+}
+
+/// Which forward nodes need a gradient: those on a path from a parameter to the loss.
+fn needs_grad(forward: &Graph, loss: NodeId) -> Vec<bool> {
+    let n = forward.len();
+    let mut from_param = vec![false; n];
+    for id in forward.ids() {
+        let node = forward.node(id);
+        let differentiable_inputs = rules::differentiable_inputs(&node.op, node.inputs.len());
+        from_param[id.index()] = node.dtype.is_float()
+            && (matches!(node.op, Op::Param { .. })
+                || differentiable_inputs.into_iter().any(|k| from_param[node.inputs[k].index()]));
+    }
+    let mut to_loss = vec![false; n];
+    to_loss[loss.index()] = true;
+    for id in forward.ids().rev() {
+        if to_loss[id.index()] {
+            for &i in &forward.node(id).inputs {
+                to_loss[i.index()] = true;
+            }
+        }
+    }
+    (0..n).map(|i| from_param[i] && to_loss[i]).collect()
+}
+
+/// The joint graph under construction: appends backward nodes with inferred shapes.
+pub(crate) struct Backward {
+    graph: Graph,
+}
+
+impl Backward {
+    /// Appends `op(inputs)`. A failure here is a bug in a gradient rule, reported as such.
+    pub fn op(&mut self, op: Op, inputs: Vec<NodeId>) -> Result<NodeId> {
+        let name = op.name();
+        self.graph
+            .push_op(op, inputs)
+            .map_err(|e| Error::Invalid(format!("internal error in the gradient of {name}: {e}")))
+    }
+
+    /// Appends a leaf (a constant).
+    pub fn leaf(&mut self, op: Op, shape: Vec<usize>, dtype: DType) -> NodeId {
+        self.graph.push(Node { op, inputs: vec![], shape, dtype, tag: None, name: None, loc: None })
+    }
+
+    /// A scalar constant.
+    pub fn scalar(&mut self, value: f64, dtype: DType) -> NodeId {
+        self.leaf(Op::Constant { value }, vec![], dtype)
+    }
+
+    /// Shape of a node.
+    pub fn shape(&self, id: NodeId) -> &[usize] {
+        &self.graph.node(id).shape
+    }
+
+    /// Dtype of a node.
+    pub fn dtype(&self, id: NodeId) -> DType {
+        self.graph.node(id).dtype
+    }
+
+    /// Sums `g` down to `shape`, undoing a broadcast (leading axes and size-1 axes).
+    pub fn unbroadcast(&mut self, g: NodeId, shape: &[usize]) -> Result<NodeId> {
+        let gshape = self.shape(g).to_vec();
+        if gshape == shape {
+            return Ok(g);
+        }
+        let lead = gshape.len() - shape.len();
+        let axes: Vec<usize> =
+            (0..gshape.len()).filter(|&i| i < lead || (shape[i - lead] == 1 && gshape[i] != 1)).collect();
+        let summed = if axes.is_empty() { g } else { self.op(Op::Sum { axes, keepdim: true }, vec![g])? };
+        if self.shape(summed) == shape {
+            return Ok(summed);
+        }
+        self.op(Op::Reshape { shape: shape.to_vec() }, vec![summed])
+    }
+
+    /// Casts `g` to `dtype` if it is not already.
+    pub fn cast_to(&mut self, g: NodeId, dtype: DType) -> Result<NodeId> {
+        if self.dtype(g) == dtype {
+            Ok(g)
+        } else {
+            self.op(Op::Cast { dtype }, vec![g])
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The gradient rule of every op, written with catalog ops.
+//!
+//! Each rule reads the smallest set of forward values it can (the output where that is cheaper
+//! than the input: `exp`, `tanh`, `sigmoid`, `relu`, `softmax`), since whatever it reads must be
+//! saved or recomputed.
+
+use super::Backward;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, NodeId};
+use crate::op::Op;
+
+/// Which inputs (by position) gradients flow into. Ids and targets are integers (no gradient);
+/// `scaled_matmul`'s scales are treated as constants.
+pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> Vec<usize> {
+    match op {
+        Op::CrossEntropy => vec![0],
+        Op::Embedding => vec![0],
+        Op::ScaledMatmul => vec![0, 1],
+        _ => (0..arity).collect(),
+    }
+}
+
+/// The gradient contributions of node `id` (output gradient `g`) to its inputs that need one.
+pub(super) fn backprop(
+    bw: &mut Backward,
+    fwd: &Graph,
+    id: NodeId,
+    g: NodeId,
+    needs: &[bool],
+) -> Result<Vec<(NodeId, NodeId)>> {
+    let node = fwd.node(id);
+    let x = &node.inputs;
+    let wanted: Vec<usize> =
+        differentiable_inputs(&node.op, x.len()).into_iter().filter(|&k| needs[x[k].index()]).collect();
+    if wanted.is_empty() {
+        return Ok(vec![]);
+    }
+    let gd = bw.dtype(g);
+    let shape_of = |k: usize| fwd.node(x[k]).shape.clone();
+    let mut out: Vec<(usize, NodeId)> = Vec::new();
+    match &node.op {
+        Op::Input | Op::Param { .. } | Op::Constant { .. } => {}
+        Op::Add => {
+            out.push((0, bw.unbroadcast(g, &shape_of(0))?));
+            out.push((1, bw.unbroadcast(g, &shape_of(1))?));
+        }
+        Op::Sub => {
+            out.push((0, bw.unbroadcast(g, &shape_of(0))?));
+            let neg = bw.op(Op::Neg, vec![g])?;
+            out.push((1, bw.unbroadcast(neg, &shape_of(1))?));
+        }
+        Op::Mul => {
+            if wanted.contains(&0) {
+                let ga = bw.op(Op::Mul, vec![g, x[1]])?;
+                out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
+            }
+            if wanted.contains(&1) {
+                let gb = bw.op(Op::Mul, vec![g, x[0]])?;
+                out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
+            }
+        }
+        Op::Div => {
+            if wanted.contains(&0) {
+                let ga = bw.op(Op::Div, vec![g, x[1]])?;
+                out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
+            }
+            if wanted.contains(&1) {
+                // d(a/b)/db = -(a/b)/b: read the output rather than a.
+                let gy = bw.op(Op::Mul, vec![g, id])?;
+                let q = bw.op(Op::Div, vec![gy, x[1]])?;
+                let gb = bw.op(Op::Neg, vec![q])?;
+                out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
+            }
+        }
+        Op::Maximum => {
+            let mask = bw.op(Op::MaximumMask, vec![x[0], x[1]])?;
+            let ga = bw.op(Op::Mul, vec![g, mask])?;
+            let gb = bw.op(Op::Sub, vec![g, ga])?;
+            out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
+            out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
+        }
+        Op::Neg => out.push((0, bw.op(Op::Neg, vec![g])?)),
+        Op::Exp => out.push((0, bw.op(Op::Mul, vec![g, id])?)),
+        Op::Log => out.push((0, bw.op(Op::Div, vec![g, x[0]])?)),
+        Op::Sin => {
+            let c = bw.op(Op::Cos, vec![x[0]])?;
+            out.push((0, bw.op(Op::Mul, vec![g, c])?));
+        }
+        Op::Cos => {
+            let s = bw.op(Op::Sin, vec![x[0]])?;
+            let gs = bw.op(Op::Mul, vec![g, s])?;
+            out.push((0, bw.op(Op::Neg, vec![gs])?));
+        }
+        Op::Tanh => {
+            let one = bw.scalar(1.0, gd);
+            let y2 = bw.op(Op::Square, vec![id])?;
+            let d = bw.op(Op::Sub, vec![one, y2])?;
+            out.push((0, bw.op(Op::Mul, vec![g, d])?));
+        }
+        Op::Sigmoid => {
+            let one = bw.scalar(1.0, gd);
+            let q = bw.op(Op::Sub, vec![one, id])?;
+            let d = bw.op(Op::Mul, vec![id, q])?;
+            out.push((0, bw.op(Op::Mul, vec![g, d])?));
+        }
+        Op::Relu => out.push((0, bw.op(Op::ReluGrad, vec![id, g])?)),
+        Op::Gelu => out.push((0, bw.op(Op::GeluGrad, vec![x[0], g])?)),
+        Op::Abs => {
+            let s = bw.op(Op::Sign, vec![x[0]])?;
+            out.push((0, bw.op(Op::Mul, vec![g, s])?));
+        }
+        Op::Sqrt => {
+            let half = bw.scalar(0.5, gd);
+            let gh = bw.op(Op::Mul, vec![g, half])?;
+            out.push((0, bw.op(Op::Div, vec![gh, id])?));
+        }
+        Op::Rsqrt => {
+            // d(x^-1/2)/dx = -x^-3/2 / 2 = -y^3 / 2.
+            let c = bw.scalar(-0.5, gd);
+            let y2 = bw.op(Op::Square, vec![id])?;
+            let y3 = bw.op(Op::Mul, vec![y2, id])?;
+            let gc = bw.op(Op::Mul, vec![g, c])?;
+            out.push((0, bw.op(Op::Mul, vec![gc, y3])?));
+        }
+        Op::Reciprocal => {
+            let y2 = bw.op(Op::Square, vec![id])?;
+            let gy = bw.op(Op::Mul, vec![g, y2])?;
+            out.push((0, bw.op(Op::Neg, vec![gy])?));
+        }
+        Op::Square => {
+            let two = bw.scalar(2.0, gd);
+            let x2 = bw.op(Op::Mul, vec![x[0], two])?;
+            out.push((0, bw.op(Op::Mul, vec![g, x2])?));
+        }
+        Op::Clamp { min, max } => out.push((0, bw.op(Op::ClampGrad { min: *min, max: *max }, vec![x[0], g])?)),
+        Op::Sum { axes, keepdim } | Op::Mean { axes, keepdim } => {
+            let xs = shape_of(0);
+            let kept = crate::shape::reduced(&xs, axes, true);
+            let gk = if *keepdim { g } else { bw.op(Op::Reshape { shape: kept }, vec![g])? };
+            let mut ge = bw.op(Op::Expand { shape: xs.clone() }, vec![gk])?;
+            if matches!(node.op, Op::Mean { .. }) {
+                let count: usize = axes.iter().map(|&a| xs[a]).product();
+                let inv = bw.scalar(1.0 / count as f64, gd);
+                ge = bw.op(Op::Mul, vec![ge, inv])?;
+            }
+            out.push((0, ge));
+        }
+        Op::Amax { axes, keepdim } => {
+            let op = Op::AmaxGrad { axes: axes.clone(), keepdim: *keepdim };
+            out.push((0, bw.op(op, vec![x[0], id, g])?));
+        }
+        Op::Matmul => matmul_grads(bw, x[0], x[1], g, &wanted, &mut out)?,
+        Op::ScaledMatmul => {
+            // Scales are constants: d/da = (g·s_a·s_b)·bᵀ with a, b dequantised to f32.
+            let s = bw.op(Op::Mul, vec![x[2], x[3]])?;
+            let gs = bw.op(Op::Mul, vec![g, s])?;
+            let a = bw.op(Op::Cast { dtype: DType::F32 }, vec![x[0]])?;
+            let b = bw.op(Op::Cast { dtype: DType::F32 }, vec![x[1]])?;
+            // Positions 0 and 1 map back to the fp8 operands, which receive f32 gradients.
+            matmul_grads(bw, a, b, gs, &wanted, &mut out)?;
+        }
+        Op::Reshape { .. } => out.push((0, bw.op(Op::Reshape { shape: shape_of(0) }, vec![g])?)),
+        Op::Transpose { perm } => {
+            let mut inverse = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            out.push((0, bw.op(Op::Transpose { perm: inverse }, vec![g])?));
+        }
+        Op::Expand { .. } => out.push((0, bw.unbroadcast(g, &shape_of(0))?)),
+        Op::Concat { axis } => {
+            let mut start = 0;
+            for k in 0..x.len() {
+                let len = shape_of(k)[*axis];
+                if wanted.contains(&k) {
+                    out.push((k, bw.op(Op::Slice { axis: *axis, start, len }, vec![g])?));
+                }
+                start += len;
+            }
+        }
+        Op::Softmax => out.push((0, bw.op(Op::SoftmaxGrad, vec![id, g])?)),
+        Op::LogSoftmax => out.push((0, bw.op(Op::LogSoftmaxGrad, vec![id, g])?)),
+        Op::LayerNorm { eps } => out.push((0, bw.op(Op::LayerNormGrad { eps: *eps }, vec![x[0], g])?)),
+        Op::CrossEntropy => out.push((0, bw.op(Op::CrossEntropyGrad, vec![x[0], x[1], g])?)),
+        Op::Embedding => {
+            let rows = shape_of(0)[0];
+            out.push((0, bw.op(Op::EmbeddingGrad { rows }, vec![x[1], g])?));
+        }
+        Op::Cast { .. } => {
+            let target = fwd.node(x[0]).dtype.grad_dtype();
+            out.push((0, bw.cast_to(g, target)?));
+        }
+        Op::Dropout { .. } => out.push((0, bw.op(node.op.clone(), vec![g])?)),
+        Op::Slice { .. }
+        | Op::Sign
+        | Op::MaximumMask
+        | Op::ClampGrad { .. }
+        | Op::ReluGrad
+        | Op::GeluGrad
+        | Op::SoftmaxGrad
+        | Op::LogSoftmaxGrad
+        | Op::LayerNormGrad { .. }
+        | Op::CrossEntropyGrad
+        | Op::EmbeddingGrad { .. }
+        | Op::AmaxGrad { .. } => {
+            return Err(Error::Node {
+                node: id,
+                op: node.op.name(),
+                message: "internal backward op in a forward graph: it has no gradient".into(),
+            })
+        }
+    }
+    Ok(out.into_iter().filter(|(k, _)| wanted.contains(k)).map(|(k, grad)| (x[k], grad)).collect())
+}
+
+/// Gradients of `a · b` (batched, broadcast batch dims) for the wanted operands.
+fn matmul_grads(
+    bw: &mut Backward,
+    a: NodeId,
+    b: NodeId,
+    g: NodeId,
+    wanted: &[usize],
+    out: &mut Vec<(usize, NodeId)>,
+) -> Result<()> {
+    let (a_rank, b_rank) = (bw.shape(a).len(), bw.shape(b).len());
+    if wanted.contains(&0) {
+        let bt = transpose_last(bw, b)?;
+        let ga = bw.op(Op::Matmul, vec![g, bt])?;
+        let a_shape = bw.shape(a).to_vec();
+        out.push((0, bw.unbroadcast(ga, &a_shape)?));
+    }
+    if wanted.contains(&1) {
+        let gb = if b_rank == 2 && a_rank > 2 {
+            // A shared weight: fold the batch into rows, one GEMM instead of a batch and a sum.
+            let (a_shape, g_shape) = (bw.shape(a).to_vec(), bw.shape(g).to_vec());
+            let k = a_shape[a_rank - 1];
+            let rows = a_shape[..a_rank - 1].iter().product();
+            let a2 = bw.op(Op::Reshape { shape: vec![rows, k] }, vec![a])?;
+            let g2 = bw.op(Op::Reshape { shape: vec![rows, g_shape[g_shape.len() - 1]] }, vec![g])?;
+            let at = transpose_last(bw, a2)?;
+            bw.op(Op::Matmul, vec![at, g2])?
+        } else {
+            let at = transpose_last(bw, a)?;
+            let gb = bw.op(Op::Matmul, vec![at, g])?;
+            let b_shape = bw.shape(b).to_vec();
+            bw.unbroadcast(gb, &b_shape)?
+        };
+        out.push((1, gb));
+    }
+    Ok(())
+}
+
+fn transpose_last(bw: &mut Backward, x: NodeId) -> Result<NodeId> {
+    let rank = bw.shape(x).len();
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(rank - 2, rank - 1);
+    bw.op(Op::Transpose { perm }, vec![x])
+}

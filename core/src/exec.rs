@@ -1,0 +1,109 @@
+//! The executor: runs a plan's programs on a backend and measures the memory it used.
+
+use crate::autodiff::JointGraph;
+use crate::backend::{Backend, KernelCall};
+use crate::error::{Error, Result};
+use crate::graph::NodeId;
+use crate::host::HostTensor;
+use crate::op::Meta;
+use crate::plan::{Plan, Step};
+use crate::shape::fmt_shape;
+
+/// What one run of a plan returns.
+#[derive(Clone, Debug)]
+pub struct RunOutput {
+    /// The kept values (forward outputs, then gradients), in [`Plan::kept`] order.
+    pub kept: Vec<HostTensor>,
+    /// The most bytes the backend held at once during the run (resident values included),
+    /// measured by the backend's own counters.
+    pub measured_peak: usize,
+}
+
+/// Runs `plan` over `joint` on `backend`. `resident` gives the value of every input and
+/// parameter, in [`Plan::resident`] order; `run_seed` seeds random ops for this run.
+pub fn run<B: Backend>(
+    backend: &mut B,
+    joint: &JointGraph,
+    plan: &Plan,
+    resident: &[&HostTensor],
+    run_seed: u64,
+) -> Result<RunOutput> {
+    let graph = joint.graph();
+    if resident.len() != plan.resident().len() {
+        return Err(Error::Invalid(format!(
+            "{} resident values given, the plan needs {}",
+            resident.len(),
+            plan.resident().len()
+        )));
+    }
+    let baseline = backend.memory().live_bytes;
+    backend.reset_peak();
+    let mut slots: Vec<Option<B::Buffer>> = (0..graph.len()).map(|_| None).collect();
+    for (&id, &value) in plan.resident().iter().zip(resident) {
+        check_feed(joint, id, value)?;
+        slots[id.index()] = Some(backend.upload(value)?);
+    }
+    for step in plan.steps() {
+        match *step {
+            Step::Compute(id) | Step::Recompute(id) => {
+                let buffer = compute(backend, joint, &slots, id, run_seed)?;
+                slots[id.index()] = Some(buffer);
+            }
+            Step::Free(id) => slots[id.index()] = None,
+        }
+    }
+    let measured_peak = backend.memory().peak_bytes - baseline;
+    let mut kept = Vec::with_capacity(plan.kept().len());
+    for &id in plan.kept() {
+        let buffer = slots[id.index()].as_ref().ok_or_else(|| missing(joint, id))?;
+        kept.push(backend.download(buffer)?);
+    }
+    Ok(RunOutput { kept, measured_peak })
+}
+
+fn compute<B: Backend>(
+    backend: &mut B,
+    joint: &JointGraph,
+    slots: &[Option<B::Buffer>],
+    id: NodeId,
+    run_seed: u64,
+) -> Result<B::Buffer> {
+    let graph = joint.graph();
+    let node = graph.node(id);
+    let mut inputs = Vec::with_capacity(node.inputs.len());
+    let mut metas: Vec<Meta<'_>> = Vec::with_capacity(node.inputs.len());
+    for &i in &node.inputs {
+        inputs.push(slots[i.index()].as_ref().ok_or_else(|| missing(joint, i))?);
+        metas.push(graph.node(i).meta());
+    }
+    let call =
+        KernelCall { node: id, op: &node.op, inputs: &metas, out_shape: &node.shape, out_dtype: node.dtype, run_seed };
+    backend.execute(&call, &inputs)
+}
+
+/// A value the plan should have had at hand: a planner bug, reported rather than panicking.
+fn missing(joint: &JointGraph, id: NodeId) -> Error {
+    Error::Node {
+        node: id,
+        op: joint.graph().node(id).op.name(),
+        message: "value not live when needed (plan is inconsistent)".into(),
+    }
+}
+
+fn check_feed(joint: &JointGraph, id: NodeId, value: &HostTensor) -> Result<()> {
+    let node = joint.graph().node(id);
+    if value.shape() == node.shape.as_slice() && value.dtype() == node.dtype {
+        return Ok(());
+    }
+    Err(Error::Feed {
+        what: node.op.name(),
+        name: node.name.clone().unwrap_or_else(|| id.to_string()),
+        message: format!(
+            "declared {} {}, got {} {}",
+            fmt_shape(&node.shape),
+            node.dtype,
+            fmt_shape(value.shape()),
+            value.dtype()
+        ),
+    })
+}

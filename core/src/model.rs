@@ -1,0 +1,252 @@
+//! The training API: a differentiated, planned model, its parameters, and one call per step.
+
+use crate::autodiff::JointGraph;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::exec;
+use crate::graph::{Graph, NodeId};
+use crate::host::HostTensor;
+use crate::op::{Init, Op};
+use crate::plan::Plan;
+use crate::rng;
+use crate::shape::fmt_shape;
+use std::collections::BTreeMap;
+
+/// A model ready to train: its forward graph, the joint graph autodiff derived, and the plan.
+#[derive(Clone, Debug)]
+pub struct Model {
+    forward: Graph,
+    joint: JointGraph,
+    plan: Plan,
+}
+
+/// Values of the graph's inputs for one step, by declared name.
+#[derive(Clone, Debug, Default)]
+pub struct Feeds {
+    values: BTreeMap<String, HostTensor>,
+}
+
+impl Feeds {
+    /// No values yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the value of input `name`.
+    pub fn with(mut self, name: &str, value: HostTensor) -> Self {
+        self.insert(name, value);
+        self
+    }
+
+    /// Sets the value of input `name`.
+    pub fn insert(&mut self, name: &str, value: HostTensor) {
+        self.values.insert(name.to_string(), value);
+    }
+}
+
+/// What one training step returns.
+#[derive(Clone, Debug)]
+pub struct StepOutput {
+    /// The loss.
+    pub loss: f64,
+    /// The graph's further outputs, in the order given to [`crate::Trace::finish_with`].
+    pub outputs: Vec<HostTensor>,
+    /// One gradient per parameter, in [`Params`] order.
+    pub grads: Vec<HostTensor>,
+    /// The plan's predicted peak bytes (inputs and parameters included).
+    pub predicted_peak: usize,
+    /// The peak bytes the backend measured during the step.
+    pub measured_peak: usize,
+}
+
+impl Model {
+    /// Differentiates `forward` and plans it saving every forward value the backward reads
+    /// (no checkpointing).
+    pub fn new(forward: Graph) -> Result<Model> {
+        Self::with_saved(forward, |joint| joint.backward_reads())
+    }
+
+    /// Differentiates `forward` and plans it saving the values `choose` marks.
+    pub fn with_saved(forward: Graph, choose: impl FnOnce(&JointGraph) -> Vec<bool>) -> Result<Model> {
+        let joint = JointGraph::new(&forward)?;
+        let plan = Plan::new(&joint, &choose(&joint))?;
+        Ok(Model { forward, joint, plan })
+    }
+
+    /// The forward graph.
+    pub fn forward_graph(&self) -> &Graph {
+        &self.forward
+    }
+
+    /// The joint forward + backward graph.
+    pub fn joint(&self) -> &JointGraph {
+        &self.joint
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Fresh parameters, initialised as each was declared, from `seed`.
+    pub fn init_params(&self, seed: u64) -> Params {
+        Params::init(&self.forward, seed)
+    }
+
+    /// Runs forward and backward once: the loss, further outputs and parameter gradients.
+    pub fn step<B: Backend>(&self, backend: &mut B, params: &Params, feeds: &Feeds) -> Result<StepOutput> {
+        self.step_seeded(backend, params, feeds, 0)
+    }
+
+    /// [`Model::step`] with a seed for random ops (dropout draws fresh masks per seed).
+    pub fn step_seeded<B: Backend>(
+        &self,
+        backend: &mut B,
+        params: &Params,
+        feeds: &Feeds,
+        run_seed: u64,
+    ) -> Result<StepOutput> {
+        let resident = self.resident_values(params, feeds)?;
+        let out = exec::run(backend, &self.joint, &self.plan, &resident, run_seed)?;
+        let n_outputs = self.joint.forward_outputs().len();
+        let mut kept = out.kept.into_iter();
+        let loss = kept.next().ok_or_else(|| Error::Invalid("the plan returned no loss".into()))?.scalar()?;
+        let outputs: Vec<HostTensor> = kept.by_ref().take(n_outputs - 1).collect();
+        Ok(StepOutput {
+            loss,
+            outputs,
+            grads: kept.collect(),
+            predicted_peak: self.plan.predicted_peak(),
+            measured_peak: out.measured_peak,
+        })
+    }
+
+    fn resident_values<'a>(&self, params: &'a Params, feeds: &'a Feeds) -> Result<Vec<&'a HostTensor>> {
+        let graph = &self.forward;
+        let input_names: Vec<&str> = graph.inputs().iter().filter_map(|&i| graph.node(i).name.as_deref()).collect();
+        if let Some(unknown) = feeds.values.keys().find(|k| !input_names.contains(&k.as_str())) {
+            return Err(Error::Feed {
+                what: "input",
+                name: unknown.clone(),
+                message: format!("not an input of the graph (inputs: {})", input_names.join(", ")),
+            });
+        }
+        if params.ids != graph.params() {
+            return Err(Error::Invalid("these parameters belong to another graph (use Model::init_params)".into()));
+        }
+        let mut values = Vec::new();
+        for &id in self.plan.resident() {
+            let node = graph.node(id);
+            let name = node.name.clone().unwrap_or_else(|| id.to_string());
+            let value = match node.op {
+                Op::Param { .. } => params.value_of(id),
+                _ => feeds.values.get(&name),
+            };
+            values.push(value.ok_or_else(|| Error::Feed {
+                what: node.op.name(),
+                name,
+                message: "no value given".into(),
+            })?);
+        }
+        Ok(values)
+    }
+}
+
+/// The values of a graph's parameters, in the graph's parameter order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    ids: Vec<NodeId>,
+    names: Vec<String>,
+    values: Vec<HostTensor>,
+}
+
+impl Params {
+    /// Parameters of `graph`, each initialised as declared ([`Init`]) from `seed`.
+    pub fn init(graph: &Graph, seed: u64) -> Params {
+        let ids = graph.params();
+        let mut names = Vec::new();
+        let mut values = Vec::new();
+        for &id in &ids {
+            let node = graph.node(id);
+            let init = match node.op {
+                Op::Param { init } => init,
+                _ => Init::Zeros,
+            };
+            names.push(node.name.clone().unwrap_or_else(|| id.to_string()));
+            values.push(initial_value(&node.shape, node.dtype, init, seed, id.0 as u64));
+        }
+        Params { ids, names, values }
+    }
+
+    /// Number of parameters.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The names, in order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The values, in order.
+    pub fn values(&self) -> &[HostTensor] {
+        &self.values
+    }
+
+    /// The values, mutably (optimizers update them in place).
+    pub fn values_mut(&mut self) -> &mut [HostTensor] {
+        &mut self.values
+    }
+
+    /// The value of parameter `name`.
+    pub fn get(&self, name: &str) -> Option<&HostTensor> {
+        self.names.iter().position(|n| n == name).map(|i| &self.values[i])
+    }
+
+    /// Replaces the value of parameter `name`; its shape and dtype must match.
+    pub fn set(&mut self, name: &str, value: HostTensor) -> Result<()> {
+        let i = self.names.iter().position(|n| n == name).ok_or_else(|| Error::Feed {
+            what: "param",
+            name: name.to_string(),
+            message: format!("no such parameter (parameters: {})", self.names.join(", ")),
+        })?;
+        let old = &self.values[i];
+        if old.shape() != value.shape() || old.dtype() != value.dtype() {
+            return Err(Error::Feed {
+                what: "param",
+                name: name.to_string(),
+                message: format!(
+                    "declared {} {}, got {} {}",
+                    fmt_shape(old.shape()),
+                    old.dtype(),
+                    fmt_shape(value.shape()),
+                    value.dtype()
+                ),
+            });
+        }
+        self.values[i] = value;
+        Ok(())
+    }
+
+    fn value_of(&self, id: NodeId) -> Option<&HostTensor> {
+        self.ids.iter().position(|&i| i == id).map(|i| &self.values[i])
+    }
+}
+
+fn initial_value(shape: &[usize], dtype: crate::DType, init: Init, seed: u64, key: u64) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let normal = |std: f64| -> Vec<f64> { (0..n as u64).map(|i| std * rng::normal_f64(seed, key, i)).collect() };
+    let values = match init {
+        Init::Zeros => vec![0.0; n],
+        Init::Ones => vec![1.0; n],
+        Init::Normal(std) => normal(std),
+        Init::Auto if shape.len() >= 2 => normal(1.0 / (shape[shape.len() - 2] as f64).sqrt()),
+        Init::Auto => vec![0.0; n],
+    };
+    HostTensor::new(shape.to_vec(), crate::HostData::from_f64(&values, dtype)).expect("length matches the shape")
+}

@@ -1,0 +1,332 @@
+//! Tracing: recording ops on [`Tensor`] handles into a tagged [`Graph`].
+//!
+//! A [`Trace`] owns the graph being recorded. Tensors are cheap handles (a node id and the
+//! trace). Recording checks shapes and dtypes at once; an error does not panic and does not stop
+//! the user's code: it is kept (with the op, the shapes and the caller's line) and returned by
+//! [`Trace::finish`], and the failed op yields a *poisoned* tensor on which later ops record
+//! nothing further. That is what lets model code read `x.matmul(&w).relu()` without `?` on
+//! every op.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Node, NodeId, Policy, PolicySource, Region, RegionId, SrcLoc, Tag};
+use crate::op::{Init, Op};
+use crate::region::active_regions;
+use crate::shape::fmt_shape;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+pub(crate) struct TraceState {
+    pub graph: Graph,
+    /// Region instance (process-unique) → region of this graph.
+    regions: HashMap<u64, RegionId>,
+    errors: Vec<Error>,
+}
+
+pub(crate) type Shared = Rc<RefCell<TraceState>>;
+
+/// A model being recorded.
+///
+/// ```
+/// use remat_core::{DType, Trace};
+/// let trace = Trace::new();
+/// let x = trace.input("x", &[4, 3], DType::F32);
+/// let w = trace.param("w", &[3, 2], DType::F32);
+/// let loss = x.matmul(&w).relu().sum_all();
+/// let graph = trace.finish(&loss).unwrap();
+/// assert_eq!(graph.params().len(), 1);
+/// ```
+pub struct Trace {
+    state: Shared,
+}
+
+impl Default for Trace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Trace {
+    /// An empty trace.
+    pub fn new() -> Self {
+        let state = TraceState { graph: Graph::new(), regions: HashMap::new(), errors: Vec::new() };
+        Trace { state: Rc::new(RefCell::new(state)) }
+    }
+
+    /// Declares a graph input (data, ids, targets) fed at every step.
+    #[track_caller]
+    pub fn input(&self, name: &str, shape: &[usize], dtype: DType) -> Tensor {
+        self.leaf(Op::Input, name, shape, dtype)
+    }
+
+    /// Declares a trainable parameter, initialised by [`Init::Auto`].
+    #[track_caller]
+    pub fn param(&self, name: &str, shape: &[usize], dtype: DType) -> Tensor {
+        self.param_with(name, shape, dtype, Init::Auto)
+    }
+
+    /// Declares a trainable parameter with an explicit initialisation.
+    #[track_caller]
+    pub fn param_with(&self, name: &str, shape: &[usize], dtype: DType, init: Init) -> Tensor {
+        self.leaf(Op::Param { init }, name, shape, dtype)
+    }
+
+    /// A tensor of `shape` full of `value`.
+    #[track_caller]
+    pub fn constant(&self, value: f64, shape: &[usize], dtype: DType) -> Tensor {
+        let loc = SrcLoc::from_caller(std::panic::Location::caller());
+        let id = record_node(&self.state, Op::Constant { value }, vec![], shape.to_vec(), dtype, loc);
+        Tensor { state: self.state.clone(), id: Some(id) }
+    }
+
+    #[track_caller]
+    fn leaf(&self, op: Op, name: &str, shape: &[usize], dtype: DType) -> Tensor {
+        let loc = SrcLoc::from_caller(std::panic::Location::caller());
+        let duplicate =
+            self.state.borrow().graph.nodes().iter().any(|n| n.op.info().leaf && n.name.as_deref() == Some(name));
+        if duplicate {
+            self.state.borrow_mut().fail(op.name(), loc, format!("`{name}` is already declared"));
+            return Tensor { state: self.state.clone(), id: None };
+        }
+        let id = record_node(&self.state, op, vec![], shape.to_vec(), dtype, loc);
+        self.state.borrow_mut().graph.node_mut(id).name = Some(name.to_string());
+        Tensor { state: self.state.clone(), id: Some(id) }
+    }
+
+    /// The graph recorded so far (for dumps while tracing).
+    pub fn snapshot(&self) -> Graph {
+        self.state.borrow().graph.clone()
+    }
+
+    /// The first error recorded so far, if any.
+    pub fn error(&self) -> Option<String> {
+        self.state.borrow().errors.first().map(|e| e.to_string())
+    }
+
+    /// Ends the trace with `loss` as the graph's output; returns the graph or the first error
+    /// recorded (with how many followed it).
+    pub fn finish(self, loss: &Tensor) -> Result<Graph> {
+        self.finish_with(loss, &[])
+    }
+
+    /// Ends the trace with `loss` and further outputs the caller wants back from each step.
+    pub fn finish_with(self, loss: &Tensor, extra: &[&Tensor]) -> Result<Graph> {
+        let mut state = self.state.borrow_mut();
+        if let Some(first) = state.take_error() {
+            return Err(first);
+        }
+        let mut outputs = Vec::new();
+        for t in std::iter::once(loss).chain(extra.iter().copied()) {
+            if !Rc::ptr_eq(&t.state, &self.state) {
+                return Err(Error::Invalid("an output belongs to another trace".into()));
+            }
+            outputs.push(t.id.ok_or_else(|| Error::Invalid("an output is poisoned by an earlier error".into()))?);
+        }
+        let loss_node = state.graph.node(outputs[0]);
+        if loss_node.shape.iter().product::<usize>() != 1 || !loss_node.dtype.is_float() {
+            return Err(Error::Invalid(format!(
+                "the loss must be a single floating value, got {} {} ({})",
+                fmt_shape(&loss_node.shape),
+                loss_node.dtype,
+                state.graph.describe(outputs[0])
+            )));
+        }
+        state.graph.set_outputs(outputs);
+        let graph = std::mem::take(&mut state.graph);
+        debug_assert!(graph.validate().is_ok(), "traced graph violates its invariants");
+        Ok(graph)
+    }
+}
+
+impl TraceState {
+    fn fail(&mut self, op: &'static str, loc: SrcLoc, message: String) {
+        let location = loc.to_string();
+        self.errors.push(Error::Trace { op, message, location, more: 0 });
+    }
+
+    fn take_error(&mut self) -> Option<Error> {
+        let more = self.errors.len().saturating_sub(1);
+        let first = self.errors.drain(..).next()?;
+        Some(match first {
+            Error::Trace { op, message, location, .. } => Error::Trace { op, message, location, more },
+            other => other,
+        })
+    }
+
+    /// The region of this graph for the innermost open instance, registering open instances
+    /// (outermost first, so parents precede children) on first use.
+    fn current_region(&mut self) -> Option<(RegionId, &'static crate::region::RegionSpec)> {
+        let open = active_regions();
+        let mut parent = None;
+        for active in &open {
+            let id = match self.regions.get(&active.instance) {
+                Some(&id) => id,
+                None => {
+                    let region = Region {
+                        parent,
+                        name: active.spec.name.to_string(),
+                        spec: Some(active.spec),
+                        budget: active.spec.budget,
+                    };
+                    let id = self.graph.add_region(region);
+                    self.regions.insert(active.instance, id);
+                    id
+                }
+            };
+            parent = Some(id);
+        }
+        Some((parent?, open.last()?.spec))
+    }
+}
+
+/// Appends a node with known shape and tags it with the innermost open region.
+fn record_node(state: &Shared, op: Op, inputs: Vec<NodeId>, shape: Vec<usize>, dtype: DType, loc: SrcLoc) -> NodeId {
+    let mut st = state.borrow_mut();
+    let tag = st.current_region().map(|(region, spec)| {
+        let (policy, source) = spec.policy.resolve(op.kind(), None);
+        Tag { region, policy, source }
+    });
+    st.graph.push(Node { op, inputs, shape, dtype, tag, name: None, loc: Some(loc) })
+}
+
+/// A value in a trace: a handle to one node. Cloning is cheap.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) state: Shared,
+    /// `None` when an earlier error poisoned this value.
+    pub(crate) id: Option<NodeId>,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.id {
+            Some(id) => f.write_str(&self.state.borrow().graph.describe(id)),
+            None => f.write_str("<poisoned tensor>"),
+        }
+    }
+}
+
+impl Tensor {
+    /// The node, or `None` if an earlier error poisoned this value.
+    pub fn id(&self) -> Option<NodeId> {
+        self.id
+    }
+
+    /// The shape (empty for a poisoned tensor).
+    pub fn shape(&self) -> Vec<usize> {
+        self.id.map_or_else(Vec::new, |id| self.state.borrow().graph.node(id).shape.clone())
+    }
+
+    /// The number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// The dtype (f32 for a poisoned tensor).
+    pub fn dtype(&self) -> DType {
+        self.id.map_or(DType::F32, |id| self.state.borrow().graph.node(id).dtype)
+    }
+
+    /// The tag of this value's node, if recorded inside a region.
+    pub fn tag(&self) -> Option<Tag> {
+        self.id.and_then(|id| self.state.borrow().graph.node(id).tag)
+    }
+
+    /// Names the value (like JAX's `checkpoint_name`): shown in reports, and matched by a
+    /// region's `save_names` policy.
+    #[track_caller]
+    pub fn name(&self, name: &str) -> Tensor {
+        if let Some(id) = self.id {
+            let mut st = self.state.borrow_mut();
+            let regions_spec = st.graph.node(id).tag.and_then(|t| st.graph.region(t.region).spec.map(|s| (t, s)));
+            let node = st.graph.node_mut(id);
+            node.name = Some(name.to_string());
+            if let Some((tag, spec)) = regions_spec {
+                if tag.source != PolicySource::Statement {
+                    let (policy, source) = spec.policy.resolve(node.op.kind(), Some(name));
+                    node.tag = Some(Tag { policy, source, ..tag });
+                }
+            }
+        }
+        self.clone()
+    }
+
+    /// Overrides the policy of this value's node, as `#[save]` / `#[recompute]` do.
+    ///
+    /// The value must have been computed inside the open region (a statement attribute speaks
+    /// for the value its statement computes); otherwise the trace records an error.
+    #[track_caller]
+    pub fn set_policy(&self, policy: Policy) -> Tensor {
+        let loc = SrcLoc::from_caller(std::panic::Location::caller());
+        if let Some(id) = self.id {
+            let mut st = self.state.borrow_mut();
+            let current = st.current_region().map(|(r, _)| r);
+            let node = st.graph.node(id);
+            let op = node.op.name();
+            match (node.tag, current) {
+                (Some(tag), Some(region)) if tag.region == region => {
+                    st.graph.node_mut(id).tag = Some(Tag { policy, source: PolicySource::Statement, ..tag });
+                }
+                _ => st.fail(
+                    op,
+                    loc,
+                    format!("`{policy}` applies to a value computed in this region, but {id} was computed outside it"),
+                ),
+            }
+        }
+        self.clone()
+    }
+
+    /// Records `op` applied to `self` and `others`.
+    #[track_caller]
+    pub(crate) fn apply(&self, op: Op, others: &[&Tensor]) -> Tensor {
+        let loc = SrcLoc::from_caller(std::panic::Location::caller());
+        let mut ids = Vec::with_capacity(others.len() + 1);
+        for t in std::iter::once(self).chain(others.iter().copied()) {
+            if !Rc::ptr_eq(&t.state, &self.state) {
+                self.state.borrow_mut().fail(op.name(), loc, "operands belong to different traces".into());
+                return self.poisoned();
+            }
+            match t.id {
+                Some(id) => ids.push(id),
+                None => return self.poisoned(),
+            }
+        }
+        let inferred = self.state.borrow().graph.infer(&op, &ids);
+        match inferred {
+            Ok((shape, dtype)) => {
+                let op = match op {
+                    Op::Dropout { p, seed, .. } => Op::Dropout { p, seed, key: self.state.borrow().graph.len() as u64 },
+                    op => op,
+                };
+                let id = record_node(&self.state, op, ids, shape, dtype, loc);
+                Tensor { state: self.state.clone(), id: Some(id) }
+            }
+            Err(message) => {
+                let mut st = self.state.borrow_mut();
+                let shapes: Vec<String> = ids
+                    .iter()
+                    .map(|&i| format!("{} {}", fmt_shape(&st.graph.node(i).shape), st.graph.node(i).dtype))
+                    .collect();
+                let message = format!("{message} (inputs: {})", shapes.join(", "));
+                st.fail(op.name(), loc, message);
+                drop(st);
+                self.poisoned()
+            }
+        }
+    }
+
+    fn poisoned(&self) -> Tensor {
+        Tensor { state: self.state.clone(), id: None }
+    }
+
+    /// A scalar constant of this tensor's dtype (for `x * 0.5` and friends).
+    #[track_caller]
+    pub(crate) fn scalar(&self, value: f64) -> Tensor {
+        let loc = SrcLoc::from_caller(std::panic::Location::caller());
+        let dtype = self.dtype();
+        let id = record_node(&self.state, Op::Constant { value }, vec![], vec![], dtype, loc);
+        Tensor { state: self.state.clone(), id: Some(id) }
+    }
+}
