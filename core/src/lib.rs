@@ -22,6 +22,7 @@ pub mod rng;
 pub mod shape;
 mod tensor_ops;
 mod trace;
+pub mod zoo;
 
 pub use autodiff::JointGraph;
 pub use backend::cpu::{CpuBackend, CpuBuffer};

@@ -1,0 +1,232 @@
+//! Small reference models and synthetic data, shared by tests, benchmarks and examples.
+//!
+//! They are written with plain tracing calls (no `#[checkpoint]`: the macro lives in a crate
+//! above this one), and take an optional hook that wraps each sub-block so callers can open
+//! regions around them.
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::Graph;
+use crate::host::HostTensor;
+use crate::model::Feeds;
+use crate::op::Init;
+use crate::rng;
+use crate::trace::{Tensor, Trace};
+
+/// A multi-layer perceptron classifier: `relu(x·w + b)` per hidden layer, cross-entropy loss.
+#[derive(Clone, Debug)]
+pub struct MlpConfig {
+    /// Rows per batch.
+    pub batch: usize,
+    /// Layer widths, input first, classes last (`[16, 32, 4]` is one hidden layer).
+    pub widths: Vec<usize>,
+}
+
+/// Traces the MLP of `cfg`. Inputs: `x` `[batch, widths[0]]` f32, `y` `[batch]` i64.
+pub fn mlp(cfg: &MlpConfig) -> Result<Graph> {
+    let trace = Trace::new();
+    let x = trace.input("x", &[cfg.batch, cfg.widths[0]], DType::F32);
+    let y = trace.input("y", &[cfg.batch], DType::I64);
+    let mut h = x;
+    let layers = cfg.widths.len() - 1;
+    for (i, pair) in cfg.widths.windows(2).enumerate() {
+        let w = trace.param(&format!("w{i}"), &[pair[0], pair[1]], DType::F32);
+        let b = trace.param(&format!("b{i}"), &[pair[1]], DType::F32);
+        h = &h.matmul(&w) + &b;
+        if i + 1 < layers {
+            h = h.relu();
+        }
+    }
+    trace.finish(&h.cross_entropy(&y))
+}
+
+/// Feeds for [`mlp`]: points whose class is the index of their largest of the first `classes`
+/// coordinates, a task an MLP learns quickly.
+pub fn mlp_feeds(cfg: &MlpConfig, seed: u64) -> Result<Feeds> {
+    let (rows, cols, classes) = (cfg.batch, cfg.widths[0], *cfg.widths.last().unwrap_or(&1));
+    let x: Vec<f32> = (0..(rows * cols) as u64).map(|i| rng::normal_f64(seed, 1, i) as f32).collect();
+    let y: Vec<i64> = (0..rows)
+        .map(|r| {
+            let row = &x[r * cols..r * cols + classes.min(cols)];
+            row.iter().enumerate().fold(0, |best, (j, &v)| if v > row[best] { j } else { best }) as i64
+        })
+        .collect();
+    Ok(Feeds::new().with("x", HostTensor::f32([rows, cols], x)?).with("y", HostTensor::i64([rows], y)?))
+}
+
+/// A small GPT-style language model: token and position embeddings, pre-LN transformer blocks
+/// (causal attention from matmul, mask and softmax; a gelu MLP), final layer norm, head,
+/// cross-entropy.
+#[derive(Clone, Debug)]
+pub struct GptConfig {
+    /// Sequences per batch.
+    pub batch: usize,
+    /// Tokens per sequence.
+    pub seq: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Attention heads (must divide `d_model`).
+    pub heads: usize,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Dropout probability (0 for none).
+    pub dropout: f64,
+    /// Storage dtype of activations and parameters.
+    pub dtype: DType,
+}
+
+/// The parameters of one pre-LN block.
+pub struct BlockParams {
+    /// Layer-norm gains and biases.
+    pub ln1: (Tensor, Tensor),
+    /// Query, key, value and output projections `[d, d]`.
+    pub wq: Tensor,
+    #[allow(missing_docs)]
+    pub wk: Tensor,
+    #[allow(missing_docs)]
+    pub wv: Tensor,
+    #[allow(missing_docs)]
+    pub wo: Tensor,
+    /// Second layer norm.
+    pub ln2: (Tensor, Tensor),
+    /// MLP weights `[d, 4d]`, `[4d, d]` and biases.
+    pub w1: Tensor,
+    #[allow(missing_docs)]
+    pub b1: Tensor,
+    #[allow(missing_docs)]
+    pub w2: Tensor,
+    #[allow(missing_docs)]
+    pub b2: Tensor,
+}
+
+impl BlockParams {
+    /// Declares the parameters of block `layer`.
+    pub fn declare(trace: &Trace, layer: usize, d: usize, dtype: DType) -> BlockParams {
+        let p = |name: &str, shape: &[usize], init: Init| trace.param_with(&format!("h{layer}.{name}"), shape, dtype, init);
+        let ln = |name: &str| (p(&format!("{name}.g"), &[d], Init::Ones), p(&format!("{name}.b"), &[d], Init::Zeros));
+        BlockParams {
+            ln1: ln("ln1"),
+            wq: p("wq", &[d, d], Init::Auto),
+            wk: p("wk", &[d, d], Init::Auto),
+            wv: p("wv", &[d, d], Init::Auto),
+            wo: p("wo", &[d, d], Init::Auto),
+            ln2: ln("ln2"),
+            w1: p("w1", &[d, 4 * d], Init::Auto),
+            b1: p("b1", &[4 * d], Init::Zeros),
+            w2: p("w2", &[4 * d, d], Init::Auto),
+            b2: p("b2", &[d], Init::Zeros),
+        }
+    }
+}
+
+/// Layer norm with a gain and a bias.
+pub fn layer_norm(x: &Tensor, (g, b): &(Tensor, Tensor)) -> Tensor {
+    &(&x.layer_norm(1e-5) * g) + b
+}
+
+/// Causal multi-head self-attention of `x` `[b, t, d]`; `mask` is `[t, t]` (0 or a large negative).
+pub fn attention(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
+    let shape = x.shape();
+    let (b, t, d) = (shape[0], shape[1], shape[2]);
+    let dh = d / heads;
+    let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]).transpose(&[0, 2, 1, 3]);
+    let (q, k, v) = (split(&p.wq), split(&p.wk), split(&p.wv));
+    let scores = &(q.matmul(&k.t()) * (1.0 / (dh as f64).sqrt())) + mask;
+    let att = scores.softmax().matmul(&v);
+    att.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
+}
+
+/// The gelu MLP of a block.
+pub fn feed_forward(x: &Tensor, p: &BlockParams) -> Tensor {
+    let h = (&x.matmul(&p.w1) + &p.b1).gelu();
+    &h.matmul(&p.w2) + &p.b2
+}
+
+/// Which part of a block a [`gpt_with`] hook is asked to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The attention sub-block (its input is already layer-normed).
+    Attention,
+    /// The MLP sub-block (its input is already layer-normed).
+    FeedForward,
+}
+
+/// Traces the GPT of `cfg`. Inputs: `tokens` and `targets` `[batch, seq]` i64, `mask`
+/// `[seq, seq]` (see [`causal_mask`]).
+pub fn gpt(cfg: &GptConfig) -> Result<Graph> {
+    gpt_with(cfg, &|part, x, p, mask, heads| match part {
+        Part::Attention => attention(x, p, mask, heads),
+        Part::FeedForward => feed_forward(x, p),
+    })
+}
+
+/// A sub-block runner: `(part, normed input, block params, mask, heads) -> output`.
+pub type PartFn<'a> = dyn Fn(Part, &Tensor, &BlockParams, &Tensor, usize) -> Tensor + 'a;
+
+/// [`gpt`] with each attention and MLP sub-block run by `run` (to wrap them in regions).
+pub fn gpt_with(cfg: &GptConfig, run: &PartFn<'_>) -> Result<Graph> {
+    let trace = Trace::new();
+    let (b, t, d) = (cfg.batch, cfg.seq, cfg.d_model);
+    let tokens = trace.input("tokens", &[b, t], DType::I64);
+    let targets = trace.input("targets", &[b, t], DType::I64);
+    let mask = trace.input("mask", &[t, t], cfg.dtype);
+    let wte = trace.param_with("wte", &[cfg.vocab, d], cfg.dtype, Init::Normal(0.02));
+    let wpe = trace.param_with("wpe", &[t, d], cfg.dtype, Init::Normal(0.02));
+    let mut x = &wte.embedding(&tokens) + &wpe;
+    for layer in 0..cfg.layers {
+        let p = BlockParams::declare(&trace, layer, d, cfg.dtype);
+        let a = run(Part::Attention, &layer_norm(&x, &p.ln1), &p, &mask, cfg.heads);
+        x = &x + &drop(&a, cfg.dropout, 2 * layer as u64);
+        let f = run(Part::FeedForward, &layer_norm(&x, &p.ln2), &p, &mask, cfg.heads);
+        x = &x + &drop(&f, cfg.dropout, 2 * layer as u64 + 1);
+    }
+    let lnf = (trace.param_with("lnf.g", &[d], cfg.dtype, Init::Ones), trace.param_with("lnf.b", &[d], cfg.dtype, Init::Zeros));
+    let head = trace.param("head", &[d, cfg.vocab], cfg.dtype);
+    let logits = layer_norm(&x, &lnf).matmul(&head);
+    let loss = logits.cast(DType::F32).cross_entropy(&targets);
+    trace.finish(&loss)
+}
+
+fn drop(x: &Tensor, p: f64, seed: u64) -> Tensor {
+    if p > 0.0 {
+        x.dropout(p, seed)
+    } else {
+        x.clone()
+    }
+}
+
+/// The additive causal mask: 0 on and below the diagonal, -1e9 above it.
+pub fn causal_mask(t: usize, dtype: DType) -> HostTensor {
+    let values: Vec<f64> = (0..t * t).map(|i| if i % t > i / t { -1e9 } else { 0.0 }).collect();
+    HostTensor::new(vec![t, t], crate::HostData::from_f64(&values, dtype)).expect("t*t values")
+}
+
+/// A batch of a deterministic synthetic language: each sequence follows `next = (a·prev + c)
+/// mod vocab` with per-batch-row constants drawn from a small set, plus a fixed amount of
+/// noise, so a model can learn the rule from context. `step` picks the batch.
+pub fn synthetic_tokens(cfg: &GptConfig, step: u64) -> Result<Feeds> {
+    let (b, t, v) = (cfg.batch, cfg.seq, cfg.vocab as u64);
+    let mut tokens = Vec::with_capacity(b * t);
+    let mut targets = Vec::with_capacity(b * t);
+    for row in 0..b as u64 {
+        let stream = step * 1_000_003 + row;
+        let rule = rng::uniform_u32(17, stream, 0) as u64 % 3;
+        let (a, c) = [(1, 1), (1, 3), (3, 1)][rule as usize];
+        let mut tok = rng::uniform_u32(17, stream, 1) as u64 % v;
+        for i in 0..=t as u64 {
+            let noisy = rng::uniform_u32(17, stream, 2 + i) % 16 == 0;
+            let next = if noisy { rng::uniform_u32(19, stream, i) as u64 % v } else { (a * tok + c) % v };
+            if i < t as u64 {
+                tokens.push(tok as i64);
+                targets.push(next as i64);
+            }
+            tok = next;
+        }
+    }
+    Ok(Feeds::new()
+        .with("tokens", HostTensor::i64([b, t], tokens)?)
+        .with("targets", HostTensor::i64([b, t], targets)?)
+        .with("mask", causal_mask(t, cfg.dtype)))
+}

@@ -1,0 +1,154 @@
+//! Bad inputs through the public API give errors that name the op, the shapes and the caller's
+//! line — never a panic.
+
+use remat_core::{CpuBackend, DType, Feeds, HostTensor, Model, Trace};
+
+/// `file:line` of the line after the macro call site's `line!()`, as errors print it.
+fn here(line: u32) -> String {
+    format!("{}:{line}:", file!())
+}
+
+#[test]
+fn mismatched_matmul_shapes() {
+    let trace = Trace::new();
+    let x = trace.input("x", &[4, 3], DType::F32);
+    let w = trace.param("w", &[4, 8], DType::F32);
+    let line = line!() + 1;
+    let y = x.matmul(&w);
+    let loss = y.relu().sum_all(); // poisoned: records nothing more
+    let err = trace.finish(&loss).unwrap_err().to_string();
+    assert!(err.starts_with("matmul at "), "{err}");
+    assert!(err.contains(&here(line)), "{err}");
+    assert!(err.contains("[4, 3] · [4, 8]"), "{err}");
+    assert!(!err.contains("more error"), "later ops on a poisoned value add no errors: {err}");
+}
+
+#[test]
+fn reshape_to_a_wrong_element_count() {
+    let trace = Trace::new();
+    let x = trace.param("x", &[2, 3], DType::F32);
+    let line = line!() + 1;
+    let y = x.reshape(&[4, 2]);
+    let err = trace.finish(&y.sum_all()).unwrap_err().to_string();
+    assert!(err.starts_with("reshape at "), "{err}");
+    assert!(err.contains(&here(line)), "{err}");
+    assert!(err.contains("cannot reshape [2, 3] (6 elements) to [4, 2] (8 elements)"), "{err}");
+}
+
+#[test]
+fn several_errors_are_counted() {
+    let trace = Trace::new();
+    let x = trace.param("x", &[2, 3], DType::F32);
+    let a = x.reshape(&[5]);
+    let b = x.transpose(&[0, 0]);
+    let c = &x + &trace.param("y", &[4], DType::F32);
+    let _ = (a, b);
+    let err = trace.finish(&c.sum_all()).unwrap_err().to_string();
+    assert!(err.starts_with("reshape at "), "the first error comes first: {err}");
+    assert!(err.contains("(and 2 more error(s) after it)"), "{err}");
+}
+
+#[test]
+fn cross_entropy_targets_of_the_wrong_shape() {
+    let trace = Trace::new();
+    let logits = trace.param("logits", &[4, 10], DType::F32);
+    let targets = trace.input("targets", &[4, 1], DType::I64);
+    let line = line!() + 1;
+    let loss = logits.cross_entropy(&targets);
+    let err = trace.finish(&loss).unwrap_err().to_string();
+    assert!(err.starts_with("cross_entropy at "), "{err}");
+    assert!(err.contains(&here(line)), "{err}");
+    assert!(err.contains("targets must have shape [4] for logits [4, 10], got [4, 1]"), "{err}");
+}
+
+#[test]
+fn cross_entropy_targets_of_the_wrong_dtype() {
+    let trace = Trace::new();
+    let logits = trace.param("logits", &[4, 10], DType::F32);
+    let targets = trace.input("targets", &[4], DType::F32);
+    let err = trace.finish(&logits.cross_entropy(&targets)).unwrap_err().to_string();
+    assert!(err.contains("ids/targets must be i64, got f32"), "{err}");
+}
+
+#[test]
+fn embedding_ids_out_of_range() {
+    let trace = Trace::new();
+    let table = trace.param("table", &[10, 4], DType::F32);
+    let ids = trace.input("ids", &[2, 3], DType::I64);
+    let line = line!() + 1;
+    let h = table.embedding(&ids);
+    let model = Model::new(trace.finish(&h.sum_all()).unwrap()).unwrap();
+    let params = model.init_params(0);
+    let feeds = Feeds::new().with("ids", HostTensor::i64([2, 3], vec![0, 1, 2, 3, 12, 5]).unwrap());
+    let err = model.step(&mut CpuBackend::new(), &params, &feeds).unwrap_err().to_string();
+    assert!(err.contains("(embedding)"), "{err}");
+    assert!(err.contains("12"), "names the bad id: {err}");
+    assert!(err.contains(&here(line)), "{err}");
+}
+
+#[test]
+fn feeds_are_checked() {
+    let trace = Trace::new();
+    let x = trace.input("x", &[2, 3], DType::F32);
+    let w = trace.param("w", &[3, 1], DType::F32);
+    let model = Model::new(trace.finish(&x.matmul(&w).sum_all()).unwrap()).unwrap();
+    let params = model.init_params(0);
+    let mut cpu = CpuBackend::new();
+    let wrong_shape = Feeds::new().with("x", HostTensor::f32([3, 2], vec![0.0; 6]).unwrap());
+    let err = model.step(&mut cpu, &params, &wrong_shape).unwrap_err().to_string();
+    assert_eq!(err, "input `x`: declared [2, 3] f32, got [3, 2] f32");
+    let missing = Feeds::new();
+    assert_eq!(model.step(&mut cpu, &params, &missing).unwrap_err().to_string(), "input `x`: no value given");
+    let unknown = Feeds::new().with("x", HostTensor::f32([2, 3], vec![0.0; 6]).unwrap()).with("z", HostTensor::full([1], 0.0, DType::F32));
+    let err = model.step(&mut cpu, &params, &unknown).unwrap_err().to_string();
+    assert_eq!(err, "input `z`: not an input of the graph (inputs: x)");
+}
+
+#[test]
+fn the_loss_must_be_a_scalar() {
+    let trace = Trace::new();
+    let x = trace.param("x", &[2, 3], DType::F32);
+    let err = trace.finish(&x.relu()).unwrap_err().to_string();
+    assert!(err.contains("the loss must be a single floating value, got [2, 3] f32"), "{err}");
+}
+
+#[test]
+fn dtype_mixups_are_named() {
+    let trace = Trace::new();
+    let a = trace.param("a", &[2], DType::F32);
+    let b = trace.param("b", &[2], DType::BF16);
+    let c = a.cast(DType::F8E4M3);
+    let s = &a + &b;
+    let e = c.exp();
+    let err = trace.finish(&s.sum_all()).unwrap_err().to_string();
+    assert!(err.contains("dtypes differ: f32 and bf16"), "{err}");
+    let _ = e;
+}
+
+#[test]
+fn fp8_arithmetic_points_to_a_cast() {
+    let trace = Trace::new();
+    let a = trace.param("a", &[2], DType::F32).cast(DType::F8E4M3);
+    let err = trace.finish(&a.exp().sum_all()).unwrap_err().to_string();
+    assert!(err.contains("cast fp8 values to a wider dtype first"), "{err}");
+}
+
+#[test]
+fn duplicate_declarations() {
+    let trace = Trace::new();
+    let a = trace.param("w", &[2], DType::F32);
+    let _b = trace.param("w", &[2], DType::F32);
+    let err = trace.finish(&a.sum_all()).unwrap_err().to_string();
+    assert!(err.contains("`w` is already declared"), "{err}");
+}
+
+#[test]
+fn operands_of_two_traces() {
+    let t1 = Trace::new();
+    let t2 = Trace::new();
+    let a = t1.param("a", &[2], DType::F32);
+    let b = t2.param("b", &[2], DType::F32);
+    let c = &a + &b;
+    let err = t1.finish(&c.sum_all()).unwrap_err().to_string();
+    assert!(err.contains("operands belong to different traces"), "{err}");
+}

@@ -1,0 +1,290 @@
+//! Every op's gradient against central finite differences in f64, on random inputs, several
+//! shapes each (broadcasting included). One test per op.
+
+use remat_core::{CpuBackend, DType, Feeds, HostTensor, Model, Params, Tensor, Trace};
+
+/// How to draw an operand's values.
+#[derive(Clone, Copy)]
+enum Draw {
+    /// Standard normal.
+    Normal,
+    /// Uniform in [0.5, 2): for log, sqrt, rsqrt, denominators.
+    Positive,
+}
+
+struct Operand<'a> {
+    shape: &'a [usize],
+    draw: Draw,
+}
+
+fn n(shape: &[usize]) -> Operand<'_> {
+    Operand { shape, draw: Draw::Normal }
+}
+
+fn pos(shape: &[usize]) -> Operand<'_> {
+    Operand { shape, draw: Draw::Positive }
+}
+
+/// Deterministic pseudo-random values (a tiny LCG: the test must not depend on the code it tests).
+fn values(count: usize, draw: Draw, seed: u64) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut uniform = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 11) as f64) / ((1u64 << 53) as f64)
+    };
+    (0..count)
+        .map(|_| match draw {
+            Draw::Positive => 0.5 + 1.5 * uniform(),
+            Draw::Normal => {
+                let (u1, u2) = (uniform().max(1e-12), uniform());
+                (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+            }
+        })
+        .collect()
+}
+
+/// Builds `loss = sum(f(params, trace) * r)` for a fixed random `r`, then compares the autodiff
+/// gradient of every parameter element with a central difference.
+fn check(operands: &[Operand<'_>], f: impl Fn(&Trace, &[Tensor]) -> Tensor) {
+    check_tol(operands, 1e-6, f)
+}
+
+fn check_tol(operands: &[Operand<'_>], tol: f64, f: impl Fn(&Trace, &[Tensor]) -> Tensor) {
+    let trace = Trace::new();
+    let params: Vec<Tensor> =
+        operands.iter().enumerate().map(|(i, o)| trace.param(&format!("p{i}"), o.shape, DType::F64)).collect();
+    let y = f(&trace, &params);
+    let y_shape = y.shape();
+    let r = trace.input("r", &y_shape, DType::F64);
+    let loss = (&y * &r).sum_all();
+    let model = Model::new(trace.finish(&loss).expect("the op traces")).expect("the op differentiates");
+
+    let mut params = model.init_params(0);
+    for (i, o) in operands.iter().enumerate() {
+        let count = o.shape.iter().product();
+        params.set(&format!("p{i}"), HostTensor::f64(o.shape, values(count, o.draw, 11 + i as u64)).unwrap()).unwrap();
+    }
+    let r_count = y_shape.iter().product();
+    let feeds = Feeds::new().with("r", HostTensor::f64(y_shape.clone(), values(r_count, Draw::Normal, 99)).unwrap());
+    let mut cpu = CpuBackend::new();
+    let out = model.step(&mut cpu, &params, &feeds).expect("the step runs");
+
+    let loss_at = |p: &Params, cpu: &mut CpuBackend| model.step(cpu, p, &feeds).unwrap().loss;
+    let h = 1e-5;
+    for (i, grad) in out.grads.iter().enumerate() {
+        let analytic = grad.to_f64_vec();
+        let base = params.values()[i].to_f64_vec();
+        for j in 0..base.len() {
+            let mut shifted = |delta: f64| {
+                let mut v = base.clone();
+                v[j] += delta;
+                let mut p = params.clone();
+                p.set(&format!("p{i}"), HostTensor::f64(operands[i].shape, v).unwrap()).unwrap();
+                loss_at(&p, &mut cpu)
+            };
+            let numeric = (shifted(h) - shifted(-h)) / (2.0 * h);
+            let err = (analytic[j] - numeric).abs();
+            assert!(
+                err <= tol * numeric.abs().max(1.0),
+                "param {i} element {j}: autodiff {} vs finite difference {numeric} (error {err:e})",
+                analytic[j]
+            );
+        }
+    }
+}
+
+macro_rules! binary_test {
+    ($name:ident, $op:expr, $b_draw:ident) => {
+        #[test]
+        fn $name() {
+            let op = $op;
+            let shapes: [(&[usize], &[usize]); 4] = [(&[3, 4], &[3, 4]), (&[2, 3, 4], &[4]), (&[3, 1], &[1, 4]), (&[], &[2, 3])];
+            for (a, b) in shapes {
+                check(&[n(a), $b_draw(b)], |_, p| op(&p[0], &p[1]));
+            }
+        }
+    };
+}
+
+binary_test!(add, |a: &Tensor, b: &Tensor| a + b, n);
+binary_test!(sub, |a: &Tensor, b: &Tensor| a - b, n);
+binary_test!(mul, |a: &Tensor, b: &Tensor| a * b, n);
+binary_test!(div, |a: &Tensor, b: &Tensor| a / b, pos);
+binary_test!(maximum, |a: &Tensor, b: &Tensor| a.maximum(b), n);
+
+macro_rules! unary_test {
+    ($name:ident, $draw:ident, $body:expr) => {
+        #[test]
+        fn $name() {
+            let f = $body;
+            for shape in [&[5][..], &[2, 3, 4], &[]] {
+                check(&[$draw(shape)], |_, p| f(&p[0]));
+            }
+        }
+    };
+}
+
+unary_test!(neg, n, |x: &Tensor| -x);
+unary_test!(exp, n, |x: &Tensor| x.exp());
+unary_test!(log, pos, |x: &Tensor| x.log());
+unary_test!(sin, n, |x: &Tensor| x.sin());
+unary_test!(cos, n, |x: &Tensor| x.cos());
+unary_test!(tanh, n, |x: &Tensor| x.tanh());
+unary_test!(sigmoid, n, |x: &Tensor| x.sigmoid());
+unary_test!(relu, n, |x: &Tensor| x.relu());
+unary_test!(gelu, n, |x: &Tensor| x.gelu());
+unary_test!(abs, n, |x: &Tensor| x.abs());
+unary_test!(sqrt, pos, |x: &Tensor| x.sqrt());
+unary_test!(rsqrt, pos, |x: &Tensor| x.rsqrt());
+unary_test!(reciprocal, pos, |x: &Tensor| x.reciprocal());
+unary_test!(square, n, |x: &Tensor| x.square());
+unary_test!(clamp, n, |x: &Tensor| x.clamp(-0.5, 0.7));
+unary_test!(scalar_arithmetic, n, |x: &Tensor| (x * 3.0 + 1.0) / 2.0 - 0.25);
+
+#[test]
+fn sum() {
+    check(&[n(&[2, 3, 4])], |_, p| p[0].sum(&[1], false));
+    check(&[n(&[2, 3, 4])], |_, p| p[0].sum(&[0, 2], true));
+    check(&[n(&[5])], |_, p| p[0].sum_all());
+}
+
+#[test]
+fn mean() {
+    check(&[n(&[2, 3, 4])], |_, p| p[0].mean(&[2], false));
+    check(&[n(&[2, 3, 4])], |_, p| p[0].mean(&[0, 1], true));
+    check(&[n(&[4, 3])], |_, p| p[0].mean_all());
+}
+
+#[test]
+fn amax() {
+    check(&[n(&[2, 3, 4])], |_, p| p[0].amax(&[2], false));
+    check(&[n(&[2, 3, 4])], |_, p| p[0].amax(&[0, 1], true));
+    check(&[n(&[6])], |_, p| p[0].amax(&[0], false));
+}
+
+#[test]
+fn matmul() {
+    let shapes: [(&[usize], &[usize]); 4] =
+        [(&[3, 4], &[4, 5]), (&[2, 3, 4], &[4, 5]), (&[2, 1, 3, 4], &[3, 4, 2]), (&[3, 4], &[2, 4, 3])];
+    for (a, b) in shapes {
+        check(&[n(a), n(b)], |_, p| p[0].matmul(&p[1]));
+    }
+}
+
+#[test]
+fn reshape() {
+    check(&[n(&[2, 3, 4])], |_, p| p[0].reshape(&[6, 4]));
+    check(&[n(&[6])], |_, p| p[0].reshape(&[1, 2, 3]));
+}
+
+#[test]
+fn transpose() {
+    check(&[n(&[2, 3, 4])], |_, p| p[0].transpose(&[2, 0, 1]));
+    check(&[n(&[3, 5])], |_, p| p[0].t());
+}
+
+#[test]
+fn expand() {
+    check(&[n(&[3, 1])], |_, p| p[0].expand(&[2, 3, 4]));
+    check(&[n(&[4])], |_, p| p[0].expand(&[3, 4]));
+}
+
+#[test]
+fn concat() {
+    check(&[n(&[2, 3]), n(&[2, 2]), n(&[2, 1])], |_, p| p[0].concat(&[&p[1], &p[2]], 1));
+    check(&[n(&[1, 4]), n(&[3, 4])], |_, p| p[0].concat(&[&p[1]], 0));
+}
+
+#[test]
+fn softmax() {
+    check(&[n(&[3, 5])], |_, p| p[0].softmax());
+    check(&[n(&[2, 2, 4])], |_, p| p[0].softmax());
+}
+
+#[test]
+fn log_softmax() {
+    check(&[n(&[3, 5])], |_, p| p[0].log_softmax());
+    check(&[n(&[2, 2, 4])], |_, p| p[0].log_softmax());
+}
+
+#[test]
+fn layer_norm() {
+    check(&[n(&[3, 6])], |_, p| p[0].layer_norm(1e-5));
+    check(&[n(&[2, 2, 5])], |_, p| p[0].layer_norm(1e-3));
+}
+
+#[test]
+fn cross_entropy() {
+    for (logits, rows) in [(&[4usize, 5][..], &[4usize][..]), (&[2, 3, 4], &[2, 3])] {
+        check(&[n(logits)], |trace, p| {
+            let targets = trace.constant(0.0, rows, DType::I64);
+            let shifted = trace.constant(2.0, rows, DType::I64);
+            p[0].cross_entropy(&targets) + p[0].cross_entropy(&shifted)
+        });
+    }
+}
+
+#[test]
+fn embedding() {
+    check(&[n(&[5, 3])], |trace, p| {
+        // Ids 0 and 3, with 3 repeated, so the scatter-add of the gradient is exercised.
+        let zero = trace.constant(0.0, &[2, 2], DType::I64);
+        let three = trace.constant(3.0, &[2, 1], DType::I64);
+        let ids = zero.concat(&[&three], 1);
+        p[0].embedding(&ids)
+    });
+}
+
+#[test]
+fn cast() {
+    check(&[n(&[3, 4])], |_, p| p[0].cast(DType::F64));
+    // Through f32 the function is rounded, so only f32 accuracy can be asked of the difference.
+    check_tol(&[n(&[3, 4])], 1e-3, |_, p| p[0].cast(DType::F32).square().cast(DType::F64));
+}
+
+#[test]
+fn dropout() {
+    check(&[n(&[4, 6])], |_, p| p[0].dropout(0.3, 5));
+    check(&[n(&[17])], |_, p| p[0].dropout(0.5, 1).exp());
+}
+
+#[test]
+fn scaled_matmul() {
+    // fp8 casts are straight-through and rounding defeats finite differences, so the gradient
+    // is checked against its closed form: dL/da = (r * sa * sb) · bᵀ, with a, b the fp8 values.
+    let trace = Trace::new();
+    let a = trace.param("a", &[2, 3], DType::F32);
+    let b = trace.param("b", &[3, 2], DType::F32);
+    let sa = trace.constant(0.5, &[], DType::F32);
+    let sb = trace.constant(4.0, &[], DType::F32);
+    let y = Tensor::scaled_matmul(&a.cast(DType::F8E4M3), &b.cast(DType::F8E4M3), &sa, &sb);
+    let r = trace.input("r", &[2, 2], DType::F32);
+    let loss = (&y * &r).sum_all();
+    let model = Model::new(trace.finish(&loss).unwrap()).unwrap();
+    let mut params = model.init_params(0);
+    // Values exactly representable in e4m3.
+    let av = vec![1.0, -0.5, 2.0, 0.25, 3.0, -1.5];
+    let bv = vec![0.5, 1.0, -2.0, 1.5, 0.75, -0.25];
+    params.set("a", HostTensor::f32([2, 3], av.clone()).unwrap()).unwrap();
+    params.set("b", HostTensor::f32([3, 2], bv.clone()).unwrap()).unwrap();
+    let rv = vec![1.0f32, -1.0, 0.5, 2.0];
+    let feeds = Feeds::new().with("r", HostTensor::f32([2, 2], rv.clone()).unwrap());
+    let out = model.step(&mut CpuBackend::new(), &params, &feeds).unwrap();
+    let s = 0.5 * 4.0;
+    let mut expect_loss = 0.0;
+    let mut ga = vec![0.0f32; 6];
+    let mut gb = vec![0.0f32; 6];
+    for i in 0..2 {
+        for j in 0..2 {
+            let y: f32 = (0..3).map(|k| av[i * 3 + k] * bv[k * 2 + j]).sum::<f32>() * s;
+            expect_loss += (y * rv[i * 2 + j]) as f64;
+            for k in 0..3 {
+                ga[i * 3 + k] += rv[i * 2 + j] * s * bv[k * 2 + j];
+                gb[k * 2 + j] += rv[i * 2 + j] * s * av[i * 3 + k];
+            }
+        }
+    }
+    assert!((out.loss - expect_loss).abs() < 1e-5, "loss {} vs {expect_loss}", out.loss);
+    assert_eq!(out.grads[0].to_f32_vec(), ga);
+    assert_eq!(out.grads[1].to_f32_vec(), gb);
+}
