@@ -383,3 +383,82 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
 
 #[cfg(test)]
 pub(crate) mod testutil;
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+    use crate::backend::{Backend, KernelCall};
+    use crate::graph::NodeId;
+    use crate::CpuBackend;
+
+    #[test]
+    fn calls_that_disagree_with_the_shape_rule_are_errors() {
+        let x = t32(&[2, 3], &[0.0; 6]);
+        let metas = [(x.shape(), x.dtype())];
+        let call = KernelCall {
+            node: NodeId(7),
+            op: &Op::Exp,
+            inputs: &metas,
+            out_shape: &[3, 2],
+            out_dtype: DType::F32,
+            run_seed: 0,
+        };
+        let err = execute(&call, &[&x]).unwrap_err().to_string();
+        assert!(
+            err.contains("node") && err.contains("exp") && err.contains("[3, 2]"),
+            "{err}"
+        );
+        let err = execute(&call, &[]).unwrap_err().to_string();
+        assert!(err.contains("0 input tensors"), "{err}");
+        let y = t32(&[6], &[0.0; 6]);
+        let err = execute(
+            &KernelCall {
+                out_shape: &[2, 3],
+                ..call
+            },
+            &[&y],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("input 0 is [6] f32"), "{err}");
+        let bad = [(x.shape(), DType::I64)];
+        let i = ti64(&[2, 3], &[0; 6]);
+        let err = execute(
+            &KernelCall {
+                inputs: &bad,
+                out_shape: &[2, 3],
+                ..call
+            },
+            &[&i],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("floating point"), "{err}");
+    }
+
+    #[test]
+    fn the_backend_meters_kernel_results() {
+        let mut cpu = CpuBackend::new();
+        let a = cpu.upload(&t64(&[2, 2], &[1.0, 2.0, 3.0, 4.0])).unwrap();
+        let metas = [
+            (&[2usize, 2][..], DType::F64),
+            (&[2usize, 2][..], DType::F64),
+        ];
+        let call = KernelCall {
+            node: NodeId(1),
+            op: &Op::Matmul,
+            inputs: &metas,
+            out_shape: &[2, 2],
+            out_dtype: DType::F64,
+            run_seed: 0,
+        };
+        let c = cpu.execute(&call, &[&a, &a]).unwrap();
+        assert_eq!(
+            cpu.download(&c).unwrap().to_f64_vec(),
+            [7.0, 10.0, 15.0, 22.0]
+        );
+        assert_eq!(cpu.memory().live_bytes, 64);
+        drop(c);
+        assert_eq!(cpu.memory().live_bytes, 32);
+    }
+}

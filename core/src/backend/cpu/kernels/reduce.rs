@@ -22,8 +22,46 @@ fn plan(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>, Vec<usize>)
     (loop_shape, in_s, out_s)
 }
 
+/// Folds a contiguous run into `init`: pairwise above [`BLOCK`] elements, through eight
+/// independent lanes below. The compiler may not reorder float folds itself; separate lanes
+/// vectorise, and the pairwise split keeps the rounding error of a long f32 sum at O(log n)
+/// instead of O(n). `identity` must leave any value unchanged under `f`.
+fn fold_row<T: Float>(init: T, row: &[T], identity: T, f: &impl Fn(T, T) -> T) -> T {
+    f(init, fold_pairwise(row, identity, f))
+}
+
+/// Length below which [`fold_pairwise`] stops splitting.
+const BLOCK: usize = 256;
+
+fn fold_pairwise<T: Float>(row: &[T], identity: T, f: &impl Fn(T, T) -> T) -> T {
+    if row.len() > BLOCK {
+        let (left, right) = row.split_at(row.len() / 2);
+        return f(
+            fold_pairwise(left, identity, f),
+            fold_pairwise(right, identity, f),
+        );
+    }
+    let mut lanes = [identity; 8];
+    let mut chunks = row.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(chunk) {
+            *l = f(*l, v);
+        }
+    }
+    let tail = chunks.remainder().iter().fold(identity, |a, &v| f(a, v));
+    let [a, b, c, d, e, g, h, i] = lanes;
+    f(f(f(f(a, e), f(b, g)), f(f(c, h), f(d, i))), tail)
+}
+
 /// Folds every element of `x` into `acc` (one slot per output element) with `f(acc, x)`.
-fn fold<T: Float>(x: &[T], shape: &[usize], axes: &[usize], acc: &mut [T], f: impl Fn(T, T) -> T) {
+fn fold<T: Float>(
+    x: &[T],
+    shape: &[usize],
+    axes: &[usize],
+    acc: &mut [T],
+    identity: T,
+    f: impl Fn(T, T) -> T,
+) {
     if x.is_empty() {
         return;
     }
@@ -34,7 +72,7 @@ fn fold<T: Float>(x: &[T], shape: &[usize], axes: &[usize], acc: &mut [T], f: im
     let rows_out = row_offsets(&loop_shape, &out_s);
     for (&i0, &o0) in rows_in.iter().zip(&rows_out) {
         match (in_s[r - 1], out_s[r - 1]) {
-            (1, 0) => acc[o0] = x[i0..i0 + inner].iter().fold(acc[o0], |a, &v| f(a, v)),
+            (1, 0) => acc[o0] = fold_row(acc[o0], &x[i0..i0 + inner], identity, &f),
             (1, 1) => {
                 for (a, &v) in acc[o0..o0 + inner].iter_mut().zip(&x[i0..i0 + inner]) {
                     *a = f(*a, v);
@@ -59,7 +97,7 @@ pub(super) fn sum<T: Float>(
 ) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let mut acc = vec![T::ZERO; numel(call.out_shape)];
-    fold(&xv, x.shape(), axes, &mut acc, |a, v| a + v);
+    fold(&xv, x.shape(), axes, &mut acc, T::ZERO, |a, v| a + v);
     if mean {
         // An empty group has mean 0/0 = NaN, as in numpy and torch.
         let count = T::of(axes.iter().map(|&a| x.shape()[a]).product::<usize>() as f64);
@@ -87,7 +125,7 @@ pub(super) fn amax<T: Float>(
 ) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let mut acc = vec![T::NEG_INFINITY; numel(call.out_shape)];
-    fold(&xv, x.shape(), axes, &mut acc, max);
+    fold(&xv, x.shape(), axes, &mut acc, T::NEG_INFINITY, max);
     finish(call, acc)
 }
 
@@ -213,6 +251,56 @@ mod tests {
         assert_eq!(m.shape(), &[3]);
         let want: Vec<f64> = naive_sum(&x, &[0, 2]).iter().map(|v| v / 8.0).collect();
         assert_close(&m.to_f64_vec(), &want, 1e-12);
+    }
+
+    #[test]
+    fn long_rows_fold_through_lanes() {
+        let x = values(1003, 2);
+        let t = t64(&[1003], &x);
+        let s = run(
+            &Op::Sum {
+                axes: vec![0],
+                keepdim: false,
+            },
+            &[&t],
+        )
+        .unwrap();
+        assert_close(&s.to_f64_vec(), &[x.iter().sum()], 1e-12);
+        let m = run(
+            &Op::Amax {
+                axes: vec![0],
+                keepdim: false,
+            },
+            &[&t],
+        )
+        .unwrap();
+        assert_eq!(m.to_f64_vec(), [x.iter().cloned().fold(f64::MIN, f64::max)]);
+        let mut with_nan = x.clone();
+        with_nan[500] = f64::NAN;
+        let m = run(
+            &Op::Amax {
+                axes: vec![0],
+                keepdim: false,
+            },
+            &[&t64(&[1003], &with_nan)],
+        )
+        .unwrap();
+        assert!(m.to_f64_vec()[0].is_nan());
+        // A million 0.1s: one f32 chain would drift by ~1%, the pairwise fold stays close.
+        let ones = t32(&[1 << 20], &vec![0.1; 1 << 20]);
+        let s = run(
+            &Op::Mean {
+                axes: vec![0],
+                keepdim: false,
+            },
+            &[&ones],
+        )
+        .unwrap();
+        assert!(
+            (s.to_f32_vec()[0] - 0.1).abs() < 1e-5,
+            "{:?}",
+            s.to_f32_vec()
+        );
     }
 
     #[test]
