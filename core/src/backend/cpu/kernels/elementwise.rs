@@ -243,7 +243,8 @@ pub(super) fn cast(call: &KernelCall<'_>, x: &HostTensor, dtype: DType) -> Resul
         }
         (_, DType::I64) => return Err(node_err(call, "cannot cast floating values to i64")),
         (d, _) if d.dtype() == dtype => d.clone(),
-        _ => x.to_dtype(dtype).data().clone(),
+        // Same shape; rounds once, through f64 when either side is f64.
+        _ => return Ok(x.to_dtype(dtype)),
     };
     HostTensor::new(call.out_shape.to_vec(), data).map_err(|e| node_err(call, e.to_string()))
 }
