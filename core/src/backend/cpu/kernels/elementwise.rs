@@ -1,0 +1,454 @@
+//! Elementwise kernels: broadcasting binary ops, unary ops, their pointwise gradients,
+//! dropout and casts.
+
+use super::strided::{coalesce, row_offsets};
+use super::{finish, node_err, Float, KernelCall};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::host::{HostData, HostTensor};
+use crate::op::Op;
+use crate::rng;
+use crate::shape::broadcast_strides;
+
+/// `f(a, b)` with numpy broadcasting into `out_shape`. Same shapes zip directly; otherwise the
+/// coalesced loop runs over rows whose inner axis is contiguous or broadcast (a scalar operand,
+/// or a trailing row like `[B, T, D] + [D]`), which covers the common cases with plain slices.
+pub(super) fn broadcast_zip<T: Float>(
+    out_shape: &[usize],
+    (a_shape, a): (&[usize], &[T]),
+    (b_shape, b): (&[usize], &[T]),
+    f: impl Fn(T, T) -> T,
+) -> Vec<T> {
+    if a_shape == b_shape {
+        return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
+    }
+    let (sa, sb) = (
+        broadcast_strides(a_shape, out_shape),
+        broadcast_strides(b_shape, out_shape),
+    );
+    let (shape, s) = coalesce(out_shape, &[&sa, &sb]);
+    let r = shape.len();
+    let inner = shape[r - 1];
+    let mut out = Vec::with_capacity(out_shape.iter().product());
+    let rows_a = row_offsets(&shape, &s[0]);
+    let rows_b = row_offsets(&shape, &s[1]);
+    for (&oa, &ob) in rows_a.iter().zip(&rows_b) {
+        match (s[0][r - 1], s[1][r - 1]) {
+            (1, 1) => out.extend(
+                a[oa..oa + inner]
+                    .iter()
+                    .zip(&b[ob..ob + inner])
+                    .map(|(&x, &y)| f(x, y)),
+            ),
+            (1, 0) => out.extend(a[oa..oa + inner].iter().map(|&x| f(x, b[ob]))),
+            (0, 1) => out.extend(b[ob..ob + inner].iter().map(|&y| f(a[oa], y))),
+            (ia, ib) => out.extend((0..inner).map(|j| f(a[oa + j * ia], b[ob + j * ib]))),
+        }
+    }
+    out
+}
+
+/// NaN-propagating maximum (like `torch.maximum`).
+#[inline]
+fn maximum<T: Float>(a: T, b: T) -> T {
+    if a >= b || a.is_nan() {
+        a
+    } else {
+        b
+    }
+}
+
+/// `add sub mul div maximum maximum_mask`, broadcasting.
+pub(super) fn binary<T: Float>(
+    call: &KernelCall<'_>,
+    a: &HostTensor,
+    b: &HostTensor,
+) -> Result<HostTensor> {
+    let (av, bv) = (T::read(a.data()), T::read(b.data()));
+    let (x, y) = ((a.shape(), &av[..]), (b.shape(), &bv[..]));
+    let half = T::of(0.5);
+    let out = match call.op {
+        Op::Add => broadcast_zip(call.out_shape, x, y, |p, q| p + q),
+        Op::Sub => broadcast_zip(call.out_shape, x, y, |p, q| p - q),
+        Op::Mul => broadcast_zip(call.out_shape, x, y, |p, q| p * q),
+        Op::Div => broadcast_zip(call.out_shape, x, y, |p, q| p / q),
+        Op::Maximum => broadcast_zip(call.out_shape, x, y, maximum),
+        Op::MaximumMask => broadcast_zip(call.out_shape, x, y, |p, q| {
+            if p > q {
+                T::ONE
+            } else if p == q {
+                half
+            } else {
+                T::ZERO
+            }
+        }),
+        other => {
+            return Err(node_err(
+                call,
+                format!("{} is not a binary elementwise op", other.name()),
+            ))
+        }
+    };
+    finish(call, out)
+}
+
+/// The tanh-approximation GELU constants: √(2/π) and the cubic coefficient.
+const GELU_C: f64 = 0.797_884_560_802_865_4;
+const GELU_A: f64 = 0.044_715;
+
+#[inline]
+fn gelu<T: Float>(x: T) -> T {
+    let (c, a, half) = (T::of(GELU_C), T::of(GELU_A), T::of(0.5));
+    half * x * (T::ONE + (c * (x + a * x * x * x)).tanh())
+}
+
+/// d/dx of [`gelu`]: ½(1 + tanh u) + ½x(1 − tanh²u)·c(1 + 3a x²), with u = c(x + a x³).
+#[inline]
+fn gelu_grad<T: Float>(x: T) -> T {
+    let (c, a, half) = (T::of(GELU_C), T::of(GELU_A), T::of(0.5));
+    let t = (c * (x + a * x * x * x)).tanh();
+    half * (T::ONE + t) + half * x * (T::ONE - t * t) * c * (T::ONE + T::of(3.0) * a * x * x)
+}
+
+fn map<T: Float>(x: &[T], f: impl Fn(T) -> T) -> Vec<T> {
+    x.iter().map(|&v| f(v)).collect()
+}
+
+/// One-input elementwise ops.
+pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor> {
+    let xv = T::read(x.data());
+    let x = &xv[..];
+    let out = match call.op {
+        Op::Neg => map(x, |v| -v),
+        Op::Exp => map(x, T::exp),
+        Op::Log => map(x, T::ln),
+        Op::Sin => map(x, T::sin),
+        Op::Cos => map(x, T::cos),
+        Op::Tanh => map(x, T::tanh),
+        Op::Sigmoid => map(x, |v| T::ONE / (T::ONE + (-v).exp())),
+        // `<= 0` is false for NaN, so NaN passes through (as in torch).
+        Op::Relu => map(x, |v| if v <= T::ZERO { T::ZERO } else { v }),
+        Op::Gelu => map(x, gelu),
+        Op::Abs => map(x, T::abs),
+        Op::Sqrt => map(x, T::sqrt),
+        Op::Rsqrt => map(x, |v| T::ONE / v.sqrt()),
+        Op::Reciprocal => map(x, |v| T::ONE / v),
+        Op::Square => map(x, |v| v * v),
+        Op::Clamp { min, max } => {
+            let (lo, hi) = (T::of(*min), T::of(*max));
+            map(x, |v| {
+                if v < lo {
+                    lo
+                } else if v > hi {
+                    hi
+                } else {
+                    v
+                }
+            })
+        }
+        Op::Sign => map(x, |v| {
+            if v > T::ZERO {
+                T::ONE
+            } else if v < T::ZERO {
+                -T::ONE
+            } else {
+                v * T::ZERO // 0 stays 0, NaN stays NaN
+            }
+        }),
+        other => {
+            return Err(node_err(
+                call,
+                format!("{} is not a unary elementwise op", other.name()),
+            ))
+        }
+    };
+    finish(call, out)
+}
+
+/// `clamp_grad relu_grad gelu_grad` of `(x, g)`, same shapes (checked by the shape rule).
+pub(super) fn pointwise_grad<T: Float>(
+    call: &KernelCall<'_>,
+    x: &HostTensor,
+    g: &HostTensor,
+) -> Result<HostTensor> {
+    let (xv, gv) = (T::read(x.data()), T::read(g.data()));
+    let pairs = xv.iter().zip(gv.iter());
+    let out: Vec<T> = match call.op {
+        Op::ClampGrad { min, max } => {
+            let (lo, hi) = (T::of(*min), T::of(*max));
+            pairs
+                .map(|(&v, &g)| if lo <= v && v <= hi { g } else { T::ZERO })
+                .collect()
+        }
+        Op::ReluGrad => pairs
+            .map(|(&y, &g)| if y > T::ZERO { g } else { T::ZERO })
+            .collect(),
+        Op::GeluGrad => pairs.map(|(&v, &g)| g * gelu_grad(v)).collect(),
+        other => {
+            return Err(node_err(
+                call,
+                format!("{} is not a pointwise gradient op", other.name()),
+            ))
+        }
+    };
+    finish(call, out)
+}
+
+/// Inverted dropout. Element `i` is kept iff [`rng::dropout_keeps`] says so for the op's stream
+/// seed, key and `i`, so the forward pass, its recompute and the gradient (the same op applied
+/// to the incoming gradient) all see one mask. The Philox block behind four consecutive
+/// elements is computed once here instead of four times; a test checks the two agree.
+pub(super) fn dropout<T: Float>(
+    call: &KernelCall<'_>,
+    x: &HostTensor,
+    p: f64,
+    seed: u64,
+    key: u64,
+) -> Result<HostTensor> {
+    let xv = T::read(x.data());
+    let seed = rng::stream_seed(seed, call.run_seed);
+    let threshold = rng::drop_threshold(p);
+    let keep_prob = T::of(1.0 - p);
+    let philox_key = [seed as u32, (seed >> 32) as u32];
+    let mut out = Vec::with_capacity(xv.len());
+    for (block, chunk) in xv.chunks(4).enumerate() {
+        let block = block as u64;
+        let counter = [
+            block as u32,
+            (block >> 32) as u32,
+            key as u32,
+            (key >> 32) as u32,
+        ];
+        let words = rng::philox4x32_10(counter, philox_key);
+        for (&v, &w) in chunk.iter().zip(&words) {
+            out.push(if w as u64 >= threshold {
+                v / keep_prob
+            } else {
+                T::ZERO
+            });
+        }
+    }
+    finish(call, out)
+}
+
+/// Any float to any float (through f64 when either side is f64, else f32), i64 to float, i64
+/// to i64. Each value is rounded once, to nearest even (saturating for fp8).
+pub(super) fn cast(call: &KernelCall<'_>, x: &HostTensor, dtype: DType) -> Result<HostTensor> {
+    let data = match (x.data(), dtype) {
+        (HostData::I64(v), DType::I64) => HostData::I64(v.clone()),
+        // `as f32` rounds an i64 once; through f64 it could round twice.
+        (HostData::I64(v), DType::F32) => HostData::F32(v.iter().map(|&i| i as f32).collect()),
+        (HostData::I64(v), _) => {
+            HostData::from_f64(&v.iter().map(|&i| i as f64).collect::<Vec<_>>(), dtype)
+        }
+        (_, DType::I64) => return Err(node_err(call, "cannot cast floating values to i64")),
+        (d, _) if d.dtype() == dtype => d.clone(),
+        // Same shape; rounds once, through f64 when either side is f64.
+        _ => return Ok(x.to_dtype(dtype)),
+    };
+    HostTensor::new(call.out_shape.to_vec(), data).map_err(|e| node_err(call, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use super::{gelu, gelu_grad};
+    use crate::dtype::{self, DType};
+    use crate::host::{HostData, HostTensor};
+    use crate::op::Op;
+    use crate::rng;
+    use half::bf16;
+
+    #[test]
+    fn binary_ops_broadcast() {
+        let a = t32(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let row = t32(&[3], &[10., 20., 30.]);
+        assert_eq!(
+            run(&Op::Add, &[&a, &row]).unwrap().to_f32_vec(),
+            [11., 22., 33., 14., 25., 36.]
+        );
+        let col = t32(&[2, 1], &[1., 2.]);
+        assert_eq!(
+            run(&Op::Sub, &[&a, &col]).unwrap().to_f32_vec(),
+            [0., 1., 2., 2., 3., 4.]
+        );
+        let s = t32(&[], &[2.]);
+        assert_eq!(
+            run(&Op::Div, &[&s, &a]).unwrap().to_f32_vec(),
+            [2., 1., 2. / 3., 0.5, 0.4, 2. / 6.]
+        );
+        // [2, 1, 3] * [4, 1]: both operands broadcast.
+        let p = t32(&[2, 1, 3], &[1., 2., 3., 4., 5., 6.]);
+        let q = t32(&[4, 1], &[1., 2., 3., 4.]);
+        let y = run(&Op::Mul, &[&p, &q]).unwrap();
+        assert_eq!(y.shape(), &[2, 4, 3]);
+        let got = y.to_f32_vec();
+        for i in 0..2 {
+            for j in 0..4 {
+                for k in 0..3 {
+                    assert_eq!(
+                        got[i * 12 + j * 3 + k],
+                        (i * 3 + k + 1) as f32 * (j + 1) as f32
+                    );
+                }
+            }
+        }
+        let m = run(&Op::Maximum, &[&a, &t32(&[3], &[2., 2., 7.])]).unwrap();
+        assert_eq!(m.to_f32_vec(), [2., 2., 7., 4., 5., 7.]);
+        let mm = run(&Op::MaximumMask, &[&a, &t32(&[3], &[2., 2., 7.])]).unwrap();
+        assert_eq!(mm.to_f32_vec(), [0., 0.5, 0., 1., 1., 0.]);
+    }
+
+    #[test]
+    fn unary_ops() {
+        let x = t64(&[5], &[-2., -0.5, 0., 0.5, 3.]);
+        let get = |op: Op| run(&op, &[&x]).unwrap().to_f64_vec();
+        assert_eq!(get(Op::Relu), [0., 0., 0., 0.5, 3.]);
+        assert_eq!(get(Op::Sign), [-1., -1., 0., 1., 1.]);
+        assert_eq!(
+            get(Op::Clamp { min: -1., max: 1. }),
+            [-1., -0.5, 0., 0.5, 1.]
+        );
+        assert_eq!(get(Op::Square), [4., 0.25, 0., 0.25, 9.]);
+        assert_close(
+            &get(Op::Sigmoid),
+            &[-2., -0.5, 0., 0.5, 3.].map(|v: f64| 1. / (1. + (-v).exp())),
+            1e-15,
+        );
+        // gelu(x) ≈ x·Φ(x); known values of the tanh form.
+        assert_close(
+            &get(Op::Gelu),
+            &[-0.045402306, -0.15428599, 0., 0.34571401, 2.996362608],
+            1e-8,
+        );
+        let r = run(&Op::Rsqrt, &[&t32(&[2], &[4., 0.25])]).unwrap();
+        assert_eq!(r.to_f32_vec(), [0.5, 2.]);
+    }
+
+    #[test]
+    fn gelu_grad_matches_finite_differences() {
+        for x in [-3.0f64, -1.0, -0.1, 0.0, 0.3, 1.7, 4.0] {
+            let h = 1e-6;
+            let fd = (gelu(x + h) - gelu(x - h)) / (2.0 * h);
+            assert!((gelu_grad(x) - fd).abs() < 1e-8, "x={x}");
+        }
+        let x = t32(&[2], &[0.5, -1.0]);
+        let g = t32(&[2], &[2.0, 3.0]);
+        let y = run(&Op::GeluGrad, &[&x, &g]).unwrap().to_f64_vec();
+        assert_close(&y, &[2.0 * gelu_grad(0.5), 3.0 * gelu_grad(-1.0)], 1e-6);
+    }
+
+    #[test]
+    fn pointwise_grads() {
+        let x = t32(&[4], &[-2., 0., 1., 2.]);
+        let g = t32(&[4], &[1., 2., 3., 4.]);
+        let c = run(&Op::ClampGrad { min: 0., max: 1. }, &[&x, &g]).unwrap();
+        assert_eq!(c.to_f32_vec(), [0., 2., 3., 0.]);
+        let r = run(&Op::ReluGrad, &[&x, &g]).unwrap();
+        assert_eq!(r.to_f32_vec(), [0., 0., 3., 4.]);
+    }
+
+    #[test]
+    fn dropout_masks_are_replayable() {
+        let n = 20_000;
+        let x = t32(&[n], &vec![1.0; n]);
+        let op = Op::Dropout {
+            p: 0.25,
+            seed: 5,
+            key: 9,
+        };
+        let a = run_seeded(&op, &[&x], 3).unwrap().to_f32_vec();
+        let b = run_seeded(&op, &[&x], 3).unwrap().to_f32_vec();
+        assert_eq!(a, b);
+        let other = run_seeded(
+            &Op::Dropout {
+                p: 0.25,
+                seed: 5,
+                key: 10,
+            },
+            &[&x],
+            3,
+        )
+        .unwrap()
+        .to_f32_vec();
+        assert_ne!(a, other);
+        let kept = a.iter().filter(|&&v| v != 0.0).count();
+        assert!((14_500..15_500).contains(&kept), "kept {kept}");
+        assert!(a.iter().all(|&v| v == 0.0 || v == 1.0 / 0.75));
+        // The per-block fast path agrees with the reference predicate element by element.
+        let seed = rng::stream_seed(5, 3);
+        for (i, &v) in a.iter().enumerate() {
+            assert_eq!(
+                v != 0.0,
+                rng::dropout_keeps(seed, 9, i as u64, 0.25),
+                "element {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn casts_round_once() {
+        let x = t32(&[3], &[1.0, 1.0 + 1.0 / 256.0, 1e6]);
+        let b = run(&Op::Cast { dtype: DType::BF16 }, &[&x]).unwrap();
+        // 1 + 2^-8 is the midpoint between bf16 1.0 and 1.0078125: ties to even.
+        assert_eq!(
+            b.data(),
+            &HostData::BF16(vec![bf16::ONE, bf16::ONE, bf16::from_f32(1e6)])
+        );
+        let f8 = run(
+            &Op::Cast {
+                dtype: DType::F8E4M3,
+            },
+            &[&x],
+        )
+        .unwrap();
+        assert_eq!(f8.to_f32_vec(), [1.0, 1.0, 448.0]);
+        let back = run(&Op::Cast { dtype: DType::F64 }, &[&f8]).unwrap();
+        assert_eq!(back.data(), &HostData::F64(vec![1.0, 1.0, 448.0]));
+        let ids = ti64(&[2], &[3, (1 << 24) + 1]);
+        let f = run(&Op::Cast { dtype: DType::F32 }, &[&ids]).unwrap();
+        assert_eq!(f.to_f32_vec(), [3.0, 16777216.0]);
+        assert_eq!(run(&Op::Cast { dtype: DType::I64 }, &[&ids]).unwrap(), ids);
+    }
+
+    #[test]
+    fn narrow_storage_computes_in_f32_and_rounds_once() {
+        // bf16 inputs: 1 + 2^-7 and 2^-9 are exact; the f32 sum 1 + 2^-7 + 2^-9 rounds to bf16.
+        let a = HostTensor::from_f32(vec![1], &[1.0078125], DType::BF16).unwrap();
+        let b = HostTensor::from_f32(vec![1], &[0.001953125], DType::BF16).unwrap();
+        let s = run(&Op::Add, &[&a, &b]).unwrap();
+        assert_eq!(s.dtype(), DType::BF16);
+        assert_eq!(s.to_f32_vec(), [1.0078125]);
+        let e = HostTensor::new(
+            vec![2],
+            HostData::F8E4M3(vec![dtype::f32_to_e4m3(1.5), dtype::f32_to_e4m3(-2.0)]),
+        )
+        .unwrap();
+        let n = run(&Op::Neg, &[&e]).unwrap();
+        assert_eq!(n.dtype(), DType::F8E4M3);
+        assert_eq!(n.to_f32_vec(), [-1.5, 2.0]);
+    }
+
+    #[test]
+    fn constants_and_leaves() {
+        use super::super::execute;
+        use crate::backend::KernelCall;
+        use crate::graph::NodeId;
+        let call = KernelCall {
+            node: NodeId(0),
+            op: &Op::Constant { value: 2.5 },
+            inputs: &[],
+            out_shape: &[2, 2],
+            out_dtype: DType::BF16,
+            run_seed: 0,
+        };
+        let c = execute(&call, &[]).unwrap();
+        assert_eq!(c.data(), &HostData::BF16(vec![bf16::from_f32(2.5); 4]));
+        let leaf = KernelCall {
+            op: &Op::Param,
+            ..call
+        };
+        let err = execute(&leaf, &[]).unwrap_err().to_string();
+        assert!(err.contains("fed"), "{err}");
+    }
+}

@@ -1,0 +1,288 @@
+//! Batched matrix products through `matrixmultiply`.
+//!
+//! Threading: one large product is split by `matrixmultiply` itself, over
+//! `MATMUL_NUM_THREADS` threads (read once per process; default the number of physical cores,
+//! capped at 4 by the crate). Batches of small products, which `matrixmultiply` would run on
+//! one thread, are spread over [`std::thread::available_parallelism`] threads here instead.
+//! Broadcast batch operands are never copied: their batch stride is 0.
+
+use super::{finish, node_err, Float, KernelCall};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::host::HostTensor;
+use crate::shape::{broadcast_strides, numel};
+use std::thread;
+
+/// Below this many multiply-adds per product (`matrixmultiply`'s own threading threshold is of
+/// the same order), a batch is parallelised across products rather than within them.
+const SMALL_PRODUCT: usize = 1 << 16;
+
+/// `out[b] = alpha · a[b] · b[b]` for every batch index, with operand batch offsets from strides.
+fn batched<T: Float>(
+    a: &[T],
+    b: &[T],
+    a_shape: &[usize],
+    b_shape: &[usize],
+    out_shape: &[usize],
+    alpha: T,
+) -> Vec<T> {
+    let r = out_shape.len();
+    let (m, n) = (out_shape[r - 2], out_shape[r - 1]);
+    let k = a_shape[a_shape.len() - 1];
+    let batch = &out_shape[..r - 2];
+    let batches = numel(batch);
+    let mut out = vec![T::ZERO; batches * m * n];
+    if out.is_empty() {
+        return out;
+    }
+    // Matrix offsets of each batch index in a and b (0 steps along broadcast batch axes).
+    let offsets = |shape: &[usize]| -> Vec<usize> {
+        let own_batch = &shape[..shape.len() - 2];
+        let steps = broadcast_strides(own_batch, batch);
+        let size = shape[shape.len() - 2] * shape[shape.len() - 1];
+        let mut offs = Vec::with_capacity(batches);
+        let mut idx = vec![0usize; batch.len()];
+        for _ in 0..batches {
+            offs.push(idx.iter().zip(&steps).map(|(i, s)| i * s).sum::<usize>() * size);
+            for axis in (0..batch.len()).rev() {
+                idx[axis] += 1;
+                if idx[axis] < batch[axis] {
+                    break;
+                }
+                idx[axis] = 0;
+            }
+        }
+        offs
+    };
+    let (oa, ob) = (offsets(a_shape), offsets(b_shape));
+    let run = |first: usize, chunk: &mut [T]| {
+        for (j, c) in chunk.chunks_exact_mut(m * n).enumerate() {
+            let (pa, pb) = (&a[oa[first + j]..], &b[ob[first + j]..]);
+            debug_assert!(pa.len() >= m * k && pb.len() >= k * n);
+            // SAFETY: `pa` holds the m×k row-major matrix (row stride k) and `pb` the k×n one
+            // (row stride n): the offsets come from the operands' own shapes, and the shape
+            // rule guarantees their inner dims. `c` is an exclusive m×n row-major buffer.
+            unsafe {
+                T::gemm(
+                    m,
+                    k,
+                    n,
+                    alpha,
+                    pa.as_ptr(),
+                    k as isize,
+                    1,
+                    pb.as_ptr(),
+                    n as isize,
+                    1,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
+                )
+            };
+        }
+    };
+    let threads = thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(batches);
+    if threads <= 1 || m * n * k >= SMALL_PRODUCT {
+        run(0, &mut out);
+    } else {
+        let per = batches.div_ceil(threads);
+        thread::scope(|s| {
+            for (t, chunk) in out.chunks_mut(per * m * n).enumerate() {
+                let run = &run;
+                s.spawn(move || run(t * per, chunk));
+            }
+        });
+    }
+    out
+}
+
+/// `[..., m, k] · [..., k, n]` with broadcast batch dims, in the compute type (bf16/f16/f32
+/// operands multiply in f32, f64 in f64; the result is rounded once to the output dtype).
+pub(super) fn matmul<T: Float>(
+    call: &KernelCall<'_>,
+    a: &HostTensor,
+    b: &HostTensor,
+) -> Result<HostTensor> {
+    let (av, bv) = (T::read(a.data()), T::read(b.data()));
+    finish(
+        call,
+        batched(&av, &bv, a.shape(), b.shape(), call.out_shape, T::ONE),
+    )
+}
+
+/// `(a · b) · scale_a · scale_b` for fp8 `a`, `b` widened to f32, f32 result.
+pub(super) fn scaled_matmul(
+    call: &KernelCall<'_>,
+    a: &HostTensor,
+    b: &HostTensor,
+    scale_a: &HostTensor,
+    scale_b: &HostTensor,
+) -> Result<HostTensor> {
+    let scale = |t: &HostTensor| {
+        t.scalar()
+            .map_err(|e| node_err(call, format!("scale: {e}")))
+    };
+    let alpha = (scale(scale_a)? as f32) * (scale(scale_b)? as f32);
+    if call.out_dtype != DType::F32 {
+        return Err(node_err(
+            call,
+            format!(
+                "scaled_matmul produces f32, the call asks for {}",
+                call.out_dtype
+            ),
+        ));
+    }
+    let (av, bv) = (f32::read(a.data()), f32::read(b.data()));
+    finish(
+        call,
+        batched(&av, &bv, a.shape(), b.shape(), call.out_shape, alpha),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::dtype::{self, DType};
+    use crate::host::{HostData, HostTensor};
+    use crate::op::Op;
+
+    /// Triple loop over `a[batch_a.., m, k]` and `b[batch_b.., k, n]` where the batch dims are
+    /// `[2, 3]` in the output and each operand has them or 1s (broadcast).
+    fn naive(
+        a: &[f64],
+        a_b: [usize; 2],
+        b: &[f64],
+        b_b: [usize; 2],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Vec<f64> {
+        let mut out = Vec::new();
+        for i in 0..2 {
+            for j in 0..3 {
+                let ai = (i % a_b[0]) * a_b[1] + j % a_b[1];
+                let bi = (i % b_b[0]) * b_b[1] + j % b_b[1];
+                for r in 0..m {
+                    for c in 0..n {
+                        out.push(
+                            (0..k)
+                                .map(|p| a[ai * m * k + r * k + p] * b[bi * k * n + p * n + c])
+                                .sum(),
+                        );
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn batched_matmul_with_broadcast_batches() {
+        let (m, k, n) = (3, 5, 4);
+        let a = values(2 * 3 * m * k, 1);
+        let b = values(3 * k * n, 2);
+        let y = run(
+            &Op::Matmul,
+            &[&t64(&[2, 3, m, k], &a), &t64(&[1, 3, k, n], &b)],
+        )
+        .unwrap();
+        assert_eq!(y.shape(), &[2, 3, m, n]);
+        assert_close(
+            &y.to_f64_vec(),
+            &naive(&a, [2, 3], &b, [1, 3], m, k, n),
+            1e-12,
+        );
+        // b without batch dims, a with a broadcast middle axis.
+        let a2 = values(2 * m * k, 3);
+        let b2 = values(k * n, 4);
+        let y2 = run(
+            &Op::Matmul,
+            &[
+                &t64(&[2, 1, m, k], &a2),
+                &t64(&[3, k, n], &[b2.clone(), b2.clone(), b2.clone()].concat()),
+            ],
+        )
+        .unwrap();
+        assert_close(
+            &y2.to_f64_vec(),
+            &naive(
+                &a2,
+                [2, 1],
+                &[b2.clone(), b2.clone(), b2].concat(),
+                [1, 3],
+                m,
+                k,
+                n,
+            ),
+            1e-12,
+        );
+    }
+
+    #[test]
+    fn large_matmul_in_f32_matches_f64() {
+        let (m, k, n) = (70, 130, 90);
+        let a = values(m * k, 5);
+        let b = values(k * n, 6);
+        let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+        let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+        let y = run(&Op::Matmul, &[&t32(&[m, k], &a32), &t32(&[k, n], &b32)]).unwrap();
+        let want: Vec<f64> = (0..m * n)
+            .map(|i| (0..k).map(|p| a[(i / n) * k + p] * b[p * n + i % n]).sum())
+            .collect();
+        assert_close(&y.to_f64_vec(), &want, 1e-4);
+    }
+
+    #[test]
+    fn many_small_products_in_parallel() {
+        let (batch, m, k, n) = (17, 2, 3, 2);
+        let a = values(batch * m * k, 7);
+        let b = values(batch * k * n, 8);
+        let y = run(
+            &Op::Matmul,
+            &[&t64(&[batch, m, k], &a), &t64(&[batch, k, n], &b)],
+        )
+        .unwrap()
+        .to_f64_vec();
+        for q in 0..batch {
+            for r in 0..m {
+                for c in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| a[q * m * k + r * k + p] * b[q * k * n + p * n + c])
+                        .sum();
+                    assert!((y[q * m * n + r * n + c] - want).abs() < 1e-12);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_matmul_rounds_the_result() {
+        let a = HostTensor::from_f32(vec![1, 2], &[1.0, 1.0], DType::BF16).unwrap();
+        let b = HostTensor::from_f32(vec![2, 1], &[1.0, 0.00390625], DType::BF16).unwrap();
+        let y = run(&Op::Matmul, &[&a, &b]).unwrap();
+        assert_eq!(y.dtype(), DType::BF16);
+        // 1 + 2^-8 ties to 1.0 in bf16.
+        assert_eq!(y.to_f32_vec(), [1.0]);
+    }
+
+    #[test]
+    fn scaled_matmul_of_fp8() {
+        let e = |v: &[f32]| HostData::F8E4M3(v.iter().map(|&x| dtype::f32_to_e4m3(x)).collect());
+        let a = HostTensor::new(vec![2, 2], e(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+        let b = HostTensor::new(vec![2, 1], e(&[0.5, 1.5])).unwrap();
+        let (sa, sb) = (t32(&[], &[2.0]), t32(&[1], &[0.25]));
+        let y = run(&Op::ScaledMatmul, &[&a, &b, &sa, &sb]).unwrap();
+        assert_eq!(y.dtype(), DType::F32);
+        assert_eq!(y.to_f32_vec(), [3.5 * 0.5, 7.5 * 0.5]);
+    }
+
+    #[test]
+    fn zero_sized_products() {
+        let y = run(&Op::Matmul, &[&t32(&[2, 0], &[]), &t32(&[0, 3], &[])]).unwrap();
+        assert_eq!(y.to_f32_vec(), [0.0; 6]);
+        let y = run(&Op::Matmul, &[&t32(&[0, 2], &[]), &t32(&[2, 3], &[0.; 6])]).unwrap();
+        assert_eq!(y.shape(), &[0, 3]);
+    }
+}

@@ -1,0 +1,464 @@
+//! CPU kernels: one function per op, grouped by family.
+//!
+//! Every float kernel is generic over [`Float`] and runs in the *compute type*: f64 when the
+//! result is f64, f32 otherwise. Inputs stored as bf16/f16/fp8 are widened exactly to the compute
+//! type (inputs already in it are borrowed, not copied) and results are rounded once to the output
+//! dtype (round to nearest even, saturating for fp8). Layout ops (`reshape`, `transpose`, ...)
+//! move raw elements of any dtype without converting them.
+//!
+//! [`execute`] first checks the call against [`Op::infer`], so the kernels can rely on the shape
+//! rules; ops whose rule does not check everything (the internal gradient ops) check the rest
+//! themselves and answer with [`Error::Node`].
+
+mod elementwise;
+mod layout;
+mod matmul;
+mod nn;
+mod reduce;
+mod strided;
+
+use crate::backend::KernelCall;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::host::{HostData, HostTensor};
+use crate::op::Op;
+use crate::shape::fmt_shape;
+use half::{bf16, f16};
+use std::borrow::Cow;
+use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
+
+/// The arithmetic the kernels need, implemented for f32 and f64 so both share one code path.
+pub(crate) trait Float:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + std::fmt::Debug
+    + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const NEG_INFINITY: Self;
+    /// Nearest value of this type (exact for f64, rounded for f32).
+    fn of(x: f64) -> Self;
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn sin(self) -> Self;
+    fn cos(self) -> Self;
+    fn tanh(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn abs(self) -> Self;
+    fn is_nan(self) -> bool;
+    /// The elements of `data` in this type: borrowed when already stored so, else widened.
+    fn read(data: &HostData) -> Cow<'_, [Self]>;
+    /// Values of this type stored as `dtype` (moved when `dtype` is this type).
+    fn store(values: Vec<Self>, dtype: DType) -> HostData;
+    /// `C ← alpha·A·B` for row/column strides in elements (`matrixmultiply`'s gemm).
+    ///
+    /// # Safety
+    /// The pointers and strides must address valid `m×k`, `k×n` and `m×n` matrices, and `c` must
+    /// not alias `a`, `b` or itself.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    );
+}
+
+macro_rules! impl_float {
+    ($t:ty, $variant:ident, $to_vec:ident, $from:ident, $gemm:ident) => {
+        impl Float for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            #[inline]
+            fn of(x: f64) -> Self {
+                x as $t
+            }
+            #[inline]
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            #[inline]
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
+            #[inline]
+            fn sin(self) -> Self {
+                <$t>::sin(self)
+            }
+            #[inline]
+            fn cos(self) -> Self {
+                <$t>::cos(self)
+            }
+            #[inline]
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            #[inline]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            #[inline]
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            #[inline]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            fn read(data: &HostData) -> Cow<'_, [Self]> {
+                match data {
+                    HostData::$variant(v) => Cow::Borrowed(v),
+                    other => Cow::Owned(other.$to_vec()),
+                }
+            }
+            fn store(values: Vec<Self>, dtype: DType) -> HostData {
+                match dtype {
+                    DType::$variant => HostData::$variant(values),
+                    other => HostData::$from(&values, other),
+                }
+            }
+            unsafe fn gemm(
+                m: usize,
+                k: usize,
+                n: usize,
+                alpha: Self,
+                a: *const Self,
+                rsa: isize,
+                csa: isize,
+                b: *const Self,
+                rsb: isize,
+                csb: isize,
+                c: *mut Self,
+                rsc: isize,
+                csc: isize,
+            ) {
+                // SAFETY: forwarded from the caller's contract (see the trait method's docs).
+                unsafe {
+                    matrixmultiply::$gemm(
+                        m, k, n, alpha, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc,
+                    )
+                }
+            }
+        }
+    };
+}
+
+impl_float!(f32, F32, to_f32_vec, from_f32, sgemm);
+impl_float!(f64, F64, to_f64_vec, from_f64, dgemm);
+
+/// An element moved verbatim by layout ops (fp8 travels as its raw byte).
+pub(crate) trait Elem: Copy + Send + Sync + 'static {
+    /// The elements of `data` if they are stored as this type.
+    fn slice(data: &HostData) -> Option<&[Self]>;
+    /// Elements of this type as `dtype` (which must store this type).
+    fn wrap(values: Vec<Self>, dtype: DType) -> HostData;
+}
+
+macro_rules! impl_elem {
+    ($t:ty, $($variant:ident),+) => {
+        impl Elem for $t {
+            fn slice(data: &HostData) -> Option<&[Self]> {
+                match data {
+                    $(HostData::$variant(v) => Some(v),)+
+                    _ => None,
+                }
+            }
+            fn wrap(values: Vec<Self>, dtype: DType) -> HostData {
+                impl_elem!(@wrap values, dtype, $($variant),+)
+            }
+        }
+    };
+    (@wrap $v:ident, $d:ident, $only:ident) => {{ let _ = $d; HostData::$only($v) }};
+    (@wrap $v:ident, $d:ident, $first:ident, $second:ident) => {
+        if $d == DType::$second { HostData::$second($v) } else { HostData::$first($v) }
+    };
+}
+
+impl_elem!(f32, F32);
+impl_elem!(f64, F64);
+impl_elem!(bf16, BF16);
+impl_elem!(f16, F16);
+impl_elem!(i64, I64);
+impl_elem!(u8, F8E4M3, F8E5M2);
+
+/// Runs `$f::<E>($args)` with `E` the storage element type of `$dtype`.
+macro_rules! per_elem {
+    ($dtype:expr, $f:ident($($args:expr),*)) => {
+        match $dtype {
+            DType::F32 => $f::<f32>($($args),*),
+            DType::F64 => $f::<f64>($($args),*),
+            DType::BF16 => $f::<half::bf16>($($args),*),
+            DType::F16 => $f::<half::f16>($($args),*),
+            DType::F8E4M3 | DType::F8E5M2 => $f::<u8>($($args),*),
+            DType::I64 => $f::<i64>($($args),*),
+        }
+    };
+}
+pub(crate) use per_elem;
+
+/// Runs `$f::<T>($args)` with `T` the compute type of `$call`: f64 for f64 results, else f32.
+macro_rules! per_float {
+    ($call:expr, $($f:ident)::+, ($($args:expr),*)) => {
+        if $call.out_dtype == DType::F64 {
+            $($f)::+::<f64>($($args),*)
+        } else {
+            $($f)::+::<f32>($($args),*)
+        }
+    };
+}
+
+/// An [`Error::Node`] for this call.
+pub(crate) fn node_err(call: &KernelCall<'_>, message: impl Into<String>) -> Error {
+    Error::Node {
+        node: call.node,
+        op: call.op.name(),
+        message: message.into(),
+    }
+}
+
+/// The result tensor of `call` from compute-type values, rounded to the output dtype.
+pub(crate) fn finish<T: Float>(call: &KernelCall<'_>, values: Vec<T>) -> Result<HostTensor> {
+    HostTensor::new(call.out_shape.to_vec(), T::store(values, call.out_dtype))
+        .map_err(|e| node_err(call, format!("kernel produced a wrong element count: {e}")))
+}
+
+/// The result tensor of `call` from raw elements already in the output dtype.
+pub(crate) fn finish_raw<E: Elem>(call: &KernelCall<'_>, values: Vec<E>) -> Result<HostTensor> {
+    HostTensor::new(call.out_shape.to_vec(), E::wrap(values, call.out_dtype))
+        .map_err(|e| node_err(call, format!("kernel produced a wrong element count: {e}")))
+}
+
+/// The i64 elements of an ids/targets input (the shape rule has checked the dtype).
+pub(crate) fn ids<'a>(call: &KernelCall<'_>, t: &'a HostTensor) -> Result<&'a [i64]> {
+    match t.data() {
+        HostData::I64(v) => Ok(v),
+        other => Err(node_err(
+            call,
+            format!("ids/targets must be i64, got {}", other.dtype()),
+        )),
+    }
+}
+
+/// Checks that the tensors match the call's metas and the metas match the op's shape rule, so
+/// kernels can index without re-checking what [`Op::infer`] guarantees.
+fn check(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<()> {
+    if inputs.len() != call.inputs.len() {
+        return Err(node_err(
+            call,
+            format!(
+                "got {} input tensors for {} input metas",
+                inputs.len(),
+                call.inputs.len()
+            ),
+        ));
+    }
+    for (i, (t, m)) in inputs.iter().zip(call.inputs).enumerate() {
+        if t.shape() != m.0 || t.dtype() != m.1 {
+            return Err(node_err(
+                call,
+                format!(
+                    "input {i} is {} {} but the call declares {} {}",
+                    fmt_shape(t.shape()),
+                    t.dtype(),
+                    fmt_shape(m.0),
+                    m.1
+                ),
+            ));
+        }
+    }
+    if matches!(call.op, Op::Input | Op::Param | Op::Constant { .. }) {
+        return Ok(());
+    }
+    let (shape, dtype) = call.op.infer(call.inputs).map_err(|m| node_err(call, m))?;
+    if shape != call.out_shape || dtype != call.out_dtype {
+        return Err(node_err(
+            call,
+            format!(
+                "the call asks for {} {} but the op produces {} {}",
+                fmt_shape(call.out_shape),
+                call.out_dtype,
+                fmt_shape(&shape),
+                dtype
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Computes one op on host tensors.
+pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<HostTensor> {
+    use elementwise as ew;
+    check(call, inputs)?;
+    let x = inputs;
+    match call.op {
+        Op::Input | Op::Param => Err(node_err(
+            call,
+            "leaf values are fed to a run, not computed by a kernel",
+        )),
+        Op::Constant { value } => Ok(HostTensor::full(
+            call.out_shape.to_vec(),
+            *value,
+            call.out_dtype,
+        )),
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
+            per_float!(call, ew::binary, (call, x[0], x[1]))
+        }
+        Op::Neg
+        | Op::Exp
+        | Op::Log
+        | Op::Sin
+        | Op::Cos
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Relu
+        | Op::Gelu
+        | Op::Abs
+        | Op::Sqrt
+        | Op::Rsqrt
+        | Op::Reciprocal
+        | Op::Square
+        | Op::Clamp { .. }
+        | Op::Sign => per_float!(call, ew::unary, (call, x[0])),
+        Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad => {
+            per_float!(call, ew::pointwise_grad, (call, x[0], x[1]))
+        }
+        Op::Dropout { p, seed, key } => {
+            per_float!(call, ew::dropout, (call, x[0], *p, *seed, *key))
+        }
+        Op::Cast { dtype } => ew::cast(call, x[0], *dtype),
+        Op::Sum { axes, keepdim } => {
+            per_float!(call, reduce::sum, (call, x[0], axes, *keepdim, false))
+        }
+        Op::Mean { axes, keepdim } => {
+            per_float!(call, reduce::sum, (call, x[0], axes, *keepdim, true))
+        }
+        Op::Amax { axes, keepdim } => per_float!(call, reduce::amax, (call, x[0], axes, *keepdim)),
+        Op::AmaxGrad { axes, keepdim } => per_float!(
+            call,
+            reduce::amax_grad,
+            (call, x[0], x[1], x[2], axes, *keepdim)
+        ),
+        Op::Matmul => per_float!(call, matmul::matmul, (call, x[0], x[1])),
+        Op::ScaledMatmul => matmul::scaled_matmul(call, x[0], x[1], x[2], x[3]),
+        Op::Reshape { .. } => layout::reshape(call, x[0]),
+        Op::Transpose { perm } => layout::transpose(call, x[0], perm),
+        Op::Expand { .. } => layout::expand(call, x[0]),
+        Op::Concat { axis } => layout::concat(call, x, *axis),
+        Op::Slice { axis, start, .. } => layout::slice(call, x[0], *axis, *start),
+        Op::Softmax => per_float!(call, nn::softmax, (call, x[0], false)),
+        Op::LogSoftmax => per_float!(call, nn::softmax, (call, x[0], true)),
+        Op::SoftmaxGrad => per_float!(call, nn::softmax_grad, (call, x[0], x[1], false)),
+        Op::LogSoftmaxGrad => per_float!(call, nn::softmax_grad, (call, x[0], x[1], true)),
+        Op::LayerNorm { eps } => per_float!(call, nn::layer_norm, (call, x[0], *eps)),
+        Op::LayerNormGrad { eps } => {
+            per_float!(call, nn::layer_norm_grad, (call, x[0], x[1], *eps))
+        }
+        Op::CrossEntropy => per_float!(call, nn::cross_entropy, (call, x[0], x[1])),
+        Op::CrossEntropyGrad => per_float!(call, nn::cross_entropy_grad, (call, x[0], x[1], x[2])),
+        Op::Embedding => nn::embedding(call, x[0], x[1]),
+        Op::EmbeddingGrad { rows } => {
+            per_float!(call, nn::embedding_grad, (call, x[0], x[1], *rows))
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+    use crate::backend::{Backend, KernelCall};
+    use crate::graph::NodeId;
+    use crate::CpuBackend;
+
+    #[test]
+    fn calls_that_disagree_with_the_shape_rule_are_errors() {
+        let x = t32(&[2, 3], &[0.0; 6]);
+        let metas = [(x.shape(), x.dtype())];
+        let call = KernelCall {
+            node: NodeId(7),
+            op: &Op::Exp,
+            inputs: &metas,
+            out_shape: &[3, 2],
+            out_dtype: DType::F32,
+            run_seed: 0,
+        };
+        let err = execute(&call, &[&x]).unwrap_err().to_string();
+        assert!(
+            err.contains("node") && err.contains("exp") && err.contains("[3, 2]"),
+            "{err}"
+        );
+        let err = execute(&call, &[]).unwrap_err().to_string();
+        assert!(err.contains("0 input tensors"), "{err}");
+        let y = t32(&[6], &[0.0; 6]);
+        let err = execute(
+            &KernelCall {
+                out_shape: &[2, 3],
+                ..call
+            },
+            &[&y],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("input 0 is [6] f32"), "{err}");
+        let bad = [(x.shape(), DType::I64)];
+        let i = ti64(&[2, 3], &[0; 6]);
+        let err = execute(
+            &KernelCall {
+                inputs: &bad,
+                out_shape: &[2, 3],
+                ..call
+            },
+            &[&i],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("floating point"), "{err}");
+    }
+
+    #[test]
+    fn the_backend_meters_kernel_results() {
+        let mut cpu = CpuBackend::new();
+        let a = cpu.upload(&t64(&[2, 2], &[1.0, 2.0, 3.0, 4.0])).unwrap();
+        let metas = [
+            (&[2usize, 2][..], DType::F64),
+            (&[2usize, 2][..], DType::F64),
+        ];
+        let call = KernelCall {
+            node: NodeId(1),
+            op: &Op::Matmul,
+            inputs: &metas,
+            out_shape: &[2, 2],
+            out_dtype: DType::F64,
+            run_seed: 0,
+        };
+        let c = cpu.execute(&call, &[&a, &a]).unwrap();
+        assert_eq!(
+            cpu.download(&c).unwrap().to_f64_vec(),
+            [7.0, 10.0, 15.0, 22.0]
+        );
+        assert_eq!(cpu.memory().live_bytes, 64);
+        drop(c);
+        assert_eq!(cpu.memory().live_bytes, 32);
+    }
+}
