@@ -31,7 +31,8 @@ fn gemm(c: &mut Criterion) {
 }
 
 fn train_step(c: &mut Criterion) {
-    let cfg = GptConfig { batch: 8, seq: 64, d_model: 128, heads: 4, layers: 1, vocab: 64, dropout: 0.1, dtype: DType::F32 };
+    let cfg =
+        GptConfig { batch: 8, seq: 64, d_model: 128, heads: 4, layers: 1, vocab: 64, dropout: 0.1, dtype: DType::F32 };
     let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
     let params = model.init_params(0);
     let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();

@@ -10,7 +10,8 @@ use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let steps = parse_steps()?;
-    let cfg = GptConfig { batch: 8, seq: 32, d_model: 64, heads: 4, layers: 2, vocab: 32, dropout: 0.0, dtype: DType::F32 };
+    let cfg =
+        GptConfig { batch: 8, seq: 32, d_model: 64, heads: 4, layers: 2, vocab: 32, dropout: 0.0, dtype: DType::F32 };
     let graph = zoo::gpt(&cfg)?;
     let full = Model::new(graph.clone())?;
     // Keep matmul outputs, recompute the rest just before the backward needs it.

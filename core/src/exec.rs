@@ -78,7 +78,13 @@ fn compute<B: Backend>(
     }
     let call =
         KernelCall { node: id, op: &node.op, inputs: &metas, out_shape: &node.shape, out_dtype: node.dtype, run_seed };
-    backend.execute(&call, &inputs)
+    backend.execute(&call, &inputs).map_err(|e| match (e, node.loc) {
+        // Name the user's line that recorded the op, so a bad id points at its embedding call.
+        (Error::Node { node, op, message }, Some(loc)) => {
+            Error::Node { node, op, message: format!("{message} (recorded at {loc})") }
+        }
+        (e, _) => e,
+    })
 }
 
 /// A value the plan should have had at hand: a planner bug, reported rather than panicking.

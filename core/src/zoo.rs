@@ -104,7 +104,8 @@ pub struct BlockParams {
 impl BlockParams {
     /// Declares the parameters of block `layer`.
     pub fn declare(trace: &Trace, layer: usize, d: usize, dtype: DType) -> BlockParams {
-        let p = |name: &str, shape: &[usize], init: Init| trace.param_with(&format!("h{layer}.{name}"), shape, dtype, init);
+        let p =
+            |name: &str, shape: &[usize], init: Init| trace.param_with(&format!("h{layer}.{name}"), shape, dtype, init);
         let ln = |name: &str| (p(&format!("{name}.g"), &[d], Init::Ones), p(&format!("{name}.b"), &[d], Init::Zeros));
         BlockParams {
             ln1: ln("ln1"),
@@ -182,7 +183,10 @@ pub fn gpt_with(cfg: &GptConfig, run: &PartFn<'_>) -> Result<Graph> {
         let f = run(Part::FeedForward, &layer_norm(&x, &p.ln2), &p, &mask, cfg.heads);
         x = &x + &drop(&f, cfg.dropout, 2 * layer as u64 + 1);
     }
-    let lnf = (trace.param_with("lnf.g", &[d], cfg.dtype, Init::Ones), trace.param_with("lnf.b", &[d], cfg.dtype, Init::Zeros));
+    let lnf = (
+        trace.param_with("lnf.g", &[d], cfg.dtype, Init::Ones),
+        trace.param_with("lnf.b", &[d], cfg.dtype, Init::Zeros),
+    );
     let head = trace.param("head", &[d, cfg.vocab], cfg.dtype);
     let logits = layer_norm(&x, &lnf).matmul(&head);
     let loss = logits.cast(DType::F32).cross_entropy(&targets);

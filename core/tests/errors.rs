@@ -99,7 +99,9 @@ fn feeds_are_checked() {
     assert_eq!(err, "input `x`: declared [2, 3] f32, got [3, 2] f32");
     let missing = Feeds::new();
     assert_eq!(model.step(&mut cpu, &params, &missing).unwrap_err().to_string(), "input `x`: no value given");
-    let unknown = Feeds::new().with("x", HostTensor::f32([2, 3], vec![0.0; 6]).unwrap()).with("z", HostTensor::full([1], 0.0, DType::F32));
+    let unknown = Feeds::new()
+        .with("x", HostTensor::f32([2, 3], vec![0.0; 6]).unwrap())
+        .with("z", HostTensor::full([1], 0.0, DType::F32));
     let err = model.step(&mut cpu, &params, &unknown).unwrap_err().to_string();
     assert_eq!(err, "input `z`: not an input of the graph (inputs: x)");
 }

