@@ -102,7 +102,12 @@ impl std::fmt::Display for DType {
 
 /// Round an f32 to the nearest e4m3 value (ties to even), saturating at ±448; returns the bits.
 pub fn f32_to_e4m3(x: f32) -> u8 {
-    float8::F8E4M3::from_f32(x.clamp(-448.0, 448.0)).to_bits()
+    f64_to_e4m3(x as f64)
+}
+
+/// Round an f64 to the nearest e4m3 value in one rounding (ties to even), saturating at ±448.
+pub fn f64_to_e4m3(x: f64) -> u8 {
+    float8::F8E4M3::from_f64(x.clamp(-448.0, 448.0)).to_bits()
 }
 
 /// The f32 value of e4m3 bits.
@@ -112,7 +117,12 @@ pub fn e4m3_to_f32(bits: u8) -> f32 {
 
 /// Round an f32 to the nearest e5m2 value (ties to even), saturating at ±57344; returns the bits.
 pub fn f32_to_e5m2(x: f32) -> u8 {
-    float8::F8E5M2::from_f32(x.clamp(-57344.0, 57344.0)).to_bits()
+    f64_to_e5m2(x as f64)
+}
+
+/// Round an f64 to the nearest e5m2 value in one rounding (ties to even), saturating at ±57344.
+pub fn f64_to_e5m2(x: f64) -> u8 {
+    float8::F8E5M2::from_f64(x.clamp(-57344.0, 57344.0)).to_bits()
 }
 
 /// The f32 value of e5m2 bits.

@@ -94,14 +94,16 @@ impl HostData {
         }
     }
 
-    /// f64 values stored as `dtype` (f64 kept exact; other floats rounded via f32 except f64).
+    /// f64 values stored as `dtype`, each rounded once to nearest even (fp8 saturating).
     pub fn from_f64(values: &[f64], dtype: DType) -> HostData {
         match dtype {
             DType::F64 => HostData::F64(values.to_vec()),
+            DType::F32 => HostData::F32(values.iter().map(|&x| x as f32).collect()),
+            DType::F8E4M3 => HostData::F8E4M3(values.iter().map(|&x| dtype::f64_to_e4m3(x)).collect()),
+            DType::F8E5M2 => HostData::F8E5M2(values.iter().map(|&x| dtype::f64_to_e5m2(x)).collect()),
             DType::I64 => HostData::I64(values.iter().map(|&x| x as i64).collect()),
             DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
             DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
-            _ => HostData::from_f32(&values.iter().map(|&x| x as f32).collect::<Vec<_>>(), dtype),
         }
     }
 }

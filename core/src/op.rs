@@ -474,7 +474,7 @@ mod infer {
             }
             Op::LayerNorm { eps } => {
                 last_axis("input", first)?;
-                if !(*eps > 0.0) {
+                if eps.is_nan() || *eps <= 0.0 {
                     return Err(format!("eps must be positive, got {eps}"));
                 }
                 Ok(same())
@@ -525,12 +525,37 @@ mod infer {
                 }
                 Ok((x[0].0.to_vec(), x[1].1))
             }
-            Op::CrossEntropyGrad => Ok((x[0].0.to_vec(), x[0].1)),
-            Op::EmbeddingGrad { rows } => {
-                let dim = x[1].0.last().copied().unwrap_or(1);
-                Ok((vec![*rows, dim], x[1].1))
+            Op::CrossEntropyGrad => {
+                infer(&Op::CrossEntropy, &x[..2])?;
+                float("gradient", x[2])?;
+                if numel(x[2].0) != 1 {
+                    return Err(format!("the loss gradient must be one value, got {}", fmt_shape(x[2].0)));
+                }
+                Ok((x[0].0.to_vec(), x[0].1))
             }
-            Op::AmaxGrad { .. } => Ok((x[0].0.to_vec(), x[2].1)),
+            Op::EmbeddingGrad { rows } => {
+                ids(x[0])?;
+                float("gradient", x[1])?;
+                let (g, lead) = (x[1].0, x[0].0);
+                if g.len() != lead.len() + 1 || &g[..lead.len()] != lead {
+                    return Err(format!("gradient {} does not fit ids {}", fmt_shape(g), fmt_shape(lead)));
+                }
+                Ok((vec![*rows, g[g.len() - 1]], x[1].1))
+            }
+            Op::AmaxGrad { axes, keepdim } => {
+                float("input", x[0])?;
+                check_axes(axes, x[0].0.len())?;
+                let reduced_shape = reduced(x[0].0, axes, *keepdim);
+                if x[1].0 != reduced_shape.as_slice() || x[2].0 != reduced_shape.as_slice() {
+                    return Err(format!(
+                        "max {} and gradient {} must have the reduced shape {}",
+                        fmt_shape(x[1].0),
+                        fmt_shape(x[2].0),
+                        fmt_shape(&reduced_shape)
+                    ));
+                }
+                Ok((x[0].0.to_vec(), x[2].1))
+            }
             Op::Neg
             | Op::Exp
             | Op::Log
