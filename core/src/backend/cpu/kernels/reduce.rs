@@ -258,6 +258,6 @@ mod tests {
         let x = t32(&[2, 3], &[0.; 6]);
         let bad = t32(&[3], &[0.; 3]);
         let err = run(&Op::AmaxGrad { axes: vec![1], keepdim: false }, &[&x, &bad, &bad]).unwrap_err();
-        assert!(err.to_string().contains("expected [2]"), "{err}");
+        assert!(err.to_string().contains("must have the reduced shape [2]"), "{err}");
     }
 }
