@@ -16,12 +16,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let full = Model::new(graph.clone())?;
     // Keep matmul outputs, recompute the rest just before the backward needs it.
     let model = Model::with_saved(graph, |joint| {
-        let g = joint.graph();
-        let mut saved = joint.backward_reads();
-        for (i, s) in saved.iter_mut().enumerate() {
-            *s &= matches!(g.nodes()[i].op, Op::Matmul);
-        }
-        saved
+        let forward = &joint.graph().nodes()[..joint.n_forward()];
+        forward.iter().map(|node| matches!(node.op, Op::Matmul)).collect()
     })?;
     println!(
         "gpt: {} layers, d_model {}, {} forward nodes, {} joint nodes",

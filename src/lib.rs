@@ -27,3 +27,7 @@ pub mod __private {
     pub use remat_core::region::{enter_region, PolicyTable, RegionGuard, RegionSpec};
     pub use remat_core::{OpKind, Policy, Tensor};
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
