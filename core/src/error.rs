@@ -38,6 +38,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Annotations that cannot all hold (a must_recompute value the rules must save).
+    #[error("conflicting constraints: {0}")]
+    Conflict(String),
     /// Bad arguments to an API call (a strategy, an optimizer setting, ...).
     #[error("{0}")]
     Invalid(String),
