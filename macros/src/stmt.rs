@@ -3,12 +3,12 @@
 //! `#[save] let PAT: TY = EXPR;` becomes
 //!
 //! ```text
-//! let value: TY = EXPR;
-//! StatementPolicy::statement_policy(&value, Policy::MustSave);
-//! let PAT = value;
+//! let remat_statement_value: TY = EXPR;
+//! StatementPolicy::statement_policy(&remat_statement_value, Policy::MustSave);
+//! let PAT = remat_statement_value;
 //! ```
 //!
-//! with `value` hygienic, so the policy applies to the value the statement computes, temporaries
+//! so the policy applies to the value the statement computes, temporaries
 //! are extended as in the original `let`, and the pattern binds as written. Nested blocks (`if`,
 //! `match`, loops, closures, `unsafe`) are walked; nested items are not (a nested function is not
 //! part of the region unless it is checkpointed itself).
@@ -17,6 +17,7 @@ use crate::error::Errors;
 use crate::kw;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Attribute, Block, Expr, Ident, Item, Local, Meta, Pat, Stmt};
 
@@ -157,7 +158,12 @@ impl Walker<'_> {
 
 /// `let PAT: TY = EXPR;` under `marker`, as three statements.
 fn rewrite(marker: Marker, local: Local) -> Vec<Stmt> {
-    let value = Ident::new("__remat_value", Span::mixed_site());
+    // At the pattern, so that a type error about the value points there (a mixed-site span would
+    // point at `#[checkpoint]`); the name is reserved-looking, and the binding lives only until
+    // the pattern takes it.
+    let at_pat = local.pat.span();
+    let value = Ident::new("remat_statement_value", at_pat);
+    let arg = quote_spanned!(at_pat=> &#value);
     let cfgs: Vec<&Attribute> = local.attrs.iter().filter(|a| a.path().is_ident("cfg")).collect();
     let (pat, ty) = match &local.pat {
         Pat::Type(typed) => (&*typed.pat, Some(&typed.ty)),
@@ -170,7 +176,7 @@ fn rewrite(marker: Marker, local: Local) -> Vec<Stmt> {
     let span = marker.attr.pound_token.span;
     let call = quote_spanned! {span=>
         #(#cfgs)*
-        ::remat::__private::StatementPolicy::statement_policy(&#value, ::remat::__private::Policy::#policy);
+        ::remat::__private::StatementPolicy::statement_policy(#arg, ::remat::__private::Policy::#policy);
     };
     let tokens = quote! {
         #(#cfgs)*

@@ -84,7 +84,7 @@ pub fn validate(args: &Args, errors: &mut Errors) -> Table {
             errors.spanned(
                 &budget.tokens,
                 format!(
-                    "`budget` must be in [0, 1], the fraction of the region's save-everything bytes it may keep; got {}",
+                    "`budget` must be in [0, 1], the fraction of the region's save-everything bytes it may keep; got {:?}",
                     budget.value
                 ),
             );
