@@ -151,6 +151,7 @@ fn methods_open_regions() {
 }
 
 #[checkpoint(policy = save(add))]
+#[allow(clippy::needless_lifetimes)] // explicit on purpose: the macro keeps them
 fn generic<'a, T, const N: usize>(xs: [&'a Tensor; N], extra: impl Borrow<Tensor>, _marker: T) -> (Tensor, &'a Tensor)
 where
     T: Copy + std::fmt::Debug,

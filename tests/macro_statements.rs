@@ -84,7 +84,7 @@ fn patterns(x: &Tensor, w: &Tensor) -> Tensor {
     let mut acc = r.square();
     #[recompute]
     let o = Some(acc.relu());
-    acc = acc + o.unwrap();
+    acc = o.into_iter().fold(acc, |a, r| a + r);
     acc
 }
 

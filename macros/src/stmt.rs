@@ -15,7 +15,7 @@
 
 use crate::error::Errors;
 use crate::kw;
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
