@@ -12,6 +12,95 @@
 
 pub use remat_core::*;
 
+/// Makes a function a checkpointed region; see the attribute's own documentation below for the
+/// forms and the compile errors.
+///
+/// Every form, on a small model (tracing records ops; nothing is executed):
+///
+/// ```rust
+/// use remat::prelude::*;
+/// use remat::PolicySource;
+///
+/// // Classic checkpointing: every op prefer_recompute (same as `policy = recompute_all`).
+/// #[checkpoint]
+/// fn plain(x: &Tensor) -> Tensor {
+///     x.exp()
+/// }
+///
+/// // Every op prefer_save: the region is tagged for boundaries and reports.
+/// #[checkpoint(policy = save_all)]
+/// fn tagged(x: &Tensor) -> Tensor {
+///     x.exp()
+/// }
+///
+/// // Matmuls must be saved, everything else is recomputed; keep at most half the bytes.
+/// #[checkpoint(policy = save(matmul), budget = 0.5)]
+/// fn ffn(x: &Tensor, w1: &Tensor, w2: &Tensor) -> Tensor {
+///     let h = x.matmul(w1).gelu();
+///     h.matmul(w2)
+/// }
+///
+/// // GELUs must be recomputed, everything else is saved.
+/// #[checkpoint(policy = recompute(gelu))]
+/// fn cheap(x: &Tensor, w: &Tensor) -> Tensor {
+///     x.matmul(w).gelu()
+/// }
+///
+/// // Values named "attn" must be saved.
+/// #[checkpoint(policy = save_names("attn"))]
+/// fn attention(q: &Tensor, k: &Tensor) -> Tensor {
+///     q.matmul(&k.t()).softmax().name("attn")
+/// }
+///
+/// // Full control; every key optional.
+/// #[checkpoint(policy = rules(must_save = [matmul], must_recompute = [softmax], default = prefer_save))]
+/// fn custom(x: &Tensor, w: &Tensor) -> Tensor {
+///     x.matmul(w).softmax().exp()
+/// }
+///
+/// // Statement attributes override the policy of the value their `let` binds.
+/// #[checkpoint(policy = save(matmul))]
+/// fn statements(x: &Tensor, w: &Tensor) -> Tensor {
+///     #[recompute]
+///     let h = x.matmul(w);
+///     #[save]
+///     let g = h.gelu();
+///     g.exp()
+/// }
+///
+/// // Methods too.
+/// struct Layer {
+///     w: Tensor,
+/// }
+///
+/// impl Layer {
+///     #[checkpoint(policy = save(matmul))]
+///     fn forward(&self, x: &Tensor) -> Tensor {
+///         x.matmul(&self.w).relu()
+///     }
+/// }
+///
+/// let trace = Trace::new();
+/// let x = trace.input("x", &[4, 3], DType::F32);
+/// let w = trace.param("w", &[3, 3], DType::F32);
+/// let y = ffn(&x, &w, &w);
+/// let tag = y.tag().unwrap();
+/// assert_eq!((tag.policy, tag.source), (Policy::MustSave, PolicySource::OpKind));
+/// assert_eq!(trace.snapshot().region(tag.region).budget, Some(0.5));
+/// assert_eq!(cheap(&x, &w).tag().unwrap().policy, Policy::MustRecompute);
+/// assert_eq!(attention(&x, &x).tag().unwrap().policy, Policy::MustSave);
+/// assert_eq!(custom(&x, &w).tag().unwrap().policy, Policy::PreferSave);
+/// assert_eq!(plain(&x).tag().unwrap().policy, Policy::PreferRecompute);
+/// assert_eq!(tagged(&x).tag().unwrap().policy, Policy::PreferSave);
+/// assert_eq!(statements(&x, &w).tag().unwrap().policy, Policy::PreferRecompute);
+/// let layer = Layer { w };
+/// assert_eq!(layer.forward(&x).tag().unwrap().policy, Policy::PreferRecompute);
+/// // Two calls, two region instances; ops outside regions are untagged.
+/// assert_ne!(plain(&x).tag().unwrap().region, plain(&x).tag().unwrap().region);
+/// assert_eq!(x.exp().tag(), None);
+/// ```
+pub use remat_macros::checkpoint;
+
 /// The CUDA backend.
 pub use remat_cuda as cuda;
 
@@ -19,6 +108,7 @@ pub use remat_cuda as cuda;
 pub mod prelude {
     pub use remat_core::{AdamW, Backend, CpuBackend, DType, Feeds, HostTensor, Init, Model, Optimizer, Params, Sgd};
     pub use remat_core::{Policy, Tensor, Trace};
+    pub use remat_macros::checkpoint;
 }
 
 /// Items the `#[checkpoint]` expansion refers to. Not a public API.
@@ -26,6 +116,83 @@ pub mod prelude {
 pub mod __private {
     pub use remat_core::region::{enter_region, PolicyTable, RegionGuard, RegionSpec};
     pub use remat_core::{OpKind, Policy, Tensor};
+
+    /// What `#[save]` / `#[recompute]` apply their policy to: the value their `let` binds.
+    #[diagnostic::on_unimplemented(
+        message = "`#[save]` / `#[recompute]` apply to tensors, not to `{Self}`",
+        label = "the value this statement binds is a `{Self}`",
+        note = "the statement must bind a `Tensor`, or a reference, tuple, array, slice, `Vec` or `Option` of them"
+    )]
+    pub trait StatementPolicy {
+        /// Gives every tensor in `self` the policy (see [`Tensor::set_policy`]).
+        fn statement_policy(&self, policy: Policy);
+    }
+
+    impl StatementPolicy for Tensor {
+        #[track_caller]
+        fn statement_policy(&self, policy: Policy) {
+            self.set_policy(policy);
+        }
+    }
+
+    impl<T: StatementPolicy + ?Sized> StatementPolicy for &T {
+        #[track_caller]
+        fn statement_policy(&self, policy: Policy) {
+            (**self).statement_policy(policy);
+        }
+    }
+
+    impl<T: StatementPolicy> StatementPolicy for [T] {
+        #[track_caller]
+        fn statement_policy(&self, policy: Policy) {
+            for value in self {
+                value.statement_policy(policy);
+            }
+        }
+    }
+
+    impl<T: StatementPolicy, const N: usize> StatementPolicy for [T; N] {
+        #[track_caller]
+        fn statement_policy(&self, policy: Policy) {
+            self.as_slice().statement_policy(policy);
+        }
+    }
+
+    impl<T: StatementPolicy> StatementPolicy for Vec<T> {
+        #[track_caller]
+        fn statement_policy(&self, policy: Policy) {
+            self.as_slice().statement_policy(policy);
+        }
+    }
+
+    impl<T: StatementPolicy> StatementPolicy for Option<T> {
+        #[track_caller]
+        fn statement_policy(&self, policy: Policy) {
+            if let Some(value) = self {
+                value.statement_policy(policy);
+            }
+        }
+    }
+
+    macro_rules! tuples {
+        ($( ($($t:ident $i:tt),+) )*) => {$(
+            impl<$($t: StatementPolicy),+> StatementPolicy for ($($t,)+) {
+                #[track_caller]
+                fn statement_policy(&self, policy: Policy) {
+                    $( self.$i.statement_policy(policy); )+
+                }
+            }
+        )*};
+    }
+
+    tuples! {
+        (A 0)
+        (A 0, B 1)
+        (A 0, B 1, C 2)
+        (A 0, B 1, C 2, D 3)
+        (A 0, B 1, C 2, D 3, E 4)
+        (A 0, B 1, C 2, D 3, E 4, F 5)
+    }
 }
 
 #[cfg(doctest)]

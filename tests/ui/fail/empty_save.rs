@@ -1,0 +1,8 @@
+use remat::prelude::*;
+
+#[checkpoint(policy = save())]
+fn f(x: &Tensor) -> Tensor {
+    x.exp()
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use remat::prelude::*;
+
+#[checkpoint]
+const fn f(n: usize) -> usize {
+    n + 1
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use remat::prelude::*;
+
+#[checkpoint]
+struct Layer {
+    w: Tensor,
+}
+
+fn main() {}
