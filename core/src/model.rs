@@ -7,6 +7,7 @@ use crate::exec;
 use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Init, Op};
+use crate::partition::{partition, PGraph, Partition, Strategy};
 use crate::plan::Plan;
 use crate::rng;
 use crate::shape::fmt_shape;
@@ -17,6 +18,7 @@ use std::collections::BTreeMap;
 pub struct Model {
     forward: Graph,
     joint: JointGraph,
+    partition: Option<Partition>,
     plan: Plan,
 }
 
@@ -60,17 +62,31 @@ pub struct StepOutput {
 }
 
 impl Model {
-    /// Differentiates `forward` and plans it saving every forward value the backward reads
-    /// (no checkpointing).
+    /// Differentiates `forward`, partitions it with [`Strategy::Respect`] (every tag honoured
+    /// literally; without tags, every value the backward reads is saved) and plans it.
     pub fn new(forward: Graph) -> Result<Model> {
-        Self::with_saved(forward, |joint| joint.backward_reads())
+        Self::with_strategy(forward, Strategy::Respect)
     }
 
-    /// Differentiates `forward` and plans it saving the values `choose` marks.
+    /// Differentiates `forward`, partitions it with `strategy` and plans it.
+    pub fn with_strategy(forward: Graph, strategy: Strategy) -> Result<Model> {
+        let joint = JointGraph::new(&forward)?;
+        let partition = partition(&PGraph::from_joint(&joint), strategy)?;
+        let plan = Plan::new(&joint, &partition.saved[..joint.n_forward()])?;
+        Ok(Model { forward, joint, partition: Some(partition), plan })
+    }
+
+    /// Differentiates `forward` and plans it saving exactly the values `choose` marks (for
+    /// experiments; tags are not consulted).
     pub fn with_saved(forward: Graph, choose: impl FnOnce(&JointGraph) -> Vec<bool>) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
         let plan = Plan::new(&joint, &choose(&joint))?;
-        Ok(Model { forward, joint, plan })
+        Ok(Model { forward, joint, partition: None, plan })
+    }
+
+    /// The partition the plan follows (absent for [`Model::with_saved`]).
+    pub fn partition(&self) -> Option<&Partition> {
+        self.partition.as_ref()
     }
 
     /// The forward graph.

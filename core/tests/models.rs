@@ -111,7 +111,6 @@ fn recomputing_gives_bitwise_identical_gradients() {
                 assert_eq!(g, r, "{name}: gradients differ when saving every {keep_every}-th value");
             }
             assert!(model.plan().saved_bytes() < save_all.plan().saved_bytes(), "{name}: fewer bytes saved");
-            assert!(out.predicted_peak <= reference.predicted_peak, "{name}: recomputing never raises the peak");
         }
     }
 }
