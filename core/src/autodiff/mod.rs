@@ -69,10 +69,11 @@ impl JointGraph {
             };
             grads.push((p, g));
         }
-        let mut graph = bw.graph;
         let mut outputs = forward.outputs().to_vec();
         outputs.extend(grads.iter().map(|&(_, g)| g));
-        graph.set_outputs(outputs);
+        let (mut graph, remap) = without_dead_backward_nodes(bw.graph, forward.len(), &outputs);
+        let grads: Vec<(NodeId, NodeId)> = grads.into_iter().map(|(p, g)| (p, remap[g.index()])).collect();
+        graph.set_outputs(outputs.iter().map(|o| remap[o.index()]).collect());
         debug_assert!(graph.validate().is_ok(), "joint graph violates its invariants");
         Ok(JointGraph { graph, n_forward: forward.len(), grads })
     }
@@ -119,6 +120,36 @@ impl JointGraph {
         }
         reads
     }
+}
+
+/// Drops backward nodes no gradient depends on (a rule may build a value only one operand's
+/// gradient uses), so the backward reads exactly what it needs. Returns the graph and the map
+/// from old ids to new.
+fn without_dead_backward_nodes(graph: Graph, n_forward: usize, outputs: &[NodeId]) -> (Graph, Vec<NodeId>) {
+    let mut live = vec![false; graph.len()];
+    for o in outputs {
+        live[o.index()] = true;
+    }
+    for i in (n_forward..graph.len()).rev() {
+        if live[i] {
+            for input in &graph.nodes()[i].inputs {
+                live[input.index()] = true;
+            }
+        }
+    }
+    let mut remap = vec![NodeId(u32::MAX); graph.len()];
+    let mut out = Graph::new();
+    for r in graph.regions() {
+        out.add_region(r.clone());
+    }
+    for (i, node) in graph.nodes().iter().enumerate() {
+        if i < n_forward || live[i] {
+            let mut node = node.clone();
+            node.inputs = node.inputs.iter().map(|x| remap[x.index()]).collect();
+            remap[i] = out.push(node);
+        }
+    }
+    (out, remap)
 }
 
 /// Which forward nodes need a gradient: those on a path from a parameter to the loss.

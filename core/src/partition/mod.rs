@@ -349,8 +349,10 @@ fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], cho
         let reason = chosen[i].unwrap_or(match class[i] {
             Class::Forced(r) | Class::Forbidden(r) | Class::Soft(r) => r,
         });
-        let overrode = match (action, n.policy) {
-            (Action::Save, Some(p @ Policy::PreferRecompute)) | (Action::Recompute, Some(p @ Policy::PreferSave)) => Some(p),
+        // Only a soft decision can go against a Prefer tag; forced ones follow the rules.
+        let overrode = match (class[i], action, n.policy) {
+            (Class::Soft(_), Action::Save, Some(p @ Policy::PreferRecompute))
+            | (Class::Soft(_), Action::Recompute, Some(p @ Policy::PreferSave)) => Some(p),
             _ => None,
         };
         if action == Action::Save {
