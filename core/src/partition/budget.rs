@@ -46,12 +46,18 @@ pub(super) fn solve_global(
 
 /// Re-solves every region that has its own budget, inside the region, with everything outside
 /// it fixed as decided. Parents are solved before children.
-pub(super) fn solve_regions(g: &PGraph, class: &[Class], at_hand: &mut Vec<bool>, chosen: &mut [Option<Reason>]) -> Result<()> {
+pub(super) fn solve_regions(
+    g: &PGraph,
+    class: &[Class],
+    at_hand: &mut Vec<bool>,
+    chosen: &mut [Option<Reason>],
+) -> Result<()> {
     let reads = g.backward_reads();
     for (r, region) in g.regions.iter().enumerate() {
         let Some(fraction) = region.budget else { continue };
         let r = r as u32;
-        let inside: Vec<bool> = g.nodes.iter().map(|n| !n.backward && n.region.is_some_and(|nr| within(g, nr, r))).collect();
+        let inside: Vec<bool> =
+            g.nodes.iter().map(|n| !n.backward && n.region.is_some_and(|nr| within(g, nr, r))).collect();
         // Boundary values aside: they are saved whatever the budget says.
         let counted: Vec<bool> = (0..g.len())
             .map(|i| inside[i] && counts_bytes(class[i]) && !matches!(class[i], Class::Forced(Reason::Boundary(_))))

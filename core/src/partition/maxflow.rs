@@ -159,7 +159,9 @@ mod tests {
     fn textbook_network() {
         // CLRS figure 26.1: max flow 23.
         let mut net = FlowNetwork::new(6);
-        for (f, t, c) in [(0, 1, 16), (0, 2, 13), (1, 3, 12), (2, 1, 4), (2, 4, 14), (3, 2, 9), (3, 5, 20), (4, 3, 7), (4, 5, 4)] {
+        for (f, t, c) in
+            [(0, 1, 16), (0, 2, 13), (1, 3, 12), (2, 1, 4), (2, 4, 14), (3, 2, 9), (3, 5, 20), (4, 3, 7), (4, 5, 4)]
+        {
             net.add_edge(f, t, c);
         }
         assert_eq!(net.max_flow(0, 5), 23);
@@ -206,7 +208,8 @@ mod tests {
                 if mask & 1 == 0 || mask & (1 << (n - 1)) != 0 {
                     continue;
                 }
-                let cut = edges.iter().filter(|&&(a, b, _)| mask & (1 << a) != 0 && mask & (1 << b) == 0).map(|e| e.2).sum();
+                let cut =
+                    edges.iter().filter(|&&(a, b, _)| mask & (1 << a) != 0 && mask & (1 << b) == 0).map(|e| e.2).sum();
                 best = best.min(cut);
             }
             assert_eq!(flow, best, "{edges:?}");

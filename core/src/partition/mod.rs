@@ -166,7 +166,10 @@ pub fn partition(g: &PGraph, strategy: Strategy) -> Result<Partition> {
 fn validate(g: &PGraph) -> Result<()> {
     for (i, n) in g.nodes.iter().enumerate() {
         if let Some(&bad) = n.inputs.iter().find(|&&x| x as usize >= i) {
-            return Err(Error::Invalid(format!("%{i} ({}): input %{bad} does not precede it (cycle or dangling input)", n.op)));
+            return Err(Error::Invalid(format!(
+                "%{i} ({}): input %{bad} does not precede it (cycle or dangling input)",
+                n.op
+            )));
         }
         if !n.backward && n.inputs.iter().any(|&x| g.nodes[x as usize].backward) {
             return Err(Error::Invalid(format!("%{i} ({}): a forward node reads a backward node", n.op)));
@@ -341,7 +344,8 @@ fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], cho
         }
         if !reached[i] {
             if n.policy == Some(Policy::MustSave) {
-                warnings.push(format!("{} is must_save but the backward never needs it: not saved", g.describe(i as u32)));
+                warnings
+                    .push(format!("{} is must_save but the backward never needs it: not saved", g.describe(i as u32)));
             }
             continue;
         }

@@ -1,0 +1,257 @@
+//! Property tests of the partitioner on random graphs with random tags and regions: every
+//! strategy plans and runs, gradients are bitwise identical across strategies, the measured
+//! peak equals the plan's, budgets are monotone, and small budget problems are solved exactly.
+
+use proptest::prelude::*;
+use proptest::strategy::Strategy as _;
+use remat_core::partition::{partition, PGraph};
+use remat_core::region::{enter_region, PolicyTable, RegionGuard, RegionSpec};
+use remat_core::{
+    Budget, CpuBackend, DType, Error, Feeds, Graph, JointGraph, Model, OpKind, Policy, Strategy, Tensor, Trace,
+};
+
+/// One step of a random program.
+#[derive(Clone, Debug)]
+enum Instr {
+    /// Apply op `op` to pool entries `a` (and `b`).
+    Op { op: u8, a: usize, b: usize },
+    /// Open a region with this policy table and optional budget.
+    Open { default: u8, listed: u8, list_policy: u8, budget: Option<u8> },
+    /// Close the innermost region.
+    Close,
+}
+
+fn instr() -> impl proptest::strategy::Strategy<Value = Instr> {
+    prop_oneof![
+        6 => (0u8..12, 0usize..64, 0usize..64).prop_map(|(op, a, b)| Instr::Op { op, a, b }),
+        1 => (0u8..4, 0u8..4, 0u8..4, proptest::option::weighted(0.3, 0u8..=10))
+            .prop_map(|(default, listed, list_policy, budget)| Instr::Open { default, listed, list_policy, budget }),
+        1 => Just(Instr::Close),
+    ]
+}
+
+const POLICIES: [Policy; 4] = [Policy::MustSave, Policy::PreferSave, Policy::MustRecompute, Policy::PreferRecompute];
+const LISTABLE: [OpKind; 4] = [OpKind::Matmul, OpKind::Sin, OpKind::Mul, OpKind::Tanh];
+
+fn leak_spec(default: u8, listed: u8, list_policy: u8, budget: Option<u8>) -> &'static RegionSpec {
+    let list: &'static [OpKind] = Box::leak(Box::new([LISTABLE[listed as usize]]));
+    let mut policy = PolicyTable::uniform(POLICIES[default as usize]);
+    match POLICIES[list_policy as usize] {
+        Policy::MustSave => policy.must_save = list,
+        Policy::PreferSave => policy.prefer_save = list,
+        Policy::MustRecompute => policy.must_recompute = list,
+        Policy::PreferRecompute => policy.prefer_recompute = list,
+    }
+    let mut spec = RegionSpec::new("random", policy);
+    spec.budget = budget.map(|b| b as f64 / 10.0);
+    Box::leak(Box::new(spec))
+}
+
+/// Traces a random program over 3×3 values. `tagged = false` ignores region instructions.
+fn build(program: &[Instr], tagged: bool) -> Graph {
+    let trace = Trace::new();
+    let mut pool: Vec<Tensor> = (0..3).map(|i| trace.param(&format!("p{i}"), &[3, 3], DType::F32)).collect();
+    pool.push(trace.input("x", &[3, 3], DType::F32));
+    let mut guards: Vec<RegionGuard> = Vec::new();
+    for ins in program {
+        match *ins {
+            Instr::Op { op, a, b } => {
+                let (x, y) = (&pool[a % pool.len()], &pool[b % pool.len()]);
+                let t = match op {
+                    0 => x + y,
+                    1 => x * y,
+                    2 => x.sin(),
+                    3 => x.cos(),
+                    4 => x.tanh(),
+                    5 => x.matmul(y),
+                    6 => x.relu(),
+                    7 => x.sigmoid(),
+                    8 => x.t(),
+                    9 => x.reshape(&[9]).reshape(&[3, 3]),
+                    10 => x.dropout(0.25, a as u64),
+                    _ => x.square() * 0.5,
+                };
+                pool.push(t);
+            }
+            Instr::Open { default, listed, list_policy, budget } if tagged => {
+                guards.push(enter_region(leak_spec(default, listed, list_policy, budget)))
+            }
+            Instr::Close if tagged => drop(guards.pop()),
+            _ => {}
+        }
+    }
+    drop(guards);
+    let last = pool.last().unwrap().clone();
+    let loss = (&last.sum_all() + &pool[pool.len() / 2].square().sum_all()) * 0.5;
+    trace.finish(&loss).unwrap()
+}
+
+fn feeds() -> Feeds {
+    Feeds::new()
+        .with("x", remat_core::HostTensor::f32([3, 3], (0..9).map(|i| (i as f32 * 0.7).sin()).collect()).unwrap())
+}
+
+const STRATEGIES: [Strategy; 6] = [
+    Strategy::Respect,
+    Strategy::MinCut,
+    Strategy::Budget(Budget::Fraction(0.0)),
+    Strategy::Budget(Budget::Fraction(0.3)),
+    Strategy::Budget(Budget::Fraction(1.0)),
+    Strategy::Budget(Budget::Bytes(200)),
+];
+
+/// Errors a random program may legitimately produce: tag conflicts and infeasible budgets.
+fn expected_error(e: &Error) -> bool {
+    let text = e.to_string();
+    matches!(e, Error::Conflict(_)) || text.contains("cannot be met") || text.contains("must_save values alone need")
+}
+
+fn bits(t: &remat_core::HostTensor) -> Vec<u32> {
+    t.to_f32_vec().iter().map(|v| v.to_bits()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn strategies_agree_bit_for_bit(program in proptest::collection::vec(instr(), 1..40)) {
+        let graph = build(&program, true);
+        let mut reference: Option<Vec<Vec<u32>>> = None;
+        for strategy in STRATEGIES {
+            let model = match Model::with_strategy(graph.clone(), strategy) {
+                Ok(m) => m,
+                Err(e) => {
+                    prop_assert!(expected_error(&e), "{strategy}: {e}");
+                    continue;
+                }
+            };
+            let params = model.init_params(1);
+            let out = model.step_seeded(&mut CpuBackend::new(), &params, &feeds(), 3).unwrap();
+            prop_assert_eq!(out.measured_peak, out.predicted_peak, "{}", strategy);
+            let mut planned: Vec<u32> = model.plan().recomputed().iter().map(|i| i.0).collect();
+            planned.sort();
+            prop_assert_eq!(&planned, &model.partition().unwrap().recomputed, "{}", strategy);
+            let grads: Vec<Vec<u32>> = out.grads.iter().map(bits).collect();
+            match &reference {
+                None => reference = Some(grads),
+                Some(r) => prop_assert_eq!(r, &grads, "{} changed the gradients", strategy),
+            }
+        }
+    }
+
+    #[test]
+    fn untagged_graphs_plan_under_every_strategy(program in proptest::collection::vec(instr(), 1..40)) {
+        let graph = build(&program, false);
+        for strategy in &STRATEGIES[..5] {
+            let model = Model::with_strategy(graph.clone(), *strategy);
+            prop_assert!(model.is_ok(), "{}: {:?}", strategy, model.err());
+        }
+    }
+
+    #[test]
+    fn saved_bytes_never_rise_as_the_budget_shrinks(program in proptest::collection::vec(instr(), 1..60)) {
+        let graph = build(&program, true);
+        let pg = PGraph::from_joint(&JointGraph::new(&graph).unwrap());
+        let mut previous: Option<(u64, u64)> = None;
+        for step in (0..=20).rev() {
+            let p = match partition(&pg, Strategy::Budget(Budget::Fraction(step as f64 / 20.0))) {
+                Ok(p) => p,
+                Err(e) => { prop_assert!(expected_error(&e), "{e}"); return Ok(()); }
+            };
+            if pg.regions.iter().all(|r| r.budget.is_none()) {
+                if let Some((bytes, flops)) = previous {
+                    prop_assert!(p.saved_bytes <= bytes, "bytes rose: {} > {}", p.saved_bytes, bytes);
+                    prop_assert!(p.recompute_flops >= flops, "flops fell: {} < {}", p.recompute_flops, flops);
+                }
+            }
+            previous = Some((p.saved_bytes, p.recompute_flops));
+        }
+    }
+
+    #[test]
+    fn small_budgets_are_solved_exactly(program in proptest::collection::vec(instr(), 1..24), limit in 0u64..600) {
+        let graph = build(&program, false);
+        let pg = PGraph::from_joint(&JointGraph::new(&graph).unwrap());
+        let candidates = untagged_candidates(&pg);
+        prop_assume!(candidates.len() <= 20);
+        let (best_flops, min_bytes) = brute_force(&pg, &candidates, limit);
+        match partition(&pg, Strategy::Budget(Budget::Bytes(limit))) {
+            Ok(p) => {
+                prop_assert!(p.saved_bytes <= limit);
+                prop_assert_eq!(Some(p.recompute_flops), best_flops);
+            }
+            Err(e) => {
+                prop_assert!(best_flops.is_none(), "solver says infeasible, brute force found {best_flops:?}");
+                let expected = format!("the smallest feasible budget is {min_bytes} bytes");
+                prop_assert!(e.to_string().contains(&expected), "{e}");
+            }
+        }
+    }
+}
+
+/// In an untagged graph, the values a budget may keep or drop: computed forward values that are
+/// not views, not constants and not outputs.
+fn untagged_candidates(pg: &PGraph) -> Vec<usize> {
+    let outputs = &pg.forward_outputs;
+    (0..pg.len())
+        .filter(|&i| {
+            let n = &pg.nodes[i];
+            !n.backward && !n.flags.resident && !n.flags.view && !n.inputs.is_empty() && !outputs.contains(&(i as u32))
+        })
+        .collect()
+}
+
+/// The fewest recompute FLOPs within `limit` over every subset of `candidates` (written
+/// independently of the solver), and the fewest bytes any subset needs.
+fn brute_force(pg: &PGraph, candidates: &[usize], limit: u64) -> (Option<u64>, u64) {
+    let n = pg.len();
+    let mut best: Option<u64> = None;
+    let mut min_bytes = u64::MAX;
+    for mask in 0u32..(1 << candidates.len()) {
+        let mut kept = vec![false; n];
+        for (k, &c) in candidates.iter().enumerate() {
+            kept[c] = mask & (1 << k) != 0;
+        }
+        for (i, node) in pg.nodes.iter().enumerate() {
+            kept[i] |= node.flags.resident || pg.forward_outputs.contains(&(i as u32));
+        }
+        // Needed: read by the backward, or an input of a needed value that is not kept.
+        let mut needed = vec![false; n];
+        let mut stack: Vec<usize> = Vec::new();
+        for node in pg.nodes.iter().filter(|b| b.backward) {
+            stack.extend(node.inputs.iter().map(|&i| i as usize).filter(|&i| !pg.nodes[i].backward));
+        }
+        while let Some(v) = stack.pop() {
+            if needed[v] {
+                continue;
+            }
+            needed[v] = true;
+            if !kept[v] {
+                stack.extend(pg.nodes[v].inputs.iter().map(|&i| i as usize));
+            }
+        }
+        let mut bytes = 0;
+        let mut flops = 0;
+        for v in (0..n).filter(|&v| needed[v]) {
+            let node = &pg.nodes[v];
+            if kept[v] && !node.flags.resident {
+                bytes += node.bytes;
+            } else if !kept[v] {
+                flops += node.flops;
+            }
+        }
+        min_bytes = min_bytes.min(bytes);
+        if bytes <= limit {
+            best = Some(best.map_or(flops, |b: u64| b.min(flops)));
+        }
+    }
+    (best, min_bytes)
+}
+
+#[test]
+fn a_region_budget_outside_zero_to_one_is_not_reachable_from_json_or_macro() {
+    // Budgets reach the partitioner validated; the global fraction is checked here.
+    let graph = build(&[Instr::Op { op: 2, a: 0, b: 0 }], false);
+    let err = Model::with_strategy(graph, Strategy::Budget(Budget::Fraction(1.5))).unwrap_err();
+    assert_eq!(err.to_string(), "a budget fraction must be in [0, 1], got 1.5");
+}
