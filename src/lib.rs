@@ -107,7 +107,7 @@ pub use remat_cuda as cuda;
 /// What model code needs: `use remat::prelude::*;`.
 pub mod prelude {
     pub use remat_core::{AdamW, Backend, CpuBackend, DType, Feeds, HostTensor, Init, Model, Optimizer, Params, Sgd};
-    pub use remat_core::{Policy, Tensor, Trace};
+    pub use remat_core::{Budget, Policy, Strategy, Tensor, Trace};
     pub use remat_macros::checkpoint;
 }
 

@@ -1,0 +1,412 @@
+//! Trains a small GPT with activation checkpointing, then compares what each policy saved and
+//! what it cost, measured in the same run.
+//!
+//! ```sh
+//! cargo run --release --example gpt                       # CPU, default size, save-matmuls
+//! cargo run --release --example gpt -- --policy full --strategy mincut --steps 100
+//! cargo run --release --example gpt -- --policy budget=0.5 --plot frontier.svg
+//! ```
+//!
+//! Attention and the MLP are `#[checkpoint]` functions; `--policy` picks which set of them the
+//! model calls.
+
+use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use remat::prelude::*;
+use remat::zoo::{self, BlockParams, GptConfig, Part};
+use remat::{Budget, Graph, Strategy};
+use std::time::Instant;
+
+// ---- The model's two checkpointed sub-blocks, written once ----
+
+/// Causal multi-head self-attention; the context before the output projection is named.
+fn attention(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
+    let shape = x.shape();
+    let (b, t, d) = (shape[0], shape[1], shape[2]);
+    let dh = d / heads;
+    let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]).transpose(&[0, 2, 1, 3]);
+    let (q, k, v) = (split(&p.wq), split(&p.wk), split(&p.wv));
+    let scores = &(q.matmul(&k.t()) * (1.0 / (dh as f64).sqrt())) + mask;
+    let ctx = scores.softmax().matmul(&v).name("attn_ctx");
+    ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
+}
+
+/// The gelu MLP; its pre-activation is named.
+fn feed_forward(x: &Tensor, p: &BlockParams) -> Tensor {
+    let pre = (&x.matmul(&p.w1) + &p.b1).name("ffn_pre");
+    &pre.gelu().matmul(&p.w2) + &p.b2
+}
+
+// ---- One region wrapper per policy: the attribute is all that differs ----
+
+#[checkpoint]
+fn attention_full(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
+    attention(x, p, mask, heads)
+}
+
+#[checkpoint(policy = save(matmul))]
+fn attention_save_matmuls(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
+    attention(x, p, mask, heads)
+}
+
+#[checkpoint(policy = save_names("attn_ctx"))]
+fn attention_names(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
+    attention(x, p, mask, heads)
+}
+
+#[checkpoint]
+fn feed_forward_full(x: &Tensor, p: &BlockParams) -> Tensor {
+    feed_forward(x, p)
+}
+
+#[checkpoint(policy = save(matmul))]
+fn feed_forward_save_matmuls(x: &Tensor, p: &BlockParams) -> Tensor {
+    feed_forward(x, p)
+}
+
+#[checkpoint(policy = save_names("ffn_pre"))]
+fn feed_forward_names(x: &Tensor, p: &BlockParams) -> Tensor {
+    feed_forward(x, p)
+}
+
+// ---- Command line ----
+
+/// Which checkpointing policy the model's sub-blocks use.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum PolicyChoice {
+    /// No regions: every value the backward reads is saved.
+    None,
+    /// `#[checkpoint]` (recompute_all) on attention and MLP.
+    Full,
+    /// `#[checkpoint(policy = save(matmul))]`.
+    SaveMatmuls,
+    /// `#[checkpoint(policy = save_names(..))]` on the attention context and MLP pre-activation.
+    Names,
+    /// Full-recompute regions, partitioned under a byte budget (Prefer tags become soft).
+    Budget(Budget),
+}
+
+impl std::fmt::Display for PolicyChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicyChoice::None => f.write_str("none"),
+            PolicyChoice::Full => f.write_str("full"),
+            PolicyChoice::SaveMatmuls => f.write_str("save-matmuls"),
+            PolicyChoice::Names => f.write_str("names"),
+            PolicyChoice::Budget(Budget::Fraction(x)) => write!(f, "budget={x}"),
+            PolicyChoice::Budget(Budget::Bytes(b)) => write!(f, "budget={b}B"),
+        }
+    }
+}
+
+fn parse_budget(text: &str) -> Result<Budget, String> {
+    let bytes = |n: &str, unit: u64| n.trim().parse::<u64>().map(|v| Budget::Bytes(v * unit));
+    let parsed = if let Some(n) = text.strip_suffix("GiB") {
+        bytes(n, 1 << 30)
+    } else if let Some(n) = text.strip_suffix("MiB") {
+        bytes(n, 1 << 20)
+    } else if let Some(n) = text.strip_suffix("KiB") {
+        bytes(n, 1 << 10)
+    } else if text.contains('.') {
+        return match text.parse::<f64>() {
+            Ok(f) if (0.0..=1.0).contains(&f) => Ok(Budget::Fraction(f)),
+            _ => Err(format!("a budget fraction must be a number in [0, 1], got `{text}`")),
+        };
+    } else {
+        bytes(text, 1)
+    };
+    parsed.map_err(|_| format!("a budget is bytes (`4096`, `64KiB`, `2MiB`) or a fraction (`0.5`), got `{text}`"))
+}
+
+fn parse_policy(text: &str) -> Result<PolicyChoice, String> {
+    match text {
+        "none" => Ok(PolicyChoice::None),
+        "full" => Ok(PolicyChoice::Full),
+        "save-matmuls" => Ok(PolicyChoice::SaveMatmuls),
+        "names" => Ok(PolicyChoice::Names),
+        _ => match text.strip_prefix("budget=") {
+            Some(b) => parse_budget(b).map(PolicyChoice::Budget),
+            None => Err(format!(
+                "unknown policy `{text}`; expected none, full, save-matmuls, names, budget=FRACTION or budget=BYTES"
+            )),
+        },
+    }
+}
+
+fn parse_strategy(text: &str) -> Result<Strategy, String> {
+    match text {
+        "respect" => Ok(Strategy::Respect),
+        "mincut" => Ok(Strategy::MinCut),
+        _ => match text.strip_prefix("budget=") {
+            Some(b) => parse_budget(b).map(Strategy::Budget),
+            None => Err(format!("unknown strategy `{text}`; expected respect, mincut or budget=B")),
+        },
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Device {
+    Cpu,
+    Cuda,
+}
+
+/// Train a small GPT with activation checkpointing and compare policies.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Checkpointing policy: none, full, save-matmuls, names, budget=FRACTION or budget=BYTES.
+    #[arg(long, default_value = "save-matmuls", value_parser = parse_policy)]
+    policy: PolicyChoice,
+    /// Partition strategy: respect, mincut, or budget=B (bytes, KiB/MiB/GiB, or a fraction).
+    #[arg(long, default_value = "respect", value_parser = parse_strategy)]
+    strategy: Strategy,
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    layers: u32,
+    /// Model width (a multiple of --heads).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    d_model: u32,
+    /// Attention heads.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    heads: u32,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..))]
+    seq: u32,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    batch: u32,
+    /// Training steps.
+    #[arg(long, default_value_t = 300)]
+    steps: u64,
+    /// Seed for parameters and dropout.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
+    /// Draw the memory/compute frontier with each policy marked to this SVG file.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
+    /// A short run for CI: few steps, small comparison.
+    #[arg(long)]
+    quick: bool,
+}
+
+fn config(args: &Args) -> Result<GptConfig, String> {
+    if args.d_model % args.heads != 0 {
+        return Err(format!("--d-model {} is not a multiple of --heads {}", args.d_model, args.heads));
+    }
+    Ok(GptConfig {
+        batch: args.batch as usize,
+        seq: args.seq as usize,
+        d_model: args.d_model as usize,
+        heads: args.heads as usize,
+        layers: args.layers as usize,
+        vocab: 32,
+        dropout: 0.1,
+        dtype: DType::F32,
+    })
+}
+
+/// The model traced with `policy`'s regions, and the strategy to partition it with.
+fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Model, remat::Error> {
+    let run = |part: Part, x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize| match (policy, part) {
+        (PolicyChoice::None, Part::Attention) => attention(x, p, mask, heads),
+        (PolicyChoice::None, Part::FeedForward) => feed_forward(x, p),
+        (PolicyChoice::Full | PolicyChoice::Budget(_), Part::Attention) => attention_full(x, p, mask, heads),
+        (PolicyChoice::Full | PolicyChoice::Budget(_), Part::FeedForward) => feed_forward_full(x, p),
+        (PolicyChoice::SaveMatmuls, Part::Attention) => attention_save_matmuls(x, p, mask, heads),
+        (PolicyChoice::SaveMatmuls, Part::FeedForward) => feed_forward_save_matmuls(x, p),
+        (PolicyChoice::Names, Part::Attention) => attention_names(x, p, mask, heads),
+        (PolicyChoice::Names, Part::FeedForward) => feed_forward_names(x, p),
+    };
+    let graph: Graph = zoo::gpt_with(cfg, &run)?;
+    let strategy = match policy {
+        PolicyChoice::Budget(b) => Strategy::Budget(b),
+        _ => strategy,
+    };
+    Model::with_strategy(graph, strategy)
+}
+
+#[cfg_attr(test, allow(dead_code))]
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = config(args)?;
+    let steps = if args.quick { args.steps.min(20) } else { args.steps };
+    match args.device {
+        Device::Cpu => train_and_compare(args, &cfg, steps, &mut || Ok(CpuBackend::new())),
+        Device::Cuda => Err("the CUDA backend is not available in this build yet".into()),
+    }
+}
+
+/// One row of the comparison table.
+struct Row {
+    policy: PolicyChoice,
+    saved_bytes: u64,
+    predicted_peak: usize,
+    measured_peak: usize,
+    recompute_flops: u64,
+    step_seconds: f64,
+}
+
+fn train_and_compare<B: Backend>(
+    args: &Args,
+    cfg: &GptConfig,
+    steps: u64,
+    backend: &mut dyn FnMut() -> Result<B, remat::Error>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let model = build(cfg, args.policy, args.strategy)?;
+    let partition = model.partition().expect("with_strategy partitions");
+    println!(
+        "gpt: {} layers, d_model {}, {} heads, seq {}, batch {} — policy {}, strategy {}",
+        cfg.layers, cfg.d_model, cfg.heads, cfg.seq, cfg.batch, args.policy, partition.strategy
+    );
+    println!(
+        "plan: {} saved values ({} KiB of activations), {} ops recomputed ({:.1} MFLOP)",
+        partition.saved.iter().filter(|&&s| s).count(),
+        partition.saved_bytes / 1024,
+        partition.recomputed.len(),
+        partition.recompute_flops as f64 / 1e6
+    );
+
+    let mut device = backend()?;
+    let mut params = model.init_params(args.seed);
+    let mut opt = AdamW::new(3e-3);
+    let bar = ProgressBar::new(steps);
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("a valid template"));
+    let mut first_loss = None;
+    let mut last_loss = f64::NAN;
+    for step in 0..steps {
+        let feeds = zoo::synthetic_tokens(cfg, step)?;
+        let start = Instant::now();
+        let out = model.step_seeded(&mut device, &params, &feeds, args.seed.wrapping_add(step))?;
+        opt.step(&mut params, &out.grads)?;
+        first_loss.get_or_insert(out.loss);
+        last_loss = out.loss;
+        bar.set_message(format!("loss {:.4}  step {:.1} ms", out.loss, start.elapsed().as_secs_f64() * 1e3));
+        bar.inc(1);
+    }
+    bar.finish();
+    println!("loss: {:.4} at the start, {:.4} at the end", first_loss.unwrap_or(f64::NAN), last_loss);
+
+    let choices = [
+        PolicyChoice::None,
+        PolicyChoice::Full,
+        PolicyChoice::SaveMatmuls,
+        PolicyChoice::Names,
+        PolicyChoice::Budget(Budget::Fraction(0.5)),
+        PolicyChoice::Budget(Budget::Fraction(0.2)),
+    ];
+    let timed_steps = if args.quick { 2 } else { 7 };
+    let mut rows = Vec::new();
+    for policy in choices {
+        let model = build(cfg, policy, args.strategy)?;
+        let feeds = zoo::synthetic_tokens(cfg, 0)?;
+        let mut device = backend()?;
+        let mut times = Vec::new();
+        let mut last = None;
+        for i in 0..timed_steps {
+            let start = Instant::now();
+            last = Some(model.step_seeded(&mut device, &params, &feeds, i)?);
+            times.push(start.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let out = last.expect("at least one timed step");
+        let p = model.partition().expect("with_strategy partitions");
+        rows.push(Row {
+            policy,
+            saved_bytes: p.saved_bytes,
+            predicted_peak: out.predicted_peak,
+            measured_peak: out.measured_peak,
+            recompute_flops: p.recompute_flops,
+            step_seconds: times[times.len() / 2],
+        });
+    }
+    print_table(&rows);
+    if let Some(path) = &args.plot {
+        plot(path, &rows)?;
+        println!("frontier written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[Row]) {
+    let base = &rows[0];
+    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".to_string() };
+    println!(
+        "\n{:<14} {:>12} {:>12} {:>12} {:>8} {:>12} {:>10} {:>7}",
+        "policy", "saved KiB", "pred. peak", "meas. peak", "peak", "recompute", "step ms", "time"
+    );
+    for r in rows {
+        println!(
+            "{:<14} {:>12.1} {:>10.1}Ki {:>10.1}Ki {:>8} {:>9.2}MFL {:>10.2} {:>7}",
+            r.policy.to_string(),
+            r.saved_bytes as f64 / 1024.0,
+            r.predicted_peak as f64 / 1024.0,
+            r.measured_peak as f64 / 1024.0,
+            ratio(r.measured_peak as f64, base.measured_peak as f64),
+            r.recompute_flops as f64 / 1e6,
+            r.step_seconds * 1e3,
+            ratio(r.step_seconds, base.step_seconds),
+        );
+    }
+    println!("(ratios against `none`, measured in this run; peaks include parameters and inputs)");
+}
+
+fn plot(path: &std::path::Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (720, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let max_x = rows.iter().map(|r| r.saved_bytes).max().unwrap_or(1) as f64 / 1024.0 * 1.1 + 1.0;
+    let max_y = rows.iter().map(|r| r.recompute_flops).max().unwrap_or(1) as f64 / 1e6 * 1.1 + 0.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("saved activations vs recompute", ("sans-serif", 20))
+        .margin(20)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..max_x, 0.0..max_y)?;
+    chart.configure_mesh().x_desc("saved activation KiB").y_desc("recompute MFLOP").draw()?;
+    let mut points: Vec<(f64, f64)> =
+        rows.iter().map(|r| (r.saved_bytes as f64 / 1024.0, r.recompute_flops as f64 / 1e6)).collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    chart.draw_series(LineSeries::new(points, &BLUE))?;
+    chart.draw_series(rows.iter().map(|r| {
+        let at = (r.saved_bytes as f64 / 1024.0, r.recompute_flops as f64 / 1e6);
+        EmptyElement::at(at) + Circle::new((0, 0), 4, RED.filled()) + Text::new(r.policy.to_string(), (6, -12), ("sans-serif", 12))
+    }))?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick() {
+        let plot = std::env::temp_dir().join(format!("remat-frontier-{}.svg", std::process::id()));
+        let args = Args::parse_from(["gpt", "--quick", "--plot", plot.to_str().unwrap()]);
+        run(&args).unwrap();
+        let svg = std::fs::read_to_string(&plot).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("save-matmuls"));
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let err = |argv: &[&str]| Args::try_parse_from(argv).unwrap_err().to_string();
+        assert!(err(&["gpt", "--policy", "sometimes"]).contains("unknown policy `sometimes`"));
+        assert!(err(&["gpt", "--strategy", "budget=1.5"]).contains("a budget fraction must be a number in [0, 1]"));
+        assert!(err(&["gpt", "--layers", "0"]).contains("--layers"));
+        let args = Args::parse_from(["gpt", "--d-model", "30", "--heads", "4"]);
+        assert!(run(&args).unwrap_err().to_string().contains("--d-model 30 is not a multiple of --heads 4"));
+        assert_eq!(parse_budget("64KiB"), Ok(Budget::Bytes(65536)));
+        assert_eq!(parse_policy("budget=0.25"), Ok(PolicyChoice::Budget(Budget::Fraction(0.25))));
+    }
+}
