@@ -13,6 +13,7 @@ mod error;
 mod exec;
 mod graph;
 mod host;
+pub mod json;
 mod model;
 pub mod op;
 pub mod partition;
