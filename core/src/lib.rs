@@ -19,6 +19,7 @@ pub mod op;
 pub mod partition;
 mod optim;
 pub mod plan;
+pub mod report;
 pub mod region;
 pub mod rng;
 pub mod shape;
