@@ -1,7 +1,6 @@
 //! `remat.graph` v1: a tagged forward graph of catalog ops.
 
 use super::{at, attrs, node_doc, region_docs, regions, spaced, tag_parts, top, RegionDoc};
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 use crate::op::{Meta, OpKind};
@@ -122,11 +121,9 @@ fn node(g: &Graph, k: usize, n: usize, d: NodeDoc) -> Result<Node> {
         let metas: Vec<Meta<'_>> = d.inputs.iter().map(|&i| g.node(NodeId(i)).meta()).collect();
         let (shape, out) = op.infer(&metas).map_err(&err)?;
         if d.shape.as_ref().is_some_and(|s| *s != shape) || dtype.is_some_and(|t| t != out) {
-            let declared = format!(
-                "{} {}",
-                d.shape.as_deref().map_or("(any shape)".into(), fmt_shape),
-                dtype.map_or("(any dtype)", DType::name)
-            );
+            let declared: Vec<String> =
+                [d.shape.as_deref().map(fmt_shape), dtype.map(|t| t.to_string())].into_iter().flatten().collect();
+            let declared = declared.join(" ");
             return Err(err(format!("declared {declared} but the op produces {} {out}", fmt_shape(&shape))));
         }
         (shape, out)
