@@ -81,10 +81,8 @@ fn parse_budget(b: &str) -> Result<Budget, String> {
         return Ok(Budget::Fraction(f));
     }
     let units = [("KiB", 1u64 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("B", 1)];
-    let (digits, scale) = units
-        .iter()
-        .find_map(|&(suffix, scale)| b.strip_suffix(suffix).map(|d| (d, scale)))
-        .unwrap_or((b, 1));
+    let (digits, scale) =
+        units.iter().find_map(|&(suffix, scale)| b.strip_suffix(suffix).map(|d| (d, scale))).unwrap_or((b, 1));
     let n: u64 = digits.trim().parse().map_err(|_| {
         format!("`{b}` is neither bytes (4096, 64KiB, 2MiB, 1GiB) nor a fraction with a decimal point (0.5)")
     })?;
@@ -157,7 +155,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let sweep = (0..=20).map(|k| Strategy::Budget(Budget::Fraction(k as f64 / 20.0)));
             for strategy in [Strategy::Respect, Strategy::MinCut].into_iter().chain(sweep) {
                 let p = loaded.partition(strategy).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
-                points.push(Point { strategy, bytes: p.saved_bytes, flops: p.recompute_flops, recomputed: p.recomputed.len() });
+                points.push(Point {
+                    strategy,
+                    bytes: p.saved_bytes,
+                    flops: p.recompute_flops,
+                    recomputed: p.recomputed.len(),
+                });
             }
             print!("{}", pareto_table(&points));
             pareto::plot(&out, &points).map_err(|e| Failure(1, format!("{}: {e}", out.display())))?;
@@ -178,11 +181,13 @@ struct Point {
 /// The points, with whether each is on the frontier (no other point is at least as good in both
 /// and better in one).
 fn pareto_table(points: &[Point]) -> String {
-    let mut out = format!("{:<14} {:>12} {:>12} {:>16} {:>10}  frontier\n", "strategy", "saved_bytes", "", "recompute_flops", "recomputed");
+    let mut out = format!(
+        "{:<14} {:>12} {:>12} {:>16} {:>10}  frontier\n",
+        "strategy", "saved_bytes", "", "recompute_flops", "recomputed"
+    );
     for p in points {
-        let dominated = points.iter().any(|q| {
-            q.bytes <= p.bytes && q.flops <= p.flops && (q.bytes < p.bytes || q.flops < p.flops)
-        });
+        let dominated =
+            points.iter().any(|q| q.bytes <= p.bytes && q.flops <= p.flops && (q.bytes < p.bytes || q.flops < p.flops));
         out += &format!(
             "{:<14} {:>12} {:>12} {:>16} {:>10}  {}\n",
             p.strategy.to_string(),

@@ -75,7 +75,8 @@ impl<'a> Report<'a> {
     pub fn text(&self) -> String {
         let (g, p) = (self.graph, self.partition);
         let mut out = String::new();
-        let saved: Vec<u32> = (0..g.len() as u32).filter(|&i| p.saved.get(i as usize).copied().unwrap_or(false)).collect();
+        let saved: Vec<u32> =
+            (0..g.len() as u32).filter(|&i| p.saved.get(i as usize).copied().unwrap_or(false)).collect();
         let _ = writeln!(
             out,
             "partition ({}): {} value(s) saved, {} op(s) recomputed",

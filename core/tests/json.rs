@@ -203,9 +203,21 @@ fn a_valid_small_document_reads() {
 #[test]
 fn errors_name_the_node() {
     let cases: &[(&[&str], &str, &str)] = &[
-        (&[r#"{"id": 3, "op": "matmul", "inputs": [0, 2]}"#], "[3]", "node 3 (matmul): inner dimensions differ: [2, 3] · [4, 5] (3 vs 4)"),
-        (&[r#"{"id": 3, "op": "matmull", "inputs": [0, 1]}"#], "[3]", "node 3 (matmull): unknown op `matmull` (did you mean `matmul`?)"),
-        (&[r#"{"id": 3, "op": "relu_grad", "inputs": [0, 1]}"#], "[3]", "node 3 (relu_grad): `relu_grad` is an internal op"),
+        (
+            &[r#"{"id": 3, "op": "matmul", "inputs": [0, 2]}"#],
+            "[3]",
+            "node 3 (matmul): inner dimensions differ: [2, 3] · [4, 5] (3 vs 4)",
+        ),
+        (
+            &[r#"{"id": 3, "op": "matmull", "inputs": [0, 1]}"#],
+            "[3]",
+            "node 3 (matmull): unknown op `matmull` (did you mean `matmul`?)",
+        ),
+        (
+            &[r#"{"id": 3, "op": "relu_grad", "inputs": [0, 1]}"#],
+            "[3]",
+            "node 3 (relu_grad): `relu_grad` is an internal op",
+        ),
         (&[r#"{"id": 3, "op": "relu", "inputs": [0], "shap": [2, 3]}"#], "[3]", "node 3 (relu): unknown field `shap`"),
         (&[r#"{"id": 3, "op": "relu", "inputs": [9]}"#], "[3]", "node 3 (relu): dangling input 9"),
         (
@@ -213,21 +225,37 @@ fn errors_name_the_node() {
             "[4]",
             "node 3 (relu): input 4 does not precede node 3",
         ),
-        (&[r#"{"id": 3, "op": "relu", "inputs": [0], "shape": [3, 2]}"#], "[3]", "node 3 (relu): declared [3, 2] but the op produces [2, 3] f32"),
-        (&[r#"{"id": 3, "op": "sum", "inputs": [0], "attrs": {"axis": [0]}}"#], "[3]", "node 3 (sum): missing attribute `axes`"),
+        (
+            &[r#"{"id": 3, "op": "relu", "inputs": [0], "shape": [3, 2]}"#],
+            "[3]",
+            "node 3 (relu): declared [3, 2] but the op produces [2, 3] f32",
+        ),
+        (
+            &[r#"{"id": 3, "op": "sum", "inputs": [0], "attrs": {"axis": [0]}}"#],
+            "[3]",
+            "node 3 (sum): missing attribute `axes`",
+        ),
         (
             &[r#"{"id": 3, "op": "sum", "inputs": [0], "attrs": {"axes": [0, 1], "keep": true}}"#],
             "[3]",
             "node 3 (sum): unknown attribute `keep`",
         ),
         (&[r#"{"id": 3, "op": "cast", "inputs": [0], "attrs": {"dtype": "f33"}}"#], "[3]", "did you mean `f32`?"),
-        (&[r#"{"id": 3, "op": "relu", "inputs": [0], "region": 0}"#], "[3]", "node 3 (relu): a node with a `region` needs a `policy`"),
+        (
+            &[r#"{"id": 3, "op": "relu", "inputs": [0], "region": 0}"#],
+            "[3]",
+            "node 3 (relu): a node with a `region` needs a `policy`",
+        ),
         (
             &[r#"{"id": 3, "op": "relu", "inputs": [0], "region": 0, "policy": "must_sav"}"#],
             "[3]",
             "did you mean `must_save`?",
         ),
-        (&[r#"{"id": 4, "op": "relu", "inputs": [0]}"#], "[4]", "node 4 (relu): node ids must be 0, 1, 2, .. in order: expected 3"),
+        (
+            &[r#"{"id": 4, "op": "relu", "inputs": [0]}"#],
+            "[4]",
+            "node 4 (relu): node ids must be 0, 1, 2, .. in order: expected 3",
+        ),
         (&[r#"{"id": 3, "op": "input", "dtype": "f32"}"#], "[3]", "node 3 (input): input needs `shape` and `dtype`"),
         (&[r#"{"id": 3, "op": "relu", "inputs": [0]}"#], "[3]", "node 3 (relu): the first output is the loss"),
         (&[r#"{"id": 3, "op": "relu", "inputs": [0]}"#], "[]", "`outputs` is empty"),
@@ -264,12 +292,30 @@ fn joint_error(node: &str) -> String {
 #[test]
 fn joint_errors_name_the_node() {
     let cases = [
-        (r#"{"id": 2, "op": "mul", "inputs": [1], "phase": "forward", "bytes": 4}"#, "node 2 (mul): a forward node cannot read backward node 1"),
-        (r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward", "bytes": 4, "flags": ["viw"]}"#, "did you mean `view`?"),
-        (r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward"}"#, "node 2 (mul): needs `bytes`, or `shape` and `dtype`"),
-        (r#"{"id": 2, "op": "placeholder", "phase": "forward", "bytes": 4}"#, "node 2 (placeholder): a forward node without inputs"),
-        (r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "sideways", "bytes": 4}"#, "node 2 (mul): unknown variant `sideways`"),
-        (r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward", "bytes": 5, "shape": [2], "dtype": "f32"}"#, "node 2 (mul): bytes 5 disagree"),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [1], "phase": "forward", "bytes": 4}"#,
+            "node 2 (mul): a forward node cannot read backward node 1",
+        ),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward", "bytes": 4, "flags": ["viw"]}"#,
+            "did you mean `view`?",
+        ),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward"}"#,
+            "node 2 (mul): needs `bytes`, or `shape` and `dtype`",
+        ),
+        (
+            r#"{"id": 2, "op": "placeholder", "phase": "forward", "bytes": 4}"#,
+            "node 2 (placeholder): a forward node without inputs",
+        ),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "sideways", "bytes": 4}"#,
+            "node 2 (mul): unknown variant `sideways`",
+        ),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward", "bytes": 5, "shape": [2], "dtype": "f32"}"#,
+            "node 2 (mul): bytes 5 disagree",
+        ),
         (r#"{"id": 2, "op": "mul", "inputs": [3], "phase": "forward", "bytes": 4}"#, "node 2 (mul): dangling input 3"),
     ];
     for (node, expected) in cases {
@@ -303,7 +349,14 @@ fn reports() {
     let p = partition(&pg, Strategy::Respect).unwrap();
     let report = Report::new(&pg, &p).with_planned_peak(1000).with_measured_peak(1000);
     let text = report.text();
-    for needle in ["saved for the backward", "recomputed in the backward", "crosses the boundary of region instance", "ffn#", "json.rs:", "peak memory: planned"] {
+    for needle in [
+        "saved for the backward",
+        "recomputed in the backward",
+        "crosses the boundary of region instance",
+        "ffn#",
+        "json.rs:",
+        "peak memory: planned",
+    ] {
         assert!(text.contains(needle), "`{needle}` missing from\n{text}");
     }
     let v: Value = serde_json::from_str(&report.json()).unwrap();

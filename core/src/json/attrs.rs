@@ -131,7 +131,9 @@ fn init(v: &Value) -> Res<Init> {
         Value::Object(m) if m.len() == 1 && m.get("normal").is_some_and(Value::is_number) => {
             Ok(Init::Normal(m["normal"].as_f64().unwrap_or(0.0)))
         }
-        other => Err(format!("attribute `init`: expected \"auto\", \"zeros\", \"ones\" or {{\"normal\": std}}, got {other}")),
+        other => {
+            Err(format!("attribute `init`: expected \"auto\", \"zeros\", \"ones\" or {{\"normal\": std}}, got {other}"))
+        }
     }
 }
 
@@ -188,7 +190,10 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         },
         Op::Constant { value } => json!({ "value": value }),
         Op::Clamp { min, max } | Op::ClampGrad { min, max } => json!({"min": bound(*min), "max": bound(*max)}),
-        Op::Sum { axes, keepdim } | Op::Mean { axes, keepdim } | Op::Amax { axes, keepdim } | Op::AmaxGrad { axes, keepdim } => {
+        Op::Sum { axes, keepdim }
+        | Op::Mean { axes, keepdim }
+        | Op::Amax { axes, keepdim }
+        | Op::AmaxGrad { axes, keepdim } => {
             if *keepdim {
                 json!({"axes": axes, "keepdim": true})
             } else {

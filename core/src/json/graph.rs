@@ -130,7 +130,9 @@ fn node(g: &Graph, k: usize, n: usize, d: NodeDoc) -> Result<Node> {
     };
     let tag = tag_parts(d.region, d.policy.as_deref(), d.source.as_deref()).map_err(&err)?;
     let tag = tag.map(|(region, policy, source)| Tag { region: RegionId(region), policy, source });
-    if kind.info().leaf && kind != OpKind::Constant && tag.is_some_and(|t| t.policy == crate::graph::Policy::MustRecompute)
+    if kind.info().leaf
+        && kind != OpKind::Constant
+        && tag.is_some_and(|t| t.policy == crate::graph::Policy::MustRecompute)
     {
         return Err(err(format!("must_recompute on a {kind}: inputs and parameters are resident, not recomputed")));
     }
@@ -142,7 +144,9 @@ fn node(g: &Graph, k: usize, n: usize, d: NodeDoc) -> Result<Node> {
 fn op_kind(name: &str) -> std::result::Result<OpKind, String> {
     match OpKind::from_name(name) {
         Some(kind) if kind.info().public => Ok(kind),
-        Some(_) => Err(format!("`{name}` is an internal op of derived backward graphs; a remat.graph names public ops")),
+        Some(_) => {
+            Err(format!("`{name}` is an internal op of derived backward graphs; a remat.graph names public ops"))
+        }
         None => Err(match remat_catalog::suggest(name) {
             Some(s) => format!("unknown op `{name}` (did you mean `{s}`?)"),
             None => format!("unknown op `{name}`"),
@@ -186,7 +190,11 @@ pub(super) fn to_text(g: &Graph) -> String {
             dtype: Some(n.dtype.name().to_string()),
             region: n.tag.map(|t| t.region.0),
             policy: n.tag.map(|t| t.policy.name().to_string()),
-            source: n.tag.map(|t| t.source).filter(|s| *s != crate::graph::PolicySource::Explicit).map(|s| super::source_name(s).to_string()),
+            source: n
+                .tag
+                .map(|t| t.source)
+                .filter(|s| *s != crate::graph::PolicySource::Explicit)
+                .map(|s| super::source_name(s).to_string()),
             name: n.name.clone(),
             loc: n.loc.map(|l| l.to_string()),
         }

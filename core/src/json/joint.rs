@@ -196,7 +196,7 @@ pub(super) fn to_text(g: &PGraph) -> String {
         let implied = n.shape.as_ref().zip(n.dtype).map(|(s, t)| (numel(s) * t.size()) as u64);
         let mut flags = Vec::new();
         let mut f = n.flags;
-        f.resident &= !(resident_op(&n.op) && !n.backward);
+        f.resident &= !resident_op(&n.op) || n.backward;
         for name in FLAGS {
             if flag_of(&mut f, name).is_some_and(|b| *b) {
                 flags.push(name.to_string());

@@ -151,7 +151,11 @@ type RegionParts = (Option<u32>, String, Option<f64>);
 
 /// The regions of a document: listed ones, plus any implied by a node's `region` (named `r{id}`,
 /// top level). Parents must be listed with smaller ids.
-fn regions(docs: Vec<RegionDoc>, used: impl Iterator<Item = (u32, u32, String)>, n_nodes: usize) -> Result<Vec<RegionParts>> {
+fn regions(
+    docs: Vec<RegionDoc>,
+    used: impl Iterator<Item = (u32, u32, String)>,
+    n_nodes: usize,
+) -> Result<Vec<RegionParts>> {
     let listed_max = docs.iter().map(|r| r.id as usize + 1).max().unwrap_or(0);
     let limit = listed_max + n_nodes;
     let mut out: Vec<Option<RegionParts>> = vec![None; listed_max];
