@@ -44,6 +44,16 @@ pub enum Error {
     /// Bad arguments to an API call (a strategy, an optimizer setting, ...).
     #[error("{0}")]
     Invalid(String),
+    /// A JSON document (`remat.graph`, `remat.joint`) is malformed or describes an invalid graph.
+    #[error("{}{message}", json_location(*.node, .op.as_deref()))]
+    Json {
+        /// The node the problem is in, when it is in one.
+        node: Option<u32>,
+        /// That node's op, when known.
+        op: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
     /// A backend failed (device missing, out of memory, kernel error).
     #[error("{backend} backend: {message}")]
     Backend {
@@ -52,6 +62,15 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+}
+
+/// `node 3 (matmul): `, `node 3: ` or nothing.
+fn json_location(node: Option<u32>, op: Option<&str>) -> String {
+    match (node, op) {
+        (Some(n), Some(op)) => format!("node {n} ({op}): "),
+        (Some(n), None) => format!("node {n}: "),
+        (None, _) => String::new(),
+    }
 }
 
 /// `Result` with [`Error`].

@@ -1,0 +1,225 @@
+//! Op attributes in `remat.graph` nodes: `{"axes": [1], "keepdim": true}` and so on.
+//!
+//! Reading and writing are exhaustive matches over the op kinds, like the rest of remat, so a
+//! kind added to the catalog cannot be forgotten here.
+
+use crate::dtype::DType;
+use crate::op::{Init, Op, OpKind};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+
+type Res<T> = std::result::Result<T, String>;
+
+/// The attributes of one node being read; remembers which keys were used.
+struct Attrs<'a> {
+    map: &'a Map<String, Value>,
+    known: Vec<&'static str>,
+}
+
+impl<'a> Attrs<'a> {
+    fn optional<T: DeserializeOwned>(&mut self, key: &'static str) -> Res<Option<T>> {
+        self.known.push(key);
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| format!("attribute `{key}`: {e}")),
+        }
+    }
+
+    fn required<T: DeserializeOwned>(&mut self, key: &'static str) -> Res<T> {
+        self.optional(key)?.ok_or_else(|| format!("missing attribute `{key}`"))
+    }
+
+    /// A bound where `null` means unbounded.
+    fn bound(&mut self, key: &'static str, unbounded: f64) -> Res<f64> {
+        if self.map.get(key) == Some(&Value::Null) {
+            self.known.push(key);
+            return Ok(unbounded);
+        }
+        self.required(key)
+    }
+
+    /// Rejects keys no rule asked for.
+    fn finish(self, kind: OpKind) -> Res<()> {
+        for key in self.map.keys() {
+            if !self.known.contains(&key.as_str()) {
+                let expected = if self.known.is_empty() {
+                    format!("{kind} takes no attributes")
+                } else {
+                    let hint = remat_catalog::closest(key, self.known.iter().copied())
+                        .map_or(String::new(), |c| format!("did you mean `{c}`? "));
+                    format!("{hint}{kind} takes {}", self.known.join(", "))
+                };
+                return Err(format!("unknown attribute `{key}` ({expected})"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The op of kind `kind` with the attributes of `map`; `id` is the node's id (a dropout's
+/// default mask key).
+pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
+    use OpKind as K;
+    let mut a = Attrs { map, known: Vec::new() };
+    let op = match kind {
+        K::Input => Op::Input,
+        K::Param => Op::Param { init: a.optional::<Value>("init")?.map_or(Ok(Init::Auto), |v| init(&v))? },
+        K::Constant => Op::Constant { value: a.required("value")? },
+        K::Add => Op::Add,
+        K::Sub => Op::Sub,
+        K::Mul => Op::Mul,
+        K::Div => Op::Div,
+        K::Maximum => Op::Maximum,
+        K::Neg => Op::Neg,
+        K::Exp => Op::Exp,
+        K::Log => Op::Log,
+        K::Sin => Op::Sin,
+        K::Cos => Op::Cos,
+        K::Tanh => Op::Tanh,
+        K::Sigmoid => Op::Sigmoid,
+        K::Relu => Op::Relu,
+        K::Gelu => Op::Gelu,
+        K::Abs => Op::Abs,
+        K::Sqrt => Op::Sqrt,
+        K::Rsqrt => Op::Rsqrt,
+        K::Reciprocal => Op::Reciprocal,
+        K::Square => Op::Square,
+        K::Sign => Op::Sign,
+        K::MaximumMask => Op::MaximumMask,
+        K::ReluGrad => Op::ReluGrad,
+        K::GeluGrad => Op::GeluGrad,
+        K::SoftmaxGrad => Op::SoftmaxGrad,
+        K::LogSoftmaxGrad => Op::LogSoftmaxGrad,
+        K::CrossEntropyGrad => Op::CrossEntropyGrad,
+        K::Matmul => Op::Matmul,
+        K::ScaledMatmul => Op::ScaledMatmul,
+        K::Softmax => Op::Softmax,
+        K::LogSoftmax => Op::LogSoftmax,
+        K::CrossEntropy => Op::CrossEntropy,
+        K::Embedding => Op::Embedding,
+        K::Clamp => Op::Clamp { min: a.bound("min", f64::NEG_INFINITY)?, max: a.bound("max", f64::INFINITY)? },
+        K::ClampGrad => Op::ClampGrad { min: a.bound("min", f64::NEG_INFINITY)?, max: a.bound("max", f64::INFINITY)? },
+        K::Sum => Op::Sum { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
+        K::Mean => Op::Mean { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
+        K::Amax => Op::Amax { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
+        K::AmaxGrad => Op::AmaxGrad { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
+        K::Reshape => Op::Reshape { shape: a.required("shape")? },
+        K::Expand => Op::Expand { shape: a.required("shape")? },
+        K::Transpose => Op::Transpose { perm: a.required("perm")? },
+        K::Concat => Op::Concat { axis: a.required("axis")? },
+        K::LayerNorm => Op::LayerNorm { eps: a.required("eps")? },
+        K::LayerNormGrad => Op::LayerNormGrad { eps: a.required("eps")? },
+        K::Cast => Op::Cast { dtype: super::parse_dtype(&a.required::<String>("dtype")?)? },
+        K::Dropout => Op::Dropout {
+            p: a.required("p")?,
+            seed: a.optional("seed")?.unwrap_or(0),
+            key: a.optional("key")?.unwrap_or(id as u64),
+        },
+        K::Slice => Op::Slice { axis: a.required("axis")?, start: a.required("start")?, len: a.required("len")? },
+        K::EmbeddingGrad => Op::EmbeddingGrad { rows: a.required("rows")? },
+    };
+    a.finish(kind)?;
+    Ok(op)
+}
+
+/// `"auto"`, `"zeros"`, `"ones"` or `{"normal": std}`.
+fn init(v: &Value) -> Res<Init> {
+    match v {
+        Value::String(s) if s == "auto" => Ok(Init::Auto),
+        Value::String(s) if s == "zeros" => Ok(Init::Zeros),
+        Value::String(s) if s == "ones" => Ok(Init::Ones),
+        Value::Object(m) if m.len() == 1 && m.get("normal").is_some_and(Value::is_number) => {
+            Ok(Init::Normal(m["normal"].as_f64().unwrap_or(0.0)))
+        }
+        other => {
+            Err(format!("attribute `init`: expected \"auto\", \"zeros\", \"ones\" or {{\"normal\": std}}, got {other}"))
+        }
+    }
+}
+
+/// A float as JSON; `null` for the unbounded ends of a clamp.
+fn bound(x: f64) -> Value {
+    if x.is_finite() {
+        json!(x)
+    } else {
+        Value::Null
+    }
+}
+
+/// The attributes of `op` in canonical form (defaults omitted); `id` is the node's id.
+pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
+    let v = match op {
+        Op::Input
+        | Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Div
+        | Op::Maximum
+        | Op::Neg
+        | Op::Exp
+        | Op::Log
+        | Op::Sin
+        | Op::Cos
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Relu
+        | Op::Gelu
+        | Op::Abs
+        | Op::Sqrt
+        | Op::Rsqrt
+        | Op::Reciprocal
+        | Op::Square
+        | Op::Sign
+        | Op::MaximumMask
+        | Op::ReluGrad
+        | Op::GeluGrad
+        | Op::SoftmaxGrad
+        | Op::LogSoftmaxGrad
+        | Op::CrossEntropyGrad
+        | Op::Matmul
+        | Op::ScaledMatmul
+        | Op::Softmax
+        | Op::LogSoftmax
+        | Op::CrossEntropy
+        | Op::Embedding => json!({}),
+        Op::Param { init } => match init {
+            Init::Auto => json!({}),
+            Init::Zeros => json!({"init": "zeros"}),
+            Init::Ones => json!({"init": "ones"}),
+            Init::Normal(std) => json!({"init": {"normal": std}}),
+        },
+        Op::Constant { value } => json!({ "value": value }),
+        Op::Clamp { min, max } | Op::ClampGrad { min, max } => json!({"min": bound(*min), "max": bound(*max)}),
+        Op::Sum { axes, keepdim }
+        | Op::Mean { axes, keepdim }
+        | Op::Amax { axes, keepdim }
+        | Op::AmaxGrad { axes, keepdim } => {
+            if *keepdim {
+                json!({"axes": axes, "keepdim": true})
+            } else {
+                json!({ "axes": axes })
+            }
+        }
+        Op::Reshape { shape } | Op::Expand { shape } => json!({ "shape": shape }),
+        Op::Transpose { perm } => json!({ "perm": perm }),
+        Op::Concat { axis } => json!({ "axis": axis }),
+        Op::LayerNorm { eps } | Op::LayerNormGrad { eps } => json!({ "eps": eps }),
+        Op::Cast { dtype } => json!({"dtype": DType::name(*dtype)}),
+        Op::Dropout { p, seed, key } => {
+            let mut m = json!({ "p": p });
+            if *seed != 0 {
+                m["seed"] = json!(seed);
+            }
+            if *key != id as u64 {
+                m["key"] = json!(key);
+            }
+            m
+        }
+        Op::Slice { axis, start, len } => json!({"axis": axis, "start": start, "len": len}),
+        Op::EmbeddingGrad { rows } => json!({ "rows": rows }),
+    };
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}

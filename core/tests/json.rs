@@ -1,0 +1,388 @@
+//! JSON interchange and reports: import∘export is the identity on traced models (regions, tags,
+//! names and locations included), on joint graphs and on the documents in `docs/examples`;
+//! every malformed document is an error naming the node.
+
+use remat_core::json::{self, Document};
+use remat_core::partition::{partition, PGraph};
+use remat_core::report::Report;
+use remat_core::zoo::{self, GptConfig, MlpConfig, Part};
+use remat_core::{enter_region, DType, Graph, JointGraph, Op, Policy, PolicyTable, RegionSpec, Strategy};
+use serde_json::Value;
+
+static ATTN: RegionSpec = RegionSpec {
+    name: "attention",
+    module: "json",
+    file: file!(),
+    line: line!(),
+    policy: PolicyTable::RECOMPUTE_ALL,
+    budget: None,
+};
+
+static FFN: RegionSpec = RegionSpec {
+    name: "ffn",
+    module: "json",
+    file: file!(),
+    line: line!(),
+    policy: PolicyTable {
+        must_save: &[remat_core::OpKind::Matmul],
+        prefer_save: &[],
+        must_recompute: &[],
+        prefer_recompute: &[],
+        save_names: &[],
+        default: Policy::PreferRecompute,
+    },
+    budget: Some(0.5),
+};
+
+static INNER: RegionSpec = RegionSpec {
+    name: "gelu_part",
+    module: "json",
+    file: file!(),
+    line: line!(),
+    policy: PolicyTable::SAVE_ALL,
+    budget: None,
+};
+
+fn gpt_cfg(dtype: DType, dropout: f64) -> GptConfig {
+    GptConfig { batch: 2, seq: 4, d_model: 8, heads: 2, layers: 2, vocab: 11, dropout, dtype }
+}
+
+/// A GPT whose attention runs in a region and whose MLP runs in a region with a nested one.
+fn gpt_with_regions() -> Graph {
+    zoo::gpt_with(&gpt_cfg(DType::F32, 0.1), &|part, x, p, mask, heads| match part {
+        Part::Attention => {
+            let _r = enter_region(&ATTN);
+            zoo::attention(x, p, mask, heads)
+        }
+        Part::FeedForward => {
+            let _r = enter_region(&FFN);
+            let h = &x.matmul(&p.w1) + &p.b1;
+            let g = {
+                let _inner = enter_region(&INNER);
+                h.gelu()
+            };
+            &g.matmul(&p.w2) + &p.b2
+        }
+    })
+    .unwrap()
+}
+
+fn models() -> Vec<(&'static str, Graph)> {
+    vec![
+        ("mlp", zoo::mlp(&MlpConfig { batch: 4, widths: vec![6, 8, 8, 3] }).unwrap()),
+        ("gpt", zoo::gpt(&gpt_cfg(DType::F32, 0.0)).unwrap()),
+        ("gpt bf16 dropout", zoo::gpt(&gpt_cfg(DType::BF16, 0.1)).unwrap()),
+        ("gpt regions", gpt_with_regions()),
+    ]
+}
+
+/// Equality of graphs, except the compile-time spec of traced regions (no document carries it).
+fn assert_same(name: &str, a: &Graph, b: &Graph) {
+    assert_eq!(a.nodes(), b.nodes(), "{name}: nodes");
+    assert_eq!(a.outputs(), b.outputs(), "{name}: outputs");
+    assert_eq!(a.regions().len(), b.regions().len(), "{name}: regions");
+    for (x, y) in a.regions().iter().zip(b.regions()) {
+        assert_eq!((x.parent, &x.name, x.budget), (y.parent, &y.name, y.budget), "{name}: region");
+    }
+}
+
+#[test]
+fn traced_models_round_trip() {
+    for (name, g) in models() {
+        let text = json::write_graph(&g);
+        let back = json::read_graph(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_same(name, &g, &back);
+        assert_eq!(json::write_graph(&back), text, "{name}: canonical text");
+        assert!(matches!(json::read(&text).unwrap(), Document::Graph(_)));
+    }
+}
+
+#[test]
+fn regions_and_tags_survive() {
+    let g = gpt_with_regions();
+    let back = json::read_graph(&json::write_graph(&g)).unwrap();
+    let inner = back.regions().iter().position(|r| r.name == "gelu_part").unwrap();
+    let parent = back.regions()[inner].parent.unwrap();
+    assert_eq!(back.region(parent).name, "ffn");
+    assert_eq!(back.region(parent).budget, Some(0.5));
+    let tagged = back.nodes().iter().filter(|n| n.tag.is_some()).count();
+    assert!(tagged > 10 && tagged == g.nodes().iter().filter(|n| n.tag.is_some()).count());
+    assert!(back.nodes().iter().any(|n| n.tag.is_some_and(|t| t.policy == Policy::MustSave)));
+    assert!(back.nodes().iter().all(|n| n.loc.is_some()), "source locations travel");
+}
+
+#[test]
+fn joint_graphs_round_trip() {
+    for (name, g) in models() {
+        let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
+        let text = json::write_joint(&pg);
+        let back = json::read_joint(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(back, pg, "{name}");
+        assert_eq!(json::write_joint(&back), text, "{name}: canonical text");
+        for strategy in [Strategy::Respect, Strategy::MinCut] {
+            assert_eq!(partition(&back, strategy).unwrap(), partition(&pg, strategy).unwrap(), "{name} {strategy}");
+        }
+    }
+}
+
+#[test]
+fn imported_graph_partitions_like_the_traced_one() {
+    let g = gpt_with_regions();
+    let back = json::read_graph(&json::write_graph(&g)).unwrap();
+    let a = PGraph::from_joint(&JointGraph::new(&g).unwrap());
+    let b = PGraph::from_joint(&JointGraph::new(&back).unwrap());
+    for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(remat_core::Budget::Fraction(0.5))] {
+        assert_eq!(partition(&a, strategy).unwrap(), partition(&b, strategy).unwrap(), "{strategy}");
+    }
+}
+
+fn example(name: &str) -> String {
+    let path = format!("{}/../docs/examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn documented_examples_round_trip() {
+    for name in ["two_regions.graph.json", "small.joint.json"] {
+        let text = example(name);
+        let written = match json::read(&text).unwrap_or_else(|e| panic!("{name}: {e}")) {
+            Document::Graph(g) => json::write_graph(&g),
+            Document::Joint(pg) => json::write_joint(&pg),
+        };
+        let a: Value = serde_json::from_str(&text).unwrap();
+        let b: Value = serde_json::from_str(&written).unwrap();
+        assert_eq!(a, b, "{name}");
+    }
+}
+
+#[test]
+fn two_regions_save_the_boundary() {
+    let g = json::read_graph(&example("two_regions.graph.json")).unwrap();
+    let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
+    let p = partition(&pg, Strategy::Respect).unwrap();
+    // h = exp(..) is produced in f and consumed in g: saved; f's inner values are recomputed.
+    assert!(p.saved[5]);
+    assert_eq!(p.recomputed, vec![3, 4]);
+    let text = Report::new(&pg, &p).text();
+    assert!(text.contains("crosses the boundary of region instance 0 (f#0)"), "{text}");
+    assert!(text.contains("prefer_recompute tag"), "{text}");
+}
+
+/// A remat.graph with `x: [2, 3]`, `w: [4, 5]` and the given further nodes.
+fn doc(nodes: &[&str], outputs: &str) -> String {
+    let mut all = vec![
+        r#"{"id": 0, "op": "input", "shape": [2, 3], "dtype": "f32", "name": "x"}"#.to_string(),
+        r#"{"id": 1, "op": "param", "shape": [3, 4], "dtype": "f32", "name": "w"}"#.to_string(),
+        r#"{"id": 2, "op": "param", "shape": [4, 5], "dtype": "f32", "name": "v"}"#.to_string(),
+    ];
+    all.extend(nodes.iter().map(|s| s.to_string()));
+    format!(r#"{{"format": "remat.graph", "version": 1, "nodes": [{}], "outputs": {outputs}}}"#, all.join(", "))
+}
+
+fn graph_error(nodes: &[&str], outputs: &str) -> String {
+    json::read_graph(&doc(nodes, outputs)).unwrap_err().to_string()
+}
+
+#[test]
+fn a_valid_small_document_reads() {
+    let g = json::read_graph(&doc(
+        &[
+            r#"{"id": 3, "op": "matmul", "inputs": [0, 1]}"#,
+            r#"{"id": 4, "op": "clamp", "inputs": [3], "attrs": {"min": null, "max": 1.5}}"#,
+            r#"{"id": 5, "op": "dropout", "inputs": [4], "attrs": {"p": 0.25, "seed": 7}}"#,
+            r#"{"id": 6, "op": "mean", "inputs": [5], "attrs": {"axes": [0, 1]}, "shape": [], "dtype": "f32"}"#,
+        ],
+        "[6]",
+    ))
+    .unwrap();
+    assert_eq!(g.node(remat_core::NodeId(3)).shape, vec![2, 4]);
+    assert_eq!(g.node(remat_core::NodeId(4)).op, Op::Clamp { min: f64::NEG_INFINITY, max: 1.5 });
+    assert_eq!(g.node(remat_core::NodeId(5)).op, Op::Dropout { p: 0.25, seed: 7, key: 5 });
+}
+
+#[test]
+fn errors_name_the_node() {
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &[r#"{"id": 3, "op": "matmul", "inputs": [0, 2]}"#],
+            "[3]",
+            "node 3 (matmul): inner dimensions differ: [2, 3] · [4, 5] (3 vs 4)",
+        ),
+        (
+            &[r#"{"id": 3, "op": "matmull", "inputs": [0, 1]}"#],
+            "[3]",
+            "node 3 (matmull): unknown op `matmull` (did you mean `matmul`?)",
+        ),
+        (
+            &[r#"{"id": 3, "op": "relu_grad", "inputs": [0, 1]}"#],
+            "[3]",
+            "node 3 (relu_grad): `relu_grad` is an internal op",
+        ),
+        (&[r#"{"id": 3, "op": "relu", "inputs": [0], "shap": [2, 3]}"#], "[3]", "node 3 (relu): unknown field `shap`"),
+        (&[r#"{"id": 3, "op": "relu", "inputs": [9]}"#], "[3]", "node 3 (relu): dangling input 9"),
+        (
+            &[r#"{"id": 3, "op": "relu", "inputs": [4]}"#, r#"{"id": 4, "op": "relu", "inputs": [3]}"#],
+            "[4]",
+            "node 3 (relu): input 4 does not precede node 3",
+        ),
+        (
+            &[r#"{"id": 3, "op": "relu", "inputs": [0], "shape": [3, 2]}"#],
+            "[3]",
+            "node 3 (relu): declared [3, 2] but the op produces [2, 3] f32",
+        ),
+        (
+            &[r#"{"id": 3, "op": "sum", "inputs": [0], "attrs": {"axis": [0]}}"#],
+            "[3]",
+            "node 3 (sum): missing attribute `axes`",
+        ),
+        (
+            &[r#"{"id": 3, "op": "sum", "inputs": [0], "attrs": {"axes": [0, 1], "keep": true}}"#],
+            "[3]",
+            "node 3 (sum): unknown attribute `keep`",
+        ),
+        (&[r#"{"id": 3, "op": "cast", "inputs": [0], "attrs": {"dtype": "f33"}}"#], "[3]", "did you mean `f32`?"),
+        (
+            &[r#"{"id": 3, "op": "relu", "inputs": [0], "region": 0}"#],
+            "[3]",
+            "node 3 (relu): a node with a `region` needs a `policy`",
+        ),
+        (
+            &[r#"{"id": 3, "op": "relu", "inputs": [0], "region": 0, "policy": "must_sav"}"#],
+            "[3]",
+            "did you mean `must_save`?",
+        ),
+        (
+            &[r#"{"id": 4, "op": "relu", "inputs": [0]}"#],
+            "[4]",
+            "node 4 (relu): node ids must be 0, 1, 2, .. in order: expected 3",
+        ),
+        (&[r#"{"id": 3, "op": "input", "dtype": "f32"}"#], "[3]", "node 3 (input): input needs `shape` and `dtype`"),
+        (&[r#"{"id": 3, "op": "relu", "inputs": [0]}"#], "[3]", "node 3 (relu): the first output is the loss"),
+        (&[r#"{"id": 3, "op": "relu", "inputs": [0]}"#], "[]", "`outputs` is empty"),
+    ];
+    for (nodes, outputs, expected) in cases {
+        let e = graph_error(nodes, outputs);
+        assert!(e.contains(expected), "expected `{expected}` in `{e}`");
+    }
+}
+
+#[test]
+fn header_errors() {
+    let e = |text: &str| json::read(text).unwrap_err().to_string();
+    assert!(e("{").contains("invalid JSON"));
+    assert!(e(r#"{"format": "remat.grph", "version": 1}"#).contains("unknown format `remat.grph`"));
+    assert!(e(r#"{"format": "remat.graph", "version": 2}"#).contains("version 2 is not supported"));
+    let extra = r#"{"format": "remat.graph", "version": 1, "nodes": [], "outputs": [0], "extra": 1}"#;
+    assert!(e(extra).contains("unknown field `extra`"));
+    let joint_as_graph = json::read_graph(&example("small.joint.json")).unwrap_err().to_string();
+    assert!(joint_as_graph.contains("expected a remat.graph document"));
+}
+
+fn joint_error(node: &str) -> String {
+    let text = format!(
+        r#"{{"format": "remat.joint", "version": 1, "nodes": [
+            {{"id": 0, "op": "input", "phase": "forward", "bytes": 16}},
+            {{"id": 1, "op": "grad", "inputs": [0], "phase": "backward", "bytes": 16}},
+            {node}
+        ], "forward_outputs": [0]}}"#
+    );
+    json::read_joint(&text).unwrap_err().to_string()
+}
+
+#[test]
+fn joint_errors_name_the_node() {
+    let cases = [
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [1], "phase": "forward", "bytes": 4}"#,
+            "node 2 (mul): a forward node cannot read backward node 1",
+        ),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward", "bytes": 4, "flags": ["viw"]}"#,
+            "did you mean `view`?",
+        ),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward"}"#,
+            "node 2 (mul): needs `bytes`, or `shape` and `dtype`",
+        ),
+        (
+            r#"{"id": 2, "op": "placeholder", "phase": "forward", "bytes": 4}"#,
+            "node 2 (placeholder): a forward node without inputs",
+        ),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "sideways", "bytes": 4}"#,
+            "node 2 (mul): unknown variant `sideways`",
+        ),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward", "bytes": 5, "shape": [2], "dtype": "f32"}"#,
+            "node 2 (mul): bytes 5 disagree",
+        ),
+        (r#"{"id": 2, "op": "mul", "inputs": [3], "phase": "forward", "bytes": 4}"#, "node 2 (mul): dangling input 3"),
+    ];
+    for (node, expected) in cases {
+        let e = joint_error(node);
+        assert!(e.contains(expected), "expected `{expected}` in `{e}`");
+    }
+}
+
+#[test]
+fn joint_residency_and_flags() {
+    let pg = json::read_joint(&example("small.joint.json")).unwrap();
+    assert!(pg.nodes[0].flags.resident && pg.nodes[1].flags.resident);
+    assert!(pg.nodes[4].flags.not_recomputable && pg.nodes[4].flags.random);
+    assert!(pg.nodes[6].flags.tangent && pg.nodes[6].backward);
+    assert_eq!(pg.nodes[2].bytes, 128);
+    assert_eq!(pg.regions[0].budget, Some(0.75));
+    let text = r#"{"format": "remat.joint", "version": 1, "nodes": [
+        {"id": 0, "op": "primals_1", "phase": "forward", "bytes": 16, "flags": ["resident"]},
+        {"id": 1, "op": "sin", "inputs": [0], "phase": "forward", "bytes": 16},
+        {"id": 2, "op": "cos", "inputs": [1], "phase": "backward", "bytes": 16}
+    ], "forward_outputs": [], "backward_outputs": [2]}"#;
+    let pg = json::read_joint(text).unwrap();
+    assert!(pg.nodes[0].flags.resident);
+    assert_eq!(json::read_joint(&json::write_joint(&pg)).unwrap(), pg);
+}
+
+#[test]
+fn reports() {
+    let g = gpt_with_regions();
+    let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
+    let p = partition(&pg, Strategy::Respect).unwrap();
+    let report = Report::new(&pg, &p).with_planned_peak(1000).with_measured_peak(1000);
+    let text = report.text();
+    for needle in [
+        "saved for the backward",
+        "recomputed in the backward",
+        "crosses the boundary of region instance",
+        "ffn#",
+        "json.rs:",
+        "peak memory: planned",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing from\n{text}");
+    }
+    let v: Value = serde_json::from_str(&report.json()).unwrap();
+    assert_eq!(v["strategy"], "respect");
+    assert_eq!(v["saved_bytes"], p.saved_bytes);
+    assert_eq!(v["recompute_flops"], p.recompute_flops);
+    let saved: Vec<u64> = v["saved"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let reads = pg.backward_reads();
+    let read_params: Vec<_> = g.params().into_iter().filter(|p| reads[p.index()]).collect();
+    assert!(!read_params.is_empty());
+    for param in read_params {
+        assert!(saved.contains(&(param.0 as u64)), "parameters the backward reads are listed as saved");
+    }
+    assert_eq!(v["recomputed"].as_array().unwrap().len(), p.recomputed.len());
+    assert_eq!(v["decisions"].as_array().unwrap().len(), p.decisions.len());
+    assert!(v["decisions"].as_array().unwrap().iter().any(|d| d["reason"] == "boundary" && d["region"].is_u64()));
+    assert_eq!(v["planned_peak"], 1000);
+    let dot = report.dot();
+    assert!(dot.starts_with("digraph remat {"));
+    assert!(dot.contains("subgraph cluster_r0 {"));
+    // The nested region's cluster sits inside its parent's.
+    let inner = g.regions().iter().position(|r| r.name == "gelu_part").unwrap();
+    let parent = g.regions()[inner].parent.unwrap().0;
+    let open_parent = dot.find(&format!("subgraph cluster_r{parent} {{")).unwrap();
+    let open_inner = dot.find(&format!("subgraph cluster_r{inner} {{")).unwrap();
+    assert!(open_parent < open_inner);
+    assert!(dot.contains("fillcolor=\"#8fd18f\"") && dot.contains("fillcolor=\"#f7c06b\""));
+    assert!(dot.contains("shape=ellipse"), "backward nodes are drawn differently");
+}

@@ -1,0 +1,263 @@
+//! `remat`: partition graph documents (`remat.graph`, `remat.joint`) and explain the result.
+//!
+//! ```text
+//! remat partition FILE [--strategy respect|mincut|budget=B] [--json]
+//! remat dot FILE [--strategy ..] [--out F]
+//! remat pareto FILE --out frontier.svg
+//! ```
+//!
+//! A bad file exits with code 2 and one line on stderr naming the node at fault.
+
+use clap::{Parser, Subcommand};
+use remat::json::{self, Document};
+use remat::partition::{partition, PGraph};
+use remat::report::{fmt_bytes, Report};
+use remat::{Budget, JointGraph, Partition, Plan, Strategy};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Partition remat graph documents and explain what is saved for the backward pass and why.
+#[derive(Parser)]
+#[command(name = "remat", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Partition a graph and print each saved value and recomputed op with the reason.
+    Partition {
+        /// A `remat.graph` (differentiated first) or `remat.joint` document.
+        file: PathBuf,
+        /// `respect`, `mincut`, or `budget=B`: B in bytes when an integer (`4096`, `64KiB`,
+        /// `2MiB`, `1GiB`), a fraction when it has a decimal point (`0.5`, `1.0`).
+        #[arg(long, default_value = "respect", value_parser = parse_strategy)]
+        strategy: Strategy,
+        /// Print the partition as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the partitioned graph as Graphviz DOT (saved values filled, regions as clusters).
+    Dot {
+        /// A `remat.graph` or `remat.joint` document.
+        file: PathBuf,
+        /// The strategy, as for `partition`.
+        #[arg(long, default_value = "respect", value_parser = parse_strategy)]
+        strategy: Strategy,
+        /// Write to this file instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Sweep budget fractions 0.0..=1.0 and plot saved bytes against recompute FLOPs (SVG).
+    Pareto {
+        /// A `remat.graph` or `remat.joint` document.
+        file: PathBuf,
+        /// The SVG file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// `respect`, `mincut` or `budget=B`.
+fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    match s {
+        "respect" => Ok(Strategy::Respect),
+        "mincut" => Ok(Strategy::MinCut),
+        _ => match s.strip_prefix("budget=") {
+            Some(b) => parse_budget(b).map(Strategy::Budget),
+            None => Err("expected `respect`, `mincut` or `budget=B`".into()),
+        },
+    }
+}
+
+/// A fraction when it has a decimal point, else bytes with an optional binary suffix.
+fn parse_budget(b: &str) -> Result<Budget, String> {
+    if b.contains('.') {
+        let f: f64 = b.parse().map_err(|_| format!("`{b}` is not a fraction (like 0.5)"))?;
+        if !(0.0..=1.0).contains(&f) {
+            return Err(format!("a fraction budget must be in [0, 1], got {f}"));
+        }
+        return Ok(Budget::Fraction(f));
+    }
+    let units = [("KiB", 1u64 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("B", 1)];
+    let (digits, scale) =
+        units.iter().find_map(|&(suffix, scale)| b.strip_suffix(suffix).map(|d| (d, scale))).unwrap_or((b, 1));
+    let n: u64 = digits.trim().parse().map_err(|_| {
+        format!("`{b}` is neither bytes (4096, 64KiB, 2MiB, 1GiB) nor a fraction with a decimal point (0.5)")
+    })?;
+    n.checked_mul(scale).map(Budget::Bytes).ok_or_else(|| format!("`{b}` is too many bytes"))
+}
+
+/// What a command works on: the joint graph to partition, and the traced joint graph when the
+/// file was a `remat.graph` (for planned peaks).
+struct Loaded {
+    pg: PGraph,
+    joint: Option<JointGraph>,
+}
+
+impl Loaded {
+    fn partition(&self, strategy: Strategy) -> remat::Result<Partition> {
+        partition(&self.pg, strategy)
+    }
+
+    /// The plan's predicted peak, for `remat.graph` files.
+    fn planned_peak(&self, p: &Partition) -> remat::Result<Option<u64>> {
+        let Some(joint) = &self.joint else { return Ok(None) };
+        let plan = Plan::new(joint, &p.saved[..joint.n_forward()])?;
+        Ok(Some(plan.predicted_peak() as u64))
+    }
+}
+
+/// A failure: exit code and one line.
+struct Failure(u8, String);
+
+fn load(path: &Path) -> Result<Loaded, Failure> {
+    let bad = |e: &dyn std::fmt::Display| Failure(2, format!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
+    match json::read(&text).map_err(|e| bad(&e))? {
+        Document::Graph(g) => {
+            let joint = JointGraph::new(&g).map_err(|e| bad(&e))?;
+            Ok(Loaded { pg: PGraph::from_joint(&joint), joint: Some(joint) })
+        }
+        Document::Joint(pg) => Ok(Loaded { pg, joint: None }),
+    }
+}
+
+fn write_out(out: &Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(out, text).map_err(|e| Failure(1, format!("{}: {e}", out.display())))
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Partition { file, strategy, json } => {
+            let loaded = load(&file)?;
+            let bad = |e: remat::Error| Failure(2, format!("{}: {e}", file.display()));
+            let p = loaded.partition(strategy).map_err(bad)?;
+            let mut report = Report::new(&loaded.pg, &p);
+            if let Some(peak) = loaded.planned_peak(&p).map_err(bad)? {
+                report = report.with_planned_peak(peak);
+            }
+            print!("{}", if json { report.json() } else { report.text() });
+        }
+        Command::Dot { file, strategy, out } => {
+            let loaded = load(&file)?;
+            let p = loaded.partition(strategy).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
+            let dot = Report::new(&loaded.pg, &p).dot();
+            match out {
+                Some(out) => write_out(&out, &dot)?,
+                None => print!("{dot}"),
+            }
+        }
+        Command::Pareto { file, out } => {
+            let loaded = load(&file)?;
+            let mut points = Vec::new();
+            let sweep = (0..=20).map(|k| Strategy::Budget(Budget::Fraction(k as f64 / 20.0)));
+            for strategy in [Strategy::Respect, Strategy::MinCut].into_iter().chain(sweep) {
+                let p = loaded.partition(strategy).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
+                points.push(Point {
+                    strategy,
+                    bytes: p.saved_bytes,
+                    flops: p.recompute_flops,
+                    recomputed: p.recomputed.len(),
+                });
+            }
+            print!("{}", pareto_table(&points));
+            pareto::plot(&out, &points).map_err(|e| Failure(1, format!("{}: {e}", out.display())))?;
+            println!("wrote {}", out.display());
+        }
+    }
+    Ok(())
+}
+
+/// One partition of a sweep.
+struct Point {
+    strategy: Strategy,
+    bytes: u64,
+    flops: u64,
+    recomputed: usize,
+}
+
+/// The points, with whether each is on the frontier (no other point is at least as good in both
+/// and better in one).
+fn pareto_table(points: &[Point]) -> String {
+    let mut out = format!(
+        "{:<14} {:>12} {:>12} {:>16} {:>10}  frontier\n",
+        "strategy", "saved_bytes", "", "recompute_flops", "recomputed"
+    );
+    for p in points {
+        let dominated =
+            points.iter().any(|q| q.bytes <= p.bytes && q.flops <= p.flops && (q.bytes < p.bytes || q.flops < p.flops));
+        out += &format!(
+            "{:<14} {:>12} {:>12} {:>16} {:>10}  {}\n",
+            p.strategy.to_string(),
+            p.bytes,
+            format!("({})", fmt_bytes(p.bytes)),
+            p.flops,
+            p.recomputed,
+            if dominated { "" } else { "yes" }
+        );
+    }
+    out
+}
+
+mod pareto {
+    use super::Point;
+    use plotters::prelude::*;
+    use remat::Strategy;
+    use std::path::Path;
+
+    /// Saved bytes (x) against recompute FLOPs (y): the budget sweep as a line, Respect and
+    /// MinCut marked.
+    pub fn plot(out: &Path, points: &[Point]) -> Result<(), Box<dyn std::error::Error>> {
+        let xy = |p: &Point| (p.bytes as f64, p.flops as f64);
+        let xmax = points.iter().map(|p| p.bytes as f64).fold(1.0, f64::max) * 1.08;
+        let ymax = points.iter().map(|p| p.flops as f64).fold(1.0, f64::max) * 1.08;
+        let root = SVGBackend::new(out, (900, 600)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("saved bytes vs recompute FLOPs", ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+        chart.configure_mesh().x_desc("saved bytes").y_desc("recompute FLOPs").draw()?;
+        let sweep: Vec<(f64, f64)> =
+            points.iter().filter(|p| matches!(p.strategy, Strategy::Budget(_))).map(xy).collect();
+        chart
+            .draw_series(LineSeries::new(sweep.iter().copied(), BLUE.stroke_width(2)))?
+            .label("budget sweep 0.0..=1.0")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));
+        chart.draw_series(sweep.iter().map(|&p| Circle::new(p, 3, BLUE.filled())))?;
+        for p in points {
+            match p.strategy {
+                Strategy::Respect => {
+                    chart
+                        .draw_series(std::iter::once(TriangleMarker::new(xy(p), 8, RED.filled())))?
+                        .label("respect")
+                        .legend(|(x, y)| TriangleMarker::new((x + 10, y), 6, RED.filled()));
+                }
+                Strategy::MinCut => {
+                    chart
+                        .draw_series(std::iter::once(Cross::new(xy(p), 8, GREEN.stroke_width(3))))?
+                        .label("mincut")
+                        .legend(|(x, y)| Cross::new((x + 10, y), 6, GREEN.stroke_width(3)));
+                }
+                Strategy::Budget(_) => {}
+            }
+        }
+        chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw()?;
+        root.present()?;
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(code, message)) => {
+            eprintln!("error: {}", message.replace('\n', " "));
+            ExitCode::from(code)
+        }
+    }
+}

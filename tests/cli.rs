@@ -1,0 +1,208 @@
+//! The `remat` binary: each subcommand on the documented examples, and each kind of bad file
+//! (exit code 2, one line on stderr naming the node).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn remat(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_remat")).args(args).output().expect("run remat")
+}
+
+fn example(name: &str) -> String {
+    format!("{}/docs/examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A scratch file under cargo's per-test temporary directory.
+fn scratch(name: &str, contents: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-{name}"));
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+#[test]
+fn partition_prints_the_table() {
+    let o = remat(&["partition", &example("two_regions.graph.json")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in [
+        "partition (respect)",
+        "saved for the backward",
+        "crosses the boundary of region instance 0 (f#0)",
+        "recomputed in the backward",
+        "prefer_recompute tag",
+        "peak memory: planned",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing from\n{text}");
+    }
+}
+
+#[test]
+fn partition_json_and_strategies() {
+    for (strategy, shown) in [
+        ("respect", "respect"),
+        ("mincut", "mincut"),
+        ("budget=4096", "budget=4096"),
+        ("budget=64KiB", "budget=65536"),
+        ("budget=1MiB", "budget=1048576"),
+        ("budget=1GiB", "budget=1073741824"),
+        ("budget=0.5", "budget=0.5"),
+        ("budget=1.0", "budget=1.0"),
+        ("budget=0.0", "budget=0.0"),
+    ] {
+        for file in ["two_regions.graph.json", "small.joint.json"] {
+            let o = remat(&["partition", &example(file), "--strategy", strategy, "--json"]);
+            assert!(o.status.success(), "{file} {strategy}: {}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+            assert_eq!(v["strategy"], shown);
+            assert!(v["saved"].is_array() && v["recomputed"].is_array() && v["decisions"].is_array());
+            assert!(v["saved_bytes"].is_u64() && v["recompute_flops"].is_u64());
+        }
+    }
+}
+
+#[test]
+fn an_impossible_budget_is_an_error() {
+    let o = remat(&["partition", &example("two_regions.graph.json"), "--strategy", "budget=64"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot be met"), "{}", stderr(&o));
+}
+
+#[test]
+fn dot_to_stdout_and_file() {
+    let o = remat(&["dot", &example("two_regions.graph.json")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dot = stdout(&o);
+    assert!(dot.starts_with("digraph remat {") && dot.contains("subgraph cluster_r1 {"));
+    assert!(dot.contains("n4 -> n5;"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-small.dot");
+    let o = remat(&["dot", &example("small.joint.json"), "--strategy", "mincut", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    let dot = std::fs::read_to_string(&out).unwrap();
+    assert!(dot.contains("label=\"strategy mincut\"") && dot.contains("cluster_r0"));
+}
+
+#[test]
+fn pareto_plots_and_tabulates() {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-frontier.svg");
+    let _ = std::fs::remove_file(&out);
+    let o = remat(&["pareto", &example("small.joint.json"), "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    for needle in ["respect", "mincut", "budget=0.0", "budget=0.05", "budget=0.5", "budget=1.0", "frontier"] {
+        assert!(table.contains(needle), "`{needle}` missing from\n{table}");
+    }
+    assert_eq!(table.lines().filter(|l| l.starts_with("budget=")).count(), 21);
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("recompute FLOPs") && svg.contains("saved bytes"));
+}
+
+/// `x: [2, 3]`, `w: [3, 4]`, `v: [4, 5]` and the given nodes.
+fn graph_doc(nodes: &[&str], outputs: &str) -> String {
+    let mut all = vec![
+        r#"{"id": 0, "op": "input", "shape": [2, 3], "dtype": "f32"}"#,
+        r#"{"id": 1, "op": "param", "shape": [3, 4], "dtype": "f32"}"#,
+        r#"{"id": 2, "op": "param", "shape": [4, 5], "dtype": "f32"}"#,
+    ];
+    all.extend_from_slice(nodes);
+    format!(r#"{{"format": "remat.graph", "version": 1, "nodes": [{}], "outputs": {outputs}}}"#, all.join(", "))
+}
+
+/// Runs `partition` on a bad file: exit 2, one line on stderr containing every needle.
+fn assert_bad(name: &str, contents: &str, needles: &[&str]) {
+    let path = scratch(name, contents);
+    for command in ["partition", "dot"] {
+        let o = remat(&[command, path.to_str().unwrap()]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: one line, got {err:?}");
+        assert!(err.starts_with(&format!("error: {}: ", path.display())), "{name}: {err}");
+        for needle in needles {
+            assert!(err.contains(needle), "{name}: `{needle}` missing from {err}");
+        }
+        assert!(stdout(&o).is_empty());
+    }
+}
+
+#[test]
+fn bad_files_exit_2_naming_the_node() {
+    let sum = r#"{"id": 4, "op": "sum", "inputs": [3], "attrs": {"axes": [0, 1]}}"#;
+    assert_bad("invalid.json", "{\"format\": \"remat.graph\",", &["invalid JSON", "line"]);
+    assert_bad(
+        "shape.json",
+        &graph_doc(&[r#"{"id": 3, "op": "matmul", "inputs": [0, 2]}"#, sum], "[4]"),
+        &["node 3 (matmul): inner dimensions differ: [2, 3] · [4, 5] (3 vs 4)"],
+    );
+    assert_bad(
+        "unknown-op.json",
+        &graph_doc(&[r#"{"id": 3, "op": "matmull", "inputs": [0, 1]}"#, sum], "[4]"),
+        &["node 3 (matmull): unknown op `matmull` (did you mean `matmul`?)"],
+    );
+    assert_bad(
+        "unknown-field.json",
+        &graph_doc(&[r#"{"id": 3, "op": "matmul", "inputs": [0, 1], "polcy": "must_save"}"#, sum], "[4]"),
+        &["node 3 (matmul): unknown field `polcy`"],
+    );
+    assert_bad(
+        "cycle.json",
+        &graph_doc(&[r#"{"id": 3, "op": "relu", "inputs": [4]}"#, r#"{"id": 4, "op": "relu", "inputs": [3]}"#], "[4]"),
+        &["node 3 (relu): input 4 does not precede node 3", "cycle"],
+    );
+    assert_bad(
+        "dangling.json",
+        &graph_doc(&[r#"{"id": 3, "op": "matmul", "inputs": [0, 7]}"#, sum], "[4]"),
+        &["node 3 (matmul): dangling input 7"],
+    );
+    assert_bad(
+        "joint-unknown-flag.json",
+        r#"{"format": "remat.joint", "version": 1, "nodes": [
+            {"id": 0, "op": "input", "phase": "forward", "bytes": 8},
+            {"id": 1, "op": "sin", "inputs": [0], "phase": "forward", "bytes": 8, "flags": ["recomputable"]}
+        ], "forward_outputs": [1]}"#,
+        &["node 1 (sin): unknown flag `recomputable`"],
+    );
+    // x·w is must_recompute in region 0 but sin in region 1 reads it (and its gradient needs it).
+    let conflict = format!(
+        r#"{{"format": "remat.graph", "version": 1, "regions": [{{"id": 0, "name": "f"}}, {{"id": 1, "name": "g"}}],
+        "nodes": [{}, {}, {}, {}], "outputs": [5]}}"#,
+        r#"{"id": 0, "op": "input", "shape": [2, 3], "dtype": "f32"}, {"id": 1, "op": "param", "shape": [3, 4], "dtype": "f32"}"#,
+        r#"{"id": 2, "op": "matmul", "inputs": [0, 1], "region": 0, "policy": "must_recompute"}"#,
+        r#"{"id": 3, "op": "sin", "inputs": [2], "region": 1, "policy": "prefer_recompute"}"#,
+        r#"{"id": 4, "op": "sum", "inputs": [3], "attrs": {"axes": [0, 1]}}, {"id": 5, "op": "neg", "inputs": [4]}"#,
+    );
+    assert_bad("conflict.json", &conflict, &["conflicting constraints", "%2 (matmul in f#0)", "must_recompute"]);
+}
+
+#[test]
+fn a_missing_file_exits_2() {
+    let o = remat(&["partition", "/nonexistent/remat/graph.json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).starts_with("error: /nonexistent/remat/graph.json: "));
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    let file = example("two_regions.graph.json");
+    for args in [
+        vec!["partition", &file, "--strategy", "fastest"],
+        vec!["partition", &file, "--strategy", "budget=lots"],
+        vec!["partition", &file, "--strategy", "budget=1.5"],
+        vec!["partition", &file, "--frobnicate"],
+        vec!["pareto", &file],
+        vec!["explain", &file],
+    ] {
+        let o = remat(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(err.contains("Usage: remat") || err.contains("try '--help'"), "{args:?}: {err}");
+    }
+}
