@@ -9,6 +9,9 @@ use remat::zoo::{self, GptConfig, MlpConfig};
 use remat::{Budget, DType, Graph, JointGraph, Plan, Strategy};
 use std::time::{Duration, Instant};
 
+/// A model family: its name, a builder by layer count, and the layer counts to try.
+type Family = (&'static str, fn(usize) -> Graph, &'static [usize]);
+
 fn median_time(runs: usize, mut f: impl FnMut()) -> Duration {
     let mut times: Vec<Duration> = (0..runs)
         .map(|_| {
@@ -49,8 +52,7 @@ fn main() {
         ("mincut", Strategy::MinCut),
         ("budget=0.5", Strategy::Budget(Budget::Fraction(0.5))),
     ];
-    let families: [(&str, fn(usize) -> Graph, &[usize]); 2] =
-        [("mlp", mlp, &[80, 800, 8_000, 80_000]), ("gpt", gpt, &[8, 80, 800, 8_000])];
+    let families: [Family; 2] = [("mlp", mlp, &[80, 800, 8_000, 80_000]), ("gpt", gpt, &[8, 80, 800, 8_000])];
     println!("{:<6} {:>10} {:>12} {:>12} {:>12}", "model", "nodes", "respect", "mincut", "budget=0.5");
     for (family, build, sizes) in families {
         let mut series: Vec<Vec<(usize, f64)>> = vec![Vec::new(); strategies.len()];

@@ -379,7 +379,9 @@ fn plot(path: &std::path::Path, rows: &[Row]) -> Result<(), Box<dyn std::error::
     chart.draw_series(LineSeries::new(points, &BLUE))?;
     chart.draw_series(rows.iter().map(|r| {
         let at = (r.saved_bytes as f64 / 1024.0, r.recompute_flops as f64 / 1e6);
-        EmptyElement::at(at) + Circle::new((0, 0), 4, RED.filled()) + Text::new(r.policy.to_string(), (6, -12), ("sans-serif", 12))
+        EmptyElement::at(at)
+            + Circle::new((0, 0), 4, RED.filled())
+            + Text::new(r.policy.to_string(), (6, -12), ("sans-serif", 12))
     }))?;
     root.present()?;
     Ok(())

@@ -23,7 +23,10 @@ fn main() -> Result<(), remat::Error> {
         let out = model.step(&mut cpu, &params, &feeds)?;
         opt.step(&mut params, &out.grads)?;
         if step % 25 == 0 || step == 99 {
-            println!("step {step:3}  loss {:.4}  peak {} B (predicted {} B)", out.loss, out.measured_peak, out.predicted_peak);
+            println!(
+                "step {step:3}  loss {:.4}  peak {} B (predicted {} B)",
+                out.loss, out.measured_peak, out.predicted_peak
+            );
         }
     }
     Ok(())

@@ -52,7 +52,7 @@ impl FlowNetwork {
         }
     }
 
-    /// Pushes the maximum flow from `s` to `t`; returns its value (saturating at [`INFINITE`]).
+    /// Pushes the maximum flow from `s` to `t`; returns its value (saturating at `INFINITE`).
     pub fn max_flow(&mut self, s: u32, t: u32) -> u64 {
         self.build_adjacency();
         let mut total: u64 = 0;

@@ -1,7 +1,7 @@
 //! The partitioner: which forward values the backward pass gets by saving them, and which by
 //! recomputing them — with a reason for each.
 //!
-//! Three strategies share one classification of nodes ([`classify`]):
+//! Three strategies share one classification of nodes (`classify`):
 //!
 //! | tag | `Respect` | `MinCut` | `Budget` |
 //! |---|---|---|---|
