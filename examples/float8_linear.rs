@@ -1,11 +1,13 @@
 //! The first motivating failure (DESIGN.md §1): a float8 linear + relu + residual whose region
-//! policy says "save matmuls, recompute everything else".
+//! policy says "save matmuls, recompute everything else". PyTorch's partitioner saved the fp8
+//! cast of the input, the transposed fp8 weight and two inverse scales anyway, because to a free
+//! min-cut those were the cheapest bytes.
 //!
-//! Without that policy a free min-cut saves the cheapest bytes: the fp8 casts of the input and
-//! the weight, and their scales — exactly what PyTorch's partitioner did. With
-//! `#[checkpoint(policy = save(scaled_matmul))]` remat saves the matmul output (plus what is
-//! resident anyway) and recomputes the casts, under `Respect` and `MinCut` alike. A generous
-//! budget may save more, and the report says which Prefer tag it overrode.
+//! With `#[checkpoint(policy = save(scaled_matmul))]` remat saves the matmul output, the
+//! region's boundary values and what is resident anyway, and recomputes every cast, scale and
+//! amax — under `Respect` and `MinCut` alike, since Prefer tags bind min-cut too. A generous
+//! budget may save more, and the report says which Prefer tag it overrode. The run starts with
+//! the same layer without a region, partitioned by min-cut on bytes alone, for contrast.
 //!
 //! `cargo run --release --example float8_linear`
 
@@ -37,9 +39,12 @@ fn linear_in_region(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
 
 fn graph(with_region: bool, rows: usize, width: usize) -> Result<Graph, remat::Error> {
     let trace = Trace::new();
-    let x = trace.input("x", &[rows, width], DType::F32);
+    let input = trace.input("input", &[rows, width], DType::F32);
+    let (w0, b0) = (trace.param("w0", &[width, width], DType::F32), trace.param("b0", &[width], DType::F32));
     let w = trace.param("w", &[width, width], DType::F32);
     let b = trace.param("b", &[width], DType::F32);
+    // The layer's input is an activation (not resident), as inside a real network.
+    let x = &input.matmul(&w0) + &b0;
     let out = if with_region { linear_in_region(&x, &w, &b) } else { linear(&x, &w, &b) };
     trace.finish(&out.square().mean_all())
 }
@@ -47,7 +52,7 @@ fn graph(with_region: bool, rows: usize, width: usize) -> Result<Graph, remat::E
 fn show(title: &str, graph: Graph, strategy: Strategy, rows: usize, width: usize) -> Result<Model, remat::Error> {
     let model = Model::with_strategy(graph, strategy)?;
     let xs: Vec<f32> = (0..rows * width).map(|i| ((i * 37 % 17) as f32 - 8.0) / 4.0).collect();
-    let feeds = Feeds::new().with("x", HostTensor::f32([rows, width], xs)?);
+    let feeds = Feeds::new().with("input", HostTensor::f32([rows, width], xs)?);
     let out = model.step(&mut CpuBackend::new(), &model.init_params(0), &feeds)?;
     let pg = PGraph::from_joint(model.joint());
     let partition = model.partition().expect("with_strategy partitions");
