@@ -39,9 +39,17 @@ fn feed_forward(x: &Tensor, p: &BlockParams) -> Tensor {
 
 // ---- One region wrapper per policy: the attribute is all that differs ----
 
+/// Classic checkpointing: a whole block is one region; only its input is kept.
 #[checkpoint]
-fn attention_full(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
-    attention(x, p, mask, heads)
+fn block_full(x: &Tensor, p: &BlockParams, mask: &Tensor, cfg: &GptConfig, layer: usize) -> Tensor {
+    zoo::block(x, p, mask, cfg, layer, &plain_parts)
+}
+
+fn plain_parts(part: Part, x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
+    match part {
+        Part::Attention => attention(x, p, mask, heads),
+        Part::FeedForward => feed_forward(x, p),
+    }
 }
 
 #[checkpoint(policy = save(matmul))]
@@ -52,11 +60,6 @@ fn attention_save_matmuls(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usi
 #[checkpoint(policy = save_names("attn_ctx"))]
 fn attention_names(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
     attention(x, p, mask, heads)
-}
-
-#[checkpoint]
-fn feed_forward_full(x: &Tensor, p: &BlockParams) -> Tensor {
-    feed_forward(x, p)
 }
 
 #[checkpoint(policy = save(matmul))]
@@ -76,13 +79,13 @@ fn feed_forward_names(x: &Tensor, p: &BlockParams) -> Tensor {
 enum PolicyChoice {
     /// No regions: every value the backward reads is saved.
     None,
-    /// `#[checkpoint]` (recompute_all) on attention and MLP.
+    /// `#[checkpoint]` (recompute_all) on each whole block: only block inputs are kept.
     Full,
     /// `#[checkpoint(policy = save(matmul))]`.
     SaveMatmuls,
     /// `#[checkpoint(policy = save_names(..))]` on the attention context and MLP pre-activation.
     Names,
-    /// Full-recompute regions, partitioned under a byte budget (Prefer tags become soft).
+    /// Full-recompute block regions, partitioned under a byte budget (Prefer tags become soft).
     Budget(Budget),
 }
 
@@ -161,7 +164,7 @@ struct Args {
     #[arg(long, default_value = "respect", value_parser = parse_strategy)]
     strategy: Strategy,
     /// Transformer blocks.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     layers: u32,
     /// Model width (a multiple of --heads).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
@@ -210,17 +213,19 @@ fn config(args: &Args) -> Result<GptConfig, String> {
 
 /// The model traced with `policy`'s regions, and the strategy to partition it with.
 fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Model, remat::Error> {
-    let run = |part: Part, x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize| match (policy, part) {
-        (PolicyChoice::None, Part::Attention) => attention(x, p, mask, heads),
-        (PolicyChoice::None, Part::FeedForward) => feed_forward(x, p),
-        (PolicyChoice::Full | PolicyChoice::Budget(_), Part::Attention) => attention_full(x, p, mask, heads),
-        (PolicyChoice::Full | PolicyChoice::Budget(_), Part::FeedForward) => feed_forward_full(x, p),
+    let parts = |part: Part, x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize| match (policy, part) {
         (PolicyChoice::SaveMatmuls, Part::Attention) => attention_save_matmuls(x, p, mask, heads),
         (PolicyChoice::SaveMatmuls, Part::FeedForward) => feed_forward_save_matmuls(x, p),
         (PolicyChoice::Names, Part::Attention) => attention_names(x, p, mask, heads),
         (PolicyChoice::Names, Part::FeedForward) => feed_forward_names(x, p),
+        _ => plain_parts(part, x, p, mask, heads),
     };
-    let graph: Graph = zoo::gpt_with(cfg, &run)?;
+    let graph: Graph = match policy {
+        PolicyChoice::Full | PolicyChoice::Budget(_) => {
+            zoo::gpt_blocks(cfg, &|x, p, mask, layer| block_full(x, p, mask, cfg, layer))?
+        }
+        _ => zoo::gpt_with(cfg, &parts)?,
+    };
     let strategy = match policy {
         PolicyChoice::Budget(b) => Strategy::Budget(b),
         _ => strategy,
@@ -228,7 +233,6 @@ fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Mo
     Model::with_strategy(graph, strategy)
 }
 
-#[cfg_attr(test, allow(dead_code))]
 fn main() {
     let args = Args::parse();
     if let Err(e) = run(&args) {
@@ -252,6 +256,8 @@ struct Row {
     saved_bytes: u64,
     predicted_peak: usize,
     measured_peak: usize,
+    /// Measured peak less inputs and parameters: what checkpointing acts on.
+    activation_peak: usize,
     recompute_flops: u64,
     step_seconds: f64,
 }
@@ -325,6 +331,7 @@ fn train_and_compare<B: Backend>(
             saved_bytes: p.saved_bytes,
             predicted_peak: out.predicted_peak,
             measured_peak: out.measured_peak,
+            activation_peak: out.measured_peak - model.plan().resident_bytes(),
             recompute_flops: p.recompute_flops,
             step_seconds: times[times.len() / 2],
         });
@@ -340,24 +347,27 @@ fn train_and_compare<B: Backend>(
 fn print_table(rows: &[Row]) {
     let base = &rows[0];
     let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".to_string() };
+    let kib = |b: f64| format!("{:.1}", b / 1024.0);
     println!(
-        "\n{:<14} {:>12} {:>12} {:>12} {:>8} {:>12} {:>10} {:>7}",
-        "policy", "saved KiB", "pred. peak", "meas. peak", "peak", "recompute", "step ms", "time"
+        "\n{:<14} {:>10} {:>11} {:>11} {:>11} {:>7} {:>10} {:>9} {:>7}",
+        "policy", "saved KiB", "pred. peak", "meas. peak", "act. peak", "act.", "recompute", "step ms", "time"
     );
     for r in rows {
         println!(
-            "{:<14} {:>12.1} {:>10.1}Ki {:>10.1}Ki {:>8} {:>9.2}MFL {:>10.2} {:>7}",
+            "{:<14} {:>10} {:>11} {:>11} {:>11} {:>7} {:>7.2}MFL {:>9.2} {:>7}",
             r.policy.to_string(),
-            r.saved_bytes as f64 / 1024.0,
-            r.predicted_peak as f64 / 1024.0,
-            r.measured_peak as f64 / 1024.0,
-            ratio(r.measured_peak as f64, base.measured_peak as f64),
+            kib(r.saved_bytes as f64),
+            kib(r.predicted_peak as f64),
+            kib(r.measured_peak as f64),
+            kib(r.activation_peak as f64),
+            ratio(r.activation_peak as f64, base.activation_peak as f64),
             r.recompute_flops as f64 / 1e6,
             r.step_seconds * 1e3,
             ratio(r.step_seconds, base.step_seconds),
         );
     }
-    println!("(ratios against `none`, measured in this run; peaks include parameters and inputs)");
+    println!("(peaks in KiB; act. peak = measured peak less inputs and parameters; ratios against `none`,");
+    println!(" measured in this run; step time is the median of the timed steps)");
 }
 
 fn plot(path: &std::path::Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {

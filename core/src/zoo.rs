@@ -168,6 +168,23 @@ pub type PartFn<'a> = dyn Fn(Part, &Tensor, &BlockParams, &Tensor, usize) -> Ten
 
 /// [`gpt`] with each attention and MLP sub-block run by `run` (to wrap them in regions).
 pub fn gpt_with(cfg: &GptConfig, run: &PartFn<'_>) -> Result<Graph> {
+    gpt_blocks(cfg, &|x, p, mask, layer| block(x, p, mask, cfg, layer, run))
+}
+
+/// One pre-LN transformer block: `x + attn(ln1(x))`, then `+ mlp(ln2(·))`, with dropout on both
+/// branches; `run` computes the two sub-blocks.
+pub fn block(x: &Tensor, p: &BlockParams, mask: &Tensor, cfg: &GptConfig, layer: usize, run: &PartFn<'_>) -> Tensor {
+    let a = run(Part::Attention, &layer_norm(x, &p.ln1), p, mask, cfg.heads);
+    let x = x + &drop(&a, cfg.dropout, 2 * layer as u64);
+    let f = run(Part::FeedForward, &layer_norm(&x, &p.ln2), p, mask, cfg.heads);
+    &x + &drop(&f, cfg.dropout, 2 * layer as u64 + 1)
+}
+
+/// A block runner: `(residual stream, block params, mask, layer) -> new residual stream`.
+pub type BlockFn<'a> = dyn Fn(&Tensor, &BlockParams, &Tensor, usize) -> Tensor + 'a;
+
+/// [`gpt`] with each whole block run by `run` (to checkpoint blocks as units).
+pub fn gpt_blocks(cfg: &GptConfig, run: &BlockFn<'_>) -> Result<Graph> {
     let trace = Trace::new();
     let (b, t, d) = (cfg.batch, cfg.seq, cfg.d_model);
     let tokens = trace.input("tokens", &[b, t], DType::I64);
@@ -178,10 +195,7 @@ pub fn gpt_with(cfg: &GptConfig, run: &PartFn<'_>) -> Result<Graph> {
     let mut x = &wte.embedding(&tokens) + &wpe;
     for layer in 0..cfg.layers {
         let p = BlockParams::declare(&trace, layer, d, cfg.dtype);
-        let a = run(Part::Attention, &layer_norm(&x, &p.ln1), &p, &mask, cfg.heads);
-        x = &x + &drop(&a, cfg.dropout, 2 * layer as u64);
-        let f = run(Part::FeedForward, &layer_norm(&x, &p.ln2), &p, &mask, cfg.heads);
-        x = &x + &drop(&f, cfg.dropout, 2 * layer as u64 + 1);
+        x = run(&x, &p, &mask, layer);
     }
     let lnf = (
         trace.param_with("lnf.g", &[d], cfg.dtype, Init::Ones),

@@ -45,6 +45,8 @@ pub(crate) trait Float:
     const ZERO: Self;
     const ONE: Self;
     const NEG_INFINITY: Self;
+    /// Whether this is f64 (the precise reference type of gradient checks).
+    const IS_F64: bool;
     /// Nearest value of this type (exact for f64, rounded for f32).
     fn of(x: f64) -> Self;
     fn exp(self) -> Self;
@@ -88,6 +90,7 @@ macro_rules! impl_float {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            const IS_F64: bool = std::mem::size_of::<$t>() == 8;
             #[inline]
             fn of(x: f64) -> Self {
                 x as $t
