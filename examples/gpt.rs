@@ -102,25 +102,6 @@ impl std::fmt::Display for PolicyChoice {
     }
 }
 
-fn parse_budget(text: &str) -> Result<Budget, String> {
-    let bytes = |n: &str, unit: u64| n.trim().parse::<u64>().map(|v| Budget::Bytes(v * unit));
-    let parsed = if let Some(n) = text.strip_suffix("GiB") {
-        bytes(n, 1 << 30)
-    } else if let Some(n) = text.strip_suffix("MiB") {
-        bytes(n, 1 << 20)
-    } else if let Some(n) = text.strip_suffix("KiB") {
-        bytes(n, 1 << 10)
-    } else if text.contains('.') {
-        return match text.parse::<f64>() {
-            Ok(f) if (0.0..=1.0).contains(&f) => Ok(Budget::Fraction(f)),
-            _ => Err(format!("a budget fraction must be a number in [0, 1], got `{text}`")),
-        };
-    } else {
-        bytes(text, 1)
-    };
-    parsed.map_err(|_| format!("a budget is bytes (`4096`, `64KiB`, `2MiB`) or a fraction (`0.5`), got `{text}`"))
-}
-
 fn parse_policy(text: &str) -> Result<PolicyChoice, String> {
     match text {
         "none" => Ok(PolicyChoice::None),
@@ -128,21 +109,10 @@ fn parse_policy(text: &str) -> Result<PolicyChoice, String> {
         "save-matmuls" => Ok(PolicyChoice::SaveMatmuls),
         "names" => Ok(PolicyChoice::Names),
         _ => match text.strip_prefix("budget=") {
-            Some(b) => parse_budget(b).map(PolicyChoice::Budget),
+            Some(b) => b.parse().map(PolicyChoice::Budget),
             None => Err(format!(
                 "unknown policy `{text}`; expected none, full, save-matmuls, names, budget=FRACTION or budget=BYTES"
             )),
-        },
-    }
-}
-
-fn parse_strategy(text: &str) -> Result<Strategy, String> {
-    match text {
-        "respect" => Ok(Strategy::Respect),
-        "mincut" => Ok(Strategy::MinCut),
-        _ => match text.strip_prefix("budget=") {
-            Some(b) => parse_budget(b).map(Strategy::Budget),
-            None => Err(format!("unknown strategy `{text}`; expected respect, mincut or budget=B")),
         },
     }
 }
@@ -161,7 +131,7 @@ struct Args {
     #[arg(long, default_value = "save-matmuls", value_parser = parse_policy)]
     policy: PolicyChoice,
     /// Partition strategy: respect, mincut, or budget=B (bytes, KiB/MiB/GiB, or a fraction).
-    #[arg(long, default_value = "respect", value_parser = parse_strategy)]
+    #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
     strategy: Strategy,
     /// Transformer blocks.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
@@ -414,11 +384,11 @@ mod tests {
     fn bad_flags_are_named() {
         let err = |argv: &[&str]| Args::try_parse_from(argv).unwrap_err().to_string();
         assert!(err(&["gpt", "--policy", "sometimes"]).contains("unknown policy `sometimes`"));
-        assert!(err(&["gpt", "--strategy", "budget=1.5"]).contains("a budget fraction must be a number in [0, 1]"));
+        assert!(err(&["gpt", "--strategy", "budget=1.5"]).contains("a fraction budget must be in [0, 1], got 1.5"));
         assert!(err(&["gpt", "--layers", "0"]).contains("--layers"));
         let args = Args::parse_from(["gpt", "--d-model", "30", "--heads", "4"]);
         assert!(run(&args).unwrap_err().to_string().contains("--d-model 30 is not a multiple of --heads 4"));
-        assert_eq!(parse_budget("64KiB"), Ok(Budget::Bytes(65536)));
+        assert_eq!("64KiB".parse::<Budget>(), Ok(Budget::Bytes(65536)));
         assert_eq!(parse_policy("budget=0.25"), Ok(PolicyChoice::Budget(Budget::Fraction(0.25))));
     }
 }

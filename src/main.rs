@@ -32,7 +32,7 @@ enum Command {
         file: PathBuf,
         /// `respect`, `mincut`, or `budget=B`: B in bytes when an integer (`4096`, `64KiB`,
         /// `2MiB`, `1GiB`), a fraction when it has a decimal point (`0.5`, `1.0`).
-        #[arg(long, default_value = "respect", value_parser = parse_strategy)]
+        #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
         strategy: Strategy,
         /// Print the partition as JSON instead of a table.
         #[arg(long)]
@@ -43,7 +43,7 @@ enum Command {
         /// A `remat.graph` or `remat.joint` document.
         file: PathBuf,
         /// The strategy, as for `partition`.
-        #[arg(long, default_value = "respect", value_parser = parse_strategy)]
+        #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
         strategy: Strategy,
         /// Write to this file instead of stdout.
         #[arg(long)]
@@ -60,35 +60,6 @@ enum Command {
 }
 
 /// `respect`, `mincut` or `budget=B`.
-fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    match s {
-        "respect" => Ok(Strategy::Respect),
-        "mincut" => Ok(Strategy::MinCut),
-        _ => match s.strip_prefix("budget=") {
-            Some(b) => parse_budget(b).map(Strategy::Budget),
-            None => Err("expected `respect`, `mincut` or `budget=B`".into()),
-        },
-    }
-}
-
-/// A fraction when it has a decimal point, else bytes with an optional binary suffix.
-fn parse_budget(b: &str) -> Result<Budget, String> {
-    if b.contains('.') {
-        let f: f64 = b.parse().map_err(|_| format!("`{b}` is not a fraction (like 0.5)"))?;
-        if !(0.0..=1.0).contains(&f) {
-            return Err(format!("a fraction budget must be in [0, 1], got {f}"));
-        }
-        return Ok(Budget::Fraction(f));
-    }
-    let units = [("KiB", 1u64 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("B", 1)];
-    let (digits, scale) =
-        units.iter().find_map(|&(suffix, scale)| b.strip_suffix(suffix).map(|d| (d, scale))).unwrap_or((b, 1));
-    let n: u64 = digits.trim().parse().map_err(|_| {
-        format!("`{b}` is neither bytes (4096, 64KiB, 2MiB, 1GiB) nor a fraction with a decimal point (0.5)")
-    })?;
-    n.checked_mul(scale).map(Budget::Bytes).ok_or_else(|| format!("`{b}` is too many bytes"))
-}
-
 /// What a command works on: the joint graph to partition, and the traced joint graph when the
 /// file was a `remat.graph` (for planned peaks).
 struct Loaded {

@@ -59,6 +59,45 @@ impl std::fmt::Display for Strategy {
     }
 }
 
+impl std::str::FromStr for Budget {
+    type Err = String;
+
+    /// A fraction when it has a decimal point (`0.5`, `1.0`), else bytes with an optional
+    /// binary suffix (`4096`, `64KiB`, `2MiB`, `1GiB`).
+    fn from_str(b: &str) -> Result<Budget, String> {
+        if b.contains('.') {
+            let f: f64 = b.parse().map_err(|_| format!("`{b}` is not a fraction (like 0.5)"))?;
+            if !(0.0..=1.0).contains(&f) {
+                return Err(format!("a fraction budget must be in [0, 1], got {f}"));
+            }
+            return Ok(Budget::Fraction(f));
+        }
+        let units = [("KiB", 1u64 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("B", 1)];
+        let (digits, scale) =
+            units.iter().find_map(|&(suffix, scale)| b.strip_suffix(suffix).map(|d| (d, scale))).unwrap_or((b, 1));
+        let n: u64 = digits.trim().parse().map_err(|_| {
+            format!("`{b}` is neither bytes (4096, 64KiB, 2MiB, 1GiB) nor a fraction with a decimal point (0.5)")
+        })?;
+        n.checked_mul(scale).map(Budget::Bytes).ok_or_else(|| format!("`{b}` is too many bytes"))
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+
+    /// `respect`, `mincut` or `budget=B` (see [`Budget`]'s `from_str`).
+    fn from_str(s: &str) -> Result<Strategy, String> {
+        match s {
+            "respect" => Ok(Strategy::Respect),
+            "mincut" => Ok(Strategy::MinCut),
+            _ => match s.strip_prefix("budget=") {
+                Some(b) => b.parse().map(Strategy::Budget),
+                None => Err(format!("unknown strategy `{s}`: expected `respect`, `mincut` or `budget=B`")),
+            },
+        }
+    }
+}
+
 /// What happens to a forward value the backward needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
