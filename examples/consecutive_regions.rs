@@ -26,7 +26,9 @@ fn run(n: usize) -> Result<(), remat::Error> {
     let x = trace.param("x", &[n, n], DType::F32);
     let between = chain(&(&x * 0.1));
     let loss = chain(&between).sum_all();
-    let model = Model::new(trace.finish(&loss)?)?;
+    let graph = trace.finish(&loss)?;
+    assert!(graph.untagged_inside_regions().is_empty(), "every op inside a region is tagged");
+    let model = Model::new(graph)?;
     let out = model.step(&mut CpuBackend::new(), &model.init_params(0), &Feeds::new())?;
     let pg = PGraph::from_joint(model.joint());
     let partition = model.partition().expect("with_strategy partitions");

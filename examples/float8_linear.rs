@@ -100,4 +100,7 @@ fn main() {
 #[test]
 fn quick() {
     run(4, 8).unwrap();
+    let g = graph(true, 4, 8).unwrap();
+    assert_eq!(g.regions().len(), 1);
+    assert_eq!(g.untagged_inside_regions(), vec![]);
 }

@@ -381,6 +381,24 @@ mod tests {
     }
 
     #[test]
+    fn every_policy_tags_every_op_recorded_inside_its_regions() {
+        let cfg =
+            GptConfig { batch: 2, seq: 4, d_model: 8, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype: DType::F32 };
+        let policies = [
+            PolicyChoice::Full,
+            PolicyChoice::SaveMatmuls,
+            PolicyChoice::Names,
+            PolicyChoice::Budget(Budget::Fraction(0.5)),
+        ];
+        for policy in policies {
+            let model = build(&cfg, policy, Strategy::Respect).unwrap();
+            let graph = model.forward_graph();
+            assert!(!graph.regions().is_empty(), "{policy}");
+            assert_eq!(graph.untagged_inside_regions(), vec![], "{policy}");
+        }
+    }
+
+    #[test]
     fn bad_flags_are_named() {
         let err = |argv: &[&str]| Args::try_parse_from(argv).unwrap_err().to_string();
         assert!(err(&["gpt", "--policy", "sometimes"]).contains("unknown policy `sometimes`"));

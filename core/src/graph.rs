@@ -343,6 +343,26 @@ impl Graph {
         Ok(())
     }
 
+    /// Nodes recorded while a region instance was open that do not carry it (or a region nested
+    /// in it): for each instance, every node between the first and the last node tagged with it
+    /// or its descendants must be tagged so, since recording is sequential. Empty for any graph
+    /// traced through regions; tests check it on every example model.
+    pub fn untagged_inside_regions(&self) -> Vec<NodeId> {
+        let mut bad = Vec::new();
+        for r in 0..self.regions.len() as u32 {
+            let region = RegionId(r);
+            let inside = |n: &Node| n.tag.is_some_and(|t| self.region_within(t.region, region));
+            let first = self.nodes.iter().position(inside);
+            let last = self.nodes.iter().rposition(inside);
+            if let (Some(first), Some(last)) = (first, last) {
+                bad.extend((first..=last).filter(|&i| !inside(&self.nodes[i])).map(|i| NodeId(i as u32)));
+            }
+        }
+        bad.sort();
+        bad.dedup();
+        bad
+    }
+
     /// A plain-text listing, one node a line, with tags:
     /// `%5 = matmul(%3, %1) [4, 8] f32 {r0 ffn must_save op} name=h @ src/model.rs:12:9`.
     pub fn dump(&self) -> String {
@@ -383,5 +403,26 @@ impl Graph {
             let _ = write!(line, " @ {loc}");
         }
         line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_untagged_node_between_tagged_ones_is_found() {
+        let mut g = Graph::new();
+        let r = g.add_region(Region { parent: None, name: "f".into(), spec: None, budget: None });
+        let tag = Some(Tag { region: r, policy: Policy::PreferRecompute, source: PolicySource::Default });
+        let leaf =
+            Node { op: Op::Input, inputs: vec![], shape: vec![2], dtype: DType::F32, tag: None, name: None, loc: None };
+        let x = g.push(leaf);
+        let a = g.push(Node { op: Op::Exp, inputs: vec![x], tag, ..g.node(x).clone() });
+        let stray = g.push(Node { op: Op::Sin, inputs: vec![a], tag: None, ..g.node(x).clone() });
+        g.push(Node { op: Op::Cos, inputs: vec![stray], tag, ..g.node(x).clone() });
+        let after = g.push(Node { op: Op::Neg, inputs: vec![x], tag: None, ..g.node(x).clone() });
+        assert_eq!(g.untagged_inside_regions(), vec![stray]);
+        assert_ne!(after, stray);
     }
 }
