@@ -399,6 +399,26 @@ mod tests {
     }
 
     #[test]
+    fn strategies_give_bitwise_identical_gradients_and_exact_peaks() {
+        let cfg =
+            GptConfig { batch: 2, seq: 4, d_model: 8, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype: DType::F32 };
+        let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
+        for policy in [PolicyChoice::Full, PolicyChoice::SaveMatmuls, PolicyChoice::Names] {
+            let mut reference = None;
+            for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
+                let model = build(&cfg, policy, strategy).unwrap();
+                let out = model.step_seeded(&mut CpuBackend::new(), &model.init_params(1), &feeds, 5).unwrap();
+                assert_eq!(out.measured_peak, out.predicted_peak, "{policy} {strategy}");
+                let grads = out.grads;
+                match &reference {
+                    None => reference = Some(grads),
+                    Some(r) => assert_eq!(r, &grads, "{policy}: {strategy} changed the gradients"),
+                }
+            }
+        }
+    }
+
+    #[test]
     fn bad_flags_are_named() {
         let err = |argv: &[&str]| Args::try_parse_from(argv).unwrap_err().to_string();
         assert!(err(&["gpt", "--policy", "sometimes"]).contains("unknown policy `sometimes`"));
