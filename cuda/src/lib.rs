@@ -5,6 +5,12 @@
 //! The crate builds and its tests run without CUDA: the driver, NVRTC and cuBLAS are loaded at
 //! run time, and [`CudaBackend::new`] answers an error naming what is missing.
 //!
+//! Memory: buffers come from the device's stream-ordered pool (freed blocks stay cached) and
+//! [`Backend::memory`](remat_core::Backend::memory) counts the bytes of live buffers exactly as
+//! the CPU backend does, so a step's measured peak equals the plan's prediction. On top of it the
+//! device holds a constant [`CUBLAS_WORKSPACE`] and short-lived scratch (see
+//! [`CudaBackend::pool_peak`]).
+//!
 //! ```no_run
 //! use remat_core::{zoo, Model};
 //! use remat_cuda::CudaBackend;
@@ -20,10 +26,16 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 mod compile;
+mod device;
+mod gemm;
 mod kernels;
+mod ops;
 mod probe;
 
+pub use backend::{CudaBackend, CudaBuffer};
 pub use compile::{compile, nvrtc_version, Image, Target, OPTIONS};
+pub use device::CUBLAS_WORKSPACE;
 pub use kernels::{Source, PRELUDE, SOURCES};
 pub use probe::unavailable_reason;
