@@ -204,7 +204,9 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
             message: "leaf values are fed to a run, not computed by a kernel".into(),
         }),
         Op::Constant { value } => ew::constant(dev, *value, out),
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => ew::binary(dev, call.op, x[0], x[1], out),
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
+            ew::binary(dev, call.op, x[0], x[1], out)
+        }
         Op::Neg
         | Op::Exp
         | Op::Log

@@ -51,7 +51,11 @@ pub struct Device {
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Device").field("name", &self.name).field("ordinal", &self.ordinal).field("cc", &self.cc).finish()
+        f.debug_struct("Device")
+            .field("name", &self.name)
+            .field("ordinal", &self.ordinal)
+            .field("cc", &self.cc)
+            .finish()
     }
 }
 

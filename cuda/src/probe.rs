@@ -11,7 +11,10 @@ use std::sync::OnceLock;
 const HINT: &str = "put the CUDA library folder on LD_LIBRARY_PATH (e.g. /usr/local/cuda/lib64, or a pip \
                     package's nvidia/*/lib)";
 
-fn cached(cell: &'static OnceLock<Result<(), String>>, probe: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+fn cached(
+    cell: &'static OnceLock<Result<(), String>>,
+    probe: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
     cell.get_or_init(probe).clone()
 }
 

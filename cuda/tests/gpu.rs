@@ -81,7 +81,8 @@ fn check_op(g: &mut CudaBackend, op: Op, inputs: &[HostTensor], exact: bool, loo
         Op::Constant { .. } => (vec![3, 5], DType::BF16),
         _ => op.infer(&metas).unwrap_or_else(|e| panic!("{}: {e}", op.name())),
     };
-    let call = KernelCall { node: NodeId(1), op: &op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed: 11 };
+    let call =
+        KernelCall { node: NodeId(1), op: &op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed: 11 };
     let mut cpu = CpuBackend::new();
     let cb: Vec<_> = inputs.iter().map(|t| cpu.upload(t).unwrap()).collect();
     let want = cpu.execute(&call, &cb.iter().collect::<Vec<_>>()).unwrap();
@@ -209,7 +210,9 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             vec![loose(Op::CrossEntropyGrad, vec![t(&[9, 300], 1), ids(&[9], 300, 2), t(&[], 3)])]
         }
         OpKind::Embedding => vec![exact(Op::Embedding, vec![t(&[50, 12], 1), ids(&[3, 7], 50, 2)])],
-        OpKind::EmbeddingGrad => vec![loose(Op::EmbeddingGrad { rows: 40 }, vec![ids(&[5, 9], 40, 2), t(&[5, 9, 24], 1)])],
+        OpKind::EmbeddingGrad => {
+            vec![loose(Op::EmbeddingGrad { rows: 40 }, vec![ids(&[5, 9], 40, 2), t(&[5, 9, 24], 1)])]
+        }
         OpKind::Cast => {
             let mut v = Vec::new();
             for to in DType::ALL {
@@ -315,7 +318,12 @@ fn training_steps_match_the_cpu_and_memory_matches_the_plan() {
         let want = model.step_seeded(&mut CpuBackend::new(), &params, &feeds, 5).unwrap();
         let got = model.step_seeded(&mut g, &params, &feeds, 5).unwrap();
         let (rtol, _) = tolerance(dtype, true);
-        assert!((got.loss - want.loss).abs() <= 10.0 * rtol * want.loss.abs(), "{dtype}: loss {} vs {}", got.loss, want.loss);
+        assert!(
+            (got.loss - want.loss).abs() <= 10.0 * rtol * want.loss.abs(),
+            "{dtype}: loss {} vs {}",
+            got.loss,
+            want.loss
+        );
         for (i, (a, b)) in got.grads.iter().zip(&want.grads).enumerate() {
             let scale = b.to_f64_vec().iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-3);
             for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
@@ -335,7 +343,7 @@ fn gradients_are_bitwise_identical_across_strategies_on_the_gpu() {
     let feeds = zoo::synthetic_tokens(&cfg, 1).unwrap();
     let mut reference: Option<Vec<HostTensor>> = None;
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
-        let model = Model::with_strategy(graph.clone(), strategy.clone()).unwrap();
+        let model = Model::with_strategy(graph.clone(), strategy).unwrap();
         let params = model.init_params(2);
         let out = model.step_seeded(&mut g, &params, &feeds, 9).unwrap();
         assert_eq!(out.measured_peak, out.predicted_peak, "{strategy:?}");
@@ -364,8 +372,14 @@ fn every_case_is_a_valid_cpu_call() {
                     Op::Constant { .. } => (vec![3, 5], DType::BF16),
                     _ => op.infer(&metas).unwrap_or_else(|e| panic!("{}: {e}", op.name())),
                 };
-                let call =
-                    KernelCall { node: NodeId(1), op: &op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed: 1 };
+                let call = KernelCall {
+                    node: NodeId(1),
+                    op: &op,
+                    inputs: &metas,
+                    out_shape: &shape,
+                    out_dtype: dtype,
+                    run_seed: 1,
+                };
                 let mut cpu = CpuBackend::new();
                 let b: Vec<_> = inputs.iter().map(|t| cpu.upload(t).unwrap()).collect();
                 cpu.execute(&call, &b.iter().collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{}: {e}", op.name()));

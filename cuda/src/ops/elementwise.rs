@@ -83,7 +83,15 @@ pub(crate) fn pointwise_grad(dev: &Device, op: &Op, x: View<'_>, g: View<'_>, ou
 
 /// `dropout_T(const T* x, T* y, u64 n, u64 seed, u64 key, u64 threshold, double keep)`, with the
 /// stream seed and threshold from `remat_core::rng` so masks match the CPU bit for bit.
-pub(crate) fn dropout(dev: &Device, x: View<'_>, out: View<'_>, p: f64, seed: u64, key: u64, run_seed: u64) -> Result<()> {
+pub(crate) fn dropout(
+    dev: &Device,
+    x: View<'_>,
+    out: View<'_>,
+    p: f64,
+    seed: u64,
+    key: u64,
+    run_seed: u64,
+) -> Result<()> {
     let n = out.numel();
     let args = [
         x.arg(),

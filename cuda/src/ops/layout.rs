@@ -81,8 +81,14 @@ pub(crate) fn concat(dev: &Device, xs: &[View<'_>], axis: usize, out: View<'_>) 
         if outer == 1 {
             copy(dev, x.ptr, out.ptr + (col * esz) as u64, cols * esz)?;
         } else {
-            let args =
-                [x.arg(), out.arg(), Arg::U64(outer as u64), Arg::U64(cols as u64), Arg::U64(ld as u64), Arg::U64(col as u64)];
+            let args = [
+                x.arg(),
+                out.arg(),
+                Arg::U64(outer as u64),
+                Arg::U64(cols as u64),
+                Arg::U64(ld as u64),
+                Arg::U64(col as u64),
+            ];
             dev.launch_1d(&LAYOUT, &format!("copy_rows_{}", elem_suffix(esz)), outer * cols, &args)?;
         }
         col += cols;

@@ -59,8 +59,8 @@ pub(crate) fn coalesce(shape: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Ve
         if dim == 1 {
             continue;
         }
-        let mergeable = !out_shape.is_empty()
-            && strides.iter().zip(&out_strides).all(|(s, o)| o.last() == Some(&(s[axis] * dim)));
+        let mergeable =
+            !out_shape.is_empty() && strides.iter().zip(&out_strides).all(|(s, o)| o.last() == Some(&(s[axis] * dim)));
         if mergeable {
             if let Some(last) = out_shape.last_mut() {
                 *last *= dim;

@@ -52,7 +52,13 @@ pub(crate) fn layer_norm_grad(dev: &Device, x: View<'_>, g: View<'_>, out: View<
 
 /// `cross_entropy_rows_T(const T* logits, const i64* targets, C* partial, u64 rows, u64 c, u64*
 /// flag, u64 node)` then `mean_finish_T(const C* partial, T* out, u64 rows)`.
-pub(crate) fn cross_entropy(dev: &Device, node: NodeId, logits: View<'_>, targets: View<'_>, out: View<'_>) -> Result<()> {
+pub(crate) fn cross_entropy(
+    dev: &Device,
+    node: NodeId,
+    logits: View<'_>,
+    targets: View<'_>,
+    out: View<'_>,
+) -> Result<()> {
     let (r, c) = rows(logits.shape);
     let partial = Scratch::new(dev, r.max(1) * compute_dtype(logits.dtype).size())?;
     let args = [

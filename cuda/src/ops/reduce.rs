@@ -53,7 +53,8 @@ pub(crate) fn reduce(dev: &Device, x: View<'_>, axes: &[usize], mode: Mode, out:
     if contiguous && s.group >= 64 {
         let threads = if s.group >= 1024 { 256 } else { 128 };
         let grid = s.n_out.min((dev.sm_count * 64) as usize) as u32;
-        let args = [x.arg(), out.arg(), kept, red, Arg::U64(s.n_out as u64), Arg::U64(s.group as u64), Arg::I32(mode as i32)];
+        let args =
+            [x.arg(), out.arg(), kept, red, Arg::U64(s.n_out as u64), Arg::U64(s.group as u64), Arg::I32(mode as i32)];
         return dev.launch(&REDUCE, &fname(dev, "reduce_rows", x.dtype)?, (grid, 1, 1), (threads, 1, 1), &args);
     }
     // Enough threads to fill the device: split the group when there are few outputs.
