@@ -217,7 +217,9 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             let mut v = Vec::new();
             for to in DType::ALL {
                 if to != DType::I64 {
-                    v.push(exact(Op::Cast { dtype: to }, vec![t(&[300], 4)]));
+                    // `half` may round f64 -> f16 through f32 (F16C) on the CPU: allow that one ulp.
+                    let mk = if dt == DType::F64 && to == DType::F16 { f } else { exact };
+                    v.push(mk(Op::Cast { dtype: to }, vec![t(&[300], 4)]));
                     v.push(exact(Op::Cast { dtype: to }, vec![tensor(&[300], DType::F8E4M3, 5)]));
                 }
             }
