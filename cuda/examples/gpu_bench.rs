@@ -1,0 +1,286 @@
+//! GPU benchmark: a GPT-style block (batch 8, sequence 1024, d_model 1024, 16 heads, bf16) per
+//! checkpointing policy, against ceilings measured in the same run (device copy bandwidth, a
+//! large bf16 GEMM) and its own GEMMs alone.
+//!
+//! `cargo run --release -p remat-cuda --example gpu_bench [-- --quick]`. Without a GPU it prints
+//! why and exits 0 (exit 2 when `REMAT_REQUIRE_CUDA=1`).
+//!
+//! Step time is the device time of one forward + backward plan execution with parameters and
+//! inputs already resident (the plan's steps and frees, one synchronisation at the end); the
+//! end-to-end `Model::step` time (uploads and gradient downloads included) is shown beside it.
+
+use remat_core::region::{enter_region, PolicyTable, RegionSpec};
+use remat_core::{
+    zoo, Backend, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy, Result, Step,
+};
+use remat_cuda::{CudaBackend, CudaBuffer};
+use std::time::Instant;
+
+static RECOMPUTE_ALL: RegionSpec = RegionSpec::new("block_part", PolicyTable::RECOMPUTE_ALL);
+static SAVE_MATMULS: RegionSpec = RegionSpec::new(
+    "block_part",
+    PolicyTable { must_save: &[OpKind::Matmul], ..PolicyTable::uniform(Policy::PreferRecompute) },
+);
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn random(shape: &[usize], dtype: DType, seed: u64) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n as u64).map(|i| remat_core::rng::normal_f64(seed, 7, i) * 0.1).collect();
+    HostTensor::new(shape.to_vec(), HostData::from_f64(&v, dtype)).expect("sizes match")
+}
+
+/// Seconds per call of `f` (median of `reps`, each synchronised).
+fn time(g: &mut CudaBackend, reps: usize, mut f: impl FnMut(&mut CudaBackend) -> Result<()>) -> Result<f64> {
+    f(g)?;
+    g.synchronize()?;
+    let mut t = Vec::new();
+    for _ in 0..reps {
+        let s = Instant::now();
+        f(g)?;
+        g.synchronize()?;
+        t.push(s.elapsed().as_secs_f64());
+    }
+    Ok(median(t))
+}
+
+fn exec(g: &mut CudaBackend, op: &Op, inputs: &[&CudaBuffer], seed: u64) -> Result<CudaBuffer> {
+    let metas: Vec<_> = inputs.iter().map(|b| (b.shape(), b.dtype())).collect();
+    let (shape, dtype) = op.infer(&metas).map_err(remat_core::Error::Invalid)?;
+    let call = KernelCall {
+        node: remat_core::NodeId(0),
+        op,
+        inputs: &metas,
+        out_shape: &shape,
+        out_dtype: dtype,
+        run_seed: seed,
+    };
+    g.execute(&call, inputs)
+}
+
+/// One plan execution with resident values already on the device.
+fn device_step(g: &mut CudaBackend, model: &Model, resident: &[CudaBuffer], seed: u64) -> Result<()> {
+    let graph = model.joint().graph();
+    let mut slots: Vec<Option<CudaBuffer>> = (0..graph.len()).map(|_| None).collect();
+    let mut borrowed: Vec<Option<usize>> = vec![None; graph.len()];
+    for (i, &id) in model.plan().resident().iter().enumerate() {
+        borrowed[id.index()] = Some(i);
+    }
+    for step in model.plan().steps() {
+        match *step {
+            Step::Compute(id) | Step::Recompute(id) => {
+                let node = graph.node(id);
+                let ins: Vec<&CudaBuffer> = node
+                    .inputs
+                    .iter()
+                    .map(|i| match borrowed[i.index()] {
+                        Some(r) => &resident[r],
+                        None => slots[i.index()].as_ref().expect("plan keeps inputs live"),
+                    })
+                    .collect();
+                let metas: Vec<_> = node.inputs.iter().map(|&i| graph.node(i).meta()).collect();
+                let call = KernelCall {
+                    node: id,
+                    op: &node.op,
+                    inputs: &metas,
+                    out_shape: &node.shape,
+                    out_dtype: node.dtype,
+                    run_seed: seed,
+                };
+                let out = g.execute(&call, &ins)?;
+                slots[id.index()] = Some(out);
+            }
+            Step::Free(id) => slots[id.index()] = None,
+        }
+    }
+    Ok(())
+}
+
+/// The plan's matrix products alone, on random operands of the same shapes.
+fn gemms_alone(g: &mut CudaBackend, model: &Model, reps: usize) -> Result<f64> {
+    let graph = model.joint().graph();
+    let mut calls = Vec::new();
+    for step in model.plan().steps() {
+        if let Step::Compute(id) | Step::Recompute(id) = *step {
+            let node = graph.node(id);
+            if node.op.kind() == OpKind::Matmul {
+                let a = graph.node(node.inputs[0]);
+                let b = graph.node(node.inputs[1]);
+                calls.push((g.upload(&random(&a.shape, a.dtype, 1))?, g.upload(&random(&b.shape, b.dtype, 2))?));
+            }
+        }
+    }
+    time(g, reps, |g| {
+        for (a, b) in &calls {
+            exec(g, &Op::Matmul, &[a, b], 0)?;
+        }
+        Ok(())
+    })
+}
+
+struct Row {
+    name: &'static str,
+    step: f64,
+    e2e: f64,
+    gemms: f64,
+    peak: usize,
+    predicted: usize,
+    pool: u64,
+}
+
+fn run_policy(g: &mut CudaBackend, name: &'static str, graph: Graph, cfg: &zoo::GptConfig, reps: usize) -> Result<Row> {
+    let model = Model::new(graph)?;
+    let params = model.init_params(0);
+    let feeds = zoo::synthetic_tokens(cfg, 0)?;
+    let out = model.step(g, &params, &feeds)?; // warm-up: compiles kernels, fills the pool
+    let e2e = time(g, reps, |g| model.step(g, &params, &feeds).map(|_| ()))?;
+    // Resident values in plan order (params by name, inputs from the feeds).
+    let fwd = model.forward_graph();
+    let mut resident = Vec::new();
+    let feed_values =
+        [("tokens", tokens_of(cfg, 1)), ("targets", tokens_of(cfg, 2)), ("mask", zoo::causal_mask(cfg.seq, cfg.dtype))];
+    for &id in model.plan().resident() {
+        let node = fwd.node(id);
+        let name = node.name.clone().unwrap_or_default();
+        let value = match params.get(&name) {
+            Some(v) => v.clone(),
+            None => {
+                feed_values.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()).expect("every resident is fed")
+            }
+        };
+        resident.push(g.upload(&value)?);
+    }
+    g.reset_pool_peak()?;
+    let step = time(g, reps, |g| device_step(g, &model, &resident, 1))?;
+    let pool = g.pool_peak()?;
+    drop(resident);
+    let gemms = gemms_alone(g, &model, reps)?;
+    Ok(Row { name, step, e2e, gemms, peak: out.measured_peak, predicted: out.predicted_peak, pool })
+}
+
+/// Valid random ids `[batch, seq]` (`Feeds` does not expose its values; any valid ids time alike).
+fn tokens_of(cfg: &zoo::GptConfig, seed: u64) -> HostTensor {
+    let n = cfg.batch * cfg.seq;
+    let v: Vec<i64> =
+        (0..n as u64).map(|i| (remat_core::rng::uniform_u32(seed, 5, i) as usize % cfg.vocab) as i64).collect();
+    HostTensor::i64(vec![cfg.batch, cfg.seq], v).expect("sizes match")
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let mut g = match CudaBackend::new(0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("skipped: {e}");
+            if std::env::var("REMAT_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+                std::process::exit(2);
+            }
+            return;
+        }
+    };
+    if let Err(e) = bench(&mut g, quick) {
+        eprintln!("gpu_bench failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
+    let reps = if quick { 3 } else { 10 };
+    println!("device: {} (sm_{})", g.device_name(), g.compute_capability());
+
+    // Ceilings, measured in this run.
+    let n = 256usize << 20; // 256 Mi bf16 elements = 512 MiB
+    let big = g.upload(&random(&[n / 1024, 1024], DType::BF16, 3))?;
+    let big2 = g.upload(&random(&[n / 1024, 1024], DType::BF16, 4))?;
+    let bytes = (n * 2) as f64;
+    let copy = time(g, reps, |g| exec(g, &Op::Reshape { shape: vec![n] }, &[&big], 0).map(|_| ()))?;
+    let copy_bw = 2.0 * bytes / copy;
+    let s = 8192usize;
+    let (a, b) = (g.upload(&random(&[s, s], DType::BF16, 5))?, g.upload(&random(&[s, s], DType::BF16, 6))?);
+    let t = time(g, reps, |g| exec(g, &Op::Matmul, &[&a, &b], 0).map(|_| ()))?;
+    let tflops = 2.0 * (s as f64).powi(3) / t / 1e12;
+    drop((a, b));
+    println!("\nceilings: device copy {:.0} GB/s (read + write), bf16 GEMM {s}^3 {:.0} TFLOP/s", copy_bw / 1e9, tflops);
+
+    println!("\n{:<28} {:>10} {:>8}", "kernel (bf16, 512 MiB)", "GB/s", "vs copy");
+    let kernels: Vec<(&str, Op, usize, f64)> = vec![
+        ("gelu", Op::Gelu, 1, 2.0),
+        ("add", Op::Add, 2, 3.0),
+        ("dropout p=0.1", Op::Dropout { p: 0.1, seed: 1, key: 2 }, 1, 2.0),
+        ("cast -> f32", Op::Cast { dtype: DType::F32 }, 1, 3.0),
+        ("softmax rows of 1024", Op::Softmax, 1, 2.0),
+        ("layer_norm rows of 1024", Op::LayerNorm { eps: 1e-5 }, 1, 2.0),
+        ("sum over last axis", Op::Sum { axes: vec![1], keepdim: false }, 1, 1.0),
+        ("sum over first axis", Op::Sum { axes: vec![0], keepdim: false }, 1, 1.0),
+        ("transpose [n/1024,1024]", Op::Transpose { perm: vec![1, 0] }, 1, 2.0),
+    ];
+    for (name, op, arity, traffic) in kernels {
+        let ins: Vec<&CudaBuffer> = if arity == 1 { vec![&big] } else { vec![&big, &big2] };
+        let t = time(g, reps, |g| exec(g, &op, &ins, 0).map(|_| ()))?;
+        let bw = traffic * bytes / t;
+        println!("{name:<28} {:>10.0} {:>7.0}%", bw / 1e9, 100.0 * bw / copy_bw);
+    }
+    drop((big, big2));
+
+    let cfg = zoo::GptConfig {
+        batch: 8,
+        seq: 1024,
+        d_model: 1024,
+        heads: 16,
+        layers: 1,
+        vocab: 4096,
+        dropout: 0.1,
+        dtype: DType::BF16,
+    };
+    let wrap = |spec: &'static RegionSpec| {
+        let cfg = cfg.clone();
+        zoo::gpt_with(&cfg, &move |part, x, p, mask, heads| {
+            let _region = enter_region(spec);
+            match part {
+                zoo::Part::Attention => zoo::attention(x, p, mask, heads),
+                zoo::Part::FeedForward => zoo::feed_forward(x, p),
+            }
+        })
+    };
+    let policies = [
+        ("no checkpointing", zoo::gpt(&cfg)?),
+        ("full recompute", wrap(&RECOMPUTE_ALL)?),
+        ("save matmuls", wrap(&SAVE_MATMULS)?),
+    ];
+    println!(
+        "\nGPT block: batch {}, seq {}, d_model {}, {} heads, vocab {}, dropout {}, {}",
+        cfg.batch, cfg.seq, cfg.d_model, cfg.heads, cfg.vocab, cfg.dropout, cfg.dtype
+    );
+    println!(
+        "{:<18} {:>10} {:>10} {:>10} {:>9} {:>12} {:>12} {:>12} {:>9}",
+        "policy", "step ms", "e2e ms", "GEMMs ms", "step/GEMM", "peak MiB", "predicted", "pool MiB", "vs none"
+    );
+    let mut base: Option<f64> = None;
+    for (name, graph) in policies {
+        let r = run_policy(g, name, graph, &cfg, reps)?;
+        let vs = base.map_or(1.0, |b| r.step / b);
+        base.get_or_insert(r.step);
+        println!(
+            "{:<18} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>12.1} {:>12.1} {:>12.1} {:>8.2}x",
+            r.name,
+            r.step * 1e3,
+            r.e2e * 1e3,
+            r.gemms * 1e3,
+            r.step / r.gemms,
+            r.peak as f64 / 1048576.0,
+            r.predicted as f64 / 1048576.0,
+            r.pool as f64 / 1048576.0,
+            vs
+        );
+    }
+    println!(
+        "\ntargets: no checkpointing step/GEMM <= 1.3x; elementwise/reduction >= 70% of copy; full recompute <= 1.4x and \
+         save matmuls <= 1.15x no checkpointing. `peak` is the metered buffers (equals `predicted`); `pool` adds the \
+         {} MiB cuBLAS workspace and transient scratch.",
+        remat_cuda::CUBLAS_WORKSPACE >> 20
+    );
+    Ok(())
+}

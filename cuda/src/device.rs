@@ -1,0 +1,300 @@
+//! One device: its context and stream, the memory pool with exact byte accounting, the loaded
+//! kernel modules, the cuBLAS handle, and the device-side error flag.
+//!
+//! Memory comes from the device's default pool, stream-ordered (`cuMemAllocAsync`) on the one
+//! stream everything runs on, with the release threshold at `u64::MAX` so freed blocks stay in
+//! the pool. The meter counts the bytes of live [`crate::CudaBuffer`]s exactly like the CPU
+//! backend counts its tensors; scratch space (reduction partials, casts of mixed-dtype inputs)
+//! and the cuBLAS workspace ([`CUBLAS_WORKSPACE`]) come from the same pool but are not metered.
+
+use crate::compile::{self, Target};
+use crate::kernels::{Arg, Source};
+use crate::probe;
+use cudarc::cublas::sys as cublas_sys;
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
+use remat_core::{Error, Result};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Bytes of the cuBLAS workspace, allocated once per backend from the pool and not metered.
+pub const CUBLAS_WORKSPACE: usize = 32 << 20;
+
+/// Threads per block of the 1-D kernels.
+pub const THREADS: u32 = 256;
+
+/// Live and peak bytes of metered buffers.
+#[derive(Debug, Default)]
+pub struct Meter {
+    pub(crate) live: Cell<usize>,
+    pub(crate) peak: Cell<usize>,
+}
+
+/// A device and everything loaded on it.
+pub struct Device {
+    pub(crate) name: String,
+    pub(crate) ordinal: usize,
+    pub(crate) cc: u32,
+    pub(crate) sm_count: u32,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pool: sys::CUmemoryPool,
+    pub(crate) meter: Meter,
+    modules: RefCell<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: RefCell<HashMap<String, CudaFunction>>,
+    pub(crate) blas: cublas_sys::cublasHandle_t,
+    workspace: sys::CUdeviceptr,
+    /// 4 × u64 written by kernels that find a bad id: set, node, position, value.
+    pub(crate) flag: sys::CUdeviceptr,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.name)
+            .field("ordinal", &self.ordinal)
+            .field("cc", &self.cc)
+            .finish()
+    }
+}
+
+/// An error of the backend on device `ordinal`.
+pub(crate) fn backend_err(ordinal: usize, message: impl Into<String>) -> Error {
+    Error::Backend { backend: format!("cuda:{ordinal}"), message: message.into() }
+}
+
+impl Device {
+    /// Opens device `ordinal`: context, stream (event tracking off: one stream orders everything),
+    /// pool, cuBLAS handle and workspace, error flag.
+    pub fn open(ordinal: usize) -> Result<Device> {
+        let err = |m: String| backend_err(ordinal, m);
+        probe::usable(ordinal).map_err(err)?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| err(format!("cannot create a context: {e:?}")))?;
+        // SAFETY: every buffer of this backend is used on the one stream created below, so
+        // cudarc's cross-stream events are not needed.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| err(format!("cannot create a stream: {e:?}")))?;
+        let (major, minor) = ctx.compute_capability().map_err(|e| err(format!("compute capability: {e:?}")))?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| err(format!("multiprocessor count: {e:?}")))?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        if !ctx.has_async_alloc() {
+            return Err(err(format!("{name} does not support stream-ordered memory pools")));
+        }
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: the context is current (CudaContext::new binds it); `pool` is a valid out pointer.
+        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }
+            .result()
+            .map_err(|e| err(format!("default memory pool: {e:?}")))?;
+        let mut threshold = u64::MAX;
+        // SAFETY: the release threshold attribute takes a u64.
+        unsafe {
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut _,
+            )
+        }
+        .map_err(|e| err(format!("pool release threshold: {e:?}")))?;
+        let blas = cudarc::cublas::result::create_handle().map_err(|e| err(format!("cuBLAS handle: {e:?}")))?;
+        let mut dev = Device {
+            name,
+            ordinal,
+            cc: (major * 10 + minor) as u32,
+            sm_count: sm_count.max(1) as u32,
+            ctx,
+            stream,
+            pool,
+            meter: Meter::default(),
+            modules: RefCell::new(HashMap::new()),
+            functions: RefCell::new(HashMap::new()),
+            blas,
+            workspace: 0,
+            flag: 0,
+        };
+        // SAFETY: the handle is live; the stream belongs to this context.
+        unsafe { cudarc::cublas::result::set_stream(dev.blas, dev.stream.cu_stream() as _) }
+            .map_err(|e| err(format!("cuBLAS stream: {e:?}")))?;
+        dev.workspace = dev.alloc_raw(CUBLAS_WORKSPACE)?;
+        // SAFETY: the workspace is CUBLAS_WORKSPACE bytes of device memory owned by `dev`, used
+        // only on the handle's stream, and freed after the handle is destroyed.
+        unsafe { cublas_sys::cublasSetWorkspace_v2(dev.blas, dev.workspace as *mut _, CUBLAS_WORKSPACE) }
+            .result()
+            .map_err(|e| err(format!("cuBLAS workspace: {e:?}")))?;
+        dev.flag = dev.alloc_raw(32)?;
+        // SAFETY: `flag` holds 32 bytes allocated above on this stream.
+        unsafe { result::memset_d8_async(dev.flag, 0, 32, dev.stream.cu_stream()) }
+            .map_err(|e| err(format!("memset: {e:?}")))?;
+        Ok(dev)
+    }
+
+    pub(crate) fn err(&self, message: impl Into<String>) -> Error {
+        backend_err(self.ordinal, message)
+    }
+
+    /// Stream-ordered allocation from the pool (not metered). 0 bytes give a null pointer. When
+    /// the pool cannot grow, its cached blocks are returned to the driver and the request is
+    /// retried once; failing that, the error gives the requested and the free bytes.
+    pub(crate) fn alloc_raw(&self, bytes: usize) -> Result<sys::CUdeviceptr> {
+        if bytes == 0 {
+            return Ok(0);
+        }
+        let stream = self.stream.cu_stream();
+        // SAFETY: the stream is live; the memory is only used on it.
+        match unsafe { result::malloc_async(stream, bytes) } {
+            Ok(p) => return Ok(p),
+            Err(e) if e.0 != sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                return Err(self.err(format!("allocating {bytes} bytes failed: {e:?}")))
+            }
+            Err(_) => {}
+        }
+        // SAFETY: synchronising the stream and trimming the pool only release unused blocks.
+        unsafe {
+            let _ = result::stream::synchronize(stream);
+            let _ = sys::cuMemPoolTrimTo(self.pool, 0);
+        }
+        // SAFETY: as above.
+        match unsafe { result::malloc_async(stream, bytes) } {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                let (free, total) = result::mem_get_info().unwrap_or((0, 0));
+                Err(self.err(format!(
+                    "out of device memory: requested {bytes} bytes ({:.1} MiB) with {free} bytes free of {total} \
+                     ({} bytes held by live buffers); {e:?}",
+                    bytes as f64 / 1048576.0,
+                    self.meter.live.get()
+                )))
+            }
+        }
+    }
+
+    /// Returns memory to the pool after the stream's pending work (stream-ordered).
+    pub(crate) fn free_raw(&self, ptr: sys::CUdeviceptr) {
+        if ptr != 0 {
+            // SAFETY: `ptr` came from `alloc_raw` on this stream and is not used afterwards.
+            if let Err(e) = unsafe { result::free_async(ptr, self.stream.cu_stream()) } {
+                log::error!("cuda:{}: freeing device memory failed: {e:?}", self.ordinal);
+            }
+        }
+    }
+
+    /// The pool's high-water mark of bytes in use (metered and unmetered) since the last reset.
+    pub fn pool_used_high(&self) -> Result<u64> {
+        let mut v = 0u64;
+        // SAFETY: the attribute is a u64.
+        unsafe {
+            result::mem_pool::get_attribute(
+                self.pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                &mut v as *mut u64 as *mut _,
+            )
+        }
+        .map_err(|e| self.err(format!("pool attribute: {e:?}")))?;
+        Ok(v)
+    }
+
+    /// Resets the pool's high-water mark to the bytes in use now.
+    pub fn reset_pool_high(&self) -> Result<()> {
+        let mut zero = 0u64;
+        // SAFETY: writing 0 to USED_MEM_HIGH resets it; the attribute is a u64.
+        unsafe {
+            result::mem_pool::set_attribute(
+                self.pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                &mut zero as *mut u64 as *mut _,
+            )
+        }
+        .map_err(|e| self.err(format!("pool attribute: {e:?}")))
+    }
+
+    /// The kernel `name` of `source`, compiled to a cubin for this device on first use.
+    pub(crate) fn function(&self, source: &Source, name: &str) -> Result<CudaFunction> {
+        if let Some(f) = self.functions.borrow().get(name) {
+            return Ok(f.clone());
+        }
+        let module = match self.modules.borrow().get(source.name).cloned() {
+            Some(m) => m,
+            None => {
+                let image = compile::compile(source, Target::Cubin(self.cc)).map_err(|m| self.err(m))?;
+                let m = self
+                    .ctx
+                    .load_module(Ptx::from_binary(image.to_vec()))
+                    .map_err(|e| self.err(format!("loading {} for sm_{}: {e:?}", source.name, self.cc)))?;
+                self.modules.borrow_mut().insert(source.name, m.clone());
+                m
+            }
+        };
+        let f = module.load_function(name).map_err(|e| self.err(format!("kernel {name} of {}: {e:?}", source.name)))?;
+        self.functions.borrow_mut().insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Launches `name` of `source` with `grid` × `block` threads and `args` (which must match the
+    /// kernel's C signature, in order and type).
+    pub(crate) fn launch(
+        &self,
+        source: &Source,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: &[Arg],
+    ) -> Result<()> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
+        }
+        let f = self.function(source, name)?;
+        let mut owned: Vec<Arg> = args.to_vec();
+        let mut params: Vec<*mut std::ffi::c_void> = owned.iter_mut().map(Arg::as_param).collect();
+        // SAFETY: the caller passes arguments matching the kernel's signature; `owned` outlives
+        // the call (cuLaunchKernel copies the values before returning); pointers in the args were
+        // allocated on this stream and stay live until the stream reaches their frees.
+        unsafe { result::launch_kernel(f.cu_function(), grid, block, 0, self.stream.cu_stream(), &mut params) }
+            .map_err(|e| self.err(format!("launching {name}: {e:?}")))
+    }
+
+    /// A 1-D grid-stride launch over `n` items.
+    pub(crate) fn launch_1d(&self, source: &Source, name: &str, n: usize, args: &[Arg]) -> Result<()> {
+        let blocks = n.div_ceil(THREADS as usize).clamp(1, (self.sm_count * 16) as usize) as u32;
+        if n == 0 {
+            return Ok(());
+        }
+        self.launch(source, name, (blocks, 1, 1), (THREADS, 1, 1), args)
+    }
+
+    /// Waits for the stream, then reports the first bad id a kernel flagged (and clears it).
+    pub(crate) fn sync_and_check(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| self.err(format!("stream synchronize: {e:?}")))?;
+        let mut flag = [0u64; 4];
+        // SAFETY: `flag` is 32 bytes of device memory; the stream is idle.
+        unsafe { result::memcpy_dtoh_sync(&mut flag[..], self.flag) }
+            .map_err(|e| self.err(format!("reading the error flag: {e:?}")))?;
+        if flag[0] != 0 {
+            // SAFETY: as above.
+            unsafe { result::memset_d8_sync(self.flag, 0, 32) }.map_err(|e| self.err(format!("memset: {e:?}")))?;
+            return Err(remat_core::Error::Node {
+                node: remat_core::NodeId(flag[1] as u32),
+                op: "embedding/cross_entropy",
+                message: format!(
+                    "id {} at position {} is out of range (found on the GPU; reported at the next synchronisation)",
+                    flag[3] as i64, flag[2]
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+        // SAFETY: the handle is live and no longer used; the workspace is freed after it.
+        unsafe {
+            let _ = cudarc::cublas::result::destroy_handle(self.blas);
+        }
+        self.free_raw(self.workspace);
+        self.free_raw(self.flag);
+        let _ = self.stream.synchronize();
+    }
+}

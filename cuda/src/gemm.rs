@@ -1,0 +1,116 @@
+//! Matrix products through cuBLAS: `cublasGemmStridedBatchedEx` on row-major operands.
+//!
+//! cuBLAS is column-major: a row-major `C[m,n] = A[m,k]·B[k,n]` is the column-major
+//! `Cᵀ[n,m] = Bᵀ·Aᵀ`, so the call passes B first and swaps m and n. f32 multiplies in f32 (no
+//! TF32), f64 in f64, bf16/f16 with f32 accumulation and one rounding of the result. Broadcast
+//! batch dimensions: the batch axes are coalesced over the three stride sets; the innermost run
+//! is one strided-batched call (stride 0 for a broadcast operand) and any outer axes loop here.
+//!
+//! `scaled_matmul` (fp8 operands, f32 result) dequantises both operands to f32 scratch and runs
+//! the f32 GEMM, then scales by `scale_a · scale_b` on the device: the same numbers as the CPU
+//! reference on every GPU. (A cuBLASLt fp8 tensor-core path for sm_89+ is not wired up.)
+
+use crate::device::Device;
+use crate::ops::{coalesce, odometer, View};
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use remat_core::shape::{broadcast_strides, strides};
+use remat_core::{DType, Result};
+use std::ffi::c_void;
+
+fn to_i32(dev: &Device, v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| dev.err(format!("matmul {what} = {v} exceeds cuBLAS's 32-bit sizes")))
+}
+
+/// `out = a · b` with broadcast batch dims; all three of one float dtype.
+pub(crate) fn matmul(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
+    let r = out.shape.len();
+    let (m, n) = (out.shape[r - 2], out.shape[r - 1]);
+    let k = a.shape[a.shape.len() - 1];
+    if out.numel() == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return crate::ops::elementwise::zero(dev, out);
+    }
+    let (dt, compute) = match out.dtype {
+        DType::F32 => (cudaDataType::CUDA_R_32F, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        DType::F64 => (cudaDataType::CUDA_R_64F, cublasComputeType_t::CUBLAS_COMPUTE_64F),
+        DType::BF16 => (cudaDataType::CUDA_R_16BF, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        DType::F16 => (cudaDataType::CUDA_R_16F, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        other => return Err(dev.err(format!("matmul of {other} is not supported"))),
+    };
+    let (mi, ni, ki) = (to_i32(dev, m, "m")?, to_i32(dev, n, "n")?, to_i32(dev, k, "k")?);
+    let batch = &out.shape[..r - 2];
+    let mat = |shape: &[usize], size: usize| -> Vec<usize> {
+        broadcast_strides(&shape[..shape.len() - 2], batch).iter().map(|s| s * size).collect()
+    };
+    let (sa, sb) = (mat(a.shape, m * k), mat(b.shape, k * n));
+    let sc: Vec<usize> = strides(batch).iter().map(|s| s * m * n).collect();
+    let (shape, s) = coalesce(batch, &[&sa, &sb, &sc]);
+    let last = shape.len() - 1;
+    let count = to_i32(dev, shape[last], "batch")?;
+    let (inner_a, inner_b, inner_c) = (s[0][last], s[1][last], s[2][last]);
+    let esz = out.dtype.size() as u64;
+    let (alpha32, beta32, alpha64, beta64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
+    let (alpha, beta): (*const c_void, *const c_void) = if out.dtype == DType::F64 {
+        (&alpha64 as *const f64 as _, &beta64 as *const f64 as _)
+    } else {
+        (&alpha32 as *const f32 as _, &beta32 as *const f32 as _)
+    };
+    let outer = &shape[..last];
+    for idx in odometer(outer) {
+        let off = |st: &Vec<usize>| idx.iter().zip(st).map(|(i, s)| i * s).sum::<usize>() as u64 * esz;
+        let (pa, pb, pc) = (a.ptr + off(&s[0]), b.ptr + off(&s[1]), out.ptr + off(&s[2]));
+        // SAFETY: pointers address row-major operands of the shapes checked by the shape rule;
+        // the strides stay inside them (batch offsets come from their own shapes); alpha/beta
+        // point to host scalars of the compute type; the handle runs on the device's stream.
+        unsafe {
+            cudarc::cublas::result::gemm_strided_batched_ex(
+                dev.blas,
+                cublasOperation_t::CUBLAS_OP_N,
+                cublasOperation_t::CUBLAS_OP_N,
+                ni,
+                mi,
+                ki,
+                alpha,
+                pb as *const c_void,
+                dt,
+                ni,
+                inner_b as i64,
+                pa as *const c_void,
+                dt,
+                ki,
+                inner_a as i64,
+                beta,
+                pc as *mut c_void,
+                dt,
+                ni,
+                inner_c as i64,
+                count,
+                compute,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| dev.err(format!("cuBLAS GEMM ({m}x{k} · {k}x{n}, batch {count}, {}): {e:?}", out.dtype)))?;
+    }
+    Ok(())
+}
+
+/// `out = (a · b) · scale_a · scale_b` for fp8 `a`, `b` and f32 scalars, f32 `out`.
+pub(crate) fn scaled_matmul(
+    dev: &Device,
+    a: View<'_>,
+    b: View<'_>,
+    scale_a: View<'_>,
+    scale_b: View<'_>,
+    out: View<'_>,
+) -> Result<()> {
+    let a32 = crate::ops::Scratch::new(dev, a.numel() * 4)?;
+    let b32 = crate::ops::Scratch::new(dev, b.numel() * 4)?;
+    let a32v = View { ptr: a32.ptr, shape: a.shape, dtype: DType::F32 };
+    let b32v = View { ptr: b32.ptr, shape: b.shape, dtype: DType::F32 };
+    crate::ops::elementwise::cast(dev, a, a32v)?;
+    crate::ops::elementwise::cast(dev, b, b32v)?;
+    matmul(dev, a32v, b32v, out)?;
+    crate::ops::elementwise::scale_by(dev, out, scale_a, scale_b)
+}

@@ -1,0 +1,140 @@
+//! The CUDA C sources (embedded), their kernel names, and how arguments are passed.
+//!
+//! Every source is compiled with [`PRELUDE`] in front. Kernel arguments are pushed as [`Arg`]s
+//! whose variants are the C parameter types (`u64`, `int`, `double`, `Dims`, raw fill patterns):
+//! each launch site lists them beside the C signature it must match.
+
+use remat_core::DType;
+use std::ffi::c_void;
+
+/// A kernel source file of this crate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Source {
+    /// File name, used in NVRTC logs and caches.
+    pub name: &'static str,
+    /// CUDA C text.
+    pub text: &'static str,
+}
+
+/// Types, conversions, index arithmetic, reductions and Philox shared by every source.
+pub const PRELUDE: &str = include_str!("../kernels/prelude.cuh");
+/// Unary, binary, pointwise-gradient, dropout, fill and scale kernels.
+pub const ELEMENTWISE: Source = Source { name: "elementwise.cu", text: include_str!("../kernels/elementwise.cu") };
+/// Dtype casts.
+pub const CAST: Source = Source { name: "cast.cu", text: include_str!("../kernels/cast.cu") };
+/// Sum, mean, amax and the amax gradient.
+pub const REDUCE: Source = Source { name: "reduce.cu", text: include_str!("../kernels/reduce.cu") };
+/// Softmax, layer norm, cross-entropy, embedding and their gradients.
+pub const NN: Source = Source { name: "nn.cu", text: include_str!("../kernels/nn.cu") };
+/// Strided copies: transpose, expand, slice, concat.
+pub const LAYOUT: Source = Source { name: "layout.cu", text: include_str!("../kernels/layout.cu") };
+
+/// Every kernel source, in a fixed order.
+pub const SOURCES: [Source; 5] = [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT];
+
+/// Most axes a [`Dims`] view holds (`MAXD` in the prelude).
+pub const MAXD: usize = 8;
+
+/// `struct Dims { u64 rank; u64 shape[MAXD]; u64 stride[MAXD]; }`: a strided view.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dims {
+    /// Number of axes used.
+    pub rank: u64,
+    /// Extent of each axis.
+    pub shape: [u64; MAXD],
+    /// Step in elements along each axis.
+    pub stride: [u64; MAXD],
+}
+
+impl Dims {
+    /// A view of `shape` with `strides` (at most [`MAXD`] axes; `None` beyond).
+    pub fn new(shape: &[usize], strides: &[usize]) -> Option<Dims> {
+        if shape.len() > MAXD || shape.len() != strides.len() {
+            return None;
+        }
+        let mut d = Dims { rank: shape.len() as u64, ..Dims::default() };
+        for (i, (&s, &t)) in shape.iter().zip(strides).enumerate() {
+            d.shape[i] = s as u64;
+            d.stride[i] = t as u64;
+        }
+        Some(d)
+    }
+}
+
+/// One kernel argument, by its C type.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// `u64` (also every device pointer: `const T*` is 8 bytes).
+    U64(u64),
+    /// `int`.
+    I32(i32),
+    /// `double`.
+    F64(f64),
+    /// `Dims` by value.
+    Dims(Dims),
+    /// `u8` fill pattern.
+    U8(u8),
+    /// `u16` fill pattern.
+    U16(u16),
+    /// `u32` fill pattern.
+    U32(u32),
+}
+
+impl Arg {
+    /// A pointer to the value, as `cuLaunchKernel` wants it.
+    pub fn as_param(&mut self) -> *mut c_void {
+        match self {
+            Arg::U64(v) => v as *mut u64 as *mut c_void,
+            Arg::I32(v) => v as *mut i32 as *mut c_void,
+            Arg::F64(v) => v as *mut f64 as *mut c_void,
+            Arg::Dims(v) => v as *mut Dims as *mut c_void,
+            Arg::U8(v) => v as *mut u8 as *mut c_void,
+            Arg::U16(v) => v as *mut u16 as *mut c_void,
+            Arg::U32(v) => v as *mut u32 as *mut c_void,
+        }
+    }
+}
+
+/// The dtype code kernels use (`cast.cu`).
+pub fn dtype_code(d: DType) -> i32 {
+    match d {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::BF16 => 2,
+        DType::F16 => 3,
+        DType::F8E4M3 => 4,
+        DType::F8E5M2 => 5,
+        DType::I64 => 6,
+    }
+}
+
+/// The suffix of a float kernel instantiated for storage dtype `d` (`FOR_FLOATS`), if any.
+pub fn float_suffix(d: DType) -> Option<&'static str> {
+    match d {
+        DType::F32 => Some("f32"),
+        DType::F64 => Some("f64"),
+        DType::BF16 => Some("bf16"),
+        DType::F16 => Some("f16"),
+        DType::F8E4M3 | DType::F8E5M2 | DType::I64 => None,
+    }
+}
+
+/// The compute dtype of storage dtype `d`: f64 for f64, f32 otherwise.
+pub fn compute_dtype(d: DType) -> DType {
+    if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// The suffix of a raw-element kernel (`gather_2`, `fill_8`) for elements of `bytes`.
+pub fn elem_suffix(bytes: usize) -> &'static str {
+    match bytes {
+        1 => "1",
+        2 => "2",
+        4 => "4",
+        _ => "8",
+    }
+}

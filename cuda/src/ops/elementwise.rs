@@ -1,0 +1,161 @@
+//! Unary and binary ops, pointwise gradients, dropout, casts, fills (`elementwise.cu`, `cast.cu`).
+
+use super::{coalesce, dims, fname, View};
+use crate::device::Device;
+use crate::kernels::{dtype_code, elem_suffix, Arg, CAST, ELEMENTWISE};
+use remat_core::shape::broadcast_strides;
+use remat_core::{rng, DType, HostTensor, Op, Result};
+
+/// The `U_*` code of a unary op and its clamp bounds.
+pub(crate) fn unary_code(op: &Op) -> Option<(i32, f64, f64)> {
+    Some(match op {
+        Op::Neg => (0, 0.0, 0.0),
+        Op::Exp => (1, 0.0, 0.0),
+        Op::Log => (2, 0.0, 0.0),
+        Op::Sin => (3, 0.0, 0.0),
+        Op::Cos => (4, 0.0, 0.0),
+        Op::Tanh => (5, 0.0, 0.0),
+        Op::Sigmoid => (6, 0.0, 0.0),
+        Op::Relu => (7, 0.0, 0.0),
+        Op::Gelu => (8, 0.0, 0.0),
+        Op::Abs => (9, 0.0, 0.0),
+        Op::Sqrt => (10, 0.0, 0.0),
+        Op::Rsqrt => (11, 0.0, 0.0),
+        Op::Reciprocal => (12, 0.0, 0.0),
+        Op::Square => (13, 0.0, 0.0),
+        Op::Clamp { min, max } => (14, *min, *max),
+        Op::Sign => (15, 0.0, 0.0),
+        _ => return None,
+    })
+}
+
+/// `unary_T(const T* x, T* y, u64 n, int op, double lo, double hi)`.
+pub(crate) fn unary(dev: &Device, op: &Op, x: View<'_>, out: View<'_>) -> Result<()> {
+    let (code, lo, hi) = unary_code(op).ok_or_else(|| dev.err(format!("{} is not unary", op.name())))?;
+    let n = out.numel();
+    let args = [x.arg(), out.arg(), Arg::U64(n as u64), Arg::I32(code), Arg::F64(lo), Arg::F64(hi)];
+    dev.launch_1d(&ELEMENTWISE, &fname(dev, "unary", out.dtype)?, n.div_ceil(4), &args)
+}
+
+/// `binary_T(a, b, y, u64 n, int op)` for equal shapes, else
+/// `binary_bcast_T(a, b, y, u64 n, int op, Dims da, Dims db)`.
+pub(crate) fn binary(dev: &Device, op: &Op, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
+    let code = match op {
+        Op::Add => 0,
+        Op::Sub => 1,
+        Op::Mul => 2,
+        Op::Div => 3,
+        Op::Maximum => 4,
+        Op::MaximumMask => 5,
+        other => return Err(dev.err(format!("{} is not binary", other.name()))),
+    };
+    let n = out.numel();
+    if a.shape == b.shape {
+        let args = [a.arg(), b.arg(), out.arg(), Arg::U64(n as u64), Arg::I32(code)];
+        return dev.launch_1d(&ELEMENTWISE, &fname(dev, "binary", out.dtype)?, n.div_ceil(4), &args);
+    }
+    let (sa, sb) = (broadcast_strides(a.shape, out.shape), broadcast_strides(b.shape, out.shape));
+    let (shape, s) = coalesce(out.shape, &[&sa, &sb]);
+    let args = [
+        a.arg(),
+        b.arg(),
+        out.arg(),
+        Arg::U64(n as u64),
+        Arg::I32(code),
+        dims(dev, &shape, &s[0])?,
+        dims(dev, &shape, &s[1])?,
+    ];
+    dev.launch_1d(&ELEMENTWISE, &fname(dev, "binary_bcast", out.dtype)?, n, &args)
+}
+
+/// `pointwise_grad_T(const T* x, const T* g, T* y, u64 n, int op, double lo, double hi)`.
+pub(crate) fn pointwise_grad(dev: &Device, op: &Op, x: View<'_>, g: View<'_>, out: View<'_>) -> Result<()> {
+    let (code, lo, hi) = match op {
+        Op::ClampGrad { min, max } => (0, *min, *max),
+        Op::ReluGrad => (1, 0.0, 0.0),
+        Op::GeluGrad => (2, 0.0, 0.0),
+        other => return Err(dev.err(format!("{} is not a pointwise gradient", other.name()))),
+    };
+    let n = out.numel();
+    let args = [x.arg(), g.arg(), out.arg(), Arg::U64(n as u64), Arg::I32(code), Arg::F64(lo), Arg::F64(hi)];
+    dev.launch_1d(&ELEMENTWISE, &fname(dev, "pointwise_grad", out.dtype)?, n.div_ceil(4), &args)
+}
+
+/// `dropout_T(const T* x, T* y, u64 n, u64 seed, u64 key, u64 threshold, double keep)`, with the
+/// stream seed and threshold from `remat_core::rng` so masks match the CPU bit for bit.
+pub(crate) fn dropout(
+    dev: &Device,
+    x: View<'_>,
+    out: View<'_>,
+    p: f64,
+    seed: u64,
+    key: u64,
+    run_seed: u64,
+) -> Result<()> {
+    let n = out.numel();
+    let args = [
+        x.arg(),
+        out.arg(),
+        Arg::U64(n as u64),
+        Arg::U64(rng::stream_seed(seed, run_seed)),
+        Arg::U64(key),
+        Arg::U64(rng::drop_threshold(p)),
+        Arg::F64(1.0 - p),
+    ];
+    dev.launch_1d(&ELEMENTWISE, &fname(dev, "dropout", out.dtype)?, n.div_ceil(4), &args)
+}
+
+/// `cast(const void* x, int from, void* y, int to, u64 n)`; same dtype is a copy.
+pub(crate) fn cast(dev: &Device, x: View<'_>, out: View<'_>) -> Result<()> {
+    if x.dtype == out.dtype {
+        return copy(dev, x.ptr, out.ptr, out.bytes());
+    }
+    let n = out.numel();
+    let args = [x.arg(), Arg::I32(dtype_code(x.dtype)), out.arg(), Arg::I32(dtype_code(out.dtype)), Arg::U64(n as u64)];
+    dev.launch_1d(&CAST, "cast", n, &args)
+}
+
+/// Device-to-device copy of `bytes`, stream-ordered.
+pub(crate) fn copy(dev: &Device, src: u64, dst: u64, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: both ranges are `bytes` long inside live allocations of this stream.
+    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, dev.stream.cu_stream()) }
+        .map_err(|e| dev.err(format!("device copy of {bytes} bytes: {e:?}")))
+}
+
+/// Every element of `out` = `value` rounded to its dtype (the CPU's `HostTensor::full`).
+/// `fill_N(E* y, u64 n, E v)` with the element's raw bits.
+pub(crate) fn constant(dev: &Device, value: f64, out: View<'_>) -> Result<()> {
+    let one = HostTensor::full(vec![1], value, out.dtype);
+    let bytes = crate::backend::host_bytes(&one);
+    let pattern = match bytes.len() {
+        1 => Arg::U8(bytes[0]),
+        2 => Arg::U16(u16::from_ne_bytes([bytes[0], bytes[1]])),
+        4 => Arg::U32(u32::from_ne_bytes(bytes[..4].try_into().map_err(|_| dev.err("fill pattern"))?)),
+        _ => Arg::U64(u64::from_ne_bytes(bytes[..8].try_into().map_err(|_| dev.err("fill pattern"))?)),
+    };
+    let n = out.numel();
+    let name = format!("fill_{}", elem_suffix(out.dtype.size()));
+    dev.launch_1d(&ELEMENTWISE, &name, n, &[out.arg(), Arg::U64(n as u64), pattern])
+}
+
+/// Zeros `out` (stream-ordered memset).
+pub(crate) fn zero(dev: &Device, out: View<'_>) -> Result<()> {
+    if out.bytes() == 0 {
+        return Ok(());
+    }
+    // SAFETY: `out` is `bytes()` long inside a live allocation of this stream.
+    unsafe { cudarc::driver::result::memset_d8_async(out.ptr, 0, out.bytes(), dev.stream.cu_stream()) }
+        .map_err(|e| dev.err(format!("memset: {e:?}")))
+}
+
+/// `scale_by_f32(float* y, u64 n, const float* s1, const float* s2)`.
+pub(crate) fn scale_by(dev: &Device, out: View<'_>, s1: View<'_>, s2: View<'_>) -> Result<()> {
+    if out.dtype != DType::F32 || s1.dtype != DType::F32 || s2.dtype != DType::F32 {
+        return Err(dev.err("scaled_matmul scales and result must be f32"));
+    }
+    let n = out.numel();
+    dev.launch_1d(&ELEMENTWISE, "scale_by_f32", n, &[out.arg(), Arg::U64(n as u64), s1.arg(), s2.arg()])
+}

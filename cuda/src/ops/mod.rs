@@ -1,0 +1,119 @@
+//! Launch code per op family; [`crate::backend`] dispatches each `Op` here.
+//!
+//! Everything works on [`View`]s (a device pointer, a shape, a dtype); the output is allocated
+//! by the caller. Temporary device memory is a [`Scratch`], freed stream-ordered on drop.
+
+pub(crate) mod elementwise;
+pub(crate) mod layout;
+pub(crate) mod nn;
+pub(crate) mod reduce;
+
+use crate::device::Device;
+use crate::kernels::{Arg, Dims};
+use remat_core::{DType, Result};
+
+/// A tensor on the device as kernels see it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct View<'a> {
+    pub ptr: u64,
+    pub shape: &'a [usize],
+    pub dtype: DType,
+}
+
+impl View<'_> {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+    pub fn arg(&self) -> Arg {
+        Arg::U64(self.ptr)
+    }
+}
+
+/// Unmetered temporary device memory, returned to the pool (stream-ordered) on drop.
+pub(crate) struct Scratch<'d> {
+    dev: &'d Device,
+    pub ptr: u64,
+}
+
+impl<'d> Scratch<'d> {
+    pub fn new(dev: &'d Device, bytes: usize) -> Result<Scratch<'d>> {
+        Ok(Scratch { dev, ptr: dev.alloc_raw(bytes)? })
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        self.dev.free_raw(self.ptr);
+    }
+}
+
+/// Merges adjacent axes that are contiguous in every stride set and drops size-1 axes (as the
+/// CPU backend's `coalesce`). Returns rank ≥ 1 (a scalar becomes `[1]` with stride 0).
+pub(crate) fn coalesce(shape: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut out_shape: Vec<usize> = Vec::with_capacity(shape.len());
+    let mut out_strides: Vec<Vec<usize>> = vec![Vec::with_capacity(shape.len()); strides.len()];
+    for (axis, &dim) in shape.iter().enumerate() {
+        if dim == 1 {
+            continue;
+        }
+        let mergeable =
+            !out_shape.is_empty() && strides.iter().zip(&out_strides).all(|(s, o)| o.last() == Some(&(s[axis] * dim)));
+        if mergeable {
+            if let Some(last) = out_shape.last_mut() {
+                *last *= dim;
+            }
+            for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                if let Some(last) = o.last_mut() {
+                    *last = s[axis];
+                }
+            }
+        } else {
+            out_shape.push(dim);
+            for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                o.push(s[axis]);
+            }
+        }
+    }
+    if out_shape.is_empty() {
+        out_shape.push(1);
+        for o in &mut out_strides {
+            o.push(0);
+        }
+    }
+    (out_shape, out_strides)
+}
+
+/// Every multi-index of `shape`, row-major (one empty index for a scalar).
+pub(crate) fn odometer(shape: &[usize]) -> Vec<Vec<usize>> {
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..n {
+        out.push(idx.clone());
+        for a in (0..shape.len()).rev() {
+            idx[a] += 1;
+            if idx[a] < shape[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    out
+}
+
+/// A [`Dims`] argument, or an error when the (coalesced) view has more than `MAXD` axes.
+pub(crate) fn dims(dev: &Device, shape: &[usize], strides: &[usize]) -> Result<Arg> {
+    Dims::new(shape, strides).map(Arg::Dims).ok_or_else(|| {
+        dev.err(format!("a strided view of shape {shape:?} has more than {} non-mergeable axes", crate::kernels::MAXD))
+    })
+}
+
+/// The kernel name `base_<suffix>` for float storage dtype `d`.
+pub(crate) fn fname(dev: &Device, base: &str, d: DType) -> Result<String> {
+    crate::kernels::float_suffix(d)
+        .map(|s| format!("{base}_{s}"))
+        .ok_or_else(|| dev.err(format!("{base} has no kernel for {d}")))
+}
