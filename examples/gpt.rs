@@ -216,7 +216,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let steps = if args.quick { args.steps.min(20) } else { args.steps };
     match args.device {
         Device::Cpu => train_and_compare(args, &cfg, steps, &mut || Ok(CpuBackend::new())),
-        Device::Cuda => Err("the CUDA backend is not available in this build yet".into()),
+        Device::Cuda => train_and_compare(args, &cfg, steps, &mut || remat::cuda::CudaBackend::new(0)),
     }
 }
 
@@ -416,6 +416,15 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_missing_gpu_is_an_error_not_a_panic() {
+        if remat::cuda::unavailable_reason().is_none() {
+            return; // a GPU is present: nothing to show here
+        }
+        let err = run(&Args::parse_from(["gpt", "--quick", "--device", "cuda"])).unwrap_err().to_string();
+        assert!(err.contains("cuda:0"), "{err}");
     }
 
     #[test]
