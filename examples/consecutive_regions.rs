@@ -6,9 +6,7 @@
 //!
 //! `cargo run --release --example consecutive_regions`
 
-use remat::partition::PGraph;
 use remat::prelude::*;
-use remat::report::Report;
 use remat::Step;
 
 /// `cos → 3 chained square matmuls (t = t·t) → cos`, all recomputed.
@@ -30,15 +28,8 @@ fn run(n: usize) -> Result<(), remat::Error> {
     assert!(graph.untagged_inside_regions().is_empty(), "every op inside a region is tagged");
     let model = Model::new(graph)?;
     let out = model.step(&mut CpuBackend::new(), &model.init_params(0), &Feeds::new())?;
-    let pg = PGraph::from_joint(model.joint());
     let partition = model.partition().expect("with_strategy partitions");
-    println!(
-        "{}",
-        Report::new(&pg, partition)
-            .with_planned_peak(out.predicted_peak as u64)
-            .with_measured_peak(out.measured_peak as u64)
-            .text()
-    );
+    println!("{}", model.report(Some(out.measured_peak)).unwrap_or_default());
     let g = model.joint().graph();
     let count = |kind: &str| {
         model

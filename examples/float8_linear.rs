@@ -11,9 +11,7 @@
 //!
 //! `cargo run --release --example float8_linear`
 
-use remat::partition::PGraph;
 use remat::prelude::*;
-use remat::report::Report;
 use remat::{Budget, Graph, Strategy};
 
 /// Per-tensor fp8 quantisation: amax → scale → clamp → cast; returns the values and the
@@ -54,16 +52,8 @@ fn show(title: &str, graph: Graph, strategy: Strategy, rows: usize, width: usize
     let xs: Vec<f32> = (0..rows * width).map(|i| ((i * 37 % 17) as f32 - 8.0) / 4.0).collect();
     let feeds = Feeds::new().with("input", HostTensor::f32([rows, width], xs)?);
     let out = model.step(&mut CpuBackend::new(), &model.init_params(0), &feeds)?;
-    let pg = PGraph::from_joint(model.joint());
-    let partition = model.partition().expect("with_strategy partitions");
     println!("== {title} ==");
-    println!(
-        "{}",
-        Report::new(&pg, partition)
-            .with_planned_peak(out.predicted_peak as u64)
-            .with_measured_peak(out.measured_peak as u64)
-            .text()
-    );
+    println!("{}", model.report(Some(out.measured_peak)).unwrap_or_default());
     Ok(model)
 }
 

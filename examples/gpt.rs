@@ -17,25 +17,10 @@ use remat::zoo::{self, BlockParams, GptConfig, Part};
 use remat::{Budget, Graph, Strategy};
 use std::time::Instant;
 
-// ---- The model's two checkpointed sub-blocks, written once ----
-
-/// Causal multi-head self-attention; the context before the output projection is named.
-fn attention(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
-    let shape = x.shape();
-    let (b, t, d) = (shape[0], shape[1], shape[2]);
-    let dh = d / heads;
-    let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]).transpose(&[0, 2, 1, 3]);
-    let (q, k, v) = (split(&p.wq), split(&p.wk), split(&p.wv));
-    let scores = &(q.matmul(&k.t()) * (1.0 / (dh as f64).sqrt())) + mask;
-    let ctx = scores.softmax().matmul(&v).name("attn_ctx");
-    ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
-}
-
-/// The gelu MLP; its pre-activation is named.
-fn feed_forward(x: &Tensor, p: &BlockParams) -> Tensor {
-    let pre = (&x.matmul(&p.w1) + &p.b1).name("ffn_pre");
-    &pre.gelu().matmul(&p.w2) + &p.b2
-}
+// The model's sub-blocks are `zoo::attention` (its context named "attn_ctx") and
+// `zoo::feed_forward` (its pre-activation named "ffn_pre"); `zoo::block` joins them with layer
+// norms, dropout and residuals.
+use zoo::{attention, feed_forward};
 
 // ---- One region wrapper per policy: the attribute is all that differs ----
 
@@ -341,30 +326,10 @@ fn print_table(rows: &[Row]) {
 }
 
 fn plot(path: &std::path::Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
-    use plotters::prelude::*;
-    let root = SVGBackend::new(path, (720, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let max_x = rows.iter().map(|r| r.saved_bytes).max().unwrap_or(1) as f64 / 1024.0 * 1.1 + 1.0;
-    let max_y = rows.iter().map(|r| r.recompute_flops).max().unwrap_or(1) as f64 / 1e6 * 1.1 + 0.1;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("saved activations vs recompute", ("sans-serif", 20))
-        .margin(20)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..max_x, 0.0..max_y)?;
-    chart.configure_mesh().x_desc("saved activation KiB").y_desc("recompute MFLOP").draw()?;
-    let mut points: Vec<(f64, f64)> =
-        rows.iter().map(|r| (r.saved_bytes as f64 / 1024.0, r.recompute_flops as f64 / 1e6)).collect();
-    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    chart.draw_series(LineSeries::new(points, &BLUE))?;
-    chart.draw_series(rows.iter().map(|r| {
-        let at = (r.saved_bytes as f64 / 1024.0, r.recompute_flops as f64 / 1e6);
-        EmptyElement::at(at)
-            + Circle::new((0, 0), 4, RED.filled())
-            + Text::new(r.policy.to_string(), (6, -12), ("sans-serif", 12))
-    }))?;
-    root.present()?;
-    Ok(())
+    let at = |r: &Row| remat::plot::Point { bytes: r.saved_bytes, flops: r.recompute_flops };
+    let line: Vec<_> = rows.iter().map(at).collect();
+    let marks: Vec<_> = rows.iter().map(|r| (r.policy.to_string(), at(r))).collect();
+    remat::plot::frontier(path, "gpt: saved activations vs recompute, per policy", &line, &marks)
 }
 
 #[cfg(test)]

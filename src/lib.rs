@@ -104,6 +104,8 @@ pub use remat_macros::checkpoint;
 /// The CUDA backend.
 pub use remat_cuda as cuda;
 
+pub mod plot;
+
 /// What model code needs: `use remat::prelude::*;`.
 pub mod prelude {
     pub use remat_core::{AdamW, Backend, CpuBackend, DType, Feeds, HostTensor, Init, Model, Optimizer, Params, Sgd};

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use remat::json::{self, Document};
 use remat::partition::{partition, PGraph};
 use remat::report::{fmt_bytes, Report};
-use remat::{Budget, JointGraph, Partition, Plan, Strategy};
+use remat::{plot, Budget, JointGraph, Partition, Plan, Strategy};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -134,7 +134,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 });
             }
             print!("{}", pareto_table(&points));
-            pareto::plot(&out, &points).map_err(|e| Failure(1, format!("{}: {e}", out.display())))?;
+            let at = |p: &Point| plot::Point { bytes: p.bytes, flops: p.flops };
+            let sweep: Vec<plot::Point> =
+                points.iter().filter(|p| matches!(p.strategy, Strategy::Budget(_))).map(at).collect();
+            let marks: Vec<(String, plot::Point)> = points
+                .iter()
+                .filter(|p| !matches!(p.strategy, Strategy::Budget(_)))
+                .map(|p| (p.strategy.to_string(), at(p)))
+                .collect();
+            plot::frontier(&out, "saved bytes vs recompute FLOPs (budget sweep 0.0..=1.0)", &sweep, &marks)
+                .map_err(|e| Failure(1, format!("{}: {e}", out.display())))?;
             println!("wrote {}", out.display());
         }
     }
@@ -170,57 +179,6 @@ fn pareto_table(points: &[Point]) -> String {
         );
     }
     out
-}
-
-mod pareto {
-    use super::Point;
-    use plotters::prelude::*;
-    use remat::Strategy;
-    use std::path::Path;
-
-    /// Saved bytes (x) against recompute FLOPs (y): the budget sweep as a line, Respect and
-    /// MinCut marked.
-    pub fn plot(out: &Path, points: &[Point]) -> Result<(), Box<dyn std::error::Error>> {
-        let xy = |p: &Point| (p.bytes as f64, p.flops as f64);
-        let xmax = points.iter().map(|p| p.bytes as f64).fold(1.0, f64::max) * 1.08;
-        let ymax = points.iter().map(|p| p.flops as f64).fold(1.0, f64::max) * 1.08;
-        let root = SVGBackend::new(out, (900, 600)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("saved bytes vs recompute FLOPs", ("sans-serif", 22))
-            .margin(16)
-            .x_label_area_size(44)
-            .y_label_area_size(90)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
-        chart.configure_mesh().x_desc("saved bytes").y_desc("recompute FLOPs").draw()?;
-        let sweep: Vec<(f64, f64)> =
-            points.iter().filter(|p| matches!(p.strategy, Strategy::Budget(_))).map(xy).collect();
-        chart
-            .draw_series(LineSeries::new(sweep.iter().copied(), BLUE.stroke_width(2)))?
-            .label("budget sweep 0.0..=1.0")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));
-        chart.draw_series(sweep.iter().map(|&p| Circle::new(p, 3, BLUE.filled())))?;
-        for p in points {
-            match p.strategy {
-                Strategy::Respect => {
-                    chart
-                        .draw_series(std::iter::once(TriangleMarker::new(xy(p), 8, RED.filled())))?
-                        .label("respect")
-                        .legend(|(x, y)| TriangleMarker::new((x + 10, y), 6, RED.filled()));
-                }
-                Strategy::MinCut => {
-                    chart
-                        .draw_series(std::iter::once(Cross::new(xy(p), 8, GREEN.stroke_width(3))))?
-                        .label("mincut")
-                        .legend(|(x, y)| Cross::new((x + 10, y), 6, GREEN.stroke_width(3)));
-                }
-                Strategy::Budget(_) => {}
-            }
-        }
-        chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw()?;
-        root.present()?;
-        Ok(())
-    }
 }
 
 fn main() -> ExitCode {

@@ -9,6 +9,7 @@ use crate::host::HostTensor;
 use crate::op::{Init, Op};
 use crate::partition::{partition, PGraph, Partition, Strategy};
 use crate::plan::Plan;
+use crate::report::Report;
 use crate::rng;
 use crate::shape::fmt_shape;
 use std::collections::BTreeMap;
@@ -87,6 +88,18 @@ impl Model {
     /// The partition the plan follows (absent for [`Model::with_saved`]).
     pub fn partition(&self) -> Option<&Partition> {
         self.partition.as_ref()
+    }
+
+    /// The saved-values report of the partition ([`crate::report::Report`]'s text) with the
+    /// plan's predicted peak and, when given, a measured one. `None` for [`Model::with_saved`].
+    pub fn report(&self, measured_peak: Option<usize>) -> Option<String> {
+        let partition = self.partition.as_ref()?;
+        let pg = PGraph::from_joint(&self.joint);
+        let mut report = Report::new(&pg, partition).with_planned_peak(self.plan.predicted_peak() as u64);
+        if let Some(peak) = measured_peak {
+            report = report.with_measured_peak(peak as u64);
+        }
+        Some(report.text())
     }
 
     /// The forward graph.

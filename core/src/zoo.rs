@@ -128,6 +128,7 @@ pub fn layer_norm(x: &Tensor, (g, b): &(Tensor, Tensor)) -> Tensor {
 }
 
 /// Causal multi-head self-attention of `x` `[b, t, d]`; `mask` is `[t, t]` (0 or a large negative).
+/// The context before the output projection is named `attn_ctx`.
 pub fn attention(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
     let shape = x.shape();
     let (b, t, d) = (shape[0], shape[1], shape[2]);
@@ -135,14 +136,16 @@ pub fn attention(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Te
     let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]).transpose(&[0, 2, 1, 3]);
     let (q, k, v) = (split(&p.wq), split(&p.wk), split(&p.wv));
     let scores = &(q.matmul(&k.t()) * (1.0 / (dh as f64).sqrt())) + mask;
-    let att = scores.softmax().matmul(&v);
-    att.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
+    // Named so `save_names("attn_ctx")` policies can keep it.
+    let ctx = scores.softmax().matmul(&v).name("attn_ctx");
+    ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
 }
 
-/// The gelu MLP of a block.
+/// The gelu MLP of a block; its pre-activation is named `ffn_pre`.
 pub fn feed_forward(x: &Tensor, p: &BlockParams) -> Tensor {
-    let h = (&x.matmul(&p.w1) + &p.b1).gelu();
-    &h.matmul(&p.w2) + &p.b2
+    // Named so `save_names("ffn_pre")` policies can keep it.
+    let pre = (&x.matmul(&p.w1) + &p.b1).name("ffn_pre");
+    &pre.gelu().matmul(&p.w2) + &p.b2
 }
 
 /// Which part of a block a [`gpt_with`] hook is asked to run.
