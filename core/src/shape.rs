@@ -57,6 +57,43 @@ pub fn broadcast_strides(inp: &[usize], out: &[usize]) -> Vec<usize> {
     (0..out.len()).map(|i| if i < lead || inp[i - lead] == 1 { 0 } else { own[i - lead] }).collect()
 }
 
+/// Merges adjacent axes that are contiguous in every stride set and drops size-1 axes.
+/// Returns the new shape and stride sets (rank ≥ 1: a scalar becomes `[1]` with stride 0).
+/// Backends use it to turn strided loops into as few, as long, rows as possible.
+pub fn coalesce(shape: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut out_shape: Vec<usize> = Vec::with_capacity(shape.len());
+    let mut out_strides: Vec<Vec<usize>> = vec![Vec::with_capacity(shape.len()); strides.len()];
+    for (axis, &dim) in shape.iter().enumerate() {
+        if dim == 1 {
+            continue;
+        }
+        let mergeable = out_shape.last().is_some()
+            && strides.iter().zip(&out_strides).all(|(s, o)| o.last() == Some(&(s[axis] * dim)));
+        if mergeable {
+            if let Some(last) = out_shape.last_mut() {
+                *last *= dim;
+            }
+            for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                if let Some(last) = o.last_mut() {
+                    *last = s[axis];
+                }
+            }
+        } else {
+            out_shape.push(dim);
+            for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                o.push(s[axis]);
+            }
+        }
+    }
+    if out_shape.is_empty() {
+        out_shape.push(1);
+        for o in &mut out_strides {
+            o.push(0);
+        }
+    }
+    (out_shape, out_strides)
+}
+
 /// Shape after reducing `axes` of `shape`.
 pub fn reduced(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
     shape

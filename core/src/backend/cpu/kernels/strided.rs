@@ -1,44 +1,10 @@
 //! Strided iteration shared by the layout, broadcast and reduction kernels.
 //!
 //! A strided view is a shape plus, per axis, the step in elements through some buffer. Before
-//! iterating, [`coalesce`] merges axes that step contiguously in every view and drops size-1
+//! iterating, `shape::coalesce` merges axes that step contiguously in every view and drops size-1
 //! axes, so `[B, T, D] + [D]` becomes a `[B·T, D]` loop whose inner rows are plain slices.
 
-/// Merges adjacent axes that are contiguous in every stride set and drops size-1 axes.
-/// Returns the new shape and stride sets (rank ≥ 1: a scalar becomes `[1]`).
-pub(super) fn coalesce(shape: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Vec<Vec<usize>>) {
-    let mut out_shape: Vec<usize> = Vec::with_capacity(shape.len());
-    let mut out_strides: Vec<Vec<usize>> = vec![Vec::with_capacity(shape.len()); strides.len()];
-    for (axis, &dim) in shape.iter().enumerate() {
-        if dim == 1 {
-            continue;
-        }
-        let mergeable = out_shape.last().is_some()
-            && strides.iter().zip(&out_strides).all(|(s, o)| o.last() == Some(&(s[axis] * dim)));
-        if mergeable {
-            if let Some(last) = out_shape.last_mut() {
-                *last *= dim;
-            }
-            for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
-                if let Some(last) = o.last_mut() {
-                    *last = s[axis];
-                }
-            }
-        } else {
-            out_shape.push(dim);
-            for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
-                o.push(s[axis]);
-            }
-        }
-    }
-    if out_shape.is_empty() {
-        out_shape.push(1);
-        for o in &mut out_strides {
-            o.push(0);
-        }
-    }
-    (out_shape, out_strides)
-}
+pub(super) use crate::shape::coalesce;
 
 /// The buffer offset of the start of every row (all axes but the last), in row-major order.
 pub(super) fn row_offsets(shape: &[usize], strides: &[usize]) -> Vec<usize> {
