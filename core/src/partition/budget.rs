@@ -2,17 +2,20 @@
 //!
 //! Candidates are the values whose fate is soft (Prefer tags and untagged values); forced
 //! values are always kept and count against the limit, forbidden ones never are. Small problems
-//! (few candidates) are solved exactly, minimising FLOPs and then bytes. Larger ones follow an
-//! eviction path fixed in advance — from saving every candidate to saving none, cheapest
-//! recompute per byte first — and take its first point within the limit. Either way the saved
+//! (up to 20 candidates, on graphs of up to ~1000 relevant nodes) are solved exactly, minimising
+//! FLOPs and then bytes. Larger ones follow an eviction path fixed in advance — from saving
+//! every candidate to saving none, cheapest recompute per byte first — and take its first point
+//! within the limit. Either way the saved
 //! bytes never rise when the limit shrinks: an exact optimum that still fits stays optimal,
 //! and on the path a smaller limit can only stop later, at fewer bytes than the earlier stop.
 
 use super::{closure, counts_bytes, Budget, Class, PGraph, Reason};
 use crate::error::{Error, Result};
 
-/// Exact search when `2^candidates × nodes` stays below this.
-const EXACT_WORK: u64 = 1 << 26;
+/// Exact search for up to this many candidates...
+const EXACT_CANDIDATES: usize = 20;
+/// ...when `2^candidates × relevant nodes` stays below this (about a second).
+const EXACT_WORK: u64 = 1 << 30;
 
 /// The global budget solve.
 pub(super) fn solve_global(
@@ -102,6 +105,10 @@ struct Problem<'a> {
     counted: Vec<bool>,
     candidates: Vec<usize>,
     is_candidate: Vec<bool>,
+    /// Forward nodes the backward could reach under any choice, users before inputs: the only
+    /// nodes an evaluation needs to visit.
+    order: Vec<usize>,
+    reads: Vec<bool>,
 }
 
 impl<'a> Problem<'a> {
@@ -115,22 +122,34 @@ impl<'a> Problem<'a> {
         for &c in &candidates {
             is_candidate[c] = true;
         }
-        Problem { g, base, counted, candidates, is_candidate }
+        let order = (0..g.len()).rev().filter(|&i| relevant[i]).collect();
+        Problem { g, base, counted, candidates, is_candidate, order, reads: g.backward_reads() }
     }
 
     /// (counted saved bytes, recompute FLOPs) with `at_hand`.
     fn eval(&self, at_hand: &[bool]) -> (u64, u64) {
-        let reached = closure(self.g, at_hand).reached;
-        let mut bytes = 0;
-        let mut flops = 0;
-        for (i, n) in self.g.nodes.iter().enumerate() {
-            if !reached[i] || n.backward {
+        self.eval_into(at_hand, &mut vec![false; self.g.len()])
+    }
+
+    /// [`Problem::eval`] reusing `reached` as scratch (any contents), visiting relevant nodes only:
+    /// the closure of an evaluation never leaves them.
+    fn eval_into(&self, at_hand: &[bool], reached: &mut [bool]) -> (u64, u64) {
+        for &i in &self.order {
+            reached[i] = self.reads[i];
+        }
+        let (mut bytes, mut flops) = (0, 0);
+        for &i in &self.order {
+            if !reached[i] {
                 continue;
             }
+            let n = &self.g.nodes[i];
             if at_hand[i] {
                 bytes += if self.counted[i] { n.bytes } else { 0 };
             } else {
                 flops += n.flops;
+                for &x in &n.inputs {
+                    reached[x as usize] = true;
+                }
             }
         }
         (bytes, flops)
@@ -138,8 +157,8 @@ impl<'a> Problem<'a> {
 
     /// The kept set within `limit` bytes, or the smallest feasible bytes.
     fn solve(&self, limit: u64) -> std::result::Result<Vec<bool>, u64> {
-        let c = self.candidates.len() as u32;
-        let exact = c < 40 && (1u64 << c).saturating_mul(self.g.len() as u64) <= EXACT_WORK;
+        let c = self.candidates.len();
+        let exact = c <= EXACT_CANDIDATES && (1u64 << c).saturating_mul(self.order.len() as u64) <= EXACT_WORK;
         if exact {
             self.solve_exact(limit)
         } else {
@@ -153,11 +172,12 @@ impl<'a> Problem<'a> {
         let mut at_hand = self.base.clone();
         let mut best: Option<((u64, u64), u64)> = None;
         let mut min_bytes = u64::MAX;
+        let mut scratch = vec![false; self.g.len()];
         for mask in 0u64..(1 << self.candidates.len()) {
             for (k, &c) in self.candidates.iter().enumerate() {
                 at_hand[c] = mask & (1 << k) != 0;
             }
-            let (bytes, flops) = self.eval(&at_hand);
+            let (bytes, flops) = self.eval_into(&at_hand, &mut scratch);
             min_bytes = min_bytes.min(bytes);
             if bytes <= limit && best.is_none_or(|(key, _)| (flops, bytes) < key) {
                 best = Some(((flops, bytes), mask));
