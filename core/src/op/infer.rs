@@ -1,0 +1,284 @@
+//! The shape and dtype rule of every op ([`super::Op::infer`]).
+
+use super::*;
+
+/// Arithmetic needs a float dtype wide enough to compute in: fp8 values can only be cast,
+/// viewed, concatenated or fed to `scaled_matmul`.
+fn float(what: &str, m: Meta<'_>) -> Result<(), String> {
+    if m.1.is_fp8() {
+        Err(format!("{what} is {}: cast fp8 values to a wider dtype first (or use scaled_matmul)", m.1))
+    } else if m.1.is_float() {
+        Ok(())
+    } else {
+        Err(format!("{what} must be floating point, got {}", m.1))
+    }
+}
+
+fn same_dtype(a: Meta<'_>, b: Meta<'_>) -> Result<(), String> {
+    if a.1 == b.1 {
+        Ok(())
+    } else {
+        Err(format!("dtypes differ: {} and {} (cast one of them)", a.1, b.1))
+    }
+}
+
+fn check_axes(axes: &[usize], rank: usize) -> Result<(), String> {
+    for (i, &a) in axes.iter().enumerate() {
+        if a >= rank {
+            return Err(format!("axis {a} out of range for rank {rank}"));
+        }
+        if axes[..i].contains(&a) {
+            return Err(format!("axis {a} listed twice"));
+        }
+    }
+    Ok(())
+}
+
+fn last_axis(what: &str, m: Meta<'_>) -> Result<(), String> {
+    float(what, m)?;
+    if m.0.is_empty() {
+        return Err(format!("{what} needs at least one axis, got a scalar"));
+    }
+    Ok(())
+}
+
+fn ids(m: Meta<'_>) -> Result<(), String> {
+    if m.1 == DType::I64 {
+        Ok(())
+    } else {
+        Err(format!("ids/targets must be i64, got {}", m.1))
+    }
+}
+
+/// Batched matmul shape rule shared by `matmul` and `scaled_matmul`.
+fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    if a.len() < 2 || b.len() < 2 {
+        return Err(format!(
+            "operands need rank >= 2, got {} and {} (reshape a vector to [1, n] or [n, 1])",
+            fmt_shape(a),
+            fmt_shape(b)
+        ));
+    }
+    let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+    let (k2, n) = (b[b.len() - 2], b[b.len() - 1]);
+    if k != k2 {
+        return Err(format!("inner dimensions differ: {} · {} ({k} vs {k2})", fmt_shape(a), fmt_shape(b)));
+    }
+    let batch = broadcast(&a[..a.len() - 2], &b[..b.len() - 2])
+        .ok_or_else(|| format!("batch dimensions of {} and {} do not broadcast", fmt_shape(a), fmt_shape(b)))?;
+    Ok([batch, vec![m, n]].concat())
+}
+
+fn scalar_f32(what: &str, m: Meta<'_>) -> Result<(), String> {
+    if m.1 != DType::F32 || numel(m.0) != 1 {
+        return Err(format!("{what} must be a single f32 value, got {} {}", fmt_shape(m.0), m.1));
+    }
+    Ok(())
+}
+
+pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), String> {
+    let first = x.first().copied().unwrap_or((&[], DType::F32));
+    let same = || (first.0.to_vec(), first.1);
+    match op {
+        Op::Input | Op::Param { .. } | Op::Constant { .. } => {
+            Err("leaf ops take their shape and dtype from the trace, not from inputs".into())
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
+            float("operands", x[0])?;
+            same_dtype(x[0], x[1])?;
+            let shape = broadcast(x[0].0, x[1].0)
+                .ok_or_else(|| format!("shapes {} and {} do not broadcast", fmt_shape(x[0].0), fmt_shape(x[1].0)))?;
+            Ok((shape, x[0].1))
+        }
+        Op::Clamp { min, max } => {
+            float("input", first)?;
+            if min > max || min.is_nan() || max.is_nan() {
+                return Err(format!("min {min} is above max {max}"));
+            }
+            Ok(same())
+        }
+        Op::Sum { axes, keepdim } | Op::Mean { axes, keepdim } | Op::Amax { axes, keepdim } => {
+            float("input", first)?;
+            check_axes(axes, first.0.len())?;
+            Ok((reduced(first.0, axes, *keepdim), first.1))
+        }
+        Op::Matmul => {
+            float("operands", x[0])?;
+            same_dtype(x[0], x[1])?;
+            Ok((matmul_shape(x[0].0, x[1].0)?, x[0].1))
+        }
+        Op::ScaledMatmul => {
+            for (what, m) in [("a", x[0]), ("b", x[1])] {
+                if !m.1.is_fp8() {
+                    return Err(format!("operand {what} must be fp8 (f8e4m3 or f8e5m2), got {}", m.1));
+                }
+            }
+            scalar_f32("scale_a", x[2])?;
+            scalar_f32("scale_b", x[3])?;
+            Ok((matmul_shape(x[0].0, x[1].0)?, DType::F32))
+        }
+        Op::Reshape { shape } => {
+            if numel(shape) != numel(first.0) {
+                return Err(format!(
+                    "cannot reshape {} ({} elements) to {} ({} elements)",
+                    fmt_shape(first.0),
+                    numel(first.0),
+                    fmt_shape(shape),
+                    numel(shape)
+                ));
+            }
+            Ok((shape.clone(), first.1))
+        }
+        Op::Transpose { perm } => {
+            let rank = first.0.len();
+            let mut seen = vec![false; rank];
+            let valid = perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+            if !valid {
+                return Err(format!("{perm:?} is not a permutation of the {rank} axes of {}", fmt_shape(first.0)));
+            }
+            Ok((perm.iter().map(|&p| first.0[p]).collect(), first.1))
+        }
+        Op::Expand { shape } => {
+            if !broadcasts_to(first.0, shape) {
+                return Err(format!("cannot expand {} to {}", fmt_shape(first.0), fmt_shape(shape)));
+            }
+            Ok((shape.clone(), first.1))
+        }
+        Op::Concat { axis } => {
+            let rank = first.0.len();
+            if *axis >= rank {
+                return Err(format!("axis {axis} out of range for rank {rank}"));
+            }
+            let mut out = first.0.to_vec();
+            out[*axis] = 0;
+            for m in x {
+                same_dtype(first, *m)?;
+                let agrees = m.0.len() == rank && (0..rank).all(|i| i == *axis || m.0[i] == first.0[i]);
+                if !agrees {
+                    return Err(format!(
+                        "shapes {} and {} differ outside axis {axis}",
+                        fmt_shape(first.0),
+                        fmt_shape(m.0)
+                    ));
+                }
+                out[*axis] += m.0[*axis];
+            }
+            Ok((out, first.1))
+        }
+        Op::Slice { axis, start, len } => {
+            let dim = first.0.get(*axis).copied().ok_or_else(|| format!("axis {axis} out of range"))?;
+            if start + len > dim {
+                return Err(format!("range {start}..{} exceeds dim {dim}", start + len));
+            }
+            let mut out = first.0.to_vec();
+            out[*axis] = *len;
+            Ok((out, first.1))
+        }
+        Op::Softmax | Op::LogSoftmax => {
+            last_axis("input", first)?;
+            Ok(same())
+        }
+        Op::LayerNorm { eps } => {
+            last_axis("input", first)?;
+            if eps.is_nan() || *eps <= 0.0 {
+                return Err(format!("eps must be positive, got {eps}"));
+            }
+            Ok(same())
+        }
+        Op::CrossEntropy => {
+            last_axis("logits", x[0])?;
+            ids(x[1])?;
+            let lead = &x[0].0[..x[0].0.len() - 1];
+            if x[1].0 != lead {
+                return Err(format!(
+                    "targets must have shape {} for logits {}, got {}",
+                    fmt_shape(lead),
+                    fmt_shape(x[0].0),
+                    fmt_shape(x[1].0)
+                ));
+            }
+            Ok((vec![], x[0].1))
+        }
+        Op::Embedding => {
+            float("table", x[0])?;
+            ids(x[1])?;
+            if x[0].0.len() != 2 {
+                return Err(format!("table must be [rows, dim], got {}", fmt_shape(x[0].0)));
+            }
+            Ok(([x[1].0, &x[0].0[1..]].concat(), x[0].1))
+        }
+        Op::Cast { dtype } => {
+            if *dtype == DType::I64 && first.1 != DType::I64 {
+                return Err("cannot cast floating values to i64".into());
+            }
+            Ok((first.0.to_vec(), *dtype))
+        }
+        Op::Dropout { p, .. } => {
+            float("input", first)?;
+            if !(0.0..1.0).contains(p) {
+                return Err(format!("p must be in [0, 1), got {p}"));
+            }
+            Ok(same())
+        }
+        Op::ClampGrad { .. }
+        | Op::ReluGrad
+        | Op::GeluGrad
+        | Op::SoftmaxGrad
+        | Op::LogSoftmaxGrad
+        | Op::LayerNormGrad { .. } => {
+            if x[0].0 != x[1].0 {
+                return Err(format!("gradient {} does not match {}", fmt_shape(x[1].0), fmt_shape(x[0].0)));
+            }
+            Ok((x[0].0.to_vec(), x[1].1))
+        }
+        Op::CrossEntropyGrad => {
+            infer(&Op::CrossEntropy, &x[..2])?;
+            float("gradient", x[2])?;
+            if numel(x[2].0) != 1 {
+                return Err(format!("the loss gradient must be one value, got {}", fmt_shape(x[2].0)));
+            }
+            Ok((x[0].0.to_vec(), x[0].1))
+        }
+        Op::EmbeddingGrad { rows } => {
+            ids(x[0])?;
+            float("gradient", x[1])?;
+            let (g, lead) = (x[1].0, x[0].0);
+            if g.len() != lead.len() + 1 || &g[..lead.len()] != lead {
+                return Err(format!("gradient {} does not fit ids {}", fmt_shape(g), fmt_shape(lead)));
+            }
+            Ok((vec![*rows, g[g.len() - 1]], x[1].1))
+        }
+        Op::AmaxGrad { axes, keepdim } => {
+            float("input", x[0])?;
+            check_axes(axes, x[0].0.len())?;
+            let reduced_shape = reduced(x[0].0, axes, *keepdim);
+            if x[1].0 != reduced_shape.as_slice() || x[2].0 != reduced_shape.as_slice() {
+                return Err(format!(
+                    "max {} and gradient {} must have the reduced shape {}",
+                    fmt_shape(x[1].0),
+                    fmt_shape(x[2].0),
+                    fmt_shape(&reduced_shape)
+                ));
+            }
+            Ok((x[0].0.to_vec(), x[2].1))
+        }
+        Op::Neg
+        | Op::Exp
+        | Op::Log
+        | Op::Sin
+        | Op::Cos
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Relu
+        | Op::Gelu
+        | Op::Abs
+        | Op::Sqrt
+        | Op::Rsqrt
+        | Op::Reciprocal
+        | Op::Square
+        | Op::Sign => {
+            float("input", first)?;
+            Ok(same())
+        }
+    }
+}
