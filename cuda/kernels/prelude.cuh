@@ -168,7 +168,9 @@ __device__ __forceinline__ u64 offset_of(const Dims& d, u64 idx) {
     if (idx < 0xffffffffull) {
         u32 i = (u32)idx;
         for (int a = (int)d.rank - 1; a >= 0; --a) {
-            u32 s = (u32)d.shape[a];
+            // An extent beyond 32 bits cannot divide an index below 2^32 - 1: clamping it
+            // keeps i % s == i and i / s == 0, as the exact arithmetic gives.
+            u32 s = d.shape[a] >= 0xffffffffull ? 0xffffffffu : (u32)d.shape[a];
             off += (u64)(i % s) * d.stride[a];
             i /= s;
         }
