@@ -110,10 +110,14 @@ __device__ float e5m2_to_float(u8 b) {
     else v = ldexpf((float)(4u + m), (int)e - 17);
     return (b & 0x80u) ? -v : v;
 }
-// Round to nearest even after saturating at the format's largest finite value (NaN -> 0x7F).
+// Round to nearest even after saturating at the format's largest finite value. NaN keeps its
+// sign and becomes the `float8` crate's NaN: e4m3 0x7F; e5m2 0x7E | the top two mantissa bits.
 __device__ u8 double_to_fp8(double x, int man_bits, int emin, int bias, double maxv) {
-    if (x != x) return 0x7Fu;
     u32 s = (__double_as_longlong(x) < 0) ? 0x80u : 0u;
+    if (x != x) {
+        if (man_bits == 3) return (u8)(s | 0x7Fu);
+        return (u8)(s | 0x7Eu | (u32)(((u64)__double_as_longlong(x) >> 50) & 3u));
+    }
     double a = fabs(x);
     if (a > maxv) a = maxv;
     if (a == 0.0) return (u8)s;
@@ -164,7 +168,9 @@ __device__ __forceinline__ u64 offset_of(const Dims& d, u64 idx) {
     if (idx < 0xffffffffull) {
         u32 i = (u32)idx;
         for (int a = (int)d.rank - 1; a >= 0; --a) {
-            u32 s = (u32)d.shape[a];
+            // An extent beyond 32 bits cannot divide an index below 2^32 - 1: clamping it
+            // keeps i % s == i and i / s == 0, as the exact arithmetic gives.
+            u32 s = d.shape[a] >= 0xffffffffull ? 0xffffffffu : (u32)d.shape[a];
             off += (u64)(i % s) * d.stride[a];
             i /= s;
         }

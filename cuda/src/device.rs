@@ -117,6 +117,17 @@ impl Device {
         // SAFETY: the handle is live; the stream belongs to this context.
         unsafe { cudarc::cublas::result::set_stream(dev.blas, dev.stream.cu_stream() as _) }
             .map_err(|e| err(format!("cuBLAS stream: {e:?}")))?;
+        // bf16/f16 products accumulate in f32 and round once, as on the CPU: no split-K partial
+        // sums rounded to the output type (cuBLAS's default allows them). TF32 stays off.
+        // SAFETY: the handle is live.
+        unsafe {
+            cublas_sys::cublasSetMathMode(
+                dev.blas,
+                cublas_sys::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
+            )
+        }
+        .result()
+        .map_err(|e| err(format!("cuBLAS math mode: {e:?}")))?;
         dev.workspace = dev.alloc_raw(CUBLAS_WORKSPACE)?;
         // SAFETY: the workspace is CUBLAS_WORKSPACE bytes of device memory owned by `dev`, used
         // only on the handle's stream, and freed after the handle is destroyed.

@@ -24,7 +24,8 @@ fn view_copy(dev: &Device, x: View<'_>, base: usize, steps: &[usize], out: View<
     let suffix = elem_suffix(esz);
     if r >= 2 && st[r - 1] != 1 && st[r - 2] == 1 && shape[r - 1] >= 8 && shape[r - 2] >= 8 {
         let batches: usize = shape[..r - 2].iter().product();
-        if batches <= 65_535 {
+        // gridDim.y (row tiles) and gridDim.z (batches) are limited to 65535.
+        if batches <= 65_535 && shape[r - 2].div_ceil(32) <= 65_535 {
             // transpose_tiled_N(const E* x, E* y, u64 base, Dims batch, u64 rows, u64 cols, u64 step)
             let (rows, cols) = (shape[r - 2], shape[r - 1]);
             let args = [

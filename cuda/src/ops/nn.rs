@@ -59,7 +59,9 @@ pub(crate) fn cross_entropy(
     targets: View<'_>,
     out: View<'_>,
 ) -> Result<()> {
-    let (r, c) = rows(logits.shape);
+    // One row per target: with zero classes there are no logits but every target is out of
+    // range, which the kernel reports (as the CPU does).
+    let (r, c) = (targets.numel(), logits.shape.last().copied().unwrap_or(0));
     let partial = Scratch::new(dev, r.max(1) * compute_dtype(logits.dtype).size())?;
     let args = [
         logits.arg(),
@@ -85,7 +87,7 @@ pub(crate) fn cross_entropy_grad(
     g: View<'_>,
     out: View<'_>,
 ) -> Result<()> {
-    let (r, c) = rows(logits.shape);
+    let (r, c) = (targets.numel(), logits.shape.last().copied().unwrap_or(0));
     let args = [
         logits.arg(),
         targets.arg(),
