@@ -103,6 +103,33 @@ pub enum PolicySource {
     Explicit,
 }
 
+impl PolicySource {
+    /// All sources.
+    pub const ALL: [PolicySource; 5] = [
+        PolicySource::OpKind,
+        PolicySource::Name,
+        PolicySource::Default,
+        PolicySource::Statement,
+        PolicySource::Explicit,
+    ];
+
+    /// The snake_case name (`"op_kind"`), as in dumps and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicySource::OpKind => "op_kind",
+            PolicySource::Name => "name",
+            PolicySource::Default => "default",
+            PolicySource::Statement => "statement",
+            PolicySource::Explicit => "explicit",
+        }
+    }
+
+    /// The source named `name`.
+    pub fn from_name(name: &str) -> Option<PolicySource> {
+        PolicySource::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
 /// The tag every op recorded inside a region carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tag {
@@ -364,7 +391,7 @@ impl Graph {
     }
 
     /// A plain-text listing, one node a line, with tags:
-    /// `%5 = matmul(%3, %1) [4, 8] f32 {r0 ffn must_save op} name=h @ src/model.rs:12:9`.
+    /// `%5 = matmul(%3, %1) [4, 8] f32 {r0 ffn must_save op_kind} name=h @ src/model.rs:12:9`.
     pub fn dump(&self) -> String {
         let mut out = String::new();
         for (i, r) in self.regions.iter().enumerate() {
@@ -387,14 +414,7 @@ impl Graph {
         let attrs = if attrs.is_empty() { attrs } else { format!("<{attrs}>") };
         let mut line = format!("{id} = {}{attrs}({}) {:?} {}", n.op.name(), inputs.join(", "), n.shape, n.dtype);
         if let Some(t) = n.tag {
-            let source = match t.source {
-                PolicySource::OpKind => "op",
-                PolicySource::Name => "name",
-                PolicySource::Default => "default",
-                PolicySource::Statement => "statement",
-                PolicySource::Explicit => "explicit",
-            };
-            let _ = write!(line, " {{{} {} {} {source}}}", t.region, self.region(t.region).name, t.policy);
+            let _ = write!(line, " {{{} {} {} {}}}", t.region, self.region(t.region).name, t.policy, t.source.name());
         }
         if let Some(name) = &n.name {
             let _ = write!(line, " name={name}");

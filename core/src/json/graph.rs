@@ -194,7 +194,7 @@ pub(super) fn to_text(g: &Graph) -> String {
                 .tag
                 .map(|t| t.source)
                 .filter(|s| *s != crate::graph::PolicySource::Explicit)
-                .map(|s| super::source_name(s).to_string()),
+                .map(|s| s.name().to_string()),
             name: n.name.clone(),
             loc: n.loc.map(|l| l.to_string()),
         }

@@ -214,11 +214,7 @@ pub(super) fn to_text(g: &PGraph) -> String {
             flags,
             region: n.region,
             policy: n.policy.map(|p| p.name().to_string()),
-            source: n
-                .policy
-                .and(n.source)
-                .filter(|s| *s != PolicySource::Explicit)
-                .map(|s| super::source_name(s).to_string()),
+            source: n.policy.and(n.source).filter(|s| *s != PolicySource::Explicit).map(|s| s.name().to_string()),
             name: n.name.clone(),
             loc: n.loc.clone(),
         }

@@ -218,21 +218,9 @@ fn parse_policy(name: &str) -> std::result::Result<Policy, String> {
     })
 }
 
-const SOURCES: [(PolicySource, &str); 5] = [
-    (PolicySource::OpKind, "op_kind"),
-    (PolicySource::Name, "name"),
-    (PolicySource::Default, "default"),
-    (PolicySource::Statement, "statement"),
-    (PolicySource::Explicit, "explicit"),
-];
-
-fn source_name(source: PolicySource) -> &'static str {
-    SOURCES.iter().find(|(s, _)| *s == source).map_or("explicit", |(_, n)| n)
-}
-
 fn parse_source(name: &str) -> std::result::Result<PolicySource, String> {
-    SOURCES.iter().find(|(_, n)| *n == name).map(|(s, _)| *s).ok_or_else(|| {
-        let names: Vec<&str> = SOURCES.iter().map(|(_, n)| *n).collect();
+    PolicySource::from_name(name).ok_or_else(|| {
+        let names = PolicySource::ALL.map(PolicySource::name);
         format!("unknown policy source `{name}` (expected one of {})", names.join(", "))
     })
 }
