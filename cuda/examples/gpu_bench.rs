@@ -1,6 +1,7 @@
 //! GPU benchmark: a GPT-style block (batch 8, sequence 1024, d_model 1024, 16 heads, bf16) per
-//! checkpointing policy, against ceilings measured in the same run (device copy bandwidth, a
-//! large bf16 GEMM) and its own GEMMs alone.
+//! checkpointing policy and partition strategy, against ceilings measured in the same run (device
+//! copy bandwidth, a large bf16 GEMM, and a large fp8 `scaled_matmul` for reference) and its own
+//! GEMMs alone.
 //!
 //! `cargo run --release -p remat-cuda --example gpu_bench [-- --quick]`. Without a GPU it prints
 //! why and exits 0 (exit 2 when `REMAT_REQUIRE_CUDA=1`).
@@ -11,7 +12,8 @@
 
 use remat_core::region::{enter_region, PolicyTable, RegionSpec};
 use remat_core::{
-    zoo, Backend, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy, Result, Step,
+    zoo, Backend, Budget, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy, Result, Step,
+    Strategy,
 };
 use remat_cuda::{CudaBackend, CudaBuffer};
 use std::time::Instant;
@@ -99,6 +101,15 @@ fn device_step(g: &mut CudaBackend, model: &Model, resident: &[CudaBuffer], seed
     Ok(())
 }
 
+/// TFLOP/s of `scaled_matmul` on `s`×`s` e4m3 operands (an error on GPUs without fp8).
+fn fp8_gemm(g: &mut CudaBackend, s: usize, reps: usize) -> Result<f64> {
+    let a = g.upload(&random(&[s, s], DType::F8E4M3, 8))?;
+    let b = g.upload(&random(&[s, s], DType::F8E4M3, 9))?;
+    let one = g.upload(&HostTensor::f32(vec![], vec![1.0])?)?;
+    let t = time(g, reps, |g| exec(g, &Op::ScaledMatmul, &[&a, &b, &one, &one], 0).map(|_| ()))?;
+    Ok(2.0 * (s as f64).powi(3) / t / 1e12)
+}
+
 /// The plan's matrix products alone, on random operands of the same shapes.
 fn gemms_alone(g: &mut CudaBackend, model: &Model, reps: usize) -> Result<f64> {
     let graph = model.joint().graph();
@@ -123,6 +134,7 @@ fn gemms_alone(g: &mut CudaBackend, model: &Model, reps: usize) -> Result<f64> {
 
 struct Row {
     name: &'static str,
+    strategy: String,
     step: f64,
     e2e: f64,
     gemms: f64,
@@ -131,8 +143,15 @@ struct Row {
     pool: u64,
 }
 
-fn run_policy(g: &mut CudaBackend, name: &'static str, graph: Graph, cfg: &zoo::GptConfig, reps: usize) -> Result<Row> {
-    let model = Model::new(graph)?;
+fn run_policy(
+    g: &mut CudaBackend,
+    name: &'static str,
+    strategy: Strategy,
+    graph: Graph,
+    cfg: &zoo::GptConfig,
+    reps: usize,
+) -> Result<Row> {
+    let model = Model::with_strategy(graph, strategy)?;
     let params = model.init_params(0);
     let feeds = zoo::synthetic_tokens(cfg, 0)?;
     let out = model.step(g, &params, &feeds)?; // warm-up: compiles kernels, fills the pool
@@ -158,7 +177,8 @@ fn run_policy(g: &mut CudaBackend, name: &'static str, graph: Graph, cfg: &zoo::
     let pool = g.pool_peak()?;
     drop(resident);
     let gemms = gemms_alone(g, &model, reps)?;
-    Ok(Row { name, step, e2e, gemms, peak: out.measured_peak, predicted: out.predicted_peak, pool })
+    let strategy = strategy.to_string();
+    Ok(Row { name, strategy, step, e2e, gemms, peak: out.measured_peak, predicted: out.predicted_peak, pool })
 }
 
 /// Valid random ids `[batch, seq]` (`Feeds` does not expose its values; any valid ids time alike).
@@ -204,6 +224,10 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
     let tflops = 2.0 * (s as f64).powi(3) / t / 1e12;
     drop((a, b));
     println!("\nceilings: device copy {:.0} GB/s (read + write), bf16 GEMM {s}^3 {:.0} TFLOP/s", copy_bw / 1e9, tflops);
+    match fp8_gemm(g, s, reps) {
+        Ok(t) => println!("fp8 scaled_matmul {s}^3 (e4m3, f32 out, B transposed per call): {:.0} TFLOP/s", t),
+        Err(e) => println!("fp8 scaled_matmul {s}^3: not measured: {e}"),
+    }
 
     println!("\n{:<28} {:>10} {:>8}", "kernel (bf16, 512 MiB)", "GB/s", "vs copy");
     let kernels: Vec<(&str, Op, usize, f64)> = vec![
@@ -245,27 +269,43 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
             }
         })
     };
+    // The policies under the default strategy (tags taken literally), then the other strategies:
+    // min-cut with the save-matmuls tags and on the untagged block, and a byte budget halfway
+    // between the smallest feasible saved set and saving everything.
     let policies = [
-        ("no checkpointing", zoo::gpt(&cfg)?),
-        ("full recompute", wrap(&RECOMPUTE_ALL)?),
-        ("save matmuls", wrap(&SAVE_MATMULS)?),
+        ("no checkpointing", Strategy::Respect, zoo::gpt(&cfg)?),
+        ("full recompute", Strategy::Respect, wrap(&RECOMPUTE_ALL)?),
+        ("save matmuls", Strategy::Respect, wrap(&SAVE_MATMULS)?),
+        ("save matmuls", Strategy::MinCut, wrap(&SAVE_MATMULS)?),
+        ("no tags", Strategy::MinCut, zoo::gpt(&cfg)?),
+        ("no tags", Strategy::Budget(Budget::Fraction(0.5)), zoo::gpt(&cfg)?),
     ];
     println!(
         "\nGPT block: batch {}, seq {}, d_model {}, {} heads, vocab {}, dropout {}, {}",
         cfg.batch, cfg.seq, cfg.d_model, cfg.heads, cfg.vocab, cfg.dropout, cfg.dtype
     );
     println!(
-        "{:<18} {:>10} {:>10} {:>10} {:>9} {:>12} {:>12} {:>12} {:>9}",
-        "policy", "step ms", "e2e ms", "GEMMs ms", "step/GEMM", "peak MiB", "predicted", "pool MiB", "vs none"
+        "{:<18} {:<16} {:>10} {:>10} {:>10} {:>9} {:>12} {:>12} {:>12} {:>9}",
+        "policy",
+        "strategy",
+        "step ms",
+        "e2e ms",
+        "GEMMs ms",
+        "step/GEMM",
+        "peak MiB",
+        "predicted",
+        "pool MiB",
+        "vs none"
     );
     let mut base: Option<f64> = None;
-    for (name, graph) in policies {
-        let r = run_policy(g, name, graph, &cfg, reps)?;
+    for (name, strategy, graph) in policies {
+        let r = run_policy(g, name, strategy, graph, &cfg, reps)?;
         let vs = base.map_or(1.0, |b| r.step / b);
         base.get_or_insert(r.step);
         println!(
-            "{:<18} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>12.1} {:>12.1} {:>12.1} {:>8.2}x",
+            "{:<18} {:<16} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>12.1} {:>12.1} {:>12.1} {:>8.2}x",
             r.name,
+            r.strategy,
             r.step * 1e3,
             r.e2e * 1e3,
             r.gemms * 1e3,

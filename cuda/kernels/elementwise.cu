@@ -171,12 +171,6 @@ __device__ void dropout(const T* x, T* y, u64 n, u64 seed, u64 key, u64 threshol
     }
 }
 
-// `y[i] *= scale[0] * scale2[0]` in f32 (scaled_matmul's scales, read on the device).
-extern "C" __global__ void scale_by_f32(float* y, u64 n, const float* s1, const float* s2) {
-    float s = s1[0] * s2[0];
-    GRID_STRIDE(i, n) { y[i] = y[i] * s; }
-}
-
 // Fills with a raw element pattern of 1, 2, 4 or 8 bytes.
 #define FILL(E, suffix) \
     extern "C" __global__ void fill_##suffix(E* y, u64 n, E v) { GRID_STRIDE(i, n) { y[i] = v; } }

@@ -1,4 +1,4 @@
-// Views materialised as copies (transpose, expand, slice) and concatenation, moving raw
+// Views materialised as copies (transpose, expand, slice), concatenation and zero-padded copies, moving raw
 // elements of 1, 2, 4 or 8 bytes. `gather` writes contiguously; `transpose_tiled` handles views
 // whose two inner axes are swapped through a shared-memory tile so both sides stay coalesced.
 
@@ -31,6 +31,16 @@
         for (int k = threadIdx.y; k < 32; k += blockDim.y) {                                                  \
             u64 i = i0 + k, j = j0 + threadIdx.x;                                                             \
             if (i < rows && j < cols) out[i * cols + j] = tile[k][threadIdx.x];                               \
+        }                                                                                                     \
+    }                                                                                                         \
+    /* y[i][j] = x[i * row_step + j * col_step] inside rows x cols, 0 in the rest of rows_p x cols_p:       \
+       fp8 GEMM operands padded to aligned shapes, and results cut back out of them. */                     \
+    extern "C" __global__ void pad_copy_##s(const E* x, E* y, u64 rows, u64 cols, u64 row_step, u64 col_step, \
+                                            u64 rows_p, u64 cols_p) {                                         \
+        for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < rows_p * cols_p;                         \
+             i += (u64)gridDim.x * blockDim.x) {                                                              \
+            u64 r = i / cols_p, c = i % cols_p;                                                               \
+            y[i] = (r < rows && c < cols) ? x[r * row_step + c * col_step] : (E)0;                            \
         }                                                                                                     \
     }
 LAYOUT(u8, 1) LAYOUT(u16, 2) LAYOUT(u32, 4) LAYOUT(u64, 8)

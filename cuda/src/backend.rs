@@ -1,9 +1,9 @@
 //! [`CudaBackend`]: the `Backend` trait on one GPU.
 
 use crate::device::{backend_err, Device};
-use crate::gemm;
 use crate::kernels::compute_dtype;
 use crate::ops::{elementwise as ew, layout, nn, reduce, Scratch, View};
+use crate::{fp8, gemm};
 use cudarc::driver::result;
 use remat_core::shape::fmt_shape;
 use remat_core::{Backend, DType, Error, HostData, HostTensor, KernelCall, MemoryStats, Op, Result};
@@ -231,7 +231,7 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::Amax { axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Max, out),
         Op::AmaxGrad { axes, .. } => reduce::amax_grad(dev, x[0], x[1], x[2], axes, out),
         Op::Matmul => gemm::matmul(dev, x[0], x[1], out),
-        Op::ScaledMatmul => gemm::scaled_matmul(dev, x[0], x[1], x[2], x[3], out),
+        Op::ScaledMatmul => fp8::scaled_matmul(dev, x[0], x[1], x[2], x[3], out),
         Op::Reshape { .. } => layout::reshape(dev, x[0], out),
         Op::Transpose { perm } => layout::transpose(dev, x[0], perm, out),
         Op::Expand { .. } => layout::expand(dev, x[0], out),

@@ -5,7 +5,8 @@
 //! stream everything runs on, with the release threshold at `u64::MAX` so freed blocks stay in
 //! the pool. The meter counts the bytes of live [`crate::CudaBuffer`]s exactly like the CPU
 //! backend counts its tensors; scratch space (reduction partials, casts of mixed-dtype inputs)
-//! and the cuBLAS workspace ([`CUBLAS_WORKSPACE`]) come from the same pool but are not metered.
+//! and the cuBLAS workspace ([`CUBLAS_WORKSPACE`], shared with cuBLASLt) come from the same pool
+//! but are not metered.
 
 use crate::compile::{self, Target};
 use crate::kernels::{Arg, Source};
@@ -14,7 +15,7 @@ use cudarc::cublas::sys as cublas_sys;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use remat_core::{Error, Result};
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -44,6 +45,8 @@ pub struct Device {
     modules: RefCell<HashMap<&'static str, Arc<CudaModule>>>,
     functions: RefCell<HashMap<String, CudaFunction>>,
     pub(crate) blas: cublas_sys::cublasHandle_t,
+    /// cuBLASLt, created on the first fp8 product (only `scaled_matmul` needs the library).
+    blas_lt: OnceCell<cudarc::cublaslt::sys::cublasLtHandle_t>,
     workspace: sys::CUdeviceptr,
     /// 4 × u64 written by kernels that find a bad id: set, node, position, value.
     pub(crate) flag: sys::CUdeviceptr,
@@ -111,6 +114,7 @@ impl Device {
             modules: RefCell::new(HashMap::new()),
             functions: RefCell::new(HashMap::new()),
             blas,
+            blas_lt: OnceCell::new(),
             workspace: 0,
             flag: 0,
         };
@@ -143,6 +147,22 @@ impl Device {
 
     pub(crate) fn err(&self, message: impl Into<String>) -> Error {
         backend_err(self.ordinal, message)
+    }
+
+    /// The cuBLASLt handle, created on first use; an error when `libcublasLt` is missing.
+    pub(crate) fn cublaslt(&self) -> Result<cudarc::cublaslt::sys::cublasLtHandle_t> {
+        if let Some(h) = self.blas_lt.get() {
+            return Ok(*h);
+        }
+        probe::cublaslt().map_err(|m| self.err(m))?;
+        let h = cudarc::cublaslt::result::create_handle().map_err(|e| self.err(format!("cuBLASLt handle: {e:?}")))?;
+        Ok(*self.blas_lt.get_or_init(|| h))
+    }
+
+    /// The workspace shared by cuBLAS and cuBLASLt ([`CUBLAS_WORKSPACE`] bytes): both run on the
+    /// one stream, so they never use it at the same time.
+    pub(crate) fn workspace_ptr(&self) -> sys::CUdeviceptr {
+        self.workspace
     }
 
     /// Stream-ordered allocation from the pool (not metered). 0 bytes give a null pointer. When
@@ -303,6 +323,9 @@ impl Drop for Device {
         // SAFETY: the handle is live and no longer used; the workspace is freed after it.
         unsafe {
             let _ = cudarc::cublas::result::destroy_handle(self.blas);
+            if let Some(&h) = self.blas_lt.get() {
+                let _ = cudarc::cublaslt::result::destroy_handle(h);
+            }
         }
         self.free_raw(self.workspace);
         self.free_raw(self.flag);

@@ -6,9 +6,7 @@
 //! batch dimensions: the batch axes are coalesced over the three stride sets; the innermost run
 //! is one strided-batched call (stride 0 for a broadcast operand) and any outer axes loop here.
 //!
-//! `scaled_matmul` (fp8 operands, f32 result) dequantises both operands to f32 scratch and runs
-//! the f32 GEMM, then scales by `scale_a · scale_b` on the device: the same numbers as the CPU
-//! reference on every GPU. (A cuBLASLt fp8 tensor-core path for sm_89+ is not wired up.)
+//! `scaled_matmul` runs on fp8 tensor cores through cuBLASLt: [`crate::fp8`].
 
 use crate::device::Device;
 use crate::ops::{coalesce, odometer, View};
@@ -17,7 +15,7 @@ use remat_core::shape::{broadcast_strides, strides};
 use remat_core::{DType, Result};
 use std::ffi::c_void;
 
-fn to_i32(dev: &Device, v: usize, what: &str) -> Result<i32> {
+pub(crate) fn to_i32(dev: &Device, v: usize, what: &str) -> Result<i32> {
     i32::try_from(v).map_err(|_| dev.err(format!("matmul {what} = {v} exceeds cuBLAS's 32-bit sizes")))
 }
 
@@ -96,21 +94,16 @@ pub(crate) fn matmul(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> R
     Ok(())
 }
 
-/// `out = (a · b) · scale_a · scale_b` for fp8 `a`, `b` and f32 scalars, f32 `out`.
-pub(crate) fn scaled_matmul(
-    dev: &Device,
-    a: View<'_>,
-    b: View<'_>,
-    scale_a: View<'_>,
-    scale_b: View<'_>,
-    out: View<'_>,
-) -> Result<()> {
-    let a32 = crate::ops::Scratch::new(dev, a.numel() * 4)?;
-    let b32 = crate::ops::Scratch::new(dev, b.numel() * 4)?;
-    let a32v = View { ptr: a32.ptr, shape: a.shape, dtype: DType::F32 };
-    let b32v = View { ptr: b32.ptr, shape: b.shape, dtype: DType::F32 };
-    crate::ops::elementwise::cast(dev, a, a32v)?;
-    crate::ops::elementwise::cast(dev, b, b32v)?;
-    matmul(dev, a32v, b32v, out)?;
-    crate::ops::elementwise::scale_by(dev, out, scale_a, scale_b)
+/// Element offsets of the `a`, `b` and `out` matrices of each batch entry of a (broadcast)
+/// batched product, in row-major batch order.
+pub(crate) fn batch_offsets(a: &[usize], b: &[usize], out: &[usize]) -> Vec<(usize, usize, usize)> {
+    let r = out.len();
+    let batch = &out[..r - 2];
+    let size = |s: &[usize]| s[s.len() - 2] * s[s.len() - 1];
+    let step = |s: &[usize]| -> Vec<usize> {
+        broadcast_strides(&s[..s.len() - 2], batch).iter().map(|st| st * size(s)).collect()
+    };
+    let (sa, sb, sc) = (step(a), step(b), step(out));
+    let dot = |idx: &[usize], st: &[usize]| idx.iter().zip(st).map(|(i, s)| i * s).sum::<usize>();
+    odometer(batch).iter().map(|idx| (dot(idx, &sa), dot(idx, &sb), dot(idx, &sc))).collect()
 }

@@ -1,7 +1,8 @@
 //! remat-cuda: the CUDA backend of remat.
 //!
 //! Kernels are CUDA C sources embedded in the crate, compiled at run time by NVRTC to a cubin
-//! for the device's own architecture and cached per process; matrix products go through cuBLAS.
+//! for the device's own architecture and cached per process; matrix products go through cuBLAS,
+//! fp8 products (`scaled_matmul`) through cuBLASLt on GPUs with fp8 tensor cores (sm_89+).
 //! The crate builds and its tests run without CUDA: the driver, NVRTC and cuBLAS are loaded at
 //! run time, and [`CudaBackend::new`] answers an error naming what is missing.
 //!
@@ -29,6 +30,7 @@
 mod backend;
 mod compile;
 mod device;
+mod fp8;
 mod gemm;
 mod kernels;
 mod ops;

@@ -1,7 +1,7 @@
 //! Finding the CUDA libraries and a device without panicking, once per process.
 //!
-//! cudarc loads `libcuda`, `libnvrtc` and `libcublas` lazily and panics when one is missing, so
-//! every entry point asks here first: each library is dlopen-ed once (`is_culib_present`) and
+//! cudarc loads `libcuda`, `libnvrtc`, `libcublas` and `libcublasLt` lazily and panics when one
+//! is missing, so every entry point asks here first: each library is dlopen-ed once (`is_culib_present`) and
 //! the answers are cached. `DriverError`s are only formatted once the driver library is known to
 //! be present (their `Debug` loads it).
 
@@ -30,32 +30,40 @@ pub fn driver() -> Result<(), String> {
     })
 }
 
+/// `Ok` when `present` (one of cudarc's `is_culib_present`, which only dlopens candidate names)
+/// finds the library, else "`what` was not found" with where to look and `extra` advice.
+fn library(
+    cell: &'static OnceLock<Result<(), String>>,
+    present: unsafe fn() -> bool,
+    what: &str,
+    extra: &str,
+) -> Result<(), String> {
+    // SAFETY: `present` only dlopens candidate library names; no symbol is called.
+    cached(cell, || if unsafe { present() } { Ok(()) } else { Err(format!("{what} was not found; {HINT}{extra}")) })
+}
+
 /// NVRTC (`libnvrtc.so.13`), needed to compile kernels; no device required.
 pub fn nvrtc() -> Result<(), String> {
     static CELL: OnceLock<Result<(), String>> = OnceLock::new();
-    cached(&CELL, || {
-        // SAFETY: only dlopens candidate library names.
-        if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            Ok(())
-        } else {
-            Err(format!(
-                "NVRTC (libnvrtc.so.13) was not found; {HINT}; `pip install nvidia-cuda-nvrtc==13.0.*` ships it"
-            ))
-        }
-    })
+    let advice = "; `pip install nvidia-cuda-nvrtc==13.0.*` ships it";
+    library(&CELL, cudarc::nvrtc::sys::is_culib_present, "NVRTC (libnvrtc.so.13)", advice)
 }
 
 /// cuBLAS (`libcublas.so.13`), needed for matrix products.
 pub fn cublas() -> Result<(), String> {
     static CELL: OnceLock<Result<(), String>> = OnceLock::new();
-    cached(&CELL, || {
-        // SAFETY: only dlopens candidate library names.
-        if unsafe { cudarc::cublas::sys::is_culib_present() } {
-            Ok(())
-        } else {
-            Err(format!("cuBLAS (libcublas.so.13) was not found; {HINT}"))
-        }
-    })
+    library(&CELL, cudarc::cublas::sys::is_culib_present, "cuBLAS (libcublas.so.13)", "")
+}
+
+/// cuBLASLt (`libcublasLt.so.13`), needed only for fp8 products (`scaled_matmul`).
+pub fn cublaslt() -> Result<(), String> {
+    static CELL: OnceLock<Result<(), String>> = OnceLock::new();
+    library(
+        &CELL,
+        cudarc::cublaslt::sys::is_culib_present,
+        "cuBLASLt (libcublasLt.so.13), which scaled_matmul needs,",
+        "",
+    )
 }
 
 /// Number of CUDA devices (0 when the driver has none).

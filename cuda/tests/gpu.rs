@@ -7,7 +7,8 @@
 //! Tolerances (|gpu − cpu| ≤ atol + rtol·|cpu|): f32 rtol 1e-5 / atol 1e-6 (1e-4 rel for
 //! reductions over long rows, matmuls and whole steps, where summation order differs); f64
 //! 1e-12; bf16 1e-2; f16 2e-3. Layout ops, embeddings, casts (fp8 included), constants and dropout
-//! masks must be bit-identical.
+//! masks must be bit-identical, and so must fp8 products of small integers with power-of-two
+//! scales (random fp8 products are held to their accumulation bound instead).
 
 use remat_core::rng::normal_f64;
 use remat_core::{
@@ -36,6 +37,13 @@ fn tensor(shape: &[usize], dtype: DType, seed: u64) -> HostTensor {
 fn positive(shape: &[usize], dtype: DType, seed: u64) -> HostTensor {
     let n: usize = shape.iter().product();
     let v: Vec<f64> = (0..n as u64).map(|i| 0.1 + normal_f64(seed, 2, i).abs()).collect();
+    HostTensor::new(shape.to_vec(), HostData::from_f64(&v, dtype)).unwrap()
+}
+
+/// Integers in [-8, 8], exact in both fp8 formats.
+fn small_ints(shape: &[usize], dtype: DType, seed: u64) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n as u64).map(|i| (remat_core::rng::uniform_u32(seed, 4, i) % 17) as f64 - 8.0).collect();
     HostTensor::new(shape.to_vec(), HostData::from_f64(&v, dtype)).unwrap()
 }
 
@@ -176,9 +184,18 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             exact(Op::Matmul, vec![t(&[2, 0], 1), t(&[0, 3], 2)]),
         ],
         OpKind::ScaledMatmul => {
-            let e = |s: &[usize], seed| tensor(s, DType::F8E4M3, seed);
+            // Small integers and power-of-two scales: every partial sum is exact, so the tensor
+            // cores must agree bit for bit. Aligned, padded (5x7·7x3) and broadcast batches.
+            let (e4, e5) = (DType::F8E4M3, DType::F8E5M2);
             let sc = |v: f32| HostTensor::f32(vec![], vec![v]).unwrap();
-            vec![loose(Op::ScaledMatmul, vec![e(&[16, 32], 1), e(&[32, 8], 2), sc(0.5), sc(3.0)])]
+            let mm = |a: HostTensor, b: HostTensor, sa, sb| exact(Op::ScaledMatmul, vec![a, b, sc(sa), sc(sb)]);
+            vec![
+                mm(small_ints(&[16, 32], e4, 1), small_ints(&[32, 48], e4, 2), 0.5, 4.0),
+                mm(small_ints(&[5, 7], e4, 3), small_ints(&[7, 3], e4, 4), 0.25, 2.0),
+                mm(small_ints(&[2, 3, 16, 32], e4, 5), small_ints(&[32, 16], e4, 6), 1.0, 0.125),
+                mm(small_ints(&[2, 1, 5, 7], e4, 7), small_ints(&[3, 7, 9], e5, 8), 2.0, 1.0),
+                mm(small_ints(&[33, 20], e5, 9), small_ints(&[20, 17], e4, 10), 1.0, 1.0),
+            ]
         }
         OpKind::Reshape => vec![exact(Op::Reshape { shape: vec![6, 5] }, vec![t(&[2, 15], 1)])],
         OpKind::Transpose => vec![
@@ -253,6 +270,10 @@ fn every_op_matches_the_cpu_in_f32() {
     let Some(mut g) = gpu() else { return };
     let mut covered = 0;
     for kind in OpKind::all() {
+        if kind == OpKind::ScaledMatmul && g.compute_capability() < 89 {
+            println!("scaled_matmul skipped: sm_{} has no fp8 tensor cores", g.compute_capability());
+            continue;
+        }
         for (op, inputs, exact, loose) in cases(kind, DType::F32) {
             check_op(&mut g, op, &inputs, exact, loose);
             covered += 1;
@@ -274,6 +295,59 @@ fn every_op_matches_the_cpu_in_bf16_f16_and_f64() {
             }
         }
     }
+}
+
+/// Runs `scaled_matmul` on the GPU alone.
+fn gpu_scaled_matmul(g: &mut CudaBackend, inputs: &[HostTensor]) -> remat_core::Result<HostTensor> {
+    let metas: Vec<_> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
+    let (shape, dtype) = Op::ScaledMatmul.infer(&metas).unwrap();
+    let call = KernelCall {
+        node: NodeId(4),
+        op: &Op::ScaledMatmul,
+        inputs: &metas,
+        out_shape: &shape,
+        out_dtype: dtype,
+        run_seed: 0,
+    };
+    let b: Vec<_> = inputs.iter().map(|t| g.upload(t).unwrap()).collect();
+    let out = g.execute(&call, &b.iter().collect::<Vec<_>>())?;
+    g.download(&out)
+}
+
+/// Random fp8 values and arbitrary scales: fp8 tensor cores keep partial sums to fewer bits
+/// than f32 before promoting them (Hopper), so each element is held to 2⁻¹² of the sum of the
+/// magnitudes of its products — the error bound of that accumulation — rather than to f32.
+/// Unsupported combinations are errors that say why.
+#[test]
+fn scaled_matmul_runs_on_fp8_tensor_cores() {
+    let Some(mut g) = gpu() else { return };
+    let (e4, e5) = (DType::F8E4M3, DType::F8E5M2);
+    let sc = |v: f32| HostTensor::f32(vec![], vec![v]).unwrap();
+    let (m, k, n) = (64, 96, 40);
+    let (a, b) = (tensor(&[m, k], e4, 21), tensor(&[k, n], e4, 22));
+    let inputs = [a.clone(), b.clone(), sc(0.37), sc(1.9)];
+    if g.compute_capability() < 89 {
+        let err = gpu_scaled_matmul(&mut g, &inputs).unwrap_err().to_string();
+        assert!(err.contains("fp8 tensor cores") && err.contains("node 4"), "{err}");
+        println!("sm_{}: scaled_matmul is an error, as it should be: {err}", g.compute_capability());
+        return;
+    }
+    let got = gpu_scaled_matmul(&mut g, &inputs).unwrap().to_f64_vec();
+    let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+    let scale = 0.37f32 as f64 * 1.9f32 as f64;
+    for i in 0..m {
+        for j in 0..n {
+            let terms: Vec<f64> = (0..k).map(|p| av[i * k + p] * bv[p * n + j]).collect();
+            let exact: f64 = terms.iter().sum::<f64>() * scale;
+            let bound = terms.iter().map(|t| t.abs()).sum::<f64>() * scale / 4096.0 + 1e-6;
+            let e = got[i * n + j];
+            assert!((e - exact).abs() <= bound, "[{i},{j}]: gpu {e}, exact {exact}, bound {bound}");
+        }
+    }
+    let both_e5 = [tensor(&[16, 16], e5, 1), tensor(&[16, 16], e5, 2), sc(1.0), sc(1.0)];
+    let err = gpu_scaled_matmul(&mut g, &both_e5).unwrap_err().to_string();
+    assert!(err.contains("f8e5m2 × f8e5m2") && err.contains("f8e4m3") && err.contains("node 4"), "{err}");
+    assert_eq!(g.memory().live_bytes, 0, "scratch and buffers are all freed");
 }
 
 #[test]

@@ -53,8 +53,12 @@ fn cubins_for_sm90_and_expected_entries() {
     }
     let ptx = compile(&remat_cuda::SOURCES[0], Target::Ptx(90)).unwrap();
     let text = String::from_utf8_lossy(&ptx);
-    for name in ["unary_bf16", "binary_bcast_f32", "dropout_f64", "fill_8", "scale_by_f32"] {
+    for name in ["unary_bf16", "binary_bcast_f32", "dropout_f64", "fill_8"] {
         assert!(text.contains(&format!(".entry {name}(")), "{name} missing");
+    }
+    let layout = compile(&remat_cuda::SOURCES[4], Target::Ptx(90)).unwrap();
+    for name in ["pad_copy_1", "pad_copy_4", "transpose_tiled_1"] {
+        assert!(String::from_utf8_lossy(&layout).contains(&format!(".entry {name}(")), "{name} missing");
     }
     let cubin = compile(&remat_cuda::SOURCES[3], Target::Cubin(90)).unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");

@@ -4,7 +4,7 @@ use super::{coalesce, dims, fname, View};
 use crate::device::Device;
 use crate::kernels::{dtype_code, elem_suffix, Arg, CAST, ELEMENTWISE};
 use remat_core::shape::broadcast_strides;
-use remat_core::{rng, DType, HostTensor, Op, Result};
+use remat_core::{rng, HostTensor, Op, Result};
 
 /// The `U_*` code of a unary op and its clamp bounds.
 pub(crate) fn unary_code(op: &Op) -> Option<(i32, f64, f64)> {
@@ -149,13 +149,4 @@ pub(crate) fn zero(dev: &Device, out: View<'_>) -> Result<()> {
     // SAFETY: `out` is `bytes()` long inside a live allocation of this stream.
     unsafe { cudarc::driver::result::memset_d8_async(out.ptr, 0, out.bytes(), dev.stream.cu_stream()) }
         .map_err(|e| dev.err(format!("memset: {e:?}")))
-}
-
-/// `scale_by_f32(float* y, u64 n, const float* s1, const float* s2)`.
-pub(crate) fn scale_by(dev: &Device, out: View<'_>, s1: View<'_>, s2: View<'_>) -> Result<()> {
-    if out.dtype != DType::F32 || s1.dtype != DType::F32 || s2.dtype != DType::F32 {
-        return Err(dev.err("scaled_matmul scales and result must be f32"));
-    }
-    let n = out.numel();
-    dev.launch_1d(&ELEMENTWISE, "scale_by_f32", n, &[out.arg(), Arg::U64(n as u64), s1.arg(), s2.arg()])
 }
