@@ -1,6 +1,7 @@
 //! The one error type of remat-core.
 
 use crate::graph::NodeId;
+use crate::report::fmt_bytes;
 
 /// Everything that can go wrong in remat-core. Messages name the op, the node, the shapes and,
 /// for traced ops, the caller's source line.
@@ -54,7 +55,7 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// A backend failed (device missing, out of memory, kernel error).
+    /// A backend failed (device missing, kernel error).
     #[error("{backend} backend: {message}")]
     Backend {
         /// The backend's name.
@@ -62,6 +63,42 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+    /// A backend could not allocate a buffer, even after returning its cached memory.
+    #[error(
+        "{backend} backend: out of memory{}: {} requested with {} free of {} ({} held by live buffers){}",
+        node.map_or(String::new(), |(n, op)| format!(" at node {n} ({op})")),
+        exact_bytes(*.requested), exact_bytes(*.free), fmt_bytes(*.total), fmt_bytes(*.live),
+        predicted_peak.map_or(String::new(), |p| format!(
+            "; the plan's predicted peak is {}: recomputing more (recompute policies, Strategy::MinCut, a \
+             smaller Strategy::Budget) lowers it",
+            exact_bytes(p)
+        ))
+    )]
+    OutOfMemory {
+        /// The backend's name.
+        backend: String,
+        /// The node whose output was being allocated, when known.
+        node: Option<(NodeId, &'static str)>,
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes the device reported free.
+        free: u64,
+        /// Bytes of device memory in all.
+        total: u64,
+        /// Bytes held by the backend's live buffers at the time.
+        live: u64,
+        /// The plan's predicted peak (inputs and parameters included), added by the executor.
+        predicted_peak: Option<u64>,
+    },
+}
+
+/// `4095 bytes (4.0 KiB)`: exact, since a request and the free bytes may differ by one.
+fn exact_bytes(n: u64) -> String {
+    if n < 1024 {
+        format!("{n} bytes")
+    } else {
+        format!("{n} bytes ({})", fmt_bytes(n))
+    }
 }
 
 /// `node 3 (matmul): `, `node 3: ` or nothing.

@@ -28,7 +28,6 @@ pub fn run<B: Backend>(
     resident: &[&HostTensor],
     run_seed: u64,
 ) -> Result<RunOutput> {
-    let graph = joint.graph();
     if resident.len() != plan.resident().len() {
         return Err(Error::Invalid(format!(
             "{} resident values given, the plan needs {}",
@@ -36,6 +35,28 @@ pub fn run<B: Backend>(
             plan.resident().len()
         )));
     }
+    with_predicted_peak(run_steps(backend, joint, plan, resident, run_seed), plan)
+}
+
+/// Adds the plan's predicted peak to an out-of-memory error, so it says what the plan needed.
+fn with_predicted_peak<T>(result: Result<T>, plan: &Plan) -> Result<T> {
+    result.map_err(|e| match e {
+        Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak: None } => {
+            let predicted_peak = Some(plan.predicted_peak() as u64);
+            Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak }
+        }
+        other => other,
+    })
+}
+
+fn run_steps<B: Backend>(
+    backend: &mut B,
+    joint: &JointGraph,
+    plan: &Plan,
+    resident: &[&HostTensor],
+    run_seed: u64,
+) -> Result<RunOutput> {
+    let graph = joint.graph();
     let baseline = backend.memory().live_bytes;
     backend.reset_peak();
     let mut slots: Vec<Option<B::Buffer>> = (0..graph.len()).map(|_| None).collect();
@@ -82,6 +103,10 @@ fn compute<B: Backend>(
         // Name the user's line that recorded the op, so a bad id points at its embedding call.
         (Error::Node { node, op, message }, Some(loc)) => {
             Error::Node { node, op, message: format!("{message} (recorded at {loc})") }
+        }
+        (Error::OutOfMemory { backend, node: None, requested, free, total, live, predicted_peak }, _) => {
+            let node = Some((id, call.op.name()));
+            Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak }
         }
         (e, _) => e,
     })

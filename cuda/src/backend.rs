@@ -178,6 +178,20 @@ impl CudaBackend {
     }
 }
 
+/// Names the node in a backend or out-of-memory error raised while running `call`.
+fn at_node(e: Error, call: &KernelCall<'_>) -> Error {
+    match e {
+        Error::Backend { backend, message } => {
+            Error::Backend { backend, message: format!("node {} ({}): {message}", call.node, call.op.name()) }
+        }
+        Error::OutOfMemory { backend, node: None, requested, free, total, live, predicted_peak } => {
+            let node = Some((call.node, call.op.name()));
+            Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak }
+        }
+        other => other,
+    }
+}
+
 /// Gradient ops whose float inputs may differ in dtype from their result; kernels are
 /// instantiated for one dtype, so such calls run in the compute dtype through scratch.
 fn mixed(call: &KernelCall<'_>) -> bool {
@@ -306,19 +320,14 @@ impl Backend for CudaBackend {
 
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&CudaBuffer]) -> Result<CudaBuffer> {
         self.check(call, inputs)?;
-        let out = self.alloc(call.out_shape, call.out_dtype)?;
+        let out = self.alloc(call.out_shape, call.out_dtype).map_err(|e| at_node(e, call))?;
         let views: Vec<View<'_>> = inputs.iter().map(|b| b.view()).collect();
         let result = if mixed(call) {
             run_promoted(&self.dev, call, &views, out.view())
         } else {
             run(&self.dev, call, &views, out.view())
         };
-        result.map_err(|e| match e {
-            Error::Backend { backend, message } => {
-                Error::Backend { backend, message: format!("node {} ({}): {message}", call.node, call.op.name()) }
-            }
-            other => other,
-        })?;
+        result.map_err(|e| at_node(e, call))?;
         Ok(out)
     }
 

@@ -167,19 +167,16 @@ impl Device {
 
     /// Stream-ordered allocation from the pool (not metered). 0 bytes give a null pointer. When
     /// the pool cannot grow, its cached blocks are returned to the driver and the request is
-    /// retried once; failing that, the error gives the requested and the free bytes.
+    /// retried once; failing that, [`Error::OutOfMemory`] gives the requested and the free bytes
+    /// (the executor adds the plan's predicted peak).
     pub(crate) fn alloc_raw(&self, bytes: usize) -> Result<sys::CUdeviceptr> {
         if bytes == 0 {
             return Ok(0);
         }
         let stream = self.stream.cu_stream();
         // SAFETY: the stream is live; the memory is only used on it.
-        match unsafe { result::malloc_async(stream, bytes) } {
-            Ok(p) => return Ok(p),
-            Err(e) if e.0 != sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                return Err(self.err(format!("allocating {bytes} bytes failed: {e:?}")))
-            }
-            Err(_) => {}
+        if let Ok(p) = unsafe { result::malloc_async(stream, bytes) } {
+            return Ok(p);
         }
         // SAFETY: synchronising the stream and trimming the pool only release unused blocks.
         unsafe {
@@ -187,18 +184,24 @@ impl Device {
             let _ = sys::cuMemPoolTrimTo(self.pool, 0);
         }
         // SAFETY: as above.
-        match unsafe { result::malloc_async(stream, bytes) } {
-            Ok(p) => Ok(p),
-            Err(e) => {
-                let (free, total) = result::mem_get_info().unwrap_or((0, 0));
-                Err(self.err(format!(
-                    "out of device memory: requested {bytes} bytes ({:.1} MiB) with {free} bytes free of {total} \
-                     ({} bytes held by live buffers); {e:?}",
-                    bytes as f64 / 1048576.0,
-                    self.meter.live.get()
-                )))
-            }
+        let e = match unsafe { result::malloc_async(stream, bytes) } {
+            Ok(p) => return Ok(p),
+            Err(e) => e,
+        };
+        let (free, total) = result::mem_get_info().unwrap_or((0, 0));
+        // A request beyond the device's memory may fail as an invalid value rather than as OOM.
+        if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY || bytes > free {
+            return Err(Error::OutOfMemory {
+                backend: format!("cuda:{}", self.ordinal),
+                node: None,
+                requested: bytes as u64,
+                free: free as u64,
+                total: total as u64,
+                live: self.meter.live.get() as u64,
+                predicted_peak: None,
+            });
         }
+        Err(self.err(format!("allocating {bytes} bytes failed: {e:?}")))
     }
 
     /// Returns memory to the pool after the stream's pending work (stream-ordered).

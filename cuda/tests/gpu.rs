@@ -350,6 +350,32 @@ fn scaled_matmul_runs_on_fp8_tensor_cores() {
     assert_eq!(g.memory().live_bytes, 0, "scratch and buffers are all freed");
 }
 
+/// A step whose plan needs more than the device has fails with an out-of-memory error naming
+/// the node, the free bytes and the plan's predicted peak, frees what it held, and leaves the
+/// backend usable.
+#[test]
+fn running_out_of_device_memory_is_an_error_with_the_predicted_peak() {
+    let Some(mut g) = gpu() else { return };
+    let trace = remat_core::Trace::new();
+    let w = trace.param("w", &[1], DType::F32);
+    let huge = w.expand(&[1 << 19, 1 << 19]); // 2^38 f32: 1 TiB
+    let model = Model::new(trace.finish(&huge.mean_all()).unwrap()).unwrap();
+    let predicted = model.plan().predicted_peak() as u64;
+    let err = model.step(&mut g, &model.init_params(0), &remat_core::Feeds::new()).unwrap_err();
+    println!("{err}");
+    let remat_core::Error::OutOfMemory { node, free, requested, predicted_peak, .. } = &err else {
+        panic!("expected out of memory, got {err}");
+    };
+    assert_eq!(*predicted_peak, Some(predicted));
+    assert!(requested > free && node.is_some_and(|(_, op)| op == "expand"), "{err}");
+    assert!(err.to_string().contains("predicted peak"), "{err}");
+    assert_eq!(g.memory().live_bytes, 0, "the failed step freed its buffers");
+    let cfg = zoo::MlpConfig { batch: 4, widths: vec![3, 5, 2] };
+    let small = Model::new(zoo::mlp(&cfg).unwrap()).unwrap();
+    let out = small.step(&mut g, &small.init_params(0), &zoo::mlp_feeds(&cfg, 0).unwrap()).unwrap();
+    assert_eq!(out.measured_peak, out.predicted_peak, "the backend still works");
+}
+
 #[test]
 fn dropout_masks_are_bit_identical_to_the_cpu() {
     let Some(mut g) = gpu() else { return };
