@@ -41,7 +41,11 @@ fn run(n: usize) -> Result<(), remat::Error> {
     };
     let id = between.id().expect("traced without errors");
     println!("f's output {id}: saved = {}", partition.saved[id.index()]);
-    println!("backward: {} matmuls, {} cos", count("matmul"), count("cos"));
+    println!(
+        "backward: {} matmuls (recomputed and gradient), {} cos",
+        count("matmul") + count("matmul_t"),
+        count("cos")
+    );
     Ok(())
 }
 

@@ -188,6 +188,9 @@ catalog! {
     EmbeddingGrad = "embedding_grad", Fixed(2), [internal];
     /// Internal: gradient of `amax`, shared evenly between tied maxima.
     AmaxGrad = "amax_grad", Fixed(3), [internal];
+    /// Internal: a matrix product reading either operand transposed (gradients of `matmul`),
+    /// optionally contracting the batch axes too (the gradient of a shared weight).
+    MatmulT = "matmul_t", Fixed(2), [compute, internal];
 }
 
 impl OpKind {

@@ -135,7 +135,8 @@ pub fn attention(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Te
     let dh = d / heads;
     let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]).transpose(&[0, 2, 1, 3]);
     let (q, k, v) = (split(&p.wq), split(&p.wk), split(&p.wv));
-    let scores = &(q.matmul(&k.t()) * (1.0 / (dh as f64).sqrt())) + mask;
+    // Scaling q rather than the scores touches t·dh values per head instead of t·t.
+    let scores = &(q * (1.0 / (dh as f64).sqrt())).matmul(&k.t()) + mask;
     // Named so `save_names("attn_ctx")` policies can keep it.
     let ctx = scores.softmax().matmul(&v).name("attn_ctx");
     ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)

@@ -117,16 +117,17 @@ fn gemms_alone(g: &mut CudaBackend, model: &Model, reps: usize) -> Result<f64> {
     for step in model.plan().steps() {
         if let Step::Compute(id) | Step::Recompute(id) = *step {
             let node = graph.node(id);
-            if node.op.kind() == OpKind::Matmul {
+            if matches!(node.op.kind(), OpKind::Matmul | OpKind::MatmulT) {
                 let a = graph.node(node.inputs[0]);
                 let b = graph.node(node.inputs[1]);
-                calls.push((g.upload(&random(&a.shape, a.dtype, 1))?, g.upload(&random(&b.shape, b.dtype, 2))?));
+                let (a, b) = (g.upload(&random(&a.shape, a.dtype, 1))?, g.upload(&random(&b.shape, b.dtype, 2))?);
+                calls.push((node.op.clone(), a, b));
             }
         }
     }
     time(g, reps, |g| {
-        for (a, b) in &calls {
-            exec(g, &Op::Matmul, &[a, b], 0)?;
+        for (op, a, b) in &calls {
+            exec(g, op, &[a, b], 0)?;
         }
         Ok(())
     })

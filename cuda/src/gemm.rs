@@ -19,11 +19,12 @@ pub(crate) fn to_i32(dev: &Device, v: usize, what: &str) -> Result<i32> {
     i32::try_from(v).map_err(|_| dev.err(format!("matmul {what} = {v} exceeds cuBLAS's 32-bit sizes")))
 }
 
-/// `out = a · b` with broadcast batch dims; all three of one float dtype.
-pub(crate) fn matmul(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
+/// `out = op(a) · op(b)` with broadcast batch dims, `op` transposing the operands flagged
+/// (`ta`, `tb`: cuBLAS reads them transposed); all three of one float dtype.
+pub(crate) fn matmul(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>, ta: bool, tb: bool) -> Result<()> {
     let r = out.shape.len();
     let (m, n) = (out.shape[r - 2], out.shape[r - 1]);
-    let k = a.shape[a.shape.len() - 1];
+    let k = a.shape[a.shape.len() - if ta { 2 } else { 1 }];
     if out.numel() == 0 {
         return Ok(());
     }
@@ -38,6 +39,11 @@ pub(crate) fn matmul(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> R
         other => return Err(dev.err(format!("matmul of {other} is not supported"))),
     };
     let (mi, ni, ki) = (to_i32(dev, m, "m")?, to_i32(dev, n, "n")?, to_i32(dev, k, "k")?);
+    // Column-major, the call computes Cᵀ = op(B)ᵀ·op(A)ᵀ: a row-major operand is its own
+    // transpose there, so a flagged one is read with CUBLAS_OP_T and its stored row length.
+    let op = |t: bool| if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N };
+    let (op_a, lda) = (op(ta), if ta { mi } else { ki });
+    let (op_b, ldb) = (op(tb), if tb { ki } else { ni });
     let batch = &out.shape[..r - 2];
     let mat = |shape: &[usize], size: usize| -> Vec<usize> {
         broadcast_strides(&shape[..shape.len() - 2], batch).iter().map(|s| s * size).collect()
@@ -65,19 +71,19 @@ pub(crate) fn matmul(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> R
         unsafe {
             cudarc::cublas::result::gemm_strided_batched_ex(
                 dev.blas,
-                cublasOperation_t::CUBLAS_OP_N,
-                cublasOperation_t::CUBLAS_OP_N,
+                op_b,
+                op_a,
                 ni,
                 mi,
                 ki,
                 alpha,
                 pb as *const c_void,
                 dt,
-                ni,
+                ldb,
                 inner_b as i64,
                 pa as *const c_void,
                 dt,
-                ki,
+                lda,
                 inner_a as i64,
                 beta,
                 pc as *mut c_void,
@@ -92,6 +98,17 @@ pub(crate) fn matmul(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> R
         .map_err(|e| dev.err(format!("cuBLAS GEMM ({m}x{k} · {k}x{n}, batch {count}, {}): {e:?}", out.dtype)))?;
     }
     Ok(())
+}
+
+/// `matmul_t` with `fold`: `a [.., m]ᵀ · b [.., n]` over every leading axis, one GEMM of
+/// `[rows, m]ᵀ · [rows, n]` on the same memory.
+pub(crate) fn folded(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
+    let (lead, m) = a.shape.split_at(a.shape.len() - 1);
+    let rows: usize = lead.iter().product();
+    let (a2, b2) = ([rows, m[0]], [rows, b.shape[b.shape.len() - 1]]);
+    let a = View { shape: &a2, ..a };
+    let b = View { shape: &b2, ..b };
+    matmul(dev, a, b, out, true, false)
 }
 
 /// Element offsets of the `a`, `b` and `out` matrices of each batch entry of a (broadcast)

@@ -183,6 +183,15 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             loose(Op::Matmul, vec![t(&[4, 16, 64], 3), t(&[64, 32], 4)]),
             exact(Op::Matmul, vec![t(&[2, 0], 1), t(&[0, 3], 2)]),
         ],
+        OpKind::MatmulT => {
+            let mt = |ta, tb, fold| Op::MatmulT { ta, tb, fold };
+            vec![
+                loose(mt(false, true, false), vec![t(&[2, 3, 33, 40], 1), t(&[2, 3, 20, 40], 2)]),
+                loose(mt(true, false, false), vec![t(&[40, 33], 3), t(&[2, 40, 20], 4)]),
+                loose(mt(true, true, false), vec![t(&[3, 40, 33], 5), t(&[1, 20, 40], 6)]),
+                loose(mt(true, false, true), vec![t(&[4, 50, 33], 7), t(&[4, 50, 20], 8)]),
+            ]
+        }
         OpKind::ScaledMatmul => {
             // Small integers and power-of-two scales: every partial sum is exact, so the tensor
             // cores must agree bit for bit. Aligned, padded (5x7·7x3) and broadcast batches.

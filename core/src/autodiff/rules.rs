@@ -203,7 +203,8 @@ pub(super) fn backprop(
         | Op::LayerNormGrad { .. }
         | Op::CrossEntropyGrad
         | Op::EmbeddingGrad { .. }
-        | Op::AmaxGrad { .. } => {
+        | Op::AmaxGrad { .. }
+        | Op::MatmulT { .. } => {
             return Err(Error::Node {
                 node: id,
                 op: node.op.name(),
@@ -224,36 +225,22 @@ fn matmul_grads(
     out: &mut Vec<(usize, NodeId)>,
 ) -> Result<()> {
     let (a_rank, b_rank) = (bw.shape(a).len(), bw.shape(b).len());
+    // Operands are read transposed by the product itself (`matmul_t`): no transposed copies.
     if wanted.contains(&0) {
-        let bt = transpose_last(bw, b)?;
-        let ga = bw.op(Op::Matmul, vec![g, bt])?;
+        let ga = bw.op(Op::MatmulT { ta: false, tb: true, fold: false }, vec![g, b])?;
         let a_shape = bw.shape(a).to_vec();
         out.push((0, bw.unbroadcast(ga, &a_shape)?));
     }
     if wanted.contains(&1) {
         let gb = if b_rank == 2 && a_rank > 2 {
-            // A shared weight: fold the batch into rows, one GEMM instead of a batch and a sum.
-            let (a_shape, g_shape) = (bw.shape(a).to_vec(), bw.shape(g).to_vec());
-            let k = a_shape[a_rank - 1];
-            let rows = a_shape[..a_rank - 1].iter().product();
-            let a2 = bw.op(Op::Reshape { shape: vec![rows, k] }, vec![a])?;
-            let g2 = bw.op(Op::Reshape { shape: vec![rows, g_shape[g_shape.len() - 1]] }, vec![g])?;
-            let at = transpose_last(bw, a2)?;
-            bw.op(Op::Matmul, vec![at, g2])?
+            // A shared weight: the batch folds into the rows, one GEMM instead of a batch and a sum.
+            bw.op(Op::MatmulT { ta: true, tb: false, fold: true }, vec![a, g])?
         } else {
-            let at = transpose_last(bw, a)?;
-            let gb = bw.op(Op::Matmul, vec![at, g])?;
+            let gb = bw.op(Op::MatmulT { ta: true, tb: false, fold: false }, vec![a, g])?;
             let b_shape = bw.shape(b).to_vec();
             bw.unbroadcast(gb, &b_shape)?
         };
         out.push((1, gb));
     }
     Ok(())
-}
-
-fn transpose_last(bw: &mut Backward, x: NodeId) -> Result<NodeId> {
-    let rank = bw.shape(x).len();
-    let mut perm: Vec<usize> = (0..rank).collect();
-    perm.swap(rank - 2, rank - 1);
-    bw.op(Op::Transpose { perm }, vec![x])
 }

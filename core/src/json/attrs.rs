@@ -117,6 +117,11 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         },
         K::Slice => Op::Slice { axis: a.required("axis")?, start: a.required("start")?, len: a.required("len")? },
         K::EmbeddingGrad => Op::EmbeddingGrad { rows: a.required("rows")? },
+        K::MatmulT => Op::MatmulT {
+            ta: a.optional("ta")?.unwrap_or(false),
+            tb: a.optional("tb")?.unwrap_or(false),
+            fold: a.optional("fold")?.unwrap_or(false),
+        },
     };
     a.finish(kind)?;
     Ok(op)
@@ -217,6 +222,15 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         }
         Op::Slice { axis, start, len } => json!({"axis": axis, "start": start, "len": len}),
         Op::EmbeddingGrad { rows } => json!({ "rows": rows }),
+        Op::MatmulT { ta, tb, fold } => {
+            let mut m = Map::new();
+            for (key, set) in [("ta", ta), ("tb", tb), ("fold", fold)] {
+                if *set {
+                    m.insert(key.into(), json!(true));
+                }
+            }
+            Value::Object(m)
+        }
     };
     match v {
         Value::Object(m) => m,

@@ -50,6 +50,33 @@ fn ids(m: Meta<'_>) -> Result<(), String> {
     }
 }
 
+/// The shape `matmul_t` multiplies: `a` and `b` with the last two axes of each flagged operand
+/// swapped, or for `fold` the 2-D `[rows, m]ᵀ · [rows, n]` of every leading axis.
+fn matmul_t_shape(a: &[usize], b: &[usize], ta: bool, tb: bool, fold: bool) -> Result<Vec<usize>, String> {
+    if a.len() < 2 || b.len() < 2 {
+        return matmul_shape(a, b);
+    }
+    let swap = |s: &[usize], t: bool| {
+        let mut s = s.to_vec();
+        let r = s.len();
+        if t {
+            s.swap(r - 2, r - 1);
+        }
+        s
+    };
+    if !fold {
+        return matmul_shape(&swap(a, ta), &swap(b, tb));
+    }
+    if !ta || tb {
+        return Err("fold contracts the leading axes of a transposed `a` with a plain `b` (ta, not tb)".into());
+    }
+    let (lead_a, lead_b) = (&a[..a.len() - 1], &b[..b.len() - 1]);
+    if lead_a != lead_b {
+        return Err(format!("fold needs the same leading axes, got {} and {}", fmt_shape(a), fmt_shape(b)));
+    }
+    Ok(vec![a[a.len() - 1], b[b.len() - 1]])
+}
+
 /// Batched matmul shape rule shared by `matmul` and `scaled_matmul`.
 fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     if a.len() < 2 || b.len() < 2 {
@@ -106,6 +133,11 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             float("operands", x[0])?;
             same_dtype(x[0], x[1])?;
             Ok((matmul_shape(x[0].0, x[1].0)?, x[0].1))
+        }
+        Op::MatmulT { ta, tb, fold } => {
+            float("operands", x[0])?;
+            same_dtype(x[0], x[1])?;
+            Ok((matmul_t_shape(x[0].0, x[1].0, *ta, *tb, *fold)?, x[0].1))
         }
         Op::ScaledMatmul => {
             for (what, m) in [("a", x[0]), ("b", x[1])] {

@@ -112,6 +112,15 @@ pub enum Op {
         axes: Vec<usize>,
         keepdim: bool,
     },
+    /// `op(a) · op(b)`, where `op` swaps the last two axes of an operand whose flag is set, batch
+    /// axes broadcast as in `matmul`. With `fold` (only with `ta` alone) the leading axes of `a`
+    /// `[.., r, m]` and `b` `[.., r, n]` (the same) are contracted too: `[m, n]`, one GEMM over
+    /// every row — the gradient of a weight shared by the whole batch.
+    MatmulT {
+        ta: bool,
+        tb: bool,
+        fold: bool,
+    },
 }
 
 /// How a parameter is initialised by [`crate::Params::init`].
@@ -187,6 +196,7 @@ impl Op {
             Op::CrossEntropyGrad => K::CrossEntropyGrad,
             Op::EmbeddingGrad { .. } => K::EmbeddingGrad,
             Op::AmaxGrad { .. } => K::AmaxGrad,
+            Op::MatmulT { .. } => K::MatmulT,
         }
     }
 
@@ -250,6 +260,7 @@ impl Op {
             Op::Dropout { p, seed, key } => format!("p={p}, seed={seed}, key={key}"),
             Op::Slice { axis, start, len } => format!("axis={axis}, start={start}, len={len}"),
             Op::EmbeddingGrad { rows } => format!("rows={rows}"),
+            Op::MatmulT { ta, tb, fold } => format!("ta={ta}, tb={tb}, fold={fold}"),
             _ => String::new(),
         }
     }
@@ -276,6 +287,17 @@ impl Op {
                 let k = inputs[0].0.last().copied().unwrap_or(1) as u64;
                 2 * n * k
             }
+            OpKind::MatmulT => match self {
+                // Every row of a folded product is contracted: rows·m·n multiply-adds.
+                Op::MatmulT { fold: true, .. } => 2 * in0 * inputs[1].0.last().copied().unwrap_or(1) as u64,
+                Op::MatmulT { ta, .. } => {
+                    let a = inputs[0].0;
+                    let k =
+                        if *ta { a.len().checked_sub(2).map_or(1, |i| a[i]) } else { a.last().copied().unwrap_or(1) };
+                    2 * n * k as u64
+                }
+                _ => 0,
+            },
             OpKind::Input | OpKind::Param | OpKind::Reshape | OpKind::Transpose | OpKind::Expand => 0,
             OpKind::Constant | OpKind::Concat | OpKind::Slice | OpKind::Cast | OpKind::Embedding => 0,
             OpKind::Sum | OpKind::Mean | OpKind::Amax => in0,
@@ -353,6 +375,7 @@ mod tests {
             K::CrossEntropyGrad => Op::CrossEntropyGrad,
             K::EmbeddingGrad => Op::EmbeddingGrad { rows: 1 },
             K::AmaxGrad => Op::AmaxGrad { axes, keepdim: false },
+            K::MatmulT => Op::MatmulT { ta: true, tb: false, fold: false },
         }
     }
 
@@ -382,6 +405,15 @@ mod tests {
         let c = Op::Concat { axis: 1 }.infer(&[(&[2, 3], f), (&[2, 4], f)]).unwrap();
         assert_eq!(c.0, vec![2, 7]);
         assert!(Op::Neg.infer(&[]).unwrap_err().contains("takes 1 input"));
+        let mt = |ta, tb, fold| Op::MatmulT { ta, tb, fold };
+        assert_eq!(mt(true, false, false).infer(&[(&[3, 4, 2], f), (&[4, 5], f)]).unwrap().0, vec![3, 2, 5]);
+        assert_eq!(mt(false, true, false).infer(&[(&[2, 4], f), (&[3, 5, 4], f)]).unwrap().0, vec![3, 2, 5]);
+        assert_eq!(mt(true, true, false).infer(&[(&[4, 2], f), (&[5, 4], f)]).unwrap().0, vec![2, 5]);
+        assert_eq!(mt(true, false, true).infer(&[(&[3, 7, 2], f), (&[3, 7, 5], f)]).unwrap().0, vec![2, 5]);
+        assert!(mt(false, true, false).infer(&[(&[2, 4], f), (&[5, 3], f)]).unwrap_err().contains("inner dimensions"));
+        let fold_err = mt(true, false, true).infer(&[(&[3, 7, 2], f), (&[1, 7, 5], f)]).unwrap_err();
+        assert!(fold_err.contains("same leading axes"), "{fold_err}");
+        assert!(mt(false, false, true).infer(&[(&[7, 2], f), (&[7, 5], f)]).unwrap_err().contains("fold"));
         let s = Op::ScaledMatmul.infer(&[(&[2, 4], DType::F8E4M3), (&[4, 3], DType::F8E4M3), (&[], f), (&[], f)]);
         assert_eq!(s.unwrap(), (vec![2, 3], f));
     }

@@ -17,11 +17,36 @@ use std::thread;
 /// the same order), a batch is parallelised across products rather than within them.
 const SMALL_PRODUCT: usize = 1 << 16;
 
-/// `out[b] = alpha · a[b] · b[b]` for every batch index, with operand batch offsets from strides.
-fn batched<T: Float>(a: &[T], b: &[T], a_shape: &[usize], b_shape: &[usize], out_shape: &[usize], alpha: T) -> Vec<T> {
+/// Which operands a product reads transposed (last two axes swapped). Reading through strides
+/// is free in `matrixmultiply`, and its packing makes the result bit-identical to multiplying a
+/// materialised transpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Trans {
+    pub a: bool,
+    pub b: bool,
+}
+
+impl Trans {
+    pub const NONE: Trans = Trans { a: false, b: false };
+}
+
+/// `out[b] = alpha · op(a[b]) · op(b[b])` for every batch index, with operand batch offsets from
+/// strides; `op` transposes the operands flagged in `t`.
+fn batched<T: Float>(
+    a: &[T],
+    b: &[T],
+    a_shape: &[usize],
+    b_shape: &[usize],
+    out_shape: &[usize],
+    alpha: T,
+    t: Trans,
+) -> Vec<T> {
     let r = out_shape.len();
     let (m, n) = (out_shape[r - 2], out_shape[r - 1]);
-    let k = a_shape[a_shape.len() - 1];
+    let k = a_shape[a_shape.len() - if t.a { 2 } else { 1 }];
+    // (row, column) steps of op(a) (m × k) and op(b) (k × n) over their row-major storage.
+    let (rsa, csa) = if t.a { (1, m as isize) } else { (k as isize, 1) };
+    let (rsb, csb) = if t.b { (1, k as isize) } else { (n as isize, 1) };
     let batch = &out_shape[..r - 2];
     let batches = numel(batch);
     let mut out = vec![T::ZERO; batches * m * n];
@@ -52,25 +77,11 @@ fn batched<T: Float>(a: &[T], b: &[T], a_shape: &[usize], b_shape: &[usize], out
         for (j, c) in chunk.chunks_exact_mut(m * n).enumerate() {
             let (pa, pb) = (&a[oa[first + j]..], &b[ob[first + j]..]);
             debug_assert!(pa.len() >= m * k && pb.len() >= k * n);
-            // SAFETY: `pa` holds the m×k row-major matrix (row stride k) and `pb` the k×n one
-            // (row stride n): the offsets come from the operands' own shapes, and the shape
-            // rule guarantees their inner dims. `c` is an exclusive m×n row-major buffer.
+            // SAFETY: `pa` holds the m×k elements of op(a) at steps (rsa, csa) and `pb` the k×n
+            // of op(b) at (rsb, csb): the offsets come from the operands' own shapes, and the
+            // shape rule guarantees their inner dims. `c` is an exclusive m×n row-major buffer.
             unsafe {
-                T::gemm(
-                    m,
-                    k,
-                    n,
-                    alpha,
-                    pa.as_ptr(),
-                    k as isize,
-                    1,
-                    pb.as_ptr(),
-                    n as isize,
-                    1,
-                    c.as_mut_ptr(),
-                    n as isize,
-                    1,
-                )
+                T::gemm(m, k, n, alpha, pa.as_ptr(), rsa, csa, pb.as_ptr(), rsb, csb, c.as_mut_ptr(), n as isize, 1)
             };
         }
     };
@@ -91,9 +102,20 @@ fn batched<T: Float>(a: &[T], b: &[T], a_shape: &[usize], b_shape: &[usize], out
 
 /// `[..., m, k] · [..., k, n]` with broadcast batch dims, in the compute type (bf16/f16/f32
 /// operands multiply in f32, f64 in f64; the result is rounded once to the output dtype).
-pub(super) fn matmul<T: Float>(call: &KernelCall<'_>, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
+/// `matmul_t` reads operands transposed as `t` says.
+pub(super) fn matmul<T: Float>(call: &KernelCall<'_>, a: &HostTensor, b: &HostTensor, t: Trans) -> Result<HostTensor> {
     let (av, bv) = (T::read(a.data()), T::read(b.data()));
-    finish(call, batched(&av, &bv, a.shape(), b.shape(), call.out_shape, T::ONE))
+    finish(call, batched(&av, &bv, a.shape(), b.shape(), call.out_shape, T::ONE, t))
+}
+
+/// `matmul_t` with `fold`: `a [.., m]ᵀ · b [.., n]` over every leading axis, as one product of
+/// `[rows, m]ᵀ · [rows, n]`.
+pub(super) fn folded<T: Float>(call: &KernelCall<'_>, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
+    let (av, bv) = (T::read(a.data()), T::read(b.data()));
+    let (lead, m) = a.shape().split_at(a.shape().len() - 1);
+    let (rows, m, n) = (numel(lead), m[0], b.shape()[b.shape().len() - 1]);
+    let t = Trans { a: true, b: false };
+    finish(call, batched(&av, &bv, &[rows, m], &[rows, n], call.out_shape, T::ONE, t))
 }
 
 /// `(a · b) · scale_a · scale_b` for fp8 `a`, `b` widened to f32, f32 result.
@@ -110,7 +132,7 @@ pub(super) fn scaled_matmul(
         return Err(node_err(call, format!("scaled_matmul produces f32, the call asks for {}", call.out_dtype)));
     }
     let (av, bv) = (f32::read(a.data()), f32::read(b.data()));
-    finish(call, batched(&av, &bv, a.shape(), b.shape(), call.out_shape, alpha))
+    finish(call, batched(&av, &bv, a.shape(), b.shape(), call.out_shape, alpha, Trans::NONE))
 }
 
 #[cfg(test)]
@@ -208,6 +230,38 @@ mod tests {
         let y = run(&Op::ScaledMatmul, &[&a, &b, &sa, &sb]).unwrap();
         assert_eq!(y.dtype(), DType::F32);
         assert_eq!(y.to_f32_vec(), [3.5 * 0.5, 7.5 * 0.5]);
+    }
+
+    /// `matmul_t` equals `matmul` of materialised transposes bit for bit (f32, where rounding
+    /// would show a different summation), and a fold equals the reshaped 2-D product.
+    #[test]
+    fn transposed_operands_match_materialised_transposes_bitwise() {
+        let f = |shape: &[usize], seed| {
+            let v: Vec<f32> = values(shape.iter().product(), seed).iter().map(|&x| x as f32).collect();
+            t32(shape, &v)
+        };
+        let swap = |x: &HostTensor| {
+            let r = x.shape().len();
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(r - 2, r - 1);
+            run(&Op::Transpose { perm }, &[x]).unwrap()
+        };
+        let (a, b) = (f(&[2, 3, 33, 70], 1), f(&[1, 3, 70, 17], 2));
+        let (at, bt) = (swap(&a), swap(&b));
+        let want = run(&Op::Matmul, &[&a, &b]).unwrap().to_f32_vec();
+        for (ta, tb, x, y) in [(true, false, &at, &b), (false, true, &a, &bt), (true, true, &at, &bt)] {
+            let got = run(&Op::MatmulT { ta, tb, fold: false }, &[x, y]).unwrap();
+            assert_eq!(got.shape(), &[2, 3, 33, 17]);
+            let same = got.to_f32_vec().iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(same, "ta={ta} tb={tb}");
+        }
+        let (x, g) = (f(&[4, 50, 33], 3), f(&[4, 50, 20], 4));
+        let folded = run(&Op::MatmulT { ta: true, tb: false, fold: true }, &[&x, &g]).unwrap();
+        let x2 = run(&Op::Reshape { shape: vec![200, 33] }, &[&x]).unwrap();
+        let g2 = run(&Op::Reshape { shape: vec![200, 20] }, &[&g]).unwrap();
+        let want = run(&Op::Matmul, &[&swap(&x2), &g2]).unwrap();
+        assert_eq!(folded.shape(), &[33, 20]);
+        assert_eq!(folded.to_f32_vec(), want.to_f32_vec());
     }
 
     #[test]

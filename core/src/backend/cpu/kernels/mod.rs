@@ -24,6 +24,7 @@ use crate::host::{HostData, HostTensor};
 use crate::op::Op;
 use crate::shape::fmt_shape;
 use half::{bf16, f16};
+use matmul::Trans;
 use std::borrow::Cow;
 use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
 
@@ -334,7 +335,11 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
         }
         Op::Amax { axes, keepdim } => per_float!(call, reduce::amax, (call, x[0], axes, *keepdim)),
         Op::AmaxGrad { axes, keepdim } => per_float!(call, reduce::amax_grad, (call, x[0], x[1], x[2], axes, *keepdim)),
-        Op::Matmul => per_float!(call, matmul::matmul, (call, x[0], x[1])),
+        Op::Matmul => per_float!(call, matmul::matmul, (call, x[0], x[1], Trans::NONE)),
+        Op::MatmulT { ta, tb, fold: false } => {
+            per_float!(call, matmul::matmul, (call, x[0], x[1], Trans { a: *ta, b: *tb }))
+        }
+        Op::MatmulT { fold: true, .. } => per_float!(call, matmul::folded, (call, x[0], x[1])),
         Op::ScaledMatmul => matmul::scaled_matmul(call, x[0], x[1], x[2], x[3]),
         Op::Reshape { .. } => layout::reshape(call, x[0]),
         Op::Transpose { perm } => layout::transpose(call, x[0], perm),
