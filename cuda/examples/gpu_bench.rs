@@ -6,6 +6,9 @@
 //! `cargo run --release -p remat-cuda --example gpu_bench [-- --quick]`. Without a GPU it prints
 //! why and exits 0 (exit 2 when `REMAT_REQUIRE_CUDA=1`).
 //!
+//! `--demand` prints, without a GPU, what each policy's step asks of the device (GEMM FLOPs and
+//! the bytes every other op moves), computed from its plan.
+//!
 //! Step time is the device time of one forward + backward plan execution with parameters and
 //! inputs already resident (the plan's steps and frees, one synchronisation at the end); the
 //! end-to-end `Model::step` time (uploads and gradient downloads included) is shown beside it.
@@ -137,6 +140,8 @@ struct Row {
     name: &'static str,
     strategy: String,
     step: f64,
+    /// Bytes read and written outside the GEMMs ([`demand`]).
+    traffic: u64,
     e2e: f64,
     gemms: f64,
     peak: usize,
@@ -179,7 +184,8 @@ fn run_policy(
     drop(resident);
     let gemms = gemms_alone(g, &model, reps)?;
     let strategy = strategy.to_string();
-    Ok(Row { name, strategy, step, e2e, gemms, peak: out.measured_peak, predicted: out.predicted_peak, pool })
+    let traffic = demand(&model).1;
+    Ok(Row { name, strategy, step, traffic, e2e, gemms, peak: out.measured_peak, predicted: out.predicted_peak, pool })
 }
 
 /// Valid random ids `[batch, seq]` (`Feeds` does not expose its values; any valid ids time alike).
@@ -190,8 +196,89 @@ fn tokens_of(cfg: &zoo::GptConfig, seed: u64) -> HostTensor {
     HostTensor::i64(vec![cfg.batch, cfg.seq], v).expect("sizes match")
 }
 
+/// The benchmark's GPT block: one layer, batch 8, sequence 1024, d_model 1024, 16 heads, bf16.
+fn block_config() -> zoo::GptConfig {
+    zoo::GptConfig {
+        batch: 8,
+        seq: 1024,
+        d_model: 1024,
+        heads: 16,
+        layers: 1,
+        vocab: 4096,
+        dropout: 0.1,
+        dtype: DType::BF16,
+    }
+}
+
+/// The policies under the default strategy (tags taken literally), then the other strategies:
+/// min-cut with the save-matmuls tags and on the untagged block, and a byte budget halfway
+/// between the smallest feasible saved set and saving everything.
+fn policies(cfg: &zoo::GptConfig) -> Result<Vec<(&'static str, Strategy, Graph)>> {
+    let wrap = |spec: &'static RegionSpec| {
+        zoo::gpt_with(cfg, &move |part, x, p, mask, heads| {
+            let _region = enter_region(spec);
+            match part {
+                zoo::Part::Attention => zoo::attention(x, p, mask, heads),
+                zoo::Part::FeedForward => zoo::feed_forward(x, p),
+            }
+        })
+    };
+    Ok(vec![
+        ("no checkpointing", Strategy::Respect, zoo::gpt(cfg)?),
+        ("full recompute", Strategy::Respect, wrap(&RECOMPUTE_ALL)?),
+        ("save matmuls", Strategy::Respect, wrap(&SAVE_MATMULS)?),
+        ("save matmuls", Strategy::MinCut, wrap(&SAVE_MATMULS)?),
+        ("no tags", Strategy::MinCut, zoo::gpt(cfg)?),
+        ("no tags", Strategy::Budget(Budget::Fraction(0.5)), zoo::gpt(cfg)?),
+    ])
+}
+
+/// What a step of `model` asks of the device: the FLOPs of its matrix products and the bytes
+/// every other op reads and writes (each input and output once, as an unfused kernel must).
+/// Against measured ceilings, `(GEMM time + bytes / copy bandwidth) / GEMM time` bounds the
+/// step/GEMM ratio from below for op-by-op execution.
+fn demand(model: &Model) -> (u64, u64) {
+    let graph = model.joint().graph();
+    let bytes = |id: remat_core::NodeId| {
+        let n = graph.node(id);
+        (n.shape.iter().product::<usize>() * n.dtype.size()) as u64
+    };
+    let (mut flops, mut traffic) = (0u64, 0u64);
+    for step in model.plan().steps() {
+        if let Step::Compute(id) | Step::Recompute(id) = *step {
+            let node = graph.node(id);
+            if node.op.info().compute_intensive {
+                let metas: Vec<_> = node.inputs.iter().map(|&i| graph.node(i).meta()).collect();
+                flops += node.op.flops(&metas, &node.shape);
+            } else {
+                traffic += node.inputs.iter().map(|&i| bytes(i)).sum::<u64>() + bytes(id);
+            }
+        }
+    }
+    (flops, traffic)
+}
+
+/// `--demand`: the GEMM FLOPs and other traffic of each policy's step, computed from its plan
+/// (no GPU needed).
+fn print_demand() -> Result<()> {
+    let cfg = block_config();
+    println!("{:<18} {:<16} {:>12} {:>16}", "policy", "strategy", "GEMM GFLOP", "other traffic GB");
+    for (name, strategy, graph) in policies(&cfg)? {
+        let (flops, traffic) = demand(&Model::with_strategy(graph, strategy)?);
+        println!("{name:<18} {:<16} {:>12.1} {:>16.2}", strategy.to_string(), flops as f64 / 1e9, traffic as f64 / 1e9);
+    }
+    Ok(())
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "--demand") {
+        if let Err(e) = print_demand() {
+            eprintln!("gpu_bench --demand failed: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let mut g = match CudaBackend::new(0) {
         Ok(g) => g,
         Err(e) => {
@@ -250,49 +337,21 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
     }
     drop((big, big2));
 
-    let cfg = zoo::GptConfig {
-        batch: 8,
-        seq: 1024,
-        d_model: 1024,
-        heads: 16,
-        layers: 1,
-        vocab: 4096,
-        dropout: 0.1,
-        dtype: DType::BF16,
-    };
-    let wrap = |spec: &'static RegionSpec| {
-        let cfg = cfg.clone();
-        zoo::gpt_with(&cfg, &move |part, x, p, mask, heads| {
-            let _region = enter_region(spec);
-            match part {
-                zoo::Part::Attention => zoo::attention(x, p, mask, heads),
-                zoo::Part::FeedForward => zoo::feed_forward(x, p),
-            }
-        })
-    };
-    // The policies under the default strategy (tags taken literally), then the other strategies:
-    // min-cut with the save-matmuls tags and on the untagged block, and a byte budget halfway
-    // between the smallest feasible saved set and saving everything.
-    let policies = [
-        ("no checkpointing", Strategy::Respect, zoo::gpt(&cfg)?),
-        ("full recompute", Strategy::Respect, wrap(&RECOMPUTE_ALL)?),
-        ("save matmuls", Strategy::Respect, wrap(&SAVE_MATMULS)?),
-        ("save matmuls", Strategy::MinCut, wrap(&SAVE_MATMULS)?),
-        ("no tags", Strategy::MinCut, zoo::gpt(&cfg)?),
-        ("no tags", Strategy::Budget(Budget::Fraction(0.5)), zoo::gpt(&cfg)?),
-    ];
+    let cfg = block_config();
+    let policies = policies(&cfg)?;
     println!(
         "\nGPT block: batch {}, seq {}, d_model {}, {} heads, vocab {}, dropout {}, {}",
         cfg.batch, cfg.seq, cfg.d_model, cfg.heads, cfg.vocab, cfg.dropout, cfg.dtype
     );
     println!(
-        "{:<18} {:<16} {:>10} {:>10} {:>10} {:>9} {:>12} {:>12} {:>12} {:>9}",
+        "{:<18} {:<16} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12} {:>12} {:>12} {:>9}",
         "policy",
         "strategy",
         "step ms",
         "e2e ms",
         "GEMMs ms",
         "step/GEMM",
+        "bound",
         "peak MiB",
         "predicted",
         "pool MiB",
@@ -304,13 +363,14 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
         let vs = base.map_or(1.0, |b| r.step / b);
         base.get_or_insert(r.step);
         println!(
-            "{:<18} {:<16} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>12.1} {:>12.1} {:>12.1} {:>8.2}x",
+            "{:<18} {:<16} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>8.2}x {:>12.1} {:>12.1} {:>12.1} {:>8.2}x",
             r.name,
             r.strategy,
             r.step * 1e3,
             r.e2e * 1e3,
             r.gemms * 1e3,
             r.step / r.gemms,
+            (r.gemms + r.traffic as f64 / copy_bw) / r.gemms,
             r.peak as f64 / 1048576.0,
             r.predicted as f64 / 1048576.0,
             r.pool as f64 / 1048576.0,
@@ -319,8 +379,9 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
     }
     println!(
         "\ntargets: no checkpointing step/GEMM <= 1.3x; elementwise/reduction >= 70% of copy; full recompute <= 1.4x and \
-         save matmuls <= 1.15x no checkpointing. `peak` is the metered buffers (equals `predicted`); `pool` adds the \
-         {} MiB cuBLAS workspace and transient scratch.",
+         save matmuls <= 1.15x no checkpointing. `bound` is the least step/GEMM op-by-op kernels can reach: (GEMM \
+         time + bytes the other ops move / copy bandwidth) / GEMM time. `peak` is the metered buffers (equals \
+         `predicted`); `pool` adds the {} MiB cuBLAS workspace and transient scratch.",
         remat_cuda::CUBLAS_WORKSPACE >> 20
     );
     Ok(())
