@@ -65,41 +65,68 @@ fn tolerance(dtype: DType, loose: bool) -> (f64, f64) {
     }
 }
 
-fn assert_close(what: &str, gpu: &HostTensor, cpu: &HostTensor, exact: bool, loose: bool) {
-    assert_eq!(gpu.shape(), cpu.shape(), "{what}: shape");
-    assert_eq!(gpu.dtype(), cpu.dtype(), "{what}: dtype");
-    if exact {
-        let (g, c) = (gpu.to_f64_vec(), cpu.to_f64_vec());
-        for (i, (a, b)) in g.iter().zip(&c).enumerate() {
-            assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{what}: element {i}: gpu {a} cpu {b}");
-        }
-        return;
+/// `Err` naming the first differing element and how many differ, when `gpu` and `cpu` are not
+/// equal (bitwise when `exact`) or within the dtype's tolerance.
+fn compare(gpu: &HostTensor, cpu: &HostTensor, exact: bool, loose: bool) -> Result<(), String> {
+    if gpu.shape() != cpu.shape() || gpu.dtype() != cpu.dtype() {
+        return Err(format!("gpu {:?} {} vs cpu {:?} {}", gpu.shape(), gpu.dtype(), cpu.shape(), cpu.dtype()));
     }
     let (rtol, atol) = tolerance(cpu.dtype(), loose);
-    for (i, (a, b)) in gpu.to_f64_vec().iter().zip(cpu.to_f64_vec()).enumerate() {
-        let ok = (a - b).abs() <= atol + rtol * b.abs() || (a.is_nan() && b.is_nan()) || a == &b;
-        assert!(ok, "{what}: element {i}: gpu {a} cpu {b} (rtol {rtol}, atol {atol})");
+    let same = |a: f64, b: f64| {
+        let close = if exact { a.to_bits() == b.to_bits() } else { a == b || (a - b).abs() <= atol + rtol * b.abs() };
+        close || (a.is_nan() && b.is_nan())
+    };
+    let (g, c) = (gpu.to_f64_vec(), cpu.to_f64_vec());
+    let bad: Vec<usize> = (0..g.len()).filter(|&i| !same(g[i], c[i])).collect();
+    match bad.first() {
+        None => Ok(()),
+        Some(&i) => Err(format!(
+            "{} of {} elements differ, first at {i}: gpu {} cpu {} ({})",
+            bad.len(),
+            g.len(),
+            g[i],
+            c[i],
+            if exact { "bitwise".to_string() } else { format!("rtol {rtol}, atol {atol}") }
+        )),
     }
 }
 
-/// Runs `op` on both backends and compares.
-fn check_op(g: &mut CudaBackend, op: Op, inputs: &[HostTensor], exact: bool, loose: bool) {
+/// Runs `op` on both backends and compares; `Err` says which case failed and how.
+fn check_op(g: &mut CudaBackend, op: &Op, inputs: &[HostTensor], exact: bool, loose: bool) -> Result<(), String> {
     let metas: Vec<_> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
+    let what = format!("{} {:?} on {:?}", op.name(), op.attrs_text(), metas);
     let (shape, dtype) = match op {
         Op::Constant { .. } => (vec![3, 5], DType::BF16),
-        _ => op.infer(&metas).unwrap_or_else(|e| panic!("{}: {e}", op.name())),
+        _ => op.infer(&metas).map_err(|e| format!("{what}: {e}"))?,
     };
-    let call =
-        KernelCall { node: NodeId(1), op: &op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed: 11 };
+    let call = KernelCall { node: NodeId(1), op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed: 11 };
     let mut cpu = CpuBackend::new();
     let cb: Vec<_> = inputs.iter().map(|t| cpu.upload(t).unwrap()).collect();
     let want = cpu.execute(&call, &cb.iter().collect::<Vec<_>>()).unwrap();
     let want = cpu.download(&want).unwrap();
-    let gb: Vec<_> = inputs.iter().map(|t| g.upload(t).unwrap()).collect();
-    let got = g.execute(&call, &gb.iter().collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
-    let got = g.download(&got).unwrap();
-    let what = format!("{} {:?} on {:?}", op.name(), op.attrs_text(), metas);
-    assert_close(&what, &got, &want, exact, loose);
+    let on_gpu = |g: &mut CudaBackend| -> remat_core::Result<HostTensor> {
+        let gb = inputs.iter().map(|t| g.upload(t)).collect::<remat_core::Result<Vec<_>>>()?;
+        let out = g.execute(&call, &gb.iter().collect::<Vec<_>>())?;
+        g.download(&out)
+    };
+    let got = on_gpu(g).map_err(|e| format!("{what}: {e}"))?;
+    compare(&got, &want, exact, loose).map_err(|e| format!("{what}: {e}"))
+}
+
+/// Checks every case of `kinds` in `dt` and fails once at the end listing every failing case, so
+/// one run on a GPU shows them all.
+fn check_all(g: &mut CudaBackend, kinds: impl Iterator<Item = OpKind>, dt: DType) -> usize {
+    let (mut covered, mut failures) = (0, Vec::new());
+    for kind in kinds {
+        for (op, inputs, exact, loose) in cases(kind, dt) {
+            covered += 1;
+            if let Err(e) = check_op(g, &op, &inputs, exact, loose) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {covered} {dt} cases failed:\n{}", failures.len(), failures.join("\n"));
+    covered
 }
 
 /// Cases for every op kind: (op, inputs, exact, loose). The match is exhaustive so a new kind
@@ -277,32 +304,21 @@ fn without_a_gpu_new_is_an_error_that_says_why() {
 #[test]
 fn every_op_matches_the_cpu_in_f32() {
     let Some(mut g) = gpu() else { return };
-    let mut covered = 0;
-    for kind in OpKind::all() {
-        if kind == OpKind::ScaledMatmul && g.compute_capability() < 89 {
-            println!("scaled_matmul skipped: sm_{} has no fp8 tensor cores", g.compute_capability());
-            continue;
-        }
-        for (op, inputs, exact, loose) in cases(kind, DType::F32) {
-            check_op(&mut g, op, &inputs, exact, loose);
-            covered += 1;
-        }
+    let fp8 = g.compute_capability() >= 89;
+    if !fp8 {
+        println!("scaled_matmul skipped: sm_{} has no fp8 tensor cores", g.compute_capability());
     }
-    println!("{covered} f32 cases");
+    let kinds = OpKind::all().filter(|&k| fp8 || k != OpKind::ScaledMatmul);
+    println!("{} f32 cases", check_all(&mut g, kinds, DType::F32));
 }
 
 #[test]
 fn every_op_matches_the_cpu_in_bf16_f16_and_f64() {
     let Some(mut g) = gpu() else { return };
     for dt in [DType::BF16, DType::F16, DType::F64] {
-        for kind in OpKind::all() {
-            if matches!(kind, OpKind::ScaledMatmul) {
-                continue; // fp8 operands whatever the dtype: covered in f32
-            }
-            for (op, inputs, exact, loose) in cases(kind, dt) {
-                check_op(&mut g, op, &inputs, exact, loose);
-            }
-        }
+        // scaled_matmul has fp8 operands whatever the dtype: covered in f32.
+        let kinds = OpKind::all().filter(|&k| k != OpKind::ScaledMatmul);
+        println!("{} {dt} cases", check_all(&mut g, kinds, dt));
     }
 }
 
@@ -390,7 +406,7 @@ fn dropout_masks_are_bit_identical_to_the_cpu() {
     let Some(mut g) = gpu() else { return };
     for (p, n) in [(0.1, 1), (0.25, 4097), (0.5, 100_003)] {
         let x = HostTensor::f32(vec![n], vec![1.0; n]).unwrap();
-        check_op(&mut g, Op::Dropout { p, seed: 3, key: 77 }, &[x], true, false);
+        check_op(&mut g, &Op::Dropout { p, seed: 3, key: 77 }, &[x], true, false).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -499,4 +515,20 @@ fn every_case_is_a_valid_cpu_call() {
         }
     }
     assert!(n > 200, "{n} cases");
+}
+
+/// The comparison the GPU tests rely on, checked here without a GPU: equal tensors pass, and a
+/// difference names how many elements differ and the first one.
+#[test]
+fn compare_reports_differences() {
+    let a = HostTensor::f32(vec![4], vec![1.0, 2.0, 3.0, f32::NAN]).unwrap();
+    let near = HostTensor::f32(vec![4], vec![1.0, 2.0 + 1e-6, 3.0, f32::NAN]).unwrap();
+    let far = HostTensor::f32(vec![4], vec![1.0, 2.5, 3.0, 0.0]).unwrap();
+    assert!(compare(&a, &a, true, false).is_ok());
+    assert!(compare(&near, &a, false, false).is_ok());
+    assert!(compare(&near, &a, true, false).unwrap_err().contains("1 of 4 elements differ, first at 1"));
+    let err = compare(&far, &a, false, true).unwrap_err();
+    assert!(err.contains("2 of 4 elements differ, first at 1: gpu 2.5 cpu 2"), "{err}");
+    let other = HostTensor::f32(vec![2, 2], vec![1.0; 4]).unwrap();
+    assert!(compare(&other, &a, false, false).unwrap_err().contains("[2, 2]"));
 }
