@@ -1,4 +1,5 @@
-//! Every kernel source compiles with NVRTC for sm_80 and sm_90 (PTX; no GPU needed).
+//! Every kernel source compiles with NVRTC for sm_80 and sm_90: PTX for both, and the cubin an
+//! H200 loads (sm_90, through ptxas, which also checks registers and shared memory). No GPU needed.
 //!
 //! NVRTC comes from the `nvidia-cuda-nvrtc` pip package that `.ci/run` installs into `.nvrtc/`
 //! and puts on `LD_LIBRARY_PATH`. Without it the test fails when `CI=true` and skips (printing
@@ -29,6 +30,10 @@ fn every_kernel_source_compiles_for_sm80_and_sm90() {
                 }
                 Err(e) => failures.push(e),
             }
+        }
+        match compile(&source, Target::Cubin(90)) {
+            Ok(cubin) => assert_eq!(&cubin[..4], b"\x7fELF", "{}: a cubin is an ELF image", source.name),
+            Err(e) => failures.push(e),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
