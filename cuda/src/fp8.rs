@@ -31,7 +31,7 @@ use std::ffi::c_void;
 const ALIGN: usize = 16;
 
 /// Oldest compute capability with fp8 tensor cores (Ada, sm_89).
-pub(crate) const MIN_FP8_CC: u32 = 89;
+const MIN_FP8_CC: u32 = 89;
 
 /// `out = (a · b) · scale_a · scale_b` for fp8 `a`, `b` and f32 scalars, f32 `out`.
 pub(crate) fn scaled_matmul(
@@ -58,9 +58,13 @@ pub(crate) fn scaled_matmul(
     let bt = Scratch::new(dev, np * kp)?;
     let a_pad = if (mp, kp) != (m, k) { Some(Scratch::new(dev, mp * kp)?) } else { None };
     let d_pad = if (mp, np) != (m, n) { Some(Scratch::new(dev, mp * np * 4)?) } else { None };
+    let mut bt_of = None;
     for (oa, ob, oc) in batch_offsets(a.shape, b.shape, out.shape) {
-        // Bᵀ: row j of bt is column j of this batch's b.
-        pad_copy(dev, 1, b.ptr + ob as u64, bt.ptr, [n, k], [1, n], [np, kp])?;
+        // Bᵀ: row j of bt is column j of this batch's b (once for a b broadcast over the batch).
+        if bt_of != Some(ob) {
+            pad_copy(dev, 1, b.ptr + ob as u64, bt.ptr, [n, k], [1, n], [np, kp])?;
+            bt_of = Some(ob);
+        }
         let a_ptr = match &a_pad {
             Some(s) => {
                 pad_copy(dev, 1, a.ptr + oa as u64, s.ptr, [m, k], [k, 1], [mp, kp])?;
