@@ -92,6 +92,30 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// An out-of-memory error that does not name its node yet, naming `node` (`op`); any other
+    /// error unchanged.
+    pub fn at_node(self, node: NodeId, op: &'static str) -> Error {
+        match self {
+            Error::OutOfMemory { backend, node: None, requested, free, total, live, predicted_peak } => {
+                let node = Some((node, op));
+                Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak }
+            }
+            other => other,
+        }
+    }
+
+    /// An out-of-memory error without a predicted peak, given `peak`; any other error unchanged.
+    pub fn with_predicted_peak(self, peak: u64) -> Error {
+        match self {
+            Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak: None } => {
+                Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak: Some(peak) }
+            }
+            other => other,
+        }
+    }
+}
+
 /// `4095 bytes (4.0 KiB)`: exact, since a request and the free bytes may differ by one.
 fn exact_bytes(n: u64) -> String {
     if n < 1024 {

@@ -35,18 +35,8 @@ pub fn run<B: Backend>(
             plan.resident().len()
         )));
     }
-    with_predicted_peak(run_steps(backend, joint, plan, resident, run_seed), plan)
-}
-
-/// Adds the plan's predicted peak to an out-of-memory error, so it says what the plan needed.
-fn with_predicted_peak<T>(result: Result<T>, plan: &Plan) -> Result<T> {
-    result.map_err(|e| match e {
-        Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak: None } => {
-            let predicted_peak = Some(plan.predicted_peak() as u64);
-            Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak }
-        }
-        other => other,
-    })
+    // An out-of-memory error says what the plan needed.
+    run_steps(backend, joint, plan, resident, run_seed).map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
 }
 
 fn run_steps<B: Backend>(
@@ -104,11 +94,7 @@ fn compute<B: Backend>(
         (Error::Node { node, op, message }, Some(loc)) => {
             Error::Node { node, op, message: format!("{message} (recorded at {loc})") }
         }
-        (Error::OutOfMemory { backend, node: None, requested, free, total, live, predicted_peak }, _) => {
-            let node = Some((id, call.op.name()));
-            Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak }
-        }
-        (e, _) => e,
+        (e, _) => e.at_node(id, call.op.name()),
     })
 }
 

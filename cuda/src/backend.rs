@@ -184,11 +184,7 @@ fn at_node(e: Error, call: &KernelCall<'_>) -> Error {
         Error::Backend { backend, message } => {
             Error::Backend { backend, message: format!("node {} ({}): {message}", call.node, call.op.name()) }
         }
-        Error::OutOfMemory { backend, node: None, requested, free, total, live, predicted_peak } => {
-            let node = Some((call.node, call.op.name()));
-            Error::OutOfMemory { backend, node, requested, free, total, live, predicted_peak }
-        }
-        other => other,
+        other => other.at_node(call.node, call.op.name()),
     }
 }
 
