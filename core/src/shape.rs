@@ -57,6 +57,34 @@ pub fn broadcast_strides(inp: &[usize], out: &[usize]) -> Vec<usize> {
     (0..out.len()).map(|i| if i < lead || inp[i - lead] == 1 { 0 } else { own[i - lead] }).collect()
 }
 
+/// Element offsets of each matrix of a batched operand `[.., r, c]` (row-major, contiguous) for
+/// every index of the broadcast `batch` axes, in row-major batch order: 0 steps along the axes
+/// the operand broadcasts. Both backends' batched products use it.
+pub fn matrix_offsets(shape: &[usize], batch: &[usize]) -> Vec<usize> {
+    let r = shape.len();
+    let size = shape[r - 2] * shape[r - 1];
+    let steps = broadcast_strides(&shape[..r - 2], batch);
+    odometer(batch).iter().map(|idx| idx.iter().zip(&steps).map(|(i, s)| i * s).sum::<usize>() * size).collect()
+}
+
+/// Every multi-index of `shape`, row-major (one empty index for a scalar).
+pub fn odometer(shape: &[usize]) -> Vec<Vec<usize>> {
+    let n = numel(shape);
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..n {
+        out.push(idx.clone());
+        for a in (0..shape.len()).rev() {
+            idx[a] += 1;
+            if idx[a] < shape[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    out
+}
+
 /// Merges adjacent axes that are contiguous in every stride set and drops size-1 axes.
 /// Returns the new shape and stride sets (rank ≥ 1: a scalar becomes `[1]` with stride 0).
 /// Backends use it to turn strided loops into as few, as long, rows as possible.

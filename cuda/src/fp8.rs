@@ -15,7 +15,7 @@
 //! fp8 tensor cores: both are errors that say so.
 
 use crate::device::{Device, CUBLAS_WORKSPACE};
-use crate::gemm::{batch_offsets, to_i32};
+use crate::gemm::to_i32;
 use crate::kernels::{Arg, LAYOUT};
 use crate::ops::{elementwise::zero, Scratch, View};
 use cudarc::cublaslt::result as lt;
@@ -24,6 +24,7 @@ use cudarc::cublaslt::sys::{
     cublasComputeType_t, cublasLtMatmulDescAttributes_t as DescAttr, cublasLtMatmulPreferenceAttributes_t as PrefAttr,
     cudaDataType,
 };
+use remat_core::shape::matrix_offsets;
 use remat_core::{DType, Result};
 use std::ffi::c_void;
 
@@ -58,8 +59,11 @@ pub(crate) fn scaled_matmul(
     let bt = Scratch::new(dev, np * kp)?;
     let a_pad = if (mp, kp) != (m, k) { Some(Scratch::new(dev, mp * kp)?) } else { None };
     let d_pad = if (mp, np) != (m, n) { Some(Scratch::new(dev, mp * np * 4)?) } else { None };
+    let batch = &out.shape[..r - 2];
+    let (offs_a, offs_b) = (matrix_offsets(a.shape, batch), matrix_offsets(b.shape, batch));
     let mut bt_of = None;
-    for (oa, ob, oc) in batch_offsets(a.shape, b.shape, out.shape) {
+    for (i, (oa, ob)) in offs_a.into_iter().zip(offs_b).enumerate() {
+        let oc = i * m * n;
         // Bᵀ: row j of bt is column j of this batch's b (once for a b broadcast over the batch).
         if bt_of != Some(ob) {
             pad_copy(dev, 1, b.ptr + ob as u64, bt.ptr, [n, k], [1, n], [np, kp])?;

@@ -110,17 +110,3 @@ pub(crate) fn folded(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> R
     let b = View { shape: &b2, ..b };
     matmul(dev, a, b, out, true, false)
 }
-
-/// Element offsets of the `a`, `b` and `out` matrices of each batch entry of a (broadcast)
-/// batched product, in row-major batch order.
-pub(crate) fn batch_offsets(a: &[usize], b: &[usize], out: &[usize]) -> Vec<(usize, usize, usize)> {
-    let r = out.len();
-    let batch = &out[..r - 2];
-    let size = |s: &[usize]| s[s.len() - 2] * s[s.len() - 1];
-    let step = |s: &[usize]| -> Vec<usize> {
-        broadcast_strides(&s[..s.len() - 2], batch).iter().map(|st| st * size(s)).collect()
-    };
-    let (sa, sb, sc) = (step(a), step(b), step(out));
-    let dot = |idx: &[usize], st: &[usize]| idx.iter().zip(st).map(|(i, s)| i * s).sum::<usize>();
-    odometer(batch).iter().map(|idx| (dot(idx, &sa), dot(idx, &sb), dot(idx, &sc))).collect()
-}

@@ -287,17 +287,16 @@ impl Op {
                 let k = inputs[0].0.last().copied().unwrap_or(1) as u64;
                 2 * n * k
             }
-            OpKind::MatmulT => match self {
-                // Every row of a folded product is contracted: rows·m·n multiply-adds.
-                Op::MatmulT { fold: true, .. } => 2 * in0 * inputs[1].0.last().copied().unwrap_or(1) as u64,
-                Op::MatmulT { ta, .. } => {
-                    let a = inputs[0].0;
-                    let k =
-                        if *ta { a.len().checked_sub(2).map_or(1, |i| a[i]) } else { a.last().copied().unwrap_or(1) };
-                    2 * n * k as u64
-                }
-                _ => 0,
-            },
+            OpKind::MatmulT => {
+                // The contracted length: every row of `a` for a fold, else its k axis.
+                let a = inputs[0].0;
+                let k = match self {
+                    Op::MatmulT { fold: true, .. } => numel(&a[..a.len() - 1]),
+                    Op::MatmulT { ta: true, .. } => a[a.len() - 2],
+                    _ => a[a.len() - 1],
+                };
+                2 * n * k as u64
+            }
             OpKind::Input | OpKind::Param | OpKind::Reshape | OpKind::Transpose | OpKind::Expand => 0,
             OpKind::Constant | OpKind::Concat | OpKind::Slice | OpKind::Cast | OpKind::Embedding => 0,
             OpKind::Sum | OpKind::Mean | OpKind::Amax => in0,

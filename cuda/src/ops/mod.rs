@@ -50,25 +50,7 @@ impl Drop for Scratch<'_> {
     }
 }
 
-pub(crate) use remat_core::shape::coalesce;
-
-/// Every multi-index of `shape`, row-major (one empty index for a scalar).
-pub(crate) fn odometer(shape: &[usize]) -> Vec<Vec<usize>> {
-    let n: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; shape.len()];
-    for _ in 0..n {
-        out.push(idx.clone());
-        for a in (0..shape.len()).rev() {
-            idx[a] += 1;
-            if idx[a] < shape[a] {
-                break;
-            }
-            idx[a] = 0;
-        }
-    }
-    out
-}
+pub(crate) use remat_core::shape::{coalesce, odometer};
 
 /// A [`Dims`] argument, or an error when the (coalesced) view has more than `MAXD` axes.
 pub(crate) fn dims(dev: &Device, shape: &[usize], strides: &[usize]) -> Result<Arg> {

@@ -10,7 +10,7 @@ use super::{finish, node_err, Float, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
-use crate::shape::{broadcast_strides, numel};
+use crate::shape::{matrix_offsets, numel};
 use std::thread;
 
 /// Below this many multiply-adds per product (`matrixmultiply`'s own threading threshold is of
@@ -53,26 +53,7 @@ fn batched<T: Float>(
     if out.is_empty() {
         return out;
     }
-    // Matrix offsets of each batch index in a and b (0 steps along broadcast batch axes).
-    let offsets = |shape: &[usize]| -> Vec<usize> {
-        let own_batch = &shape[..shape.len() - 2];
-        let steps = broadcast_strides(own_batch, batch);
-        let size = shape[shape.len() - 2] * shape[shape.len() - 1];
-        let mut offs = Vec::with_capacity(batches);
-        let mut idx = vec![0usize; batch.len()];
-        for _ in 0..batches {
-            offs.push(idx.iter().zip(&steps).map(|(i, s)| i * s).sum::<usize>() * size);
-            for axis in (0..batch.len()).rev() {
-                idx[axis] += 1;
-                if idx[axis] < batch[axis] {
-                    break;
-                }
-                idx[axis] = 0;
-            }
-        }
-        offs
-    };
-    let (oa, ob) = (offsets(a_shape), offsets(b_shape));
+    let (oa, ob) = (matrix_offsets(a_shape, batch), matrix_offsets(b_shape, batch));
     let run = |first: usize, chunk: &mut [T]| {
         for (j, c) in chunk.chunks_exact_mut(m * n).enumerate() {
             let (pa, pb) = (&a[oa[first + j]..], &b[ob[first + j]..]);
