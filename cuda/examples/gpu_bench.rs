@@ -239,17 +239,13 @@ fn policies(cfg: &zoo::GptConfig) -> Result<Vec<(&'static str, Strategy, Graph)>
 /// step/GEMM ratio from below for op-by-op execution.
 fn demand(model: &Model) -> (u64, u64) {
     let graph = model.joint().graph();
-    let bytes = |id: remat_core::NodeId| {
-        let n = graph.node(id);
-        (n.shape.iter().product::<usize>() * n.dtype.size()) as u64
-    };
+    let bytes = |id: remat_core::NodeId| graph.node(id).bytes() as u64;
     let (mut flops, mut traffic) = (0u64, 0u64);
     for step in model.plan().steps() {
         if let Step::Compute(id) | Step::Recompute(id) = *step {
             let node = graph.node(id);
             if node.op.info().compute_intensive {
-                let metas: Vec<_> = node.inputs.iter().map(|&i| graph.node(i).meta()).collect();
-                flops += node.op.flops(&metas, &node.shape);
+                flops += remat_core::plan::node_flops(graph, id);
             } else {
                 traffic += node.inputs.iter().map(|&i| bytes(i)).sum::<u64>() + bytes(id);
             }
