@@ -91,26 +91,39 @@ fn compare(gpu: &HostTensor, cpu: &HostTensor, exact: bool, loose: bool) -> Resu
     }
 }
 
-/// Runs `op` on both backends and compares; `Err` says which case failed and how.
-fn check_op(g: &mut CudaBackend, op: &Op, inputs: &[HostTensor], exact: bool, loose: bool) -> Result<(), String> {
+/// Runs `op` on `inputs` as node `node` of a run seeded `run_seed` on `backend`: upload,
+/// execute, download. Constants, which have no inputs to infer from, produce `[3, 5]` bf16.
+fn run_op<B: Backend>(
+    backend: &mut B,
+    op: &Op,
+    inputs: &[HostTensor],
+    node: u32,
+    run_seed: u64,
+) -> remat_core::Result<HostTensor> {
     let metas: Vec<_> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
-    let what = format!("{} {:?} on {:?}", op.name(), op.attrs_text(), metas);
     let (shape, dtype) = match op {
         Op::Constant { .. } => (vec![3, 5], DType::BF16),
-        _ => op.infer(&metas).map_err(|e| format!("{what}: {e}"))?,
+        _ => op.infer(&metas).map_err(remat_core::Error::Invalid)?,
     };
-    let call = KernelCall { node: NodeId(1), op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed: 11 };
-    let mut cpu = CpuBackend::new();
-    let cb: Vec<_> = inputs.iter().map(|t| cpu.upload(t).unwrap()).collect();
-    let want = cpu.execute(&call, &cb.iter().collect::<Vec<_>>()).unwrap();
-    let want = cpu.download(&want).unwrap();
-    let on_gpu = |g: &mut CudaBackend| -> remat_core::Result<HostTensor> {
-        let gb = inputs.iter().map(|t| g.upload(t)).collect::<remat_core::Result<Vec<_>>>()?;
-        let out = g.execute(&call, &gb.iter().collect::<Vec<_>>())?;
-        g.download(&out)
+    let call = KernelCall { node: NodeId(node), op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed };
+    let buffers = inputs.iter().map(|t| backend.upload(t)).collect::<remat_core::Result<Vec<_>>>()?;
+    let out = backend.execute(&call, &buffers.iter().collect::<Vec<_>>())?;
+    backend.download(&out)
+}
+
+/// Runs `op` on both backends and compares; `Err` says which case failed and how.
+fn check_op(g: &mut CudaBackend, op: &Op, inputs: &[HostTensor], exact: bool, loose: bool) -> Result<(), String> {
+    let what = || {
+        format!(
+            "{} {:?} on {:?}",
+            op.name(),
+            op.attrs_text(),
+            inputs.iter().map(|t| (t.shape(), t.dtype())).collect::<Vec<_>>()
+        )
     };
-    let got = on_gpu(g).map_err(|e| format!("{what}: {e}"))?;
-    compare(&got, &want, exact, loose).map_err(|e| format!("{what}: {e}"))
+    let want = run_op(&mut CpuBackend::new(), op, inputs, 1, 11).map_err(|e| format!("{} (cpu): {e}", what()))?;
+    let got = run_op(g, op, inputs, 1, 11).map_err(|e| format!("{}: {e}", what()))?;
+    compare(&got, &want, exact, loose).map_err(|e| format!("{}: {e}", what()))
 }
 
 /// Checks every case of `kinds` in `dt` and fails once at the end listing every failing case, so
@@ -324,19 +337,7 @@ fn every_op_matches_the_cpu_in_bf16_f16_and_f64() {
 
 /// Runs `scaled_matmul` on the GPU alone.
 fn gpu_scaled_matmul(g: &mut CudaBackend, inputs: &[HostTensor]) -> remat_core::Result<HostTensor> {
-    let metas: Vec<_> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
-    let (shape, dtype) = Op::ScaledMatmul.infer(&metas).unwrap();
-    let call = KernelCall {
-        node: NodeId(4),
-        op: &Op::ScaledMatmul,
-        inputs: &metas,
-        out_shape: &shape,
-        out_dtype: dtype,
-        run_seed: 0,
-    };
-    let b: Vec<_> = inputs.iter().map(|t| g.upload(t).unwrap()).collect();
-    let out = g.execute(&call, &b.iter().collect::<Vec<_>>())?;
-    g.download(&out)
+    run_op(g, &Op::ScaledMatmul, inputs, 4, 0)
 }
 
 /// Random fp8 values and arbitrary scales: fp8 tensor cores keep partial sums to fewer bits
@@ -494,22 +495,7 @@ fn every_case_is_a_valid_cpu_call() {
     for dt in [DType::F32, DType::BF16, DType::F16, DType::F64] {
         for kind in OpKind::all() {
             for (op, inputs, _, _) in cases(kind, dt) {
-                let metas: Vec<_> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
-                let (shape, dtype) = match op {
-                    Op::Constant { .. } => (vec![3, 5], DType::BF16),
-                    _ => op.infer(&metas).unwrap_or_else(|e| panic!("{}: {e}", op.name())),
-                };
-                let call = KernelCall {
-                    node: NodeId(1),
-                    op: &op,
-                    inputs: &metas,
-                    out_shape: &shape,
-                    out_dtype: dtype,
-                    run_seed: 1,
-                };
-                let mut cpu = CpuBackend::new();
-                let b: Vec<_> = inputs.iter().map(|t| cpu.upload(t).unwrap()).collect();
-                cpu.execute(&call, &b.iter().collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+                run_op(&mut CpuBackend::new(), &op, &inputs, 1, 1).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
                 n += 1;
             }
         }
