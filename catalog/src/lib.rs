@@ -10,6 +10,10 @@
 
 #![warn(missing_docs)]
 
+mod policy;
+
+pub use policy::{Policy, PolicySource};
+
 /// How many inputs an op takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arity {

@@ -6,6 +6,7 @@
 //! - a tag's region exists, and a region's parent has a smaller id.
 
 use crate::dtype::DType;
+use crate::policy::{Policy, PolicySource};
 use crate::error::{Error, Result};
 use crate::op::{Meta, Op};
 use crate::region::RegionSpec;
@@ -36,97 +37,6 @@ pub struct RegionId(pub u32);
 impl std::fmt::Display for RegionId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "r{}", self.0)
-    }
-}
-
-/// What the user asked for a value: save it for the backward pass, or recompute it there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Policy {
-    /// Always saved when the backward needs it; no strategy trades it away.
-    MustSave,
-    /// Saved under `Respect`; a min-cut or a budget may recompute it instead.
-    PreferSave,
-    /// Never saved: recomputed in the backward.
-    MustRecompute,
-    /// Recomputed under `Respect`; a budget may save it instead.
-    PreferRecompute,
-}
-
-impl Policy {
-    /// All policies.
-    pub const ALL: [Policy; 4] = [Policy::MustSave, Policy::PreferSave, Policy::MustRecompute, Policy::PreferRecompute];
-
-    /// The snake_case name (`"must_save"`), as in policies and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::MustSave => "must_save",
-            Policy::PreferSave => "prefer_save",
-            Policy::MustRecompute => "must_recompute",
-            Policy::PreferRecompute => "prefer_recompute",
-        }
-    }
-
-    /// The policy named `name`.
-    pub fn from_name(name: &str) -> Option<Policy> {
-        Policy::ALL.into_iter().find(|p| p.name() == name)
-    }
-
-    /// Whether the policy leans to saving.
-    pub fn is_save(self) -> bool {
-        matches!(self, Policy::MustSave | Policy::PreferSave)
-    }
-
-    /// Whether the policy is a hard constraint.
-    pub fn is_must(self) -> bool {
-        matches!(self, Policy::MustSave | Policy::MustRecompute)
-    }
-}
-
-impl std::fmt::Display for Policy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Why a node has the policy it has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PolicySource {
-    /// The region's rule for the op kind.
-    OpKind,
-    /// The region's rule for the value's name (`save_names`).
-    Name,
-    /// The region's default.
-    Default,
-    /// A `#[save]` / `#[recompute]` statement attribute.
-    Statement,
-    /// Given explicitly (imported graphs).
-    Explicit,
-}
-
-impl PolicySource {
-    /// All sources.
-    pub const ALL: [PolicySource; 5] = [
-        PolicySource::OpKind,
-        PolicySource::Name,
-        PolicySource::Default,
-        PolicySource::Statement,
-        PolicySource::Explicit,
-    ];
-
-    /// The snake_case name (`"op_kind"`), as in dumps and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicySource::OpKind => "op_kind",
-            PolicySource::Name => "name",
-            PolicySource::Default => "default",
-            PolicySource::Statement => "statement",
-            PolicySource::Explicit => "explicit",
-        }
-    }
-
-    /// The source named `name`.
-    pub fn from_name(name: &str) -> Option<PolicySource> {
-        PolicySource::ALL.into_iter().find(|s| s.name() == name)
     }
 }
 

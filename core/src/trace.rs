@@ -9,7 +9,8 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Node, NodeId, Policy, PolicySource, Region, RegionId, SrcLoc, Tag};
+use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
+use crate::policy::{Policy, PolicySource};
 use crate::op::{Init, Op};
 use crate::region::active_regions;
 use crate::shape::fmt_shape;

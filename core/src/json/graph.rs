@@ -132,7 +132,7 @@ fn node(g: &Graph, k: usize, n: usize, d: NodeDoc) -> Result<Node> {
     let tag = tag.map(|(region, policy, source)| Tag { region: RegionId(region), policy, source });
     if kind.info().leaf
         && kind != OpKind::Constant
-        && tag.is_some_and(|t| t.policy == crate::graph::Policy::MustRecompute)
+        && tag.is_some_and(|t| t.policy == crate::policy::Policy::MustRecompute)
     {
         return Err(err(format!("must_recompute on a {kind}: inputs and parameters are resident, not recomputed")));
     }
@@ -193,7 +193,7 @@ pub(super) fn to_text(g: &Graph) -> String {
             source: n
                 .tag
                 .map(|t| t.source)
-                .filter(|s| *s != crate::graph::PolicySource::Explicit)
+                .filter(|s| *s != crate::policy::PolicySource::Explicit)
                 .map(|s| s.name().to_string()),
             name: n.name.clone(),
             loc: n.loc.map(|l| l.to_string()),

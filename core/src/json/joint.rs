@@ -3,7 +3,7 @@
 use super::{at, node_doc, region_docs, regions, spaced, top, RegionDoc};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::graph::PolicySource;
+use crate::policy::PolicySource;
 use crate::partition::{Flags, PGraph, PNode, PRegion};
 use crate::shape::numel;
 use serde::{Deserialize, Serialize};

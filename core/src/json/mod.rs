@@ -23,7 +23,8 @@ mod joint;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Policy, PolicySource};
+use crate::graph::Graph;
+use crate::policy::{Policy, PolicySource};
 use crate::partition::PGraph;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

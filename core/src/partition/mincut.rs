@@ -8,7 +8,7 @@
 
 use super::maxflow::{FlowNetwork, INFINITE};
 use super::{closure, Class, PGraph, Reason};
-use crate::graph::Policy;
+use crate::policy::Policy;
 
 /// Which forward values are at hand (computed in the forward and kept if needed), and the
 /// reason for each value the cut decided.

@@ -25,7 +25,7 @@ pub use maxflow::FlowNetwork;
 pub use view::{Flags, PGraph, PNode, PRegion};
 
 use crate::error::{Error, Result};
-use crate::graph::Policy;
+use crate::policy::Policy;
 
 /// How to choose what to save.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -329,11 +329,11 @@ fn source_text(g: &PGraph, i: usize) -> String {
     let n = &g.nodes[i];
     let region = n.region.map_or_else(|| "no region".to_string(), |r| g.region_label(r));
     let rule = match n.source {
-        Some(crate::graph::PolicySource::OpKind) => format!("the policy of region {region} for `{}`", n.op),
-        Some(crate::graph::PolicySource::Name) => format!("save_names of region {region}"),
-        Some(crate::graph::PolicySource::Default) => format!("the default of region {region}"),
-        Some(crate::graph::PolicySource::Statement) => "a statement attribute".to_string(),
-        Some(crate::graph::PolicySource::Explicit) | None => "an explicit tag".to_string(),
+        Some(crate::policy::PolicySource::OpKind) => format!("the policy of region {region} for `{}`", n.op),
+        Some(crate::policy::PolicySource::Name) => format!("save_names of region {region}"),
+        Some(crate::policy::PolicySource::Default) => format!("the default of region {region}"),
+        Some(crate::policy::PolicySource::Statement) => "a statement attribute".to_string(),
+        Some(crate::policy::PolicySource::Explicit) | None => "an explicit tag".to_string(),
     };
     rule
 }

@@ -4,7 +4,7 @@
 
 use crate::autodiff::JointGraph;
 use crate::dtype::DType;
-use crate::graph::{Policy, PolicySource};
+use crate::policy::{Policy, PolicySource};
 use crate::op::Op;
 use crate::plan::node_flops;
 
