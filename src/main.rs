@@ -59,7 +59,6 @@ enum Command {
     },
 }
 
-/// `respect`, `mincut` or `budget=B`.
 /// What a command works on: the joint graph to partition, and the traced joint graph when the
 /// file was a `remat.graph` (for planned peaks).
 struct Loaded {
@@ -87,9 +86,9 @@ fn load(path: &Path) -> Result<Loaded, Failure> {
     let bad = |e: &dyn std::fmt::Display| Failure(2, format!("{}: {e}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
     match json::read(&text).map_err(|e| bad(&e))? {
-        Document::Graph(g) => {
+        Document::Graph(g, ids) => {
             let joint = JointGraph::new(&g).map_err(|e| bad(&e))?;
-            Ok(Loaded { pg: PGraph::from_joint(&joint), joint: Some(joint) })
+            Ok(Loaded { pg: PGraph::from_joint(&joint).with_forward_ids(&ids), joint: Some(joint) })
         }
         Document::Joint(pg) => Ok(Loaded { pg, joint: None }),
     }

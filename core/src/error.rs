@@ -46,10 +46,11 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
     /// A JSON document (`remat.graph`, `remat.joint`) is malformed or describes an invalid graph.
-    #[error("{}{message}", json_location(*.node, .op.as_deref()))]
+    #[error("{}{message}", json_location(.node.as_deref(), .op.as_deref()))]
     Json {
-        /// The node the problem is in, when it is in one.
-        node: Option<u32>,
+        /// The node the problem is in, when it is in one: its document id as messages write it
+        /// (`12`, or `"addmm_1"` quoted).
+        node: Option<String>,
         /// That node's op, when known.
         op: Option<String>,
         /// What is wrong.
@@ -125,8 +126,8 @@ fn exact_bytes(n: u64) -> String {
     }
 }
 
-/// `node 3 (matmul): `, `node 3: ` or nothing.
-fn json_location(node: Option<u32>, op: Option<&str>) -> String {
+/// `node 3 (matmul): `, `node "t_3" (aten.t.default): `, `node 3: ` or nothing.
+fn json_location(node: Option<&str>, op: Option<&str>) -> String {
     match (node, op) {
         (Some(n), Some(op)) => format!("node {n} ({op}): "),
         (Some(n), None) => format!("node {n}: "),

@@ -26,6 +26,7 @@ pub mod rng;
 pub mod shape;
 mod state;
 mod tensor_ops;
+pub mod text;
 mod trace;
 pub mod zoo;
 

@@ -15,8 +15,9 @@
 //! assert!(report.dot().starts_with("digraph"));
 //! ```
 
-use crate::partition::{Action, Decision, PGraph, Partition, Reason};
-use serde_json::json;
+use crate::graph::{NodeId, RegionId};
+use crate::partition::{counts_bytes, Action, Decision, DocId, PGraph, Partition, Reason};
+use crate::text;
 use std::fmt::Write as _;
 
 /// A partition of a joint graph, ready to print.
@@ -47,76 +48,68 @@ impl<'a> Report<'a> {
     }
 
     /// The decision about forward node `i`, if the backward needs it.
-    fn decision(&self, i: u32) -> Option<&'a Decision> {
+    fn decision(&self, i: NodeId) -> Option<&'a Decision> {
         let d = &self.partition.decisions;
         d.binary_search_by_key(&i, |d| d.node).ok().map(|k| &d[k])
     }
 
-    /// Why a decision was taken, with region labels and the Prefer tag it went against.
+    /// Why a decision was taken, in words, with the Prefer tag it went against.
     fn why(&self, d: &Decision) -> String {
-        let mut why = d.reason.to_string();
-        if let Reason::Boundary(r) | Reason::RegionBudget(r) = d.reason {
-            why += &format!(" ({})", self.graph.region_label(r));
-        }
+        let mut why = d.reason.describe(self.graph);
         if let Some(p) = d.overrode {
             why += &format!(" (overrode {p})");
         }
         why
     }
 
-    /// Whether a saved value counts against budgets (inputs, parameters and constants do not).
-    fn counted(&self, i: u32) -> bool {
-        let n = &self.graph.nodes[i as usize];
-        !(n.flags.resident || n.inputs.is_empty() || self.decision(i).is_some_and(|d| d.reason == Reason::Resident))
+    /// Saved values, residents apart: (counted, resident), each in id order.
+    fn kept(&self) -> (Vec<NodeId>, Vec<NodeId>) {
+        let (g, p) = (self.graph, self.partition);
+        let kept = g.ids().filter(|&i| p.saved.get(i.index()).copied().unwrap_or(false));
+        kept.partition(|&i| counts_bytes(g, i))
     }
 
-    /// The table: saved values with shape, dtype, bytes, location and reason; recomputed ops with
-    /// FLOPs; totals; warnings; peaks.
+    /// The table: saved values with shape, dtype, bytes, location and reason; residents the
+    /// backward reads; recomputed ops with FLOPs; totals; warnings; peaks. Long cells are
+    /// shortened (the JSON keeps them whole).
     pub fn text(&self) -> String {
         let (g, p) = (self.graph, self.partition);
         let mut out = String::new();
-        let saved: Vec<u32> =
-            (0..g.len() as u32).filter(|&i| p.saved.get(i as usize).copied().unwrap_or(false)).collect();
+        let (saved, resident) = self.kept();
         let _ = writeln!(
             out,
-            "partition ({}): {} value(s) saved, {} op(s) recomputed",
+            "partition ({}): {} value(s) saved, {} resident, {} op(s) recomputed",
             p.strategy,
             saved.len(),
+            resident.len(),
             p.recomputed.len()
         );
         let header = ["id", "op", "shape", "dtype", "bytes", "region", "name", "location", "why"];
-        let rows: Vec<Vec<String>> = saved
-            .iter()
-            .map(|&i| {
-                let mut row = self.columns(i);
-                let size = fmt_bytes(g.nodes[i as usize].bytes);
-                row.insert(4, if self.counted(i) { size } else { format!("({size})") });
-                row.push(self.decision(i).map_or_else(String::new, |d| self.why(d)));
-                row
-            })
-            .collect();
-        out += "\nsaved for the backward (bytes in parentheses are resident and not counted):\n";
-        out += &table(&header, &rows);
+        let rows = |ids: &[NodeId], metric: &dyn Fn(NodeId) -> String| -> Vec<Vec<String>> {
+            ids.iter()
+                .map(|&i| {
+                    let mut row = self.columns(i);
+                    row.insert(4, metric(i));
+                    row.push(self.decision(i).map_or_else(String::new, |d| self.why(d)));
+                    row
+                })
+                .collect()
+        };
+        let size = |i: NodeId| fmt_bytes(g.node(i).bytes);
+        out += "\nsaved for the backward:\n";
+        out += &table_or_nothing(&header, &rows(&saved, &size));
+        out += "\nresident (inputs, parameters and constants the backward reads; not counted):\n";
+        out += &table_or_nothing(&header, &rows(&resident, &size));
         let header = ["id", "op", "shape", "dtype", "flops", "region", "name", "location", "why"];
-        let rows: Vec<Vec<String>> = p
-            .recomputed
-            .iter()
-            .map(|&i| {
-                let mut row = self.columns(i);
-                row.insert(4, g.nodes[i as usize].flops.to_string());
-                row.push(self.decision(i).map_or_else(String::new, |d| self.why(d)));
-                row
-            })
-            .collect();
         out += "\nrecomputed in the backward:\n";
-        out += &if rows.is_empty() { "  (nothing)\n".to_string() } else { table(&header, &rows) };
-        let resident: u64 = saved.iter().filter(|&&i| !self.counted(i)).map(|&i| g.nodes[i as usize].bytes).sum();
+        out += &table_or_nothing(&header, &rows(&p.recomputed, &|i| g.node(i).flops.to_string()));
         let _ = writeln!(
             out,
-            "\ntotals: saved {} ({} B; inputs, parameters and constants excluded), resident {}, recompute {} FLOPs",
+            "\ntotals: saved {} ({} B; residents excluded), resident {} ({} B), recompute {} FLOPs",
             fmt_bytes(p.saved_bytes),
             p.saved_bytes,
-            fmt_bytes(resident),
+            fmt_bytes(p.resident_bytes),
+            p.resident_bytes,
             p.recompute_flops
         );
         if !p.warnings.is_empty() {
@@ -138,58 +131,79 @@ impl<'a> Report<'a> {
         out
     }
 
-    /// id, op, shape, dtype, region, name, location of node `i` (bytes or FLOPs go in at 4).
-    fn columns(&self, i: u32) -> Vec<String> {
-        let n = &self.graph.nodes[i as usize];
+    /// id, op, shape, dtype, region, name, location of node `i` (bytes or FLOPs go in at 4),
+    /// each shortened to a cell.
+    fn columns(&self, i: NodeId) -> Vec<String> {
+        let n = self.graph.node(i);
         let dash = || "-".to_string();
+        let cell = |s: &str| text::shorten(s, text::CELL);
         vec![
-            format!("%{i}"),
-            n.op.clone(),
-            n.shape.as_ref().map_or_else(dash, |s| format!("{s:?}")),
+            n.id.label(),
+            cell(&n.op),
+            n.shape.as_ref().map_or_else(dash, |s| cell(&format!("{s:?}"))),
             n.dtype.map_or_else(dash, |t| t.to_string()),
             n.region.map_or_else(dash, |r| self.graph.region_label(r)),
-            n.name.clone().unwrap_or_else(dash),
-            n.loc.clone().unwrap_or_else(dash),
+            n.name.as_deref().map_or_else(dash, cell),
+            n.loc.as_deref().map_or_else(dash, cell),
         ]
     }
 
-    /// The partition as JSON: `strategy`, `saved` (every forward value kept, residents
-    /// included), `recomputed`, `saved_bytes` (residents and constants excluded),
-    /// `recompute_flops`, `decisions` (`id`, `action`, `reason` code, `why` text, and `overrode`,
-    /// `region` or `view` where they apply), `warnings`, and the peaks when given.
+    /// The partition as JSON: `strategy`, `saved` (the saved values, residents apart),
+    /// `resident` (the inputs, parameters and constants the backward reads), `recomputed`,
+    /// `saved_bytes` (residents excluded), `resident_bytes`, `recompute_flops`, `decisions`
+    /// (`id`, `action`, `reason` code, `why` text, and `overrode`, `region`, `grad_of` or `view`
+    /// where they apply), `warnings`, and the peaks when given. Ids are the document's own.
     pub fn json(&self) -> String {
-        let p = self.partition;
-        let saved: Vec<u32> = (0..p.saved.len() as u32).filter(|&i| p.saved[i as usize]).collect();
-        let decisions: Vec<String> = p
-            .decisions
-            .iter()
-            .map(|d| {
-                let mut v = json!({
-                    "id": d.node,
-                    "action": match d.action { Action::Save => "save", Action::Recompute => "recompute" },
-                    "reason": reason_code(d.reason),
-                    "why": self.why(d),
-                });
-                match d.reason {
-                    Reason::Boundary(r) | Reason::RegionBudget(r) => v["region"] = json!(r),
-                    Reason::ViewBase(view) => v["view"] = json!(view),
-                    _ => {}
+        let (g, p) = (self.graph, self.partition);
+        let (saved, resident) = self.kept();
+        let ids = |list: &[NodeId]| {
+            let items: Vec<String> = list.iter().map(|&i| json_id(&g.node(i).id)).collect();
+            format!("[{}]", items.join(", "))
+        };
+        let mut decisions = String::new();
+        for (k, d) in p.decisions.iter().enumerate() {
+            if k > 0 {
+                decisions += ",\n    ";
+            }
+            let action = match d.action {
+                Action::Save => "save",
+                Action::Recompute => "recompute",
+            };
+            let _ = write!(
+                decisions,
+                "{{\"id\": {}, \"action\": \"{action}\", \"reason\": \"{}\", \"why\": {}",
+                json_id(&g.node(d.node).id),
+                reason_code(d.reason),
+                json_string(&self.why(d))
+            );
+            match d.reason {
+                Reason::ReadByRegion(r) | Reason::RegionBudget(r) => {
+                    let _ = write!(decisions, ", \"region\": {}", g.regions[r.index()].key);
                 }
-                if let Some(o) = d.overrode {
-                    v["overrode"] = json!(o.name());
+                Reason::ReadByGradient(u) => {
+                    let _ = write!(decisions, ", \"grad_of\": {}", json_id(&g.node(u).id));
                 }
-                crate::json::spaced(&v)
-            })
-            .collect();
-        let mut out = format!("{{\n  \"strategy\": {}", crate::json::spaced(&p.strategy.to_string()));
-        let _ = write!(out, ",\n  \"saved\": {}", crate::json::spaced(&saved));
-        let _ = write!(out, ",\n  \"recomputed\": {}", crate::json::spaced(&p.recomputed));
+                Reason::ViewBase(v) => {
+                    let _ = write!(decisions, ", \"view\": {}", json_id(&g.node(v).id));
+                }
+                _ => {}
+            }
+            if let Some(o) = d.overrode {
+                let _ = write!(decisions, ", \"overrode\": \"{}\"", o.name());
+            }
+            decisions.push('}');
+        }
+        let mut out = format!("{{\n  \"strategy\": {}", json_string(&p.strategy.to_string()));
+        let _ = write!(out, ",\n  \"saved\": {}", ids(&saved));
+        let _ = write!(out, ",\n  \"resident\": {}", ids(&resident));
+        let _ = write!(out, ",\n  \"recomputed\": {}", ids(&p.recomputed));
         let _ = write!(out, ",\n  \"saved_bytes\": {}", p.saved_bytes);
+        let _ = write!(out, ",\n  \"resident_bytes\": {}", p.resident_bytes);
         let _ = write!(out, ",\n  \"recompute_flops\": {}", p.recompute_flops);
         if decisions.is_empty() {
             out += ",\n  \"decisions\": []";
         } else {
-            let _ = write!(out, ",\n  \"decisions\": [\n    {}\n  ]", decisions.join(",\n    "));
+            let _ = write!(out, ",\n  \"decisions\": [\n    {decisions}\n  ]");
         }
         let _ = write!(out, ",\n  \"warnings\": {}", crate::json::spaced(&p.warnings));
         if let Some(b) = self.planned_peak {
@@ -207,6 +221,25 @@ impl<'a> Report<'a> {
     }
 }
 
+fn json_id(id: &DocId) -> String {
+    match id {
+        DocId::Index(i) => i.to_string(),
+        DocId::Name(s) => json_string(s),
+    }
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn table_or_nothing(header: &[&str], rows: &[Vec<String>]) -> String {
+    if rows.is_empty() {
+        "  (nothing)\n".to_string()
+    } else {
+        table(header, rows)
+    }
+}
+
 impl std::fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text())
@@ -219,8 +252,9 @@ pub fn reason_code(reason: Reason) -> &'static str {
         Reason::Resident => "resident",
         Reason::Output => "output",
         Reason::NotRecomputable => "not_recomputable",
+        Reason::RandomSource => "random_source",
         Reason::MustSave => "must_save",
-        Reason::Boundary(_) => "boundary",
+        Reason::ReadByRegion(_) | Reason::ReadByGradient(_) => "boundary",
         Reason::ViewBase(_) => "view_base",
         Reason::PreferSave => "prefer_save",
         Reason::Untagged => "untagged",
@@ -229,7 +263,7 @@ pub fn reason_code(reason: Reason) -> &'static str {
         Reason::Budget => "budget",
         Reason::RegionBudget(_) => "region_budget",
         Reason::View => "view",
-        Reason::Constant => "constant",
+        Reason::Factory => "factory",
         Reason::MustRecompute => "must_recompute",
         Reason::PreferRecompute => "prefer_recompute",
     }
@@ -242,29 +276,28 @@ const RECOMPUTED: &str = "#f7c06b";
 
 /// Graphviz DOT of a joint graph: forward nodes are boxes, backward nodes grey ellipses; with a
 /// partition, saved values are filled green (resident ones light blue) and recomputed ones
-/// orange; regions are `subgraph cluster_r<id>` clusters, nested as the regions are.
+/// orange; regions are `subgraph cluster_r<index>` clusters, nested as the regions are. Every
+/// label is escaped (backslashes, quotes, newlines, NULs) and shortened, and regions nest
+/// without recursion, so any graph — 10^5 nested regions included — renders in linear output.
 pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
     let mut out = String::from("digraph remat {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n");
     if let Some(p) = partition {
         let _ = writeln!(out, "  label=\"strategy {}\";", escape(&p.strategy.to_string()));
     }
-    let recomputed: Vec<bool> = {
-        let mut r = vec![false; g.len()];
-        for &i in partition.map_or(&[][..], |p| &p.recomputed) {
-            r[i as usize] = true;
-        }
-        r
-    };
+    let mut recomputed = vec![false; g.len()];
+    for &i in partition.map_or(&[][..], |p| &p.recomputed) {
+        recomputed[i.index()] = true;
+    }
     let line = |i: usize| -> String {
         let n = &g.nodes[i];
-        let mut label = format!("%{i} {}", n.op);
+        let mut label = format!("{} {}", n.id.label(), text::shorten(&n.op, text::CELL));
         if let Some(name) = &n.name {
-            label += &format!(" \"{name}\"");
+            label += &format!(" {}", text::quoted(name));
         }
-        match (&n.shape, n.dtype) {
-            (Some(s), Some(t)) => label += &format!("\\n{s:?} {t}"),
-            _ => label += &format!("\\n{} B", n.bytes),
-        }
+        let second = match (&n.shape, n.dtype) {
+            (Some(s), Some(t)) => format!("{} {t}", text::shorten(&format!("{s:?}"), text::CELL)),
+            _ => format!("{} B", n.bytes),
+        };
         let saved = partition.is_some_and(|p| p.saved.get(i).copied().unwrap_or(false));
         let style = if n.backward {
             "shape=ellipse, color=gray50, fontcolor=gray30".to_string()
@@ -276,65 +309,84 @@ pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
         } else {
             "shape=box".to_string()
         };
-        format!("n{i} [label=\"{}\", {style}];", escape(&label))
+        format!("n{i} [label=\"{}\\n{}\", {style}];", escape(&label), escape(&second))
     };
-    // Regions: children per region, nodes per region.
-    let mut children = vec![Vec::new(); g.regions.len()];
-    let mut members = vec![Vec::new(); g.regions.len()];
+    let regions = g.regions.len();
+    let mut children = vec![Vec::new(); regions];
+    let mut members = vec![Vec::new(); regions];
     let mut top_regions = Vec::new();
     for (r, region) in g.regions.iter().enumerate() {
-        match region.parent.filter(|&p| (p as usize) < g.regions.len()) {
-            Some(p) => children[p as usize].push(r),
+        match region.parent.filter(|p| p.index() < r) {
+            Some(p) => children[p.index()].push(r),
             None => top_regions.push(r),
         }
     }
     for (i, n) in g.nodes.iter().enumerate() {
-        match n.region.filter(|&r| (r as usize) < g.regions.len()) {
-            Some(r) => members[r as usize].push(i),
+        match n.region.filter(|r| r.index() < regions) {
+            Some(r) => members[r.index()].push(i),
             None => {
                 let _ = writeln!(out, "  {}", line(i));
             }
         }
     }
-    fn cluster(
-        out: &mut String,
-        g: &PGraph,
-        r: usize,
-        depth: usize,
-        children: &[Vec<usize>],
-        members: &[Vec<usize>],
-        line: &dyn Fn(usize) -> String,
-    ) {
-        let pad = "  ".repeat(depth);
-        let mut label = g.region_label(r as u32);
-        if let Some(b) = g.regions[r].budget {
-            label += &format!(" (budget {b})");
-        }
-        let _ = writeln!(out, "{pad}subgraph cluster_r{r} {{");
-        let _ = writeln!(out, "{pad}  label=\"{}\"; style=rounded; color=gray40;", escape(&label));
-        for &i in &members[r] {
-            let _ = writeln!(out, "{pad}  {}", line(i));
-        }
-        for &c in &children[r] {
-            cluster(out, g, c, depth + 1, children, members, line);
-        }
-        let _ = writeln!(out, "{pad}}}");
+    // Depth-first over the region tree with an explicit stack: `Open(r)` writes the cluster's
+    // head and members and schedules its children and then its `Close`.
+    enum Visit {
+        Open(usize),
+        Close,
     }
-    for r in top_regions {
-        cluster(&mut out, g, r, 1, &children, &members, &line);
+    let mut stack: Vec<Visit> = top_regions.into_iter().rev().map(Visit::Open).collect();
+    let mut depth = 1usize;
+    while let Some(visit) = stack.pop() {
+        match visit {
+            Visit::Open(r) => {
+                // Deep nesting is indented up to a point; the structure is in the braces.
+                let pad = "  ".repeat(depth.min(8));
+                let mut label = g.region_label(RegionId(r as u32));
+                if let Some(b) = g.regions[r].budget {
+                    label += &format!(" (budget {b})");
+                }
+                let _ = writeln!(out, "{pad}subgraph cluster_r{r} {{");
+                let _ = writeln!(out, "{pad}  label=\"{}\"; style=rounded; color=gray40;", escape(&label));
+                for &i in &members[r] {
+                    let _ = writeln!(out, "{pad}  {}", line(i));
+                }
+                stack.push(Visit::Close);
+                stack.extend(children[r].iter().rev().map(|&c| Visit::Open(c)));
+                depth += 1;
+            }
+            Visit::Close => {
+                depth -= 1;
+                let _ = writeln!(out, "{}}}", "  ".repeat(depth.min(8)));
+            }
+        }
     }
     for (i, n) in g.nodes.iter().enumerate() {
         for &x in &n.inputs {
-            let style = if n.backward && !g.nodes[x as usize].backward { " [style=dashed]" } else { "" };
-            let _ = writeln!(out, "  n{x} -> n{i}{style};");
+            let style = if n.backward && !g.node(x).backward { " [style=dashed]" } else { "" };
+            let _ = writeln!(out, "  n{} -> n{i}{style};", x.0);
         }
     }
     out + "}\n"
 }
 
-/// Escapes the quotes of a DOT label (our line breaks are already `\n`).
+/// Escapes a string for a quoted DOT label: backslashes, quotes, line breaks and every other
+/// control character (NUL included), so `dot` reads back exactly one label.
 fn escape(s: &str) -> String {
-    s.replace('"', "\\\"")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out += "\\\\",
+            '"' => out += "\\\"",
+            '\n' => out += "\\n",
+            '\r' => {}
+            c if c.is_control() => {
+                let _ = write!(out, "\\\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `512 B`, `1.5 KiB`, `3.0 MiB`, `2.0 GiB`.

@@ -128,7 +128,7 @@ proptest! {
             let params = model.init_params(1);
             let out = model.step_seeded(&mut CpuBackend::new(), &params, &feeds(), 3).unwrap();
             prop_assert_eq!(out.measured_peak, out.predicted_peak, "{}", strategy);
-            let mut planned: Vec<u32> = model.plan().recomputed().iter().map(|i| i.0).collect();
+            let mut planned: Vec<remat_core::NodeId> = model.plan().recomputed().to_vec();
             planned.sort();
             prop_assert_eq!(&planned, &model.partition().unwrap().recomputed, "{}", strategy);
             let grads: Vec<Vec<u32>> = out.grads.iter().map(bits).collect();
@@ -196,7 +196,7 @@ fn untagged_candidates(pg: &PGraph) -> Vec<usize> {
     (0..pg.len())
         .filter(|&i| {
             let n = &pg.nodes[i];
-            !n.backward && !n.flags.resident && !n.flags.view && !n.inputs.is_empty() && !outputs.contains(&(i as u32))
+            !n.backward && !n.flags.resident && !n.flags.view && !n.inputs.is_empty() && !outputs.contains(&remat_core::NodeId(i as u32))
         })
         .collect()
 }
@@ -213,13 +213,13 @@ fn brute_force(pg: &PGraph, candidates: &[usize], limit: u64) -> (Option<u64>, u
             kept[c] = mask & (1 << k) != 0;
         }
         for (i, node) in pg.nodes.iter().enumerate() {
-            kept[i] |= node.flags.resident || pg.forward_outputs.contains(&(i as u32));
+            kept[i] |= node.flags.resident || pg.forward_outputs.contains(&remat_core::NodeId(i as u32));
         }
         // Needed: read by the backward, or an input of a needed value that is not kept.
         let mut needed = vec![false; n];
         let mut stack: Vec<usize> = Vec::new();
         for node in pg.nodes.iter().filter(|b| b.backward) {
-            stack.extend(node.inputs.iter().map(|&i| i as usize).filter(|&i| !pg.nodes[i].backward));
+            stack.extend(node.inputs.iter().map(|&i| i.index()).filter(|&i| !pg.nodes[i].backward));
         }
         while let Some(v) = stack.pop() {
             if needed[v] {
@@ -227,7 +227,7 @@ fn brute_force(pg: &PGraph, candidates: &[usize], limit: u64) -> (Option<u64>, u
             }
             needed[v] = true;
             if !kept[v] {
-                stack.extend(pg.nodes[v].inputs.iter().map(|&i| i as usize));
+                stack.extend(pg.nodes[v].inputs.iter().map(|&i| i.index()));
             }
         }
         let mut bytes = 0;

@@ -21,6 +21,8 @@ pub struct JointGraph {
     n_forward: usize,
     /// (parameter, its gradient node), in parameter order.
     grads: Vec<(NodeId, NodeId)>,
+    /// Per node: for a backward node, the forward node whose gradient rule created it.
+    grad_of: Vec<Option<NodeId>>,
 }
 
 impl JointGraph {
@@ -40,7 +42,7 @@ impl JointGraph {
             });
         }
         let needs_grad = needs_grad(forward, loss);
-        let mut bw = Backward { graph: forward.clone() };
+        let mut bw = Backward { graph: forward.clone(), owner: None, grad_of: vec![None; forward.len()] };
         let mut grad: Vec<Option<NodeId>> = vec![None; forward.len()];
         let seed_dtype = loss_node.dtype.grad_dtype();
         grad[loss.index()] = Some(bw.leaf(Op::Constant { value: 1.0 }, loss_node.shape.clone(), seed_dtype));
@@ -49,6 +51,7 @@ impl JointGraph {
             if !needs_grad[id.index()] || forward.node(id).op.info().leaf {
                 continue;
             }
+            bw.owner = Some(id);
             let contributions = rules::backprop(&mut bw, forward, id, g, &needs_grad)?;
             for (input, contribution) in contributions {
                 grad[input.index()] = Some(match grad[input.index()] {
@@ -57,6 +60,7 @@ impl JointGraph {
                 });
             }
         }
+        bw.owner = None;
         let mut grads = Vec::new();
         for p in forward.params() {
             let g = match grad[p.index()] {
@@ -71,11 +75,18 @@ impl JointGraph {
         }
         let mut outputs = forward.outputs().to_vec();
         outputs.extend(grads.iter().map(|&(_, g)| g));
+        let owners = std::mem::take(&mut bw.grad_of);
         let (mut graph, remap) = without_dead_backward_nodes(bw.graph, forward.len(), &outputs);
+        let mut grad_of = vec![None; graph.len()];
+        for (old, owner) in owners.into_iter().enumerate() {
+            if remap[old].0 != u32::MAX {
+                grad_of[remap[old].index()] = owner;
+            }
+        }
         let grads: Vec<(NodeId, NodeId)> = grads.into_iter().map(|(p, g)| (p, remap[g.index()])).collect();
         graph.set_outputs(outputs.iter().map(|o| remap[o.index()]).collect());
         debug_assert!(graph.validate().is_ok(), "joint graph violates its invariants");
-        Ok(JointGraph { graph, n_forward: forward.len(), grads })
+        Ok(JointGraph { graph, n_forward: forward.len(), grads, grad_of })
     }
 
     /// The joint graph: forward nodes first, then backward nodes.
@@ -91,6 +102,13 @@ impl JointGraph {
     /// Whether `id` is a forward node.
     pub fn is_forward(&self, id: NodeId) -> bool {
         id.index() < self.n_forward
+    }
+
+    /// For a backward node, the forward node whose gradient rule created it (the accumulation
+    /// of several contributions belongs to the node whose rule produced the last one); `None`
+    /// for forward nodes and for the loss seed and zero gradients.
+    pub fn grad_of(&self, id: NodeId) -> Option<NodeId> {
+        self.grad_of.get(id.index()).copied().flatten()
     }
 
     /// The loss node.
@@ -178,19 +196,27 @@ fn needs_grad(forward: &Graph, loss: NodeId) -> Vec<bool> {
 /// The joint graph under construction: appends backward nodes with inferred shapes.
 pub(crate) struct Backward {
     graph: Graph,
+    /// The forward node whose gradient is being built.
+    owner: Option<NodeId>,
+    /// Per node so far: its owner (`None` for forward nodes).
+    grad_of: Vec<Option<NodeId>>,
 }
 
 impl Backward {
     /// Appends `op(inputs)`. A failure here is a bug in a gradient rule, reported as such.
     pub fn op(&mut self, op: Op, inputs: Vec<NodeId>) -> Result<NodeId> {
         let name = op.name();
-        self.graph
+        let id = self
+            .graph
             .push_op(op, inputs)
-            .map_err(|e| Error::Invalid(format!("internal error in the gradient of {name}: {e}")))
+            .map_err(|e| Error::Invalid(format!("internal error in the gradient of {name}: {e}")))?;
+        self.grad_of.push(self.owner);
+        Ok(id)
     }
 
     /// Appends a leaf (a constant).
     pub fn leaf(&mut self, op: Op, shape: Vec<usize>, dtype: DType) -> NodeId {
+        self.grad_of.push(self.owner);
         self.graph.push(Node { op, inputs: vec![], shape, dtype, tag: None, name: None, loc: None })
     }
 

@@ -1,143 +1,209 @@
 //! `remat.graph` v1: a tagged forward graph of catalog ops.
 
-use super::{at, attrs, node_doc, region_docs, regions, spaced, tag_parts, top, RegionDoc};
+use super::fields::IdRef;
+use super::{all_ids, at, attrs, region_docs, spaced, top, Ids, RegionDoc, Regions};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 use crate::op::{Meta, OpKind};
-use crate::shape::{fmt_shape, numel};
+use crate::partition::DocId;
+use crate::policy::{Policy, PolicySource};
+use crate::shape::fmt_shape;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::sync::Mutex;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct GraphDoc {
+struct GraphDoc<'a> {
     #[allow(dead_code)]
-    format: String,
+    #[serde(borrow)]
+    format: Cow<'a, str>,
     #[allow(dead_code)]
     version: u32,
     #[serde(default)]
     regions: Vec<RegionDoc>,
-    nodes: Vec<Value>,
-    outputs: Vec<u32>,
+    #[serde(borrow)]
+    nodes: Vec<&'a RawValue>,
+    #[serde(borrow)]
+    outputs: Vec<IdRef<'a>>,
 }
 
-#[derive(Serialize, Deserialize)]
+/// The fields of a node, for "did you mean" on unknown ones.
+const FIELDS: [&str; 11] = ["id", "op", "inputs", "attrs", "shape", "dtype", "region", "policy", "source", "name", "loc"];
+
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NodeDoc {
-    id: u32,
-    op: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    inputs: Vec<u32>,
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
+struct NodeIn<'a> {
+    #[serde(borrow)]
+    id: IdRef<'a>,
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(default, borrow)]
+    inputs: Vec<IdRef<'a>>,
+    #[serde(default)]
     attrs: Map<String, Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    shape: Option<Vec<usize>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    dtype: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    shape: Option<Vec<u64>>,
+    #[serde(default, borrow)]
+    dtype: Option<Cow<'a, str>>,
+    #[serde(default)]
+    region: Option<u64>,
+    #[serde(default, borrow)]
+    policy: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    source: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    loc: Option<Cow<'a, str>>,
+}
+
+#[derive(Serialize)]
+struct NodeOut<'a> {
+    id: u32,
+    op: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    inputs: Vec<u32>,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    attrs: Map<String, Value>,
+    shape: &'a [usize],
+    dtype: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
     region: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    policy: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    source: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     loc: Option<String>,
 }
 
-pub(super) fn from_value(value: Value) -> Result<Graph> {
-    let doc: GraphDoc = serde_json::from_value(value).map_err(|e| top(format!("remat.graph: {e}")))?;
-    let n = doc.nodes.len();
-    let mut nodes = Vec::with_capacity(n);
-    for (k, v) in doc.nodes.into_iter().enumerate() {
-        nodes.push(node_doc::<NodeDoc>(v, k)?);
+/// Reads a `remat.graph`, returning the graph and each node's document id.
+pub(super) fn read(text: &str) -> Result<(Graph, Vec<DocId>)> {
+    let doc: GraphDoc<'_> = super::fields::document(text, "remat.graph")?;
+    let mut parsed: Vec<NodeIn<'_>> = Vec::with_capacity(doc.nodes.len());
+    for (k, raw) in doc.nodes.iter().enumerate() {
+        parsed.push(super::fields::node(raw, k, &FIELDS)?);
     }
-    let used = nodes.iter().filter_map(|d| d.region.map(|r| (d.id, r, d.op.clone())));
-    let regions = regions(doc.regions, used, n)?;
+    let later = all_ids(parsed.iter().map(|d| d.id.clone()));
+    let mut ids = Ids::default();
+    let mut regions = Regions::new(doc.regions)?;
+    let mut doc_ids = Vec::with_capacity(parsed.len());
     let mut g = Graph::new();
-    for (parent, name, budget) in regions {
-        g.add_region(Region { parent: parent.map(RegionId), name, spec: None, budget });
+    let mut nodes = Vec::with_capacity(parsed.len());
+    for (k, d) in parsed.into_iter().enumerate() {
+        let id = d.id.owned();
+        ids.define(&d.id, k).map_err(|m| at(&id, &d.op, m))?;
+        let inputs = d
+            .inputs
+            .iter()
+            .map(|i| ids.resolve(i, &later).map(NodeId))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|m| at(&id, &d.op, m))?;
+        let region = d.region.map(|r| regions.get(r));
+        nodes.push((id.clone(), inputs, region, d));
+        doc_ids.push(id);
     }
-    for (k, d) in nodes.into_iter().enumerate() {
-        let node = node(&g, k, n, d)?;
+    for r in &regions.parts {
+        g.add_region(Region { parent: r.parent, name: r.name.clone(), spec: None, budget: r.budget });
+    }
+    for (k, (id, inputs, region, d)) in nodes.into_iter().enumerate() {
+        let node = node(&g, k, &id, inputs, region, d)?;
         g.push(node);
     }
     if doc.outputs.is_empty() {
         return Err(top("`outputs` is empty: the first output is the scalar loss".into()));
     }
-    for &o in &doc.outputs {
-        if o as usize >= n {
-            return Err(top(format!("output {o} is not a node (the graph has {n})")));
-        }
-    }
-    let loss = g.node(NodeId(doc.outputs[0]));
-    if numel(&loss.shape) != 1 || !loss.dtype.is_float() {
+    let outputs = doc
+        .outputs
+        .iter()
+        .map(|o| ids.resolve(o, &later).map(NodeId))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|m| top(format!("outputs: {m}")))?;
+    let loss = g.node(outputs[0]);
+    if loss.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(1) || !loss.dtype.is_float() {
         let message = format!(
             "the first output is the loss and must be one floating value, got {} {}",
             fmt_shape(&loss.shape),
             loss.dtype
         );
-        return Err(at(doc.outputs[0], loss.op.name(), message));
+        return Err(at(&doc_ids[outputs[0].index()], loss.op.name(), message));
     }
-    g.set_outputs(doc.outputs.into_iter().map(NodeId).collect());
+    g.set_outputs(outputs);
     g.validate().map_err(|e| match e {
-        Error::Node { node, op, message } => at(node.0, op, message),
+        Error::Node { node, op, message } => at(&doc_ids[node.index()], op, message),
         other => top(other.to_string()),
     })?;
-    Ok(g)
+    Ok((g, doc_ids))
 }
 
-/// Reads node `k` of `n`, checking it against the graph so far.
-fn node(g: &Graph, k: usize, n: usize, d: NodeDoc) -> Result<Node> {
-    let id = d.id;
+/// Reads node `k` (document id `id`), checking it against the graph so far.
+fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<RegionId>, d: NodeIn<'_>) -> Result<Node> {
     let err = |m: String| at(id, &d.op, m);
-    if id as usize != k {
-        return Err(err(format!("node ids must be 0, 1, 2, .. in order: expected {k} here")));
-    }
     let kind = op_kind(&d.op).map_err(&err)?;
-    for &i in &d.inputs {
-        if i as usize >= n {
-            return Err(err(format!("dangling input {i}: there is no node {i}")));
-        }
-        if i >= id {
-            return Err(err(format!(
-                "input {i} does not precede node {id} (nodes are in topological order: a cycle or a forward reference)"
-            )));
-        }
-    }
-    let op = attrs::read(kind, &d.attrs, id).map_err(&err)?;
-    let dtype = d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(&err)?;
+    let op = attrs::read(kind, &d.attrs, k as u32).map_err(&err)?;
+    let dtype = d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(|m| err(format!("field \"dtype\": {m}")))?;
+    let shape: Option<Vec<usize>> = match &d.shape {
+        None => None,
+        Some(s) => Some(
+            s.iter()
+                .map(|&x| usize::try_from(x))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|_| err("field \"shape\": a dimension does not fit this machine's usize".into()))?,
+        ),
+    };
     let (shape, dtype) = if kind.info().leaf {
-        if !d.inputs.is_empty() {
+        if !inputs.is_empty() {
             return Err(err(format!("{kind} takes no inputs")));
         }
-        match (d.shape, dtype) {
+        match (shape, dtype) {
             (Some(s), Some(t)) => (s, t),
             _ => return Err(err(format!("{kind} needs `shape` and `dtype`"))),
         }
     } else {
-        let metas: Vec<Meta<'_>> = d.inputs.iter().map(|&i| g.node(NodeId(i)).meta()).collect();
-        let (shape, out) = op.infer(&metas).map_err(&err)?;
-        if d.shape.as_ref().is_some_and(|s| *s != shape) || dtype.is_some_and(|t| t != out) {
+        let metas: Vec<Meta<'_>> = inputs.iter().map(|&i| g.node(i).meta()).collect();
+        let (inferred, out) = op.infer(&metas).map_err(&err)?;
+        if shape.as_ref().is_some_and(|s| *s != inferred) || dtype.is_some_and(|t| t != out) {
             let declared: Vec<String> =
-                [d.shape.as_deref().map(fmt_shape), dtype.map(|t| t.to_string())].into_iter().flatten().collect();
+                [shape.as_deref().map(fmt_shape), dtype.map(|t| t.to_string())].into_iter().flatten().collect();
             let declared = declared.join(" ");
-            return Err(err(format!("declared {declared} but the op produces {} {out}", fmt_shape(&shape))));
+            return Err(err(format!("declared {declared} but the op produces {} {out}", fmt_shape(&inferred))));
         }
-        (shape, out)
+        (inferred, out)
     };
-    let tag = tag_parts(d.region, d.policy.as_deref(), d.source.as_deref()).map_err(&err)?;
-    let tag = tag.map(|(region, policy, source)| Tag { region: RegionId(region), policy, source });
-    if kind.info().leaf
-        && kind != OpKind::Constant
-        && tag.is_some_and(|t| t.policy == crate::policy::Policy::MustRecompute)
-    {
-        return Err(err(format!("must_recompute on a {kind}: inputs and parameters are resident, not recomputed")));
+    let elements = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
+    if elements.and_then(|n| n.checked_mul(dtype.size())).is_none() {
+        return Err(err(format!("{} {dtype} is more than 2^64 bytes", fmt_shape(&shape))));
+    }
+    let tag = tag_parts(region, d.policy.as_deref(), d.source.as_deref()).map_err(&err)?;
+    let tag = tag.map(|(region, policy, source)| Tag { region, policy, source });
+    if kind.info().leaf && tag.is_some_and(|t| t.policy == crate::policy::Policy::MustRecompute) {
+        return Err(err(format!("must_recompute on a {kind}: inputs, parameters and constants are resident, not recomputed")));
     }
     let loc = d.loc.as_deref().map(parse_loc).transpose().map_err(&err)?;
-    Ok(Node { op, inputs: d.inputs.into_iter().map(NodeId).collect(), shape, dtype, tag, name: d.name, loc })
+    Ok(Node { op, inputs, shape, dtype, tag, name: d.name.map(Cow::into_owned), loc })
+}
+
+/// The tag fields of a node: policy (with its source) and region go together.
+fn tag_parts(
+    region: Option<RegionId>,
+    policy: Option<&str>,
+    source: Option<&str>,
+) -> std::result::Result<Option<(RegionId, Policy, PolicySource)>, String> {
+    match (region, policy) {
+        (None, None) if source.is_none() => Ok(None),
+        (None, None) => Err("`source` describes a policy, but the node has none".into()),
+        (Some(r), Some(p)) => {
+            let source = source.map_or(Ok(PolicySource::Explicit), super::parse_source)?;
+            Ok(Some((r, super::parse_policy(p)?, source)))
+        }
+        (Some(_), None) => Err("a node with a `region` needs a `policy` (tags carry both)".into()),
+        (None, Some(_)) => Err("a node with a `policy` needs a `region` (tags carry both)".into()),
+    }
 }
 
 /// A public catalog kind, or an error suggesting the nearest name.
@@ -178,32 +244,30 @@ fn parse_loc(text: &str) -> std::result::Result<SrcLoc, String> {
 }
 
 pub(super) fn to_text(g: &Graph) -> String {
-    let regions = region_docs(g.regions().iter().map(|r| (r.parent.map(|p| p.0), r.name.clone(), r.budget)));
+    let regions = region_docs(
+        g.regions().iter().enumerate().map(|(k, r)| (k as u64, r.parent.map(|p| p.0 as u64), r.name.as_str(), r.budget)),
+    );
     let nodes = g.ids().map(|id| {
         let n = g.node(id);
-        NodeDoc {
+        spaced(&NodeOut {
             id: id.0,
-            op: n.op.name().to_string(),
+            op: n.op.name(),
             inputs: n.inputs.iter().map(|i| i.0).collect(),
             attrs: attrs::write(&n.op, id.0),
-            shape: Some(n.shape.clone()),
-            dtype: Some(n.dtype.name().to_string()),
+            shape: &n.shape,
+            dtype: n.dtype.name(),
             region: n.tag.map(|t| t.region.0),
-            policy: n.tag.map(|t| t.policy.name().to_string()),
-            source: n
-                .tag
-                .map(|t| t.source)
-                .filter(|s| *s != crate::policy::PolicySource::Explicit)
-                .map(|s| s.name().to_string()),
-            name: n.name.clone(),
+            policy: n.tag.map(|t| t.policy.name()),
+            source: n.tag.map(|t| t.source).filter(|s| *s != PolicySource::Explicit).map(PolicySource::name),
+            name: n.name.as_deref(),
             loc: n.loc.map(|l| l.to_string()),
-        }
+        })
     });
     let mut lists = Vec::new();
     if !regions.is_empty() {
         lists.push(("regions", regions.iter().map(spaced).collect()));
     }
-    lists.push(("nodes", nodes.map(|d| spaced(&d)).collect()));
+    lists.push(("nodes", nodes.collect()));
     let outputs: Vec<u32> = g.outputs().iter().map(|o| o.0).collect();
     super::layout(super::GRAPH_FORMAT, &lists, &[("outputs", spaced(&outputs))])
 }

@@ -1,27 +1,31 @@
 //! `remat.joint` v1: an already-joint graph of opaque ops, for partitioning only.
 
-use super::{at, node_doc, region_docs, regions, spaced, top, RegionDoc};
-use crate::dtype::DType;
+use super::fields::{self, IdRef};
+use super::{all_ids, at, region_docs, spaced, top, Ids, RegionDoc, Regions};
 use crate::error::Result;
-use crate::policy::PolicySource;
-use crate::partition::{Flags, PGraph, PNode, PRegion};
-use crate::shape::numel;
+use crate::graph::NodeId;
+use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
+use crate::policy::{Policy, PolicySource};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct JointDoc {
+struct JointDoc<'a> {
     #[allow(dead_code)]
-    format: String,
+    #[serde(borrow)]
+    format: Cow<'a, str>,
     #[allow(dead_code)]
     version: u32,
     #[serde(default)]
     regions: Vec<RegionDoc>,
-    nodes: Vec<Value>,
-    forward_outputs: Vec<u32>,
-    #[serde(default)]
-    backward_outputs: Vec<u32>,
+    #[serde(borrow)]
+    nodes: Vec<&'a RawValue>,
+    #[serde(borrow)]
+    forward_outputs: Vec<IdRef<'a>>,
+    #[serde(default, borrow)]
+    backward_outputs: Vec<IdRef<'a>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,34 +35,75 @@ enum Phase {
     Backward,
 }
 
-#[derive(Serialize, Deserialize)]
+/// The fields of a node, for "did you mean" on unknown ones.
+const FIELDS: [&str; 15] = [
+    "id", "op", "inputs", "phase", "bytes", "shape", "dtype", "flops", "flags", "region", "policy", "source", "grad_of",
+    "name", "loc",
+];
+
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NodeDoc {
-    id: u32,
-    op: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    inputs: Vec<u32>,
+struct NodeIn<'a> {
+    #[serde(borrow)]
+    id: IdRef<'a>,
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(default, borrow)]
+    inputs: Vec<IdRef<'a>>,
     phase: Phase,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    shape: Option<Vec<usize>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    dtype: Option<String>,
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default)]
+    shape: Option<Vec<u64>>,
+    #[serde(default, borrow)]
+    dtype: Option<Cow<'a, str>>,
+    #[serde(default)]
     flops: u64,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    flags: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    region: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    policy: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    source: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    loc: Option<String>,
+    #[serde(default, borrow)]
+    flags: Vec<Cow<'a, str>>,
+    #[serde(default)]
+    region: Option<u64>,
+    #[serde(default, borrow)]
+    policy: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    source: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    grad_of: Option<IdRef<'a>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    loc: Option<Cow<'a, str>>,
+}
+
+#[derive(Serialize)]
+struct NodeOut<'a> {
+    id: serde_json::Value,
+    op: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    inputs: Vec<serde_json::Value>,
+    phase: Phase,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shape: Option<&'a [usize]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dtype: Option<&'static str>,
+    #[serde(skip_serializing_if = "is_zero")]
+    flops: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    flags: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    region: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grad_of: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loc: Option<&'a str>,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -85,145 +130,200 @@ fn flag_of<'a>(flags: &'a mut Flags, name: &str) -> Option<&'a mut bool> {
     })
 }
 
-pub(super) fn from_value(value: Value) -> Result<PGraph> {
-    let doc: JointDoc = serde_json::from_value(value).map_err(|e| top(format!("remat.joint: {e}")))?;
-    let n = doc.nodes.len();
-    let mut docs = Vec::with_capacity(n);
-    for (k, v) in doc.nodes.into_iter().enumerate() {
-        docs.push(node_doc::<NodeDoc>(v, k)?);
+pub(super) fn read(text: &str) -> Result<PGraph> {
+    let doc: JointDoc<'_> = fields::document(text, "remat.joint")?;
+    let mut parsed: Vec<NodeIn<'_>> = Vec::with_capacity(doc.nodes.len());
+    for (k, raw) in doc.nodes.iter().enumerate() {
+        parsed.push(fields::node(raw, k, &FIELDS)?);
     }
-    let used = docs.iter().filter_map(|d| d.region.map(|r| (d.id, r, d.op.clone())));
-    let regions = regions(doc.regions, used, n)?
-        .into_iter()
-        .map(|(parent, name, budget)| PRegion { parent, name, budget })
-        .collect();
-    let mut nodes: Vec<PNode> = Vec::with_capacity(n);
-    for (k, d) in docs.into_iter().enumerate() {
-        let node = node(&nodes, k, n, d)?;
+    let later = all_ids(parsed.iter().map(|d| d.id.clone()));
+    let mut ids = Ids::default();
+    let mut regions = Regions::new(doc.regions)?;
+    let mut nodes: Vec<PNode> = Vec::with_capacity(parsed.len());
+    for (k, d) in parsed.into_iter().enumerate() {
+        let id = d.id.owned();
+        ids.define(&d.id, k).map_err(|m| at(&id, &d.op, m))?;
+        let node = node(&nodes, &ids, &later, &mut regions, id, d)?;
         nodes.push(node);
     }
-    for (what, list) in [("forward_outputs", &doc.forward_outputs), ("backward_outputs", &doc.backward_outputs)] {
-        for &o in list.iter() {
-            let Some(node) = nodes.get(o as usize) else {
-                return Err(top(format!("{what}: {o} is not a node (the graph has {n})")));
-            };
-            if node.backward == (what == "forward_outputs") {
+    let outputs = |what: &str, list: &[IdRef<'_>], backward: bool| -> Result<Vec<NodeId>> {
+        let mut out = Vec::with_capacity(list.len());
+        for o in list {
+            let k = ids.resolve(o, &later).map_err(|m| top(format!("{what}: {m}")))?;
+            let node = &nodes[k as usize];
+            if node.backward != backward {
                 let phase = if node.backward { "backward" } else { "forward" };
-                return Err(at(o, &node.op, format!("listed in {what} but it is a {phase} node")));
+                return Err(at(&node.id, &node.op, format!("listed in {what} but it is a {phase} node")));
             }
+            out.push(NodeId(k));
+        }
+        Ok(out)
+    };
+    let forward_outputs = outputs("forward_outputs", &doc.forward_outputs, false)?;
+    let backward_outputs = outputs("backward_outputs", &doc.backward_outputs, true)?;
+    for &o in &forward_outputs {
+        let n = &nodes[o.index()];
+        if n.policy == Some(Policy::MustRecompute) {
+            return Err(at(&n.id, &n.op, "must_recompute on a forward output: the caller holds it, it is never recomputed"));
         }
     }
-    Ok(PGraph { nodes, regions, forward_outputs: doc.forward_outputs, backward_outputs: doc.backward_outputs })
+    let regions = regions
+        .parts
+        .into_iter()
+        .map(|r| PRegion { key: r.key, parent: r.parent, name: r.name, budget: r.budget })
+        .collect();
+    Ok(PGraph { nodes, regions, forward_outputs, backward_outputs })
 }
 
-/// Reads node `k` of `n`, checking it against the nodes before it.
-fn node(before: &[PNode], k: usize, n: usize, d: NodeDoc) -> Result<PNode> {
-    let id = d.id;
-    let err = |m: String| at(id, &d.op, m);
-    if id as usize != k {
-        return Err(err(format!("node ids must be 0, 1, 2, .. in order: expected {k} here")));
-    }
+/// Reads one node, checking it against the nodes before it.
+fn node<'a>(
+    before: &[PNode],
+    ids: &Ids<'a>,
+    later: &std::collections::HashMap<IdRef<'a>, usize>,
+    regions: &mut Regions,
+    id: DocId,
+    d: NodeIn<'a>,
+) -> Result<PNode> {
+    let op = d.op.as_ref();
+    let err = |m: String| at(&id, op, m);
     let backward = d.phase == Phase::Backward;
-    for &i in &d.inputs {
-        if i as usize >= n {
-            return Err(err(format!("dangling input {i}: there is no node {i}")));
+    let mut inputs = Vec::with_capacity(d.inputs.len());
+    for input in &d.inputs {
+        let k = ids.resolve(input, later).map_err(&err)?;
+        if !backward && before[k as usize].backward {
+            return Err(err(format!("a forward node cannot read backward node {}", before[k as usize].id.in_error())));
         }
-        if i >= id {
-            return Err(err(format!(
-                "input {i} does not precede node {id} (nodes are in topological order: a cycle or a forward reference)"
-            )));
-        }
-        if !backward && before[i as usize].backward {
-            return Err(err(format!("a forward node cannot read backward node {i}")));
-        }
+        inputs.push(NodeId(k));
     }
     let mut flags = Flags::default();
     for name in &d.flags {
         let Some(flag) = flag_of(&mut flags, name) else {
-            let hint = remat_catalog::closest(name, FLAGS).map_or(String::new(), |c| format!("did you mean `{c}`? "));
-            return Err(err(format!("unknown flag `{name}` ({hint}expected one of {})", FLAGS.join(", "))));
+            return Err(err(format!("field \"flags\": {}", super::unknown("flag", name, &FLAGS))));
         };
         if std::mem::replace(flag, true) {
-            return Err(err(format!("flag `{name}` listed twice")));
+            return Err(err(format!("field \"flags\": flag \"{name}\" listed twice")));
         }
     }
-    flags.resident |= resident_op(&d.op) && !backward;
-    if flags.resident && backward {
+    if backward && flags.resident {
         return Err(err("a backward node cannot be resident".into()));
     }
-    if !backward && d.inputs.is_empty() && !flags.resident && d.op != "constant" {
-        return Err(err(
-            "a forward node without inputs must be an `input`, a `param` or a `constant`, or carry the `resident` flag"
-                .into(),
-        ));
+    flags.resident |= resident_op(op) && !backward;
+    if flags.view && (flags.resident || flags.not_recomputable) {
+        let other = if flags.resident { "resident" } else { "not_recomputable" };
+        return Err(err(format!(
+            "flags \"view\" and \"{other}\" contradict each other: a view is replayed from its base, never kept itself"
+        )));
     }
-    let dtype = d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(&err)?;
-    let bytes = match (d.bytes, &d.shape, dtype) {
-        (Some(b), Some(s), Some(t)) if (numel(s) * t.size()) as u64 != b => {
-            return Err(err(format!("bytes {b} disagree with {s:?} {t} ({} bytes)", numel(s) * t.size())));
+    if flags.view && inputs.is_empty() {
+        return Err(err("a view needs an input (its base, inputs[0])".into()));
+    }
+    let dtype = match d.dtype.as_deref() {
+        None => None,
+        Some(name) => Some(StorageType::from_name(name).ok_or_else(|| {
+            err(format!("field \"dtype\": {}", super::unknown("dtype", name, &StorageType::ALL.map(StorageType::name))))
+        })?),
+    };
+    let shape: Option<Vec<usize>> = match d.shape {
+        None => None,
+        Some(s) => Some(
+            s.iter()
+                .map(|&x| usize::try_from(x))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|_| err("field \"shape\": a dimension does not fit this machine's usize".into()))?,
+        ),
+    };
+    let bytes = match (d.bytes, &shape, dtype) {
+        (Some(b), Some(s), Some(t)) if t != StorageType::Bytes => {
+            let implied = value_bytes(s, t).map_err(|m| err(format!("field \"shape\": {m}")))?;
+            if implied != b {
+                return Err(err(format!("field \"bytes\": {b} disagrees with {s:?} {t} ({implied} bytes)")));
+            }
+            b
         }
         (Some(b), _, _) => b,
-        (None, Some(s), Some(t)) => (numel(s) * t.size()) as u64,
-        (None, _, _) => return Err(err("needs `bytes`, or `shape` and `dtype`".into())),
+        (None, Some(s), Some(t)) => value_bytes(s, t).map_err(|m| err(format!("field \"shape\": {m}")))?,
+        (None, _, _) => return Err(err("needs \"bytes\", or \"shape\" and \"dtype\"".into())),
     };
-    // Unlike traced tags, region and policy are independent here, as in `PNode`.
-    let policy = d.policy.as_deref().map(super::parse_policy).transpose().map_err(&err)?;
+    let policy = d.policy.as_deref().map(super::parse_policy).transpose().map_err(|m| err(format!("field \"policy\": {m}")))?;
     let source = match (policy, d.source.as_deref()) {
         (None, None) => None,
-        (None, Some(_)) => return Err(err("`source` describes a policy, but the node has none".into())),
-        (Some(_), s) => Some(s.map_or(Ok(PolicySource::Explicit), super::parse_source).map_err(&err)?),
+        (None, Some(_)) => return Err(err("field \"source\": describes a policy, but the node has none".into())),
+        (Some(_), s) => Some(
+            s.map_or(Ok(PolicySource::Explicit), super::parse_source).map_err(|m| err(format!("field \"source\": {m}")))?,
+        ),
+    };
+    if policy == Some(Policy::MustRecompute) && flags.resident {
+        return Err(err("must_recompute on a resident value (an input or a parameter): it is held, never recomputed".into()));
+    }
+    let grad_of = match &d.grad_of {
+        None => None,
+        Some(_) if !backward => return Err(err("field \"grad_of\": only backward nodes belong to a gradient".into())),
+        Some(g) => {
+            let k = ids.resolve(g, later).map_err(|m| err(format!("field \"grad_of\": {m}")))?;
+            if before[k as usize].backward {
+                return Err(err(format!("field \"grad_of\": {} is a backward node", before[k as usize].id.in_error())));
+            }
+            Some(NodeId(k))
+        }
     };
     Ok(PNode {
-        op: d.op,
-        inputs: d.inputs,
+        op: op.to_string(),
+        inputs,
         backward,
         bytes,
         flops: d.flops,
         flags,
-        region: d.region,
+        region: d.region.map(|r| regions.get(r)),
         policy,
         source,
-        shape: d.shape,
+        grad_of,
+        shape,
         dtype,
-        name: d.name,
-        loc: d.loc,
+        name: d.name.map(Cow::into_owned),
+        loc: d.loc.map(Cow::into_owned),
+        id,
     })
 }
 
 pub(super) fn to_text(g: &PGraph) -> String {
-    let regions = region_docs(g.regions.iter().map(|r| (r.parent, r.name.clone(), r.budget)));
-    let nodes = g.nodes.iter().enumerate().map(|(i, n)| {
-        let implied = n.shape.as_ref().zip(n.dtype).map(|(s, t)| (numel(s) * t.size()) as u64);
+    let regions = region_docs(
+        g.regions.iter().map(|r| (r.key, r.parent.map(|p| g.regions[p.index()].key), r.name.as_str(), r.budget)),
+    );
+    let nodes = g.nodes.iter().map(|n| {
+        let implied = n.shape.as_ref().zip(n.dtype).and_then(|(s, t)| value_bytes(s, t).ok());
         let mut flags = Vec::new();
         let mut f = n.flags;
         f.resident &= !resident_op(&n.op) || n.backward;
         for name in FLAGS {
             if flag_of(&mut f, name).is_some_and(|b| *b) {
-                flags.push(name.to_string());
+                flags.push(name);
             }
         }
-        NodeDoc {
-            id: i as u32,
-            op: n.op.clone(),
-            inputs: n.inputs.clone(),
+        let node = NodeOut {
+            id: n.id.to_json(),
+            op: &n.op,
+            inputs: n.inputs.iter().map(|&i| g.node(i).id.to_json()).collect(),
             phase: if n.backward { Phase::Backward } else { Phase::Forward },
             bytes: (implied != Some(n.bytes)).then_some(n.bytes),
-            shape: n.shape.clone(),
-            dtype: n.dtype.map(|t| DType::name(t).to_string()),
+            shape: n.shape.as_deref(),
+            dtype: n.dtype.map(StorageType::name),
             flops: n.flops,
             flags,
-            region: n.region,
-            policy: n.policy.map(|p| p.name().to_string()),
-            source: n.policy.and(n.source).filter(|s| *s != PolicySource::Explicit).map(|s| s.name().to_string()),
-            name: n.name.clone(),
-            loc: n.loc.clone(),
-        }
+            region: n.region.map(|r| g.regions[r.index()].key),
+            policy: n.policy.map(Policy::name),
+            source: n.policy.and(n.source).filter(|s| *s != PolicySource::Explicit).map(PolicySource::name),
+            grad_of: n.grad_of.map(|u| g.node(u).id.to_json()),
+            name: n.name.as_deref(),
+            loc: n.loc.as_deref(),
+        };
+        spaced(&node)
     });
     let mut lists = Vec::new();
     if !regions.is_empty() {
         lists.push(("regions", regions.iter().map(spaced).collect()));
     }
-    lists.push(("nodes", nodes.map(|d| spaced(&d)).collect()));
-    let tail = [("forward_outputs", spaced(&g.forward_outputs)), ("backward_outputs", spaced(&g.backward_outputs))];
+    lists.push(("nodes", nodes.collect()));
+    let ids = |list: &[NodeId]| spaced(&list.iter().map(|&i| g.node(i).id.to_json()).collect::<Vec<_>>());
+    let tail = [("forward_outputs", ids(&g.forward_outputs)), ("backward_outputs", ids(&g.backward_outputs))];
     super::layout(super::JOINT_FORMAT, &lists, &tail)
 }

@@ -2,8 +2,14 @@
 //! differentiates) and `remat.joint` (an already-joint graph of opaque ops, which remat only
 //! partitions), both version 1. The format is documented in `docs/graph-json.md`.
 //!
-//! Reading is strict: unknown fields are errors, unknown op names suggest the nearest catalog
-//! name, and every error about a node names it (`node 3 (matmul): inner dimensions differ ..`).
+//! Documents are read straight into typed structs (borrowing strings from the text), node by
+//! node, so that every error names its node. Reading is strict: unknown fields are errors that
+//! suggest the nearest field, unknown op names suggest the nearest catalog name, and every error
+//! about a node names it by its document id and op
+//! (`node "t_3" (aten.t.default): field "shape": expected an array of integers, got "4x8"`).
+//! Node ids are the document's own: any string or non-negative integer, unique, with every input
+//! naming a node listed earlier. A UTF-8 byte-order mark is accepted.
+//!
 //! Writing produces the canonical form (defaults omitted, one node a line), and reading what was
 //! written gives the graph back: `read_graph(&write_graph(g))` equals `g` up to the compile-time
 //! [`RegionSpec`](crate::RegionSpec) of traced regions, which no document can carry.
@@ -18,16 +24,17 @@
 //! ```
 
 mod attrs;
+mod fields;
 mod graph;
 mod joint;
 
-use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::Graph;
+use crate::graph::{Graph, RegionId};
+use crate::partition::{DocId, PGraph};
 use crate::policy::{Policy, PolicySource};
-use crate::partition::PGraph;
+use fields::IdRef;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use std::collections::HashMap;
 
 /// The `format` of a forward-graph document.
 pub const GRAPH_FORMAT: &str = "remat.graph";
@@ -39,35 +46,35 @@ pub const VERSION: u32 = 1;
 /// A document of either format, as [`read`] found it.
 #[derive(Clone, Debug)]
 pub enum Document {
-    /// A `remat.graph`: a forward graph to differentiate.
-    Graph(Graph),
+    /// A `remat.graph`: a forward graph to differentiate, with the document's id of each node.
+    Graph(Graph, Vec<DocId>),
     /// A `remat.joint`: a joint graph to partition.
     Joint(PGraph),
 }
 
 /// Reads a document of either format, telling them apart by `format`.
 pub fn read(text: &str) -> Result<Document> {
-    let value = parse(text)?;
-    match header(&value)? {
-        Format::Graph => graph::from_value(value).map(Document::Graph),
-        Format::Joint => joint::from_value(value).map(Document::Joint),
+    let text = without_bom(text);
+    match header(text)? {
+        Format::Graph => graph::read(text).map(|(g, ids)| Document::Graph(g, ids)),
+        Format::Joint => joint::read(text).map(Document::Joint),
     }
 }
 
 /// Reads a `remat.graph` document.
 pub fn read_graph(text: &str) -> Result<Graph> {
-    let value = parse(text)?;
-    match header(&value)? {
-        Format::Graph => graph::from_value(value),
+    let text = without_bom(text);
+    match header(text)? {
+        Format::Graph => graph::read(text).map(|(g, _)| g),
         Format::Joint => Err(top(format!("expected a {GRAPH_FORMAT} document, found {JOINT_FORMAT}"))),
     }
 }
 
 /// Reads a `remat.joint` document.
 pub fn read_joint(text: &str) -> Result<PGraph> {
-    let value = parse(text)?;
-    match header(&value)? {
-        Format::Joint => joint::from_value(value),
+    let text = without_bom(text);
+    match header(text)? {
+        Format::Joint => joint::read(text),
         Format::Graph => Err(top(format!("expected a {JOINT_FORMAT} document, found {GRAPH_FORMAT}"))),
     }
 }
@@ -82,20 +89,33 @@ pub fn write_joint(g: &PGraph) -> String {
     joint::to_text(g)
 }
 
+fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
 enum Format {
     Graph,
     Joint,
 }
 
-fn parse(text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| top(format!("invalid JSON: {e}")))
+/// Just the header fields; everything else is skipped.
+#[derive(Deserialize)]
+struct Header {
+    format: Option<serde_json::Value>,
+    version: Option<serde_json::Value>,
 }
 
 /// Checks `format` and `version`.
-fn header(value: &Value) -> Result<Format> {
-    let obj = value.as_object().ok_or_else(|| top("expected a JSON object at the top level".into()))?;
-    let format = match obj.get("format") {
-        Some(Value::String(s)) => s.as_str(),
+fn header(text: &str) -> Result<Format> {
+    let h: Header = serde_json::from_str(text).map_err(|e| {
+        if e.classify() == serde_json::error::Category::Data {
+            top("expected a JSON object at the top level".into())
+        } else {
+            top(format!("invalid JSON: {e}"))
+        }
+    })?;
+    let format = match &h.format {
+        Some(serde_json::Value::String(s)) => s.as_str(),
         Some(_) => return Err(top("`format` must be a string".into())),
         None => return Err(top(format!("missing `format` (\"{GRAPH_FORMAT}\" or \"{JOINT_FORMAT}\")"))),
     };
@@ -103,10 +123,11 @@ fn header(value: &Value) -> Result<Format> {
         GRAPH_FORMAT => Format::Graph,
         JOINT_FORMAT => Format::Joint,
         other => {
-            return Err(top(format!("unknown format `{other}` (expected \"{GRAPH_FORMAT}\" or \"{JOINT_FORMAT}\")")))
+            let other = crate::text::quoted(other);
+            return Err(top(format!("unknown format {other} (expected \"{GRAPH_FORMAT}\" or \"{JOINT_FORMAT}\")")));
         }
     };
-    match obj.get("version").and_then(Value::as_u64) {
+    match h.version.as_ref().and_then(serde_json::Value::as_u64) {
         Some(v) if v == VERSION as u64 => Ok(kind),
         Some(v) => Err(top(format!("{format} version {v} is not supported (this remat reads version {VERSION})"))),
         None => Err(top(format!("missing or non-integer `version` (this remat reads version {VERSION})"))),
@@ -118,130 +139,137 @@ fn top(message: String) -> Error {
     Error::Json { node: None, op: None, message }
 }
 
-/// An error about node `id`.
-fn at(id: u32, op: &str, message: impl Into<String>) -> Error {
-    Error::Json { node: Some(id), op: Some(op.to_string()), message: message.into() }
+/// An error about the node with document id `id`.
+fn at(id: &DocId, op: &str, message: impl Into<String>) -> Error {
+    Error::Json { node: Some(id.in_error()), op: Some(crate::text::shorten(op, crate::text::CELL)), message: message.into() }
 }
 
-/// The id and op of a raw node object, for errors raised before it deserializes.
-fn raw_node(value: &Value, index: usize) -> (u32, Option<String>) {
-    let id = value.get("id").and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok()).unwrap_or(index as u32);
-    (id, value.get("op").and_then(Value::as_str).map(str::to_string))
+/// The document ids of the nodes read so far, for resolving inputs.
+#[derive(Default)]
+struct Ids<'a> {
+    index: HashMap<IdRef<'a>, u32>,
 }
 
-/// Deserializes node `index` of a document, naming it in errors (unknown fields included).
-fn node_doc<T: for<'de> Deserialize<'de>>(value: Value, index: usize) -> Result<T> {
-    let (id, op) = raw_node(&value, index);
-    serde_json::from_value(value).map_err(|e| Error::Json { node: Some(id), op, message: e.to_string() })
+impl<'a> Ids<'a> {
+    /// Registers node `k`'s id; a duplicate is an error naming both positions.
+    fn define(&mut self, id: &IdRef<'a>, k: usize) -> std::result::Result<(), String> {
+        match self.index.insert(id.clone(), k as u32) {
+            None => Ok(()),
+            Some(first) => Err(format!("id {} is used twice (nodes {first} and {k} in the list)", id.owned().in_error())),
+        }
+    }
+
+    /// The position of the node an input names: defined earlier, or an error naming both.
+    fn resolve(&self, input: &IdRef<'a>, later: &HashMap<IdRef<'a>, usize>) -> std::result::Result<u32, String> {
+        if let Some(&k) = self.index.get(input) {
+            return Ok(k);
+        }
+        let name = input.owned().in_error();
+        Err(match later.get(input) {
+            Some(_) => format!(
+                "input {name} is defined later in the list (nodes are in topological order: a cycle or a forward reference)"
+            ),
+            None => format!("input {name} is not a node of the document (a dangling input)"),
+        })
+    }
+}
+
+/// Every id of the document with its position, for telling a later node from a missing one.
+fn all_ids<'a>(ids: impl Iterator<Item = IdRef<'a>>) -> HashMap<IdRef<'a>, usize> {
+    ids.enumerate().map(|(k, id)| (id, k)).collect()
 }
 
 /// A region entry, shared by both formats.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RegionDoc {
-    id: u32,
+    id: u64,
     name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    parent_region: Option<u32>,
+    parent_region: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     budget: Option<f64>,
 }
 
-/// A region as both graph kinds store it: (parent, name, budget).
-type RegionParts = (Option<u32>, String, Option<f64>);
-
-/// The regions of a document: listed ones, plus any implied by a node's `region` (named `r{id}`,
-/// top level). Parents must be listed with smaller ids.
-fn regions(
-    docs: Vec<RegionDoc>,
-    used: impl Iterator<Item = (u32, u32, String)>,
-    n_nodes: usize,
-) -> Result<Vec<RegionParts>> {
-    let listed_max = docs.iter().map(|r| r.id as usize + 1).max().unwrap_or(0);
-    let limit = listed_max + n_nodes;
-    let mut out: Vec<Option<RegionParts>> = vec![None; listed_max];
-    for r in docs {
-        let here = |m: String| top(format!("region {}: {m}", r.id));
-        if out[r.id as usize].is_some() {
-            return Err(here("listed twice".into()));
-        }
-        if let Some(p) = r.parent_region {
-            if p >= r.id {
-                return Err(here(format!("parent_region {p} must have a smaller id (parents come first)")));
-            }
-        }
-        if let Some(b) = r.budget {
-            if !(0.0..=1.0).contains(&b) {
-                return Err(here(format!("budget must be a fraction in [0, 1], got {b}")));
-            }
-        }
-        out[r.id as usize] = Some((r.parent_region, r.name, r.budget));
-    }
-    for (i, r) in out.iter().enumerate() {
-        if let Some(p) = r.as_ref().and_then(|r| r.0) {
-            if out[p as usize].is_none() {
-                return Err(top(format!("region {i}: parent_region {p} is not listed")));
-            }
-        }
-    }
-    for (node, region, op) in used {
-        if region as usize >= limit {
-            return Err(at(node, &op, format!("region {region} is not listed and too large to be implied")));
-        }
-        if region as usize >= out.len() {
-            out.resize(region as usize + 1, None);
-        }
-    }
-    Ok(out.into_iter().enumerate().map(|(i, r)| r.unwrap_or_else(|| (None, format!("r{i}"), None))).collect())
+/// A region as both graph kinds store it.
+struct RegionParts {
+    key: u64,
+    parent: Option<RegionId>,
+    name: String,
+    budget: Option<f64>,
 }
 
-/// Region entries for writing: every region, in id order.
-fn region_docs(regions: impl Iterator<Item = RegionParts>) -> Vec<RegionDoc> {
+/// The regions of a document, densely numbered: listed ones in list order, then those only a
+/// node names (implied: top level, named `r<id>`, no budget), in order of first use. Storage is
+/// sized by the regions that exist, whatever their ids.
+struct Regions {
+    parts: Vec<RegionParts>,
+    by_key: HashMap<u64, RegionId>,
+}
+
+impl Regions {
+    fn new(docs: Vec<RegionDoc>) -> Result<Regions> {
+        let mut regions = Regions { parts: Vec::with_capacity(docs.len()), by_key: HashMap::new() };
+        for r in docs {
+            let here = |m: String| top(format!("region {}: {m}", r.id));
+            if regions.by_key.contains_key(&r.id) {
+                return Err(here("listed twice".into()));
+            }
+            let parent = match r.parent_region {
+                None => None,
+                Some(p) => Some(*regions.by_key.get(&p).ok_or_else(|| {
+                    here(format!("parent_region {p} must be listed before it (parents come first)"))
+                })?),
+            };
+            if let Some(b) = r.budget {
+                if !(0.0..=1.0).contains(&b) {
+                    return Err(here(format!("budget must be a fraction in [0, 1], got {b}")));
+                }
+            }
+            regions.add(RegionParts { key: r.id, parent, name: r.name, budget: r.budget });
+        }
+        Ok(regions)
+    }
+
+    fn add(&mut self, parts: RegionParts) -> RegionId {
+        let id = RegionId(self.parts.len() as u32);
+        self.by_key.insert(parts.key, id);
+        self.parts.push(parts);
+        id
+    }
+
+    /// The dense id of document region `key`, implying it if it is not listed.
+    fn get(&mut self, key: u64) -> RegionId {
+        match self.by_key.get(&key) {
+            Some(&r) => r,
+            None => self.add(RegionParts { key, parent: None, name: format!("r{key}"), budget: None }),
+        }
+    }
+}
+
+/// Region entries for writing: every region, in order.
+fn region_docs<'a>(regions: impl Iterator<Item = (u64, Option<u64>, &'a str, Option<f64>)>) -> Vec<RegionDoc> {
     regions
-        .enumerate()
-        .map(|(i, (parent_region, name, budget))| RegionDoc { id: i as u32, name, parent_region, budget })
+        .map(|(id, parent_region, name, budget)| RegionDoc { id, name: name.to_string(), parent_region, budget })
         .collect()
 }
 
-fn parse_dtype(name: &str) -> std::result::Result<DType, String> {
-    DType::from_name(name).ok_or_else(|| {
-        let names = DType::ALL.map(DType::name);
-        let hint = remat_catalog::closest(name, names).map_or(String::new(), |c| format!("did you mean `{c}`? "));
-        format!("unknown dtype `{name}` ({hint}expected one of {})", names.join(", "))
-    })
+fn unknown(what: &str, name: &str, names: &[&'static str]) -> String {
+    let hint = remat_catalog::closest(name, names.iter().copied())
+        .map_or(String::new(), |c| format!("did you mean \"{c}\"? "));
+    format!("unknown {what} {} ({hint}expected one of {})", crate::text::quoted(name), names.join(", "))
+}
+
+fn parse_dtype(name: &str) -> std::result::Result<crate::DType, String> {
+    crate::DType::from_name(name).ok_or_else(|| unknown("dtype", name, &crate::DType::ALL.map(crate::DType::name)))
 }
 
 fn parse_policy(name: &str) -> std::result::Result<Policy, String> {
-    Policy::from_name(name).ok_or_else(|| {
-        let names = Policy::ALL.map(Policy::name);
-        let hint = remat_catalog::closest(name, names).map_or(String::new(), |c| format!("did you mean `{c}`? "));
-        format!("unknown policy `{name}` ({hint}expected one of {})", names.join(", "))
-    })
+    Policy::from_name(name).ok_or_else(|| unknown("policy", name, &Policy::ALL.map(Policy::name)))
 }
 
 fn parse_source(name: &str) -> std::result::Result<PolicySource, String> {
-    PolicySource::from_name(name).ok_or_else(|| {
-        let names = PolicySource::ALL.map(PolicySource::name);
-        format!("unknown policy source `{name}` (expected one of {})", names.join(", "))
-    })
-}
-
-/// The tag fields of a node: policy (with its source) and region go together.
-fn tag_parts(
-    region: Option<u32>,
-    policy: Option<&str>,
-    source: Option<&str>,
-) -> std::result::Result<Option<(u32, Policy, PolicySource)>, String> {
-    match (region, policy) {
-        (None, None) if source.is_none() => Ok(None),
-        (None, None) => Err("`source` describes a policy, but the node has none".into()),
-        (Some(r), Some(p)) => {
-            let source = source.map_or(Ok(PolicySource::Explicit), parse_source)?;
-            Ok(Some((r, parse_policy(p)?, source)))
-        }
-        (Some(_), None) => Err("a node with a `region` needs a `policy` (tags carry both)".into()),
-        (None, Some(_)) => Err("a node with a `policy` needs a `region` (tags carry both)".into()),
-    }
+    PolicySource::from_name(name).ok_or_else(|| unknown("policy source", name, &PolicySource::ALL.map(PolicySource::name)))
 }
 
 /// serde_json with a space after `:` and `,`: compact but readable, one node a line.
@@ -269,7 +297,7 @@ impl serde_json::ser::Formatter for Spaced {
     }
 }
 
-pub(crate) fn spaced<T: Serialize>(value: &T) -> String {
+pub(crate) fn spaced<T: Serialize + ?Sized>(value: &T) -> String {
     let mut out = Vec::new();
     let mut ser = serde_json::Serializer::with_formatter(&mut out, Spaced);
     value.serialize(&mut ser).expect("documents serialize to memory");

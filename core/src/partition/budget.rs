@@ -1,238 +1,352 @@
-//! `Budget`: the fewest recompute FLOPs with saved bytes within a limit.
+//! Byte budgets: the fewest recompute FLOPs with saved bytes within limits — the global budget
+//! of `Strategy::Budget` and the regions' own budgets (`#[checkpoint(budget = f)]`), solved in
+//! one search so that the global limit bounds the total, region budgets included.
 //!
-//! Candidates are the values whose fate is soft (Prefer tags and untagged values); forced
-//! values are always kept and count against the limit, forbidden ones never are. Small problems
-//! (up to 20 candidates, on graphs of up to ~1000 relevant nodes) are solved exactly, minimising
-//! FLOPs and then bytes. Larger ones follow an eviction path fixed in advance — from saving
-//! every candidate to saving none, cheapest recompute per byte first — and take its first point
-//! within the limit. Either way the saved
-//! bytes never rise when the limit shrinks: an exact optimum that still fits stays optimal,
-//! and on the path a smaller limit can only stop later, at fewer bytes than the earlier stop.
+//! Candidates are the values whose fate is soft (Prefer tags and untagged values) — every soft
+//! value for a global budget, those inside budgeted regions otherwise; forced values are always
+//! kept when needed and count against the limits, forbidden ones never are. A region's limit is
+//! its fraction of its save-everything bytes (what it would keep if it saved every value of its
+//! own the backward reads; boundary values, which no budget trades, left out of both sides).
+//!
+//! Small problems (up to 20 candidates, bounded work) are solved exactly, minimising FLOPs and
+//! then bytes. Larger ones follow an eviction path fixed in advance — from keeping every
+//! candidate to keeping none, cheapest recompute per byte first, evicting only values that count
+//! against a limit still exceeded — and take its first point within every limit. Either way the
+//! saved bytes never rise when the global limit shrinks.
 
-use super::{closure, counts_bytes, Budget, Class, PGraph, Reason};
+use super::classify::{closure, counts_bytes, Class};
+use super::{Budget, PGraph, Reason};
 use crate::error::{Error, Result};
+use crate::graph::{NodeId, RegionId};
 
 /// Exact search for up to this many candidates...
 const EXACT_CANDIDATES: usize = 20;
-/// ...when `2^candidates × relevant nodes` stays below this (about a second).
-const EXACT_WORK: u64 = 1 << 30;
+/// ...when `2^candidates × relevant nodes` stays below this (well under a second).
+const EXACT_WORK: u64 = 1 << 26;
 
-/// The global budget solve.
-pub(super) fn solve_global(
+/// Solves the budgets over `base` (the strategy's choice; with a global budget, only the forced
+/// values matter). Returns what is at hand and the reason for each value the search decided.
+pub(super) fn solve(
     g: &PGraph,
     class: &[Class],
-    respect_hand: &[bool],
-    budget: Budget,
+    base: Vec<bool>,
+    respect: &[bool],
+    global: Option<Budget>,
 ) -> Result<(Vec<bool>, Vec<Option<Reason>>)> {
-    let counted: Vec<bool> = class.iter().map(|&c| counts_bytes(c)).collect();
-    let problem = Problem::new(g, class, (0..g.len()).collect(), counted);
-    let limit = match budget {
-        Budget::Bytes(b) => b,
-        Budget::Fraction(f) => {
-            if !(0.0..=1.0).contains(&f) {
-                return Err(Error::Invalid(format!("a budget fraction must be in [0, 1], got {f}")));
+    refine(g, class, base, vec![None; g.len()], respect, global)
+}
+
+/// [`solve`], keeping `chosen` for values the search does not decide.
+pub(super) fn refine(
+    g: &PGraph,
+    class: &[Class],
+    base: Vec<bool>,
+    mut chosen: Vec<Option<Reason>>,
+    respect: &[bool],
+    global: Option<Budget>,
+) -> Result<(Vec<bool>, Vec<Option<Reason>>)> {
+    let budgeted: Vec<RegionId> =
+        (0..g.regions.len() as u32).map(RegionId).filter(|&r| g.regions[r.index()].budget.is_some()).collect();
+    if global.is_none() && budgeted.is_empty() {
+        return Ok((base, chosen));
+    }
+    let mut problem = Problem::new(g, class, base, global.is_some(), &budgeted);
+    if let Some(b) = global {
+        let limit = match b {
+            Budget::Bytes(b) => b,
+            Budget::Fraction(f) => {
+                if !(0.0..=1.0).contains(&f) {
+                    return Err(Error::Invalid(format!("a budget fraction must be in [0, 1], got {f}")));
+                }
+                // 0.0 is the fewest bytes any choice within the region budgets keeps.
+                problem.limits[0] = 0;
+                let lo = match problem.solve() {
+                    Ok(at_hand) => problem.global_bytes(&at_hand),
+                    Err(e) => match e.least_global_within_regions {
+                        Some(lo) => lo,
+                        None => return Err(problem.error(g, e)),
+                    },
+                };
+                let hi = problem.global_bytes(respect).max(lo);
+                lo + ((hi - lo) as f64 * f).floor() as u64
             }
-            let lo = problem.eval(&problem.base).0;
-            let hi = problem.eval(respect_hand).0.max(lo);
-            lo + ((hi - lo) as f64 * f).floor() as u64
-        }
-    };
-    let at_hand = problem.solve(limit).map_err(|min| {
-        Error::Invalid(format!(
-            "a budget of {limit} bytes cannot be met: the smallest feasible budget is {min} bytes \
-             (must_save values, region boundaries and other forced saves)"
-        ))
-    })?;
-    let chosen = (0..g.len()).map(|i| problem.is_candidate[i].then_some(Reason::Budget)).collect();
+        };
+        problem.limits[0] = limit;
+    }
+    let at_hand = problem.solve().map_err(|e| problem.error(g, e))?;
+    for &c in &problem.candidates {
+        chosen[c.index()] = Some(match problem.innermost_budget[c.index()] {
+            Some(r) => Reason::RegionBudget(r),
+            None => Reason::Budget,
+        });
+    }
     Ok((at_hand, chosen))
 }
 
-/// Re-solves every region that has its own budget, inside the region, with everything outside
-/// it fixed as decided. Parents are solved before children.
-pub(super) fn solve_regions(
-    g: &PGraph,
-    class: &[Class],
-    at_hand: &mut Vec<bool>,
-    chosen: &mut [Option<Reason>],
-) -> Result<()> {
-    let reads = g.backward_reads();
-    for (r, region) in g.regions.iter().enumerate() {
-        let Some(fraction) = region.budget else { continue };
-        let r = r as u32;
-        let inside: Vec<bool> =
-            g.nodes.iter().map(|n| !n.backward && n.region.is_some_and(|nr| within(g, nr, r))).collect();
-        // Boundary values aside: they are saved whatever the budget says.
-        let counted: Vec<bool> = (0..g.len())
-            .map(|i| inside[i] && counts_bytes(class[i]) && !matches!(class[i], Class::Forced(Reason::Boundary(_))))
-            .collect();
-        let save_everything: u64 = (0..g.len()).filter(|&i| counted[i] && reads[i]).map(|i| g.nodes[i].bytes).sum();
-        let limit = (save_everything as f64 * fraction).floor() as u64;
-        let mut problem = Problem::new(g, class, (0..g.len()).filter(|&i| inside[i]).collect(), counted);
-        for i in (0..g.len()).filter(|&i| !inside[i]) {
-            problem.base[i] = at_hand[i];
-        }
-        let solution = problem.solve(limit).map_err(|min| {
-            Error::Invalid(format!(
-                "region {}: budget = {fraction} allows {limit} of its {save_everything} save-everything bytes, \
-                 but its must_save values alone need {min}",
-                g.region_label(r)
-            ))
-        })?;
-        *at_hand = solution;
-        for i in (0..g.len()).filter(|&i| problem.is_candidate[i]) {
-            chosen[i] = Some(Reason::RegionBudget(r));
-        }
-    }
-    Ok(())
-}
-
-fn within(g: &PGraph, mut inner: u32, outer: u32) -> bool {
-    loop {
-        if inner == outer {
-            return true;
-        }
-        match g.regions.get(inner as usize).and_then(|r| r.parent) {
-            Some(p) => inner = p,
-            None => return false,
-        }
-    }
-}
-
-/// A budget problem: which candidates to keep, the rest of `base` fixed.
+/// A budget problem: which candidates to keep, the rest of `base` fixed, within every limit.
 struct Problem<'a> {
     g: &'a PGraph,
     base: Vec<bool>,
-    counted: Vec<bool>,
-    candidates: Vec<usize>,
-    is_candidate: Vec<bool>,
-    /// Forward nodes the backward could reach under any choice, users before inputs: the only
-    /// nodes an evaluation needs to visit.
+    candidates: Vec<NodeId>,
+    /// Limits: the global one first when there is one, then one per budgeted region.
+    limits: Vec<u64>,
+    /// What each limit is: `None` for the global one.
+    scopes: Vec<Option<RegionId>>,
+    /// Per node, the limits its bytes count against (CSR: `counts[start[i]..start[i + 1]]`).
+    start: Vec<u32>,
+    counts: Vec<u32>,
+    /// Per node, the innermost budgeted region it lies in.
+    innermost_budget: Vec<Option<RegionId>>,
+    /// Forward nodes the backward could reach under any choice, users before inputs.
     order: Vec<usize>,
     reads: Vec<bool>,
 }
 
+/// Why no choice fits: per limit, the fewest bytes any choice tried needed, and the fewest
+/// global bytes among choices that met every region limit.
+struct Infeasible {
+    least: Vec<u64>,
+    least_global_within_regions: Option<u64>,
+}
+
 impl<'a> Problem<'a> {
-    /// Candidates are the soft values among `scope` the backward could need.
-    fn new(g: &'a PGraph, class: &[Class], scope: Vec<usize>, counted: Vec<bool>) -> Self {
-        let base: Vec<bool> = class.iter().map(|c| matches!(c, Class::Forced(_))).collect();
-        let relevant = closure(g, &base).reached;
-        let candidates: Vec<usize> =
-            scope.into_iter().filter(|&i| relevant[i] && matches!(class[i], Class::Soft(_))).collect();
-        let mut is_candidate = vec![false; g.len()];
-        for &c in &candidates {
-            is_candidate[c] = true;
+    fn new(g: &'a PGraph, class: &[Class], mut base: Vec<bool>, global: bool, budgeted: &[RegionId]) -> Self {
+        let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
+        let relevant = closure(g, &forced);
+        let mut innermost_budget = vec![None; g.len()];
+        for i in g.ids() {
+            let mut r = g.node(i).region;
+            while let Some(region) = r {
+                if g.regions[region.index()].budget.is_some() {
+                    innermost_budget[i.index()] = Some(region);
+                    break;
+                }
+                r = g.regions[region.index()].parent;
+            }
+        }
+        let candidates: Vec<NodeId> = g
+            .ids()
+            .filter(|&i| relevant[i.index()] && matches!(class[i.index()], Class::Soft(_)))
+            .filter(|&i| global || innermost_budget[i.index()].is_some())
+            .collect();
+        if global {
+            base = forced;
+        }
+        let mut scopes: Vec<Option<RegionId>> = if global { vec![None] } else { vec![] };
+        scopes.extend(budgeted.iter().map(|&r| Some(r)));
+        let reads = g.backward_reads();
+        let (mut start, mut counts) = (vec![0u32], Vec::new());
+        for i in g.ids() {
+            if counts_bytes(g, i) && !g.node(i).backward {
+                let boundary = matches!(class[i.index()], Class::Forced(r) if r.is_boundary());
+                for (k, scope) in scopes.iter().enumerate() {
+                    let counts_here = match scope {
+                        None => true,
+                        Some(r) => !boundary && g.node(i).region.is_some_and(|nr| g.within(nr, *r)),
+                    };
+                    if counts_here {
+                        counts.push(k as u32);
+                    }
+                }
+            }
+            start.push(counts.len() as u32);
+        }
+        // A region's limit: its fraction of the bytes of its own values the backward reads.
+        let mut limits = vec![u64::MAX; scopes.len()];
+        for (k, scope) in scopes.iter().enumerate() {
+            if let Some(r) = scope {
+                let fraction = g.regions[r.index()].budget.unwrap_or(1.0);
+                let everything: u64 = g
+                    .ids()
+                    .filter(|&i| reads[i.index()] && !g.node(i).flags.view)
+                    .filter(|&i| counts[start[i.index()] as usize..start[i.index() + 1] as usize].contains(&(k as u32)))
+                    .map(|i| g.node(i).bytes)
+                    .sum();
+                limits[k] = (everything as f64 * fraction).floor() as u64;
+            }
         }
         let order = (0..g.len()).rev().filter(|&i| relevant[i]).collect();
-        Problem { g, base, counted, candidates, is_candidate, order, reads: g.backward_reads() }
+        Problem { g, base, candidates, limits, scopes, start, counts, innermost_budget, order, reads }
     }
 
-    /// (counted saved bytes, recompute FLOPs) with `at_hand`.
-    fn eval(&self, at_hand: &[bool]) -> (u64, u64) {
-        self.eval_into(at_hand, &mut vec![false; self.g.len()])
+    fn limits_of(&self, i: usize) -> &[u32] {
+        &self.counts[self.start[i] as usize..self.start[i + 1] as usize]
     }
 
-    /// [`Problem::eval`] reusing `reached` as scratch (any contents), visiting relevant nodes only:
-    /// the closure of an evaluation never leaves them.
-    fn eval_into(&self, at_hand: &[bool], reached: &mut [bool]) -> (u64, u64) {
+    /// Bytes counted against every limit, and recompute FLOPs, with `at_hand`; `reached` is
+    /// scratch (any contents): the closure of an evaluation never leaves the relevant nodes.
+    fn eval_into(&self, at_hand: &[bool], reached: &mut [bool], bytes: &mut [u64]) -> u64 {
         for &i in &self.order {
             reached[i] = self.reads[i];
         }
-        let (mut bytes, mut flops) = (0, 0);
+        bytes.fill(0);
+        let mut flops = 0u64;
         for &i in &self.order {
             if !reached[i] {
                 continue;
             }
             let n = &self.g.nodes[i];
             if at_hand[i] {
-                bytes += if self.counted[i] { n.bytes } else { 0 };
+                for &k in self.limits_of(i) {
+                    bytes[k as usize] += n.bytes;
+                }
             } else {
                 flops += n.flops;
                 for &x in &n.inputs {
-                    reached[x as usize] = true;
+                    reached[x.index()] = true;
                 }
             }
         }
-        (bytes, flops)
+        flops
     }
 
-    /// The kept set within `limit` bytes, or the smallest feasible bytes.
-    fn solve(&self, limit: u64) -> std::result::Result<Vec<bool>, u64> {
+    /// Saved bytes with `at_hand` (the global limit's count, or all counted bytes).
+    fn global_bytes(&self, at_hand: &[bool]) -> u64 {
+        let reached = closure(self.g, at_hand);
+        self.g.ids().filter(|&i| reached[i.index()] && at_hand[i.index()] && counts_bytes(self.g, i) && !self.g.node(i).backward).map(|i| self.g.node(i).bytes).sum()
+    }
+
+    fn has_global(&self) -> bool {
+        self.scopes.first() == Some(&None)
+    }
+
+    fn solve(&self) -> std::result::Result<Vec<bool>, Infeasible> {
         let c = self.candidates.len();
         let exact = c <= EXACT_CANDIDATES && (1u64 << c).saturating_mul(self.order.len() as u64) <= EXACT_WORK;
         if exact {
-            self.solve_exact(limit)
+            self.solve_exact()
         } else {
-            self.solve_path(limit)
+            self.solve_path()
         }
     }
 
-    /// Every subset of candidates: least FLOPs, then least bytes, then the first in
-    /// enumeration order — deterministic, so equal problems give equal answers.
-    fn solve_exact(&self, limit: u64) -> std::result::Result<Vec<bool>, u64> {
+    /// Tracks the least bytes seen per limit, and the least global bytes within region limits.
+    fn note(&self, bytes: &[u64], least: &mut Infeasible) {
+        for (l, &b) in least.least.iter_mut().zip(bytes) {
+            *l = (*l).min(b);
+        }
+        let regions_ok = bytes.iter().zip(&self.limits).skip(self.has_global() as usize).all(|(b, l)| b <= l);
+        if regions_ok && self.has_global() {
+            let g = least.least_global_within_regions.map_or(bytes[0], |m| m.min(bytes[0]));
+            least.least_global_within_regions = Some(g);
+        }
+    }
+
+    fn fits(&self, bytes: &[u64]) -> bool {
+        bytes.iter().zip(&self.limits).all(|(b, l)| b <= l)
+    }
+
+    /// Every subset of candidates: least FLOPs, then least bytes, then the first in enumeration
+    /// order — deterministic, so equal problems give equal answers.
+    fn solve_exact(&self) -> std::result::Result<Vec<bool>, Infeasible> {
         let mut at_hand = self.base.clone();
         let mut best: Option<((u64, u64), u64)> = None;
-        let mut min_bytes = u64::MAX;
+        let mut least = Infeasible { least: vec![u64::MAX; self.limits.len()], least_global_within_regions: None };
         let mut scratch = vec![false; self.g.len()];
+        let mut bytes = vec![0; self.limits.len()];
         for mask in 0u64..(1 << self.candidates.len()) {
             for (k, &c) in self.candidates.iter().enumerate() {
-                at_hand[c] = mask & (1 << k) != 0;
+                at_hand[c.index()] = mask & (1 << k) != 0;
             }
-            let (bytes, flops) = self.eval_into(&at_hand, &mut scratch);
-            min_bytes = min_bytes.min(bytes);
-            if bytes <= limit && best.is_none_or(|(key, _)| (flops, bytes) < key) {
-                best = Some(((flops, bytes), mask));
+            let flops = self.eval_into(&at_hand, &mut scratch, &mut bytes);
+            self.note(&bytes, &mut least);
+            let total: u64 = bytes.first().copied().unwrap_or(0);
+            if self.fits(&bytes) && best.is_none_or(|(key, _)| (flops, total) < key) {
+                best = Some(((flops, total), mask));
             }
         }
-        let (_, mask) = best.ok_or(min_bytes)?;
+        let (_, mask) = best.ok_or(least)?;
         for (k, &c) in self.candidates.iter().enumerate() {
-            at_hand[c] = mask & (1 << k) != 0;
+            at_hand[c.index()] = mask & (1 << k) != 0;
         }
         Ok(at_hand)
     }
 
     /// The eviction path, evaluated incrementally: evicting a value can only add to what the
     /// backward reaches, so each node is reached once over the whole path.
-    fn solve_path(&self, limit: u64) -> std::result::Result<Vec<bool>, u64> {
+    fn solve_path(&self) -> std::result::Result<Vec<bool>, Infeasible> {
         let g = self.g;
         let mut order = self.candidates.clone();
         // Cheapest recompute per byte first; later nodes first among equals.
         order.sort_by(|&a, &b| {
-            let cost = |i: usize| g.nodes[i].flops as f64 / g.nodes[i].bytes.max(1) as f64;
+            let cost = |i: NodeId| g.node(i).flops as f64 / g.node(i).bytes.max(1) as f64;
             cost(a).total_cmp(&cost(b)).then(b.cmp(&a))
         });
         let mut at_hand = self.base.clone();
         for &c in &order {
-            at_hand[c] = true;
+            at_hand[c.index()] = true;
         }
-        let mut reached = closure(g, &at_hand).reached;
-        let (mut bytes, _) = self.eval(&at_hand);
-        if bytes <= limit {
-            return Ok(at_hand);
-        }
-        let mut min_bytes = bytes;
+        let mut reached = vec![false; g.len()];
+        let mut bytes = vec![0; self.limits.len()];
+        self.eval_into(&at_hand, &mut reached, &mut bytes);
+        let mut least = Infeasible { least: vec![u64::MAX; self.limits.len()], least_global_within_regions: None };
+        self.note(&bytes, &mut least);
         let mut stack = Vec::new();
         for &v in &order {
-            at_hand[v] = false;
-            if reached[v] {
-                bytes -= if self.counted[v] { g.nodes[v].bytes } else { 0 };
-                stack.extend(g.nodes[v].inputs.iter().map(|&u| u as usize));
-            }
-            while let Some(u) = stack.pop() {
-                if reached[u] {
-                    continue;
-                }
-                reached[u] = true;
-                if at_hand[u] {
-                    bytes += if self.counted[u] { g.nodes[u].bytes } else { 0 };
-                } else {
-                    stack.extend(g.nodes[u].inputs.iter().map(|&x| x as usize));
-                }
-            }
-            min_bytes = min_bytes.min(bytes);
-            if bytes <= limit {
+            if self.fits(&bytes) {
                 return Ok(at_hand);
             }
+            let helps = self.limits_of(v.index()).iter().any(|&k| bytes[k as usize] > self.limits[k as usize]);
+            if !helps {
+                continue;
+            }
+            at_hand[v.index()] = false;
+            if reached[v.index()] {
+                for &k in self.limits_of(v.index()) {
+                    bytes[k as usize] -= g.node(v).bytes;
+                }
+                stack.extend(g.node(v).inputs.iter().copied());
+            }
+            while let Some(u) = stack.pop() {
+                if reached[u.index()] {
+                    continue;
+                }
+                reached[u.index()] = true;
+                if at_hand[u.index()] {
+                    for &k in self.limits_of(u.index()) {
+                        bytes[k as usize] += g.node(u).bytes;
+                    }
+                } else {
+                    stack.extend(g.node(u).inputs.iter().copied());
+                }
+            }
+            self.note(&bytes, &mut least);
         }
-        Err(min_bytes)
+        if self.fits(&bytes) {
+            Ok(at_hand)
+        } else {
+            Err(least)
+        }
+    }
+
+    /// The error for an infeasible problem: a region limit that cannot be met, or the global
+    /// one with the smallest feasible global budget.
+    fn error(&self, g: &PGraph, e: Infeasible) -> Error {
+        for (k, scope) in self.scopes.iter().enumerate() {
+            if let Some(r) = scope {
+                if e.least[k] > self.limits[k] {
+                    let fraction = g.regions[r.index()].budget.unwrap_or(1.0);
+                    return Error::Invalid(format!(
+                        "region {}: budget = {fraction} allows {} bytes of its own values, but its must_save values \
+                         alone need {}",
+                        g.region_label(*r),
+                        self.limits[k],
+                        e.least[k]
+                    ));
+                }
+            }
+        }
+        let limit = self.limits[0];
+        match (e.least_global_within_regions, self.scopes.len() > 1) {
+            (Some(min), true) => Error::Invalid(format!(
+                "a budget of {limit} bytes cannot be met together with the region budgets: the smallest feasible \
+                 global budget is {min} bytes"
+            )),
+            _ => Error::Invalid(format!(
+                "a budget of {limit} bytes cannot be met: the smallest feasible budget is {} bytes (must_save \
+                 values, region boundaries and other forced saves)",
+                e.least_global_within_regions.unwrap_or(e.least[0])
+            )),
+        }
     }
 }

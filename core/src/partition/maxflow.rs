@@ -3,11 +3,15 @@
 //! Partition-shaped networks (a chain of split nodes per forward value, infinite dependency
 //! edges) have short augmenting paths, where Dinic's blocking flows finish in a few phases.
 //! Edges are stored in pairs (`e`, `e ^ 1`): forward and residual.
+//!
+//! Capacities are `u128`: finite edges carry `u64` bytes, so any sum of them (at most 2^32
+//! edges) stays below 2^96, far under [`INFINITE`]; an infinite edge therefore never saturates
+//! and no total can overflow.
 
 use std::collections::VecDeque;
 
-/// A capacity no cut can afford.
-pub const INFINITE: u64 = u64::MAX / 4;
+/// The capacity of an edge no cut may cross: above any sum of finite capacities.
+pub const INFINITE: u128 = u128::MAX / 2;
 
 /// A flow network under construction, then solved.
 #[derive(Clone, Debug, Default)]
@@ -16,7 +20,7 @@ pub struct FlowNetwork {
     // Edge list while building; `to`/`cap` are indexed by edge id, pairs (2k, 2k + 1).
     from: Vec<u32>,
     to: Vec<u32>,
-    cap: Vec<u64>,
+    cap: Vec<u128>,
     // CSR adjacency built by `max_flow`: edges of node v are adj[start[v]..start[v + 1]].
     start: Vec<u32>,
     adj: Vec<u32>,
@@ -30,6 +34,15 @@ impl FlowNetwork {
 
     /// Adds an edge `from → to` of capacity `cap` (and its residual twin).
     pub fn add_edge(&mut self, from: u32, to: u32, cap: u64) {
+        self.push(from, to, cap as u128);
+    }
+
+    /// Adds an edge `from → to` that no cut may cross.
+    pub fn add_infinite_edge(&mut self, from: u32, to: u32) {
+        self.push(from, to, INFINITE);
+    }
+
+    fn push(&mut self, from: u32, to: u32, cap: u128) {
         debug_assert!((from as usize) < self.nodes && (to as usize) < self.nodes);
         self.from.extend([from, to]);
         self.to.extend([to, from]);
@@ -52,10 +65,11 @@ impl FlowNetwork {
         }
     }
 
-    /// Pushes the maximum flow from `s` to `t`; returns its value (saturating at `INFINITE`).
-    pub fn max_flow(&mut self, s: u32, t: u32) -> u64 {
+    /// Pushes the maximum flow from `s` to `t`; returns its value (at least [`INFINITE`] when
+    /// only a cut through an infinite edge separates them).
+    pub fn max_flow(&mut self, s: u32, t: u32) -> u128 {
         self.build_adjacency();
-        let mut total: u64 = 0;
+        let mut total: u128 = 0;
         let mut level = vec![u32::MAX; self.nodes];
         let mut cursor = vec![0u32; self.nodes];
         while self.levels(s, t, &mut level) {
@@ -65,7 +79,10 @@ impl FlowNetwork {
                 if pushed == 0 {
                     break;
                 }
-                total = total.saturating_add(pushed).min(INFINITE);
+                total = total.saturating_add(pushed);
+                if total >= INFINITE {
+                    return total;
+                }
             }
         }
         total
@@ -90,7 +107,7 @@ impl FlowNetwork {
 
     /// One augmenting path along increasing levels (iterative DFS with per-node cursors, so
     /// dead ends are never revisited within a phase); returns the flow pushed.
-    fn augment(&mut self, s: u32, t: u32, level: &[u32], cursor: &mut [u32]) -> u64 {
+    fn augment(&mut self, s: u32, t: u32, level: &[u32], cursor: &mut [u32]) -> u128 {
         let mut path: Vec<u32> = Vec::new(); // edges from s
         let mut v = s;
         loop {
@@ -132,6 +149,12 @@ impl FlowNetwork {
     /// (`true` = source side), i.e. every node that cannot reach `t` in the residual graph.
     /// Among minimum cuts it puts the fewest nodes on the sink side.
     pub fn source_side_near_sink(&self, t: u32) -> Vec<bool> {
+        self.sink_side(t).into_iter().map(|r| !r).collect()
+    }
+
+    /// After [`FlowNetwork::max_flow`]: the nodes that can reach `t` in the residual graph (the
+    /// sink side of the minimum cut closest to the sink).
+    pub fn sink_side(&self, t: u32) -> Vec<bool> {
         // Reverse residual reachability: v reaches t if some edge v → w has capacity left and
         // w reaches t. Walk the twin edges backwards from t.
         let mut reaches_t = vec![false; self.nodes];
@@ -147,7 +170,7 @@ impl FlowNetwork {
                 }
             }
         }
-        reaches_t.into_iter().map(|r| !r).collect()
+        reaches_t
     }
 }
 
@@ -174,11 +197,23 @@ mod tests {
         // s → a → b → t with equal capacities: both edges are minimum cuts; the cut nearest the
         // sink keeps a and b on the source side.
         let mut net = FlowNetwork::new(4);
-        net.add_edge(0, 1, INFINITE);
+        net.add_infinite_edge(0, 1);
         net.add_edge(1, 2, 5);
         net.add_edge(2, 3, 5);
         assert_eq!(net.max_flow(0, 3), 5);
         assert_eq!(net.source_side_near_sink(3), vec![true, true, true, false]);
+    }
+
+    #[test]
+    fn huge_capacities_do_not_overflow() {
+        // Two 2^63-byte values in series with a third in parallel: sums pass u64::MAX.
+        let mut net = FlowNetwork::new(4);
+        net.add_edge(0, 1, 1 << 63);
+        net.add_edge(0, 2, 1 << 63);
+        net.add_edge(0, 3, u64::MAX);
+        net.add_infinite_edge(1, 3);
+        net.add_infinite_edge(2, 3);
+        assert_eq!(net.max_flow(0, 3), (1u128 << 64) + u64::MAX as u128);
     }
 
     #[test]
@@ -203,18 +238,19 @@ mod tests {
             }
             let flow = net.max_flow(0, n as u32 - 1);
             // Brute force: the cheapest s-t cut over all node subsets containing s but not t.
-            let mut best = u64::MAX;
+            let mut best = u128::MAX;
             for mask in 0u32..(1 << n) {
                 if mask & 1 == 0 || mask & (1 << (n - 1)) != 0 {
                     continue;
                 }
                 let cut =
-                    edges.iter().filter(|&&(a, b, _)| mask & (1 << a) != 0 && mask & (1 << b) == 0).map(|e| e.2).sum();
+                    edges.iter().filter(|&&(a, b, _)| mask & (1 << a) != 0 && mask & (1 << b) == 0).map(|e| e.2 as u128).sum();
                 best = best.min(cut);
             }
             assert_eq!(flow, best, "{edges:?}");
             let side = net.source_side_near_sink(n as u32 - 1);
-            let cut: u64 = edges.iter().filter(|&&(a, b, _)| side[a as usize] && !side[b as usize]).map(|e| e.2).sum();
+            let cut: u128 =
+                edges.iter().filter(|&&(a, b, _)| side[a as usize] && !side[b as usize]).map(|e| e.2 as u128).sum();
             assert_eq!(cut, best, "the reported side is a minimum cut");
         }
     }

@@ -1,62 +1,100 @@
 //! `MinCut`: a minimum cut over the forward part of the joint graph, weighted by bytes.
 //!
-//! Each forward value the backward could need becomes an edge `in → out` costing its bytes to
-//! cut (cutting it = saving it). Dependencies are infinite edges `u.out → v.in`; values that
-//! may not be recomputed hang from the source; values the backward reads feed the sink. The
-//! sink side of the cut is what the backward recomputes. Among minimum cuts the one nearest the
-//! sink is taken, which recomputes the fewest nodes and so the fewest FLOPs.
+//! Each forward value whose fate is open becomes an edge `in → out` costing its bytes to cut
+//! (cutting it = saving it). Dependencies are edges `u.out → v.in` no cut may cross, and values
+//! the backward reads feed the sink the same way. The constraints are structural, not large
+//! capacities: a value that must be kept (forced, or an untagged GEMM) has its `in` merged into
+//! the source, so only its bytes (zero for residents and outputs) can be cut; a value that must
+//! not be saved (forbidden, or PreferRecompute, which min-cut never saves) is one node without an
+//! edge to cut. Every source edge is finite, so no capacity sum can overflow. The sink side of
+//! the cut is what the backward recomputes; among minimum cuts the one nearest the sink is taken,
+//! which recomputes the fewest nodes and so the fewest FLOPs.
 
-use super::maxflow::{FlowNetwork, INFINITE};
-use super::{closure, Class, PGraph, Reason};
+use super::classify::{closure, counts_bytes, Class};
+use super::maxflow::FlowNetwork;
+use super::{PGraph, Reason};
+use crate::graph::NodeId;
 use crate::policy::Policy;
 
-/// Which forward values are at hand (computed in the forward and kept if needed), and the
-/// reason for each value the cut decided.
+/// How a relevant node enters the network.
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    /// Kept if needed: `in` is the source, `out` costs its bytes.
+    Kept,
+    /// Never saved: a single node.
+    Unsaved,
+    /// Open: `in → out` costs its bytes.
+    Open,
+}
+
+/// Which forward values are at hand, and the reason for each value the cut decided.
 pub(super) fn solve(g: &PGraph, class: &[Class]) -> (Vec<bool>, Vec<Option<Reason>>) {
     let n = g.len();
-    // Everything the backward could need: the closure with nothing at hand but what is forced.
-    let forced: Vec<bool> = class.iter().map(|c| matches!(c, Class::Forced(_))).collect();
-    let relevant = closure(g, &forced).reached;
+    let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
+    let relevant = closure(g, &forced);
     let reads = g.backward_reads();
-    let mut index = vec![u32::MAX; n];
-    let mut count = 0u32;
+    let role = |i: usize| {
+        let node = &g.nodes[i];
+        match class[i] {
+            Class::Forced(_) => Role::Kept,
+            Class::Soft(_) if node.flags.compute_intensive && node.policy.is_none() => Role::Kept,
+            Class::Forbidden(_) | Class::Soft(Reason::PreferRecompute) => Role::Unsaved,
+            Class::Soft(_) => Role::Open,
+        }
+    };
+    // Network nodes: 0 source, 1 sink, then per relevant node an `out` and (if open) an `in`.
+    const SOURCE: u32 = 0;
+    const SINK: u32 = 1;
+    let mut v_in = vec![u32::MAX; n];
+    let mut v_out = vec![u32::MAX; n];
+    let mut count = 2u32;
     for i in (0..n).filter(|&i| relevant[i]) {
-        index[i] = count;
+        v_out[i] = count;
         count += 1;
+        v_in[i] = match role(i) {
+            Role::Kept => SOURCE,
+            Role::Unsaved => v_out[i],
+            Role::Open => {
+                count += 1;
+                count - 1
+            }
+        };
     }
-    let (source, sink) = (2 * count, 2 * count + 1);
-    let mut net = FlowNetwork::new(2 * count as usize + 2);
+    let mut net = FlowNetwork::new(count as usize);
     let mut chosen = vec![None; n];
     for i in (0..n).filter(|&i| relevant[i]) {
         let node = &g.nodes[i];
-        let (v_in, v_out) = (2 * index[i], 2 * index[i] + 1);
-        let untagged_gemm = node.flags.compute_intensive && node.policy.is_none();
-        let cut_cost = match class[i] {
-            Class::Forced(Reason::Resident | Reason::Output) => 0,
-            Class::Forbidden(_) | Class::Soft(Reason::PreferRecompute) => INFINITE,
-            Class::Forced(_) | Class::Soft(_) => node.bytes,
-        };
-        net.add_edge(v_in, v_out, cut_cost);
-        if matches!(class[i], Class::Forced(_)) || untagged_gemm {
-            net.add_edge(source, v_in, INFINITE);
+        let id = NodeId(i as u32);
+        match role(i) {
+            Role::Kept => {
+                let cost = if matches!(class[i], Class::Forced(Reason::Output)) || !counts_bytes(g, id) { 0 } else { node.bytes };
+                net.add_edge(SOURCE, v_out[i], cost);
+            }
+            Role::Open => net.add_edge(v_in[i], v_out[i], node.bytes),
+            Role::Unsaved => {}
+        }
+        if v_in[i] != SOURCE {
+            for &u in &node.inputs {
+                if relevant[u.index()] {
+                    net.add_infinite_edge(v_out[u.index()], v_in[i]);
+                }
+            }
         }
         if reads[i] {
-            net.add_edge(v_out, sink, INFINITE);
-        }
-        for &u in &node.inputs {
-            if relevant[u as usize] {
-                net.add_edge(2 * index[u as usize] + 1, v_in, INFINITE);
-            }
+            net.add_infinite_edge(v_out[i], SINK);
         }
         if let Class::Soft(_) = class[i] {
-            chosen[i] = Some(if untagged_gemm { Reason::ComputeIntensive } else { Reason::MinCut });
-            if node.policy == Some(Policy::PreferRecompute) {
-                chosen[i] = Some(Reason::PreferRecompute);
-            }
+            chosen[i] = Some(match (role(i), node.policy) {
+                (_, Some(Policy::PreferRecompute)) => Reason::PreferRecompute,
+                (Role::Kept, _) => Reason::ComputeIntensive,
+                _ => Reason::MinCut,
+            });
         }
     }
-    net.max_flow(source, sink);
-    let side = net.source_side_near_sink(sink);
-    let at_hand = (0..n).map(|i| relevant[i] && side[2 * index[i] as usize]).collect();
+    net.max_flow(SOURCE, SINK);
+    let sink_side = net.sink_side(SINK);
+    let at_hand = (0..n)
+        .map(|i| relevant[i] && role(i) != Role::Unsaved && (v_in[i] == SOURCE || !sink_side[v_in[i] as usize]))
+        .collect();
     (at_hand, chosen)
 }

@@ -11,21 +11,30 @@
 //! | PreferRecompute | never saved | never saved | solver may save |
 //! | untagged | saved when needed | min-cut decides (GEMMs not recomputed) | solver decides |
 //!
-//! In every strategy: inputs and parameters are resident; forward outputs are held by the
-//! caller; values crossing a region boundary are saved when needed; views are replayed from
-//! their base (a saved view means a saved base); a MustSave value the backward never needs is
-//! reported, not saved; a MustRecompute value that must also be saved is an error.
+//! In every strategy: inputs, parameters and constants are resident; forward outputs are held
+//! by the caller; boundary values are kept by whoever reads them ([`boundary`]: "whoever reads
+//! it keeps it"); views are replayed from their base (a kept view means a kept base); a MustSave
+//! value the backward never needs is reported, not saved; a MustRecompute value the rules must
+//! keep is an error naming both, in every strategy. [`check`] verifies every partition against
+//! these rules independently of how it was found (after every partition in debug builds).
 
+pub mod boundary;
 mod budget;
+mod check;
+mod classify;
 mod maxflow;
 mod mincut;
 mod view;
 
+pub use check::check;
+pub use classify::counts_bytes;
 pub use maxflow::FlowNetwork;
-pub use view::{Flags, PGraph, PNode, PRegion};
+pub use view::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::graph::{NodeId, RegionId};
 use crate::policy::Policy;
+use classify::{classify, closure, Class};
 
 /// How to choose what to save.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -101,7 +110,7 @@ impl std::str::FromStr for Strategy {
 /// What happens to a forward value the backward needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Kept from the forward pass.
+    /// Kept from the forward pass (or held anyway: residents and outputs).
     Save,
     /// Computed again in the backward pass.
     Recompute,
@@ -110,18 +119,22 @@ pub enum Action {
 /// Why a value is saved or recomputed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Reason {
-    /// A graph input or parameter: resident anyway.
+    /// A graph input, parameter or constant: resident anyway.
     Resident,
     /// A forward output: the caller holds it.
     Output,
     /// Cannot be recomputed.
     NotRecomputable,
+    /// Random and without inputs: nothing to replay it from.
+    RandomSource,
     /// Tagged MustSave.
     MustSave,
-    /// Crosses the boundary of this region instance.
-    Boundary(u32),
-    /// The base of this view, which the user asked to save.
-    ViewBase(u32),
+    /// A boundary value read by this region instance, which recomputes from it.
+    ReadByRegion(RegionId),
+    /// A boundary value read by the gradient of this forward node, which lies elsewhere.
+    ReadByGradient(NodeId),
+    /// The base of this view, which must be kept (must_save or a boundary value).
+    ViewBase(NodeId),
     /// Tagged PreferSave (Respect).
     PreferSave,
     /// Outside any region (Respect saves what the backward needs).
@@ -132,23 +145,46 @@ pub enum Reason {
     MinCut,
     /// The budget solver chose it.
     Budget,
-    /// A region's own budget solve chose it.
-    RegionBudget(u32),
+    /// A region's own budget chose it.
+    RegionBudget(RegionId),
     /// A view: replayed from its base.
     View,
-    /// Has no inputs: free to recompute.
-    Constant,
+    /// Has no inputs: recomputed for its FLOPs (a factory such as `arange` or `full`).
+    Factory,
     /// Tagged MustRecompute.
     MustRecompute,
     /// Tagged PreferRecompute.
     PreferRecompute,
 }
 
+impl Reason {
+    /// Whether the reason marks a boundary value.
+    pub fn is_boundary(self) -> bool {
+        matches!(self, Reason::ReadByRegion(_) | Reason::ReadByGradient(_))
+    }
+
+    /// The reason in words, with the regions and nodes of `g` named:
+    /// "read by region `g#1`, which recomputes from it".
+    pub fn describe(self, g: &PGraph) -> String {
+        match self {
+            Reason::ReadByRegion(r) => format!("read by region `{}`, which recomputes from it", g.region_label(r)),
+            Reason::ReadByGradient(u) => {
+                let n = g.node(u);
+                let place = n.region.map_or_else(|| "untagged".to_string(), |r| format!("in region `{}`", g.region_label(r)));
+                format!("read by the gradient of {} ({place})", n.id)
+            }
+            Reason::ViewBase(v) => format!("base of view {}, which must be kept (must_save or boundary)", g.node(v).id),
+            Reason::RegionBudget(r) => format!("budget of region `{}`", g.region_label(r)),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// One decision: a forward node the backward needs, saved or recomputed, and why.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Decision {
     /// The node.
-    pub node: u32,
+    pub node: NodeId,
     /// Saved or recomputed.
     pub action: Action,
     /// Why.
@@ -162,125 +198,40 @@ pub struct Decision {
 pub struct Partition {
     /// The strategy used.
     pub strategy: Strategy,
-    /// Per node: kept from the forward for the backward (residents included).
+    /// Per node: kept from the forward for the backward (residents and outputs the backward
+    /// needs included).
     pub saved: Vec<bool>,
     /// Forward nodes the backward recomputes, in id order.
-    pub recomputed: Vec<u32>,
+    pub recomputed: Vec<NodeId>,
     /// One decision per forward node the backward needs, in id order.
     pub decisions: Vec<Decision>,
-    /// Things the user should know (an unneeded MustSave, ...).
+    /// Things the user should know (unneeded MustSave values, grouped by region and op), one line
+    /// each.
     pub warnings: Vec<String>,
-    /// Bytes of saved values, inputs, parameters and constants excluded.
+    /// Bytes of saved values, residents excluded ([`counts_bytes`]).
     pub saved_bytes: u64,
+    /// Bytes of the residents the backward reads (listed apart, never counted).
+    pub resident_bytes: u64,
     /// FLOPs spent recomputing.
     pub recompute_flops: u64,
 }
 
-/// How a node may be treated, before any strategy looks at it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Class {
-    /// Kept whenever needed; never recomputed.
-    Forced(Reason),
-    /// Never saved.
-    Forbidden(Reason),
-    /// Up to the strategy; the reason says what `Respect` does.
-    Soft(Reason),
-}
-
-/// Partitions `g` with `strategy`, then re-solves any region that has its own budget.
+/// Partitions `g` with `strategy`; regions with their own budget are solved together with it.
 pub fn partition(g: &PGraph, strategy: Strategy) -> Result<Partition> {
-    validate(g)?;
+    g.validate()?;
     let class = classify(g)?;
-    let respect_hand = respect_at_hand(&class);
-    check_conflicts(g, &class, &respect_hand)?;
-    let (mut at_hand, mut chosen) = match strategy {
-        Strategy::Respect => (respect_hand.clone(), vec![None; g.len()]),
-        Strategy::MinCut => mincut::solve(g, &class),
-        Strategy::Budget(b) => budget::solve_global(g, &class, &respect_hand, b)?,
+    let respect = respect_at_hand(&class);
+    let (at_hand, chosen) = match strategy {
+        Strategy::Respect => budget::solve(g, &class, respect.clone(), &respect, None)?,
+        Strategy::MinCut => {
+            let (at_hand, chosen) = mincut::solve(g, &class);
+            budget::refine(g, &class, at_hand, chosen, &respect, None)?
+        }
+        Strategy::Budget(b) => budget::solve(g, &class, respect.clone(), &respect, Some(b))?,
     };
-    budget::solve_regions(g, &class, &mut at_hand, &mut chosen)?;
-    Ok(finish(g, strategy, &class, &at_hand, &chosen))
-}
-
-fn validate(g: &PGraph) -> Result<()> {
-    for (i, n) in g.nodes.iter().enumerate() {
-        if let Some(&bad) = n.inputs.iter().find(|&&x| x as usize >= i) {
-            return Err(Error::Invalid(format!(
-                "%{i} ({}): input %{bad} does not precede it (cycle or dangling input)",
-                n.op
-            )));
-        }
-        if !n.backward && n.inputs.iter().any(|&x| g.nodes[x as usize].backward) {
-            return Err(Error::Invalid(format!("%{i} ({}): a forward node reads a backward node", n.op)));
-        }
-        if let Some(r) = n.region {
-            if r as usize >= g.regions.len() {
-                return Err(Error::Invalid(format!("%{i} ({}): region {r} does not exist", n.op)));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The class of every forward node.
-pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
-    let boundaries = g.boundaries();
-    let mut outputs = vec![false; g.len()];
-    for &o in &g.forward_outputs {
-        outputs[o as usize] = true;
-    }
-    // A view that must be kept (must_save, or crossing a boundary) is kept through its base:
-    // the first non-view ancestor along first inputs.
-    let mut view_base_of = vec![None; g.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        let keep = n.policy == Some(Policy::MustSave) || boundaries[i].is_some();
-        if n.flags.view && keep && !n.backward {
-            let mut base = i;
-            while g.nodes[base].flags.view {
-                match g.nodes[base].inputs.first() {
-                    Some(&b) => base = b as usize,
-                    None => break,
-                }
-            }
-            if base != i {
-                view_base_of[base].get_or_insert(i as u32);
-            }
-        }
-    }
-    let class = g
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let f = n.flags;
-            if f.resident {
-                Class::Forced(Reason::Resident)
-            } else if outputs[i] {
-                Class::Forced(Reason::Output)
-            } else if f.not_recomputable {
-                Class::Forced(Reason::NotRecomputable)
-            } else if f.view {
-                Class::Forbidden(Reason::View)
-            } else if n.policy == Some(Policy::MustRecompute) {
-                Class::Forbidden(Reason::MustRecompute)
-            } else if n.policy == Some(Policy::MustSave) {
-                Class::Forced(Reason::MustSave)
-            } else if let Some(r) = boundaries[i] {
-                Class::Forced(Reason::Boundary(r))
-            } else if let Some(v) = view_base_of[i] {
-                Class::Forced(Reason::ViewBase(v))
-            } else if n.inputs.is_empty() {
-                Class::Forbidden(Reason::Constant)
-            } else {
-                Class::Soft(match n.policy {
-                    Some(Policy::PreferSave) => Reason::PreferSave,
-                    Some(_) => Reason::PreferRecompute,
-                    None => Reason::Untagged,
-                })
-            }
-        })
-        .collect();
-    Ok(class)
+    let p = finish(g, strategy, &class, &at_hand, &chosen);
+    debug_assert!(check(g, &p).is_ok(), "partition breaks a rule: {:?}", check(g, &p).err());
+    Ok(p)
 }
 
 /// What `Respect` keeps at hand: forced values and values it saves by tag.
@@ -295,121 +246,61 @@ fn respect_at_hand(class: &[Class]) -> Vec<bool> {
         .collect()
 }
 
-/// MustRecompute values that the rules would also have to save are an error naming both.
-fn check_conflicts(g: &PGraph, class: &[Class], respect_hand: &[bool]) -> Result<()> {
-    let boundaries = g.boundaries();
-    let needed = closure(g, respect_hand).reached;
-    for (i, n) in g.nodes.iter().enumerate() {
-        if n.backward || n.policy != Some(Policy::MustRecompute) || !needed[i] {
-            continue;
-        }
-        let tag = format!("must_recompute ({})", source_text(g, i));
-        let clash = if n.flags.not_recomputable {
-            Some("it is flagged not_recomputable".to_string())
-        } else if let Some(r) = boundaries[i] {
-            Some(format!(
-                "it crosses the boundary of region {}, and boundary values the backward needs are always saved; \
-                 use prefer_recompute, or end the region after another op",
-                g.region_label(r)
-            ))
-        } else if let Class::Forced(Reason::ViewBase(v)) = class[i] {
-            Some(format!("it is the base of {}, which must be kept (a view is kept through its base)", g.describe(v)))
-        } else {
-            None
-        };
-        if let Some(clash) = clash {
-            return Err(Error::Conflict(format!("{}: {tag} conflicts with the rules: {clash}", g.describe(i as u32))));
-        }
-    }
-    Ok(())
-}
-
-/// Where a node's tag came from, for messages.
-fn source_text(g: &PGraph, i: usize) -> String {
-    let n = &g.nodes[i];
-    let region = n.region.map_or_else(|| "no region".to_string(), |r| g.region_label(r));
-    let rule = match n.source {
-        Some(crate::policy::PolicySource::OpKind) => format!("the policy of region {region} for `{}`", n.op),
-        Some(crate::policy::PolicySource::Name) => format!("save_names of region {region}"),
-        Some(crate::policy::PolicySource::Default) => format!("the default of region {region}"),
-        Some(crate::policy::PolicySource::Statement) => "a statement attribute".to_string(),
-        Some(crate::policy::PolicySource::Explicit) | None => "an explicit tag".to_string(),
-    };
-    rule
-}
-
-/// The forward values the backward reaches given which values are at hand: what it reads, and
-/// recursively the inputs of whatever is not at hand (recomputed).
-pub(crate) struct Closure {
-    /// Reached: needed by the backward, directly or to recompute something.
-    pub reached: Vec<bool>,
-}
-
-pub(crate) fn closure(g: &PGraph, at_hand: &[bool]) -> Closure {
-    let reads = g.backward_reads();
-    let mut reached = vec![false; g.len()];
-    // Reverse id order visits users before inputs, so one sweep suffices.
-    for i in (0..g.len()).rev() {
-        if g.nodes[i].backward {
-            continue;
-        }
-        if reads[i] {
-            reached[i] = true;
-        }
-        if reached[i] && !at_hand[i] {
-            for &x in &g.nodes[i].inputs {
-                reached[x as usize] = true;
-            }
-        }
-    }
-    Closure { reached }
-}
-
-/// Bytes counted against budgets: everything saved except residents and constants.
-pub(crate) fn counts_bytes(class: Class) -> bool {
-    !matches!(class, Class::Forced(Reason::Resident) | Class::Forbidden(Reason::Constant))
-}
-
 fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], chosen: &[Option<Reason>]) -> Partition {
-    let reached = closure(g, at_hand).reached;
+    let reached = closure(g, at_hand);
     let mut saved = vec![false; g.len()];
     let mut recomputed = Vec::new();
     let mut decisions = Vec::new();
-    let mut warnings = Vec::new();
-    let (mut saved_bytes, mut recompute_flops) = (0, 0);
-    for (i, n) in g.nodes.iter().enumerate() {
+    let mut unneeded: Vec<(Option<RegionId>, &str, u32)> = Vec::new();
+    let (mut saved_bytes, mut resident_bytes, mut recompute_flops) = (0u64, 0u64, 0u64);
+    for i in g.ids() {
+        let n = g.node(i);
         if n.backward {
             continue;
         }
-        if !reached[i] {
+        if !reached[i.index()] {
             if n.policy == Some(Policy::MustSave) {
-                warnings
-                    .push(format!("{} is must_save but the backward never needs it: not saved", g.describe(i as u32)));
+                match unneeded.iter_mut().find(|(r, op, _)| *r == n.region && *op == n.op) {
+                    Some(entry) => entry.2 += 1,
+                    None => unneeded.push((n.region, &n.op, 1)),
+                }
             }
             continue;
         }
-        let action = if at_hand[i] { Action::Save } else { Action::Recompute };
-        let reason = chosen[i].unwrap_or(match class[i] {
+        let action = if at_hand[i.index()] { Action::Save } else { Action::Recompute };
+        let reason = chosen[i.index()].unwrap_or(match class[i.index()] {
             Class::Forced(r) | Class::Forbidden(r) | Class::Soft(r) => r,
         });
         // Only a soft decision can go against a Prefer tag; forced ones follow the rules.
-        let overrode = match (class[i], action, n.policy) {
+        let overrode = match (class[i.index()], action, n.policy) {
             (Class::Soft(_), Action::Save, Some(p @ Policy::PreferRecompute))
             | (Class::Soft(_), Action::Recompute, Some(p @ Policy::PreferSave)) => Some(p),
             _ => None,
         };
+        // Sums cannot overflow: `PGraph::validate` checked the graph's totals.
         if action == Action::Save {
-            saved[i] = true;
-            if counts_bytes(class[i]) {
+            saved[i.index()] = true;
+            if counts_bytes(g, i) {
                 saved_bytes += n.bytes;
+            } else {
+                resident_bytes += n.bytes;
             }
         } else {
-            recomputed.push(i as u32);
+            recomputed.push(i);
             recompute_flops += n.flops;
         }
-        decisions.push(Decision { node: i as u32, action, reason, overrode });
+        decisions.push(Decision { node: i, action, reason, overrode });
     }
-    Partition { strategy, saved, recomputed, decisions, warnings, saved_bytes, recompute_flops }
+    let warnings = unneeded
+        .into_iter()
+        .map(|(region, op, count)| {
+            let region = region.map_or_else(|| "outside any region".to_string(), |r| format!("in region `{}`", g.region_label(r)));
+            let op = crate::text::shorten(op, crate::text::CELL);
+            let (values, them) = if count == 1 { ("1 value is".to_string(), "it") } else { (format!("{count} values are"), "them") };
+            format!("{region}: {values} must_save ({op}) but the backward never needs {them}: not saved")
+        })
+        .collect();
+    Partition { strategy, saved, recomputed, decisions, warnings, saved_bytes, resident_bytes, recompute_flops }
 }
 
 impl std::fmt::Display for Reason {
@@ -418,17 +309,19 @@ impl std::fmt::Display for Reason {
             Reason::Resident => f.write_str("resident (input or parameter)"),
             Reason::Output => f.write_str("graph output: the caller holds it"),
             Reason::NotRecomputable => f.write_str("needed and not recomputable"),
+            Reason::RandomSource => f.write_str("random without inputs: nothing to replay it from"),
             Reason::MustSave => f.write_str("must_save tag"),
-            Reason::Boundary(r) => write!(f, "crosses the boundary of region instance {r}"),
-            Reason::ViewBase(v) => write!(f, "base of view %{v}, which must be kept (must_save or boundary)"),
+            Reason::ReadByRegion(r) => write!(f, "read by region instance {}, which recomputes from it", r.0),
+            Reason::ReadByGradient(u) => write!(f, "read by the gradient of {u}, which lies elsewhere"),
+            Reason::ViewBase(v) => write!(f, "base of view {v}, which must be kept (must_save or boundary)"),
             Reason::PreferSave => f.write_str("prefer_save tag"),
             Reason::Untagged => f.write_str("outside any region: saved when needed"),
             Reason::ComputeIntensive => f.write_str("compute-intensive and untagged: not recomputed"),
             Reason::MinCut => f.write_str("min-cut"),
             Reason::Budget => f.write_str("budget"),
-            Reason::RegionBudget(r) => write!(f, "budget of region instance {r}"),
+            Reason::RegionBudget(r) => write!(f, "budget of region instance {}", r.0),
             Reason::View => f.write_str("view: replayed from its base"),
-            Reason::Constant => f.write_str("no inputs: free to recompute"),
+            Reason::Factory => f.write_str("no inputs: recomputed for its FLOPs"),
             Reason::MustRecompute => f.write_str("must_recompute tag"),
             Reason::PreferRecompute => f.write_str("prefer_recompute tag"),
         }

@@ -1,17 +1,26 @@
 //! What the partitioner sees of a joint graph: bytes, FLOPs, flags and tags per node — no
 //! kernels. Built from a traced [`JointGraph`] or read from a `remat.joint` document, so graphs
 //! exported from other frameworks are partitioned by the same code.
+//!
+//! Invariants (checked by [`PGraph::validate`], which `partition` runs first):
+//! - nodes are in topological order: every input has a smaller index than its user;
+//! - a forward node never reads a backward node;
+//! - every region index names a region, and a region's parent has a smaller index;
+//! - `grad_of` names a forward node;
+//! - the bytes and FLOPs of all nodes add up without overflowing `u64`.
 
 use crate::autodiff::JointGraph;
-use crate::dtype::DType;
-use crate::policy::{Policy, PolicySource};
+use crate::error::{Error, Result};
+use crate::graph::{NodeId, RegionId};
 use crate::op::Op;
 use crate::plan::node_flops;
+use crate::policy::{Policy, PolicySource};
 
 /// Properties of a node that constrain how it may be kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Flags {
-    /// A view: never saved itself; its base is saved and the view replayed.
+    /// A view: never saved itself; its base (`inputs[0]`, followed through views) is saved and
+    /// the view replayed.
     pub view: bool,
     /// Draws random numbers; recomputable only because the generator replays exactly.
     pub random: bool,
@@ -19,19 +28,164 @@ pub struct Flags {
     pub compute_intensive: bool,
     /// Cannot be recomputed at all (a side effect, a random op without replay).
     pub not_recomputable: bool,
-    /// A graph input or parameter: resident anyway, free to keep.
+    /// A graph input or parameter (or a framework placeholder): held anyway, free to keep,
+    /// never counted.
     pub resident: bool,
     /// A backward-only input (a tangent) in imported graphs.
     pub tangent: bool,
 }
 
+/// A node's id as its document wrote it: a non-negative integer or a string. Traced graphs use
+/// the node's position.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DocId {
+    /// An integer id (`12`), printed `%12`.
+    Index(u64),
+    /// A string id (`"addmm_1"`), printed quoted.
+    Name(String),
+}
+
+impl DocId {
+    /// The id as a JSON value of its own type.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            DocId::Index(i) => serde_json::Value::from(*i),
+            DocId::Name(s) => serde_json::Value::from(s.as_str()),
+        }
+    }
+
+    /// The id for a table cell or a DOT label: `%12`, or the name bare (escaped, shortened).
+    pub fn label(&self) -> String {
+        match self {
+            DocId::Index(i) => format!("%{i}"),
+            DocId::Name(s) => crate::text::shorten(s, crate::text::CELL),
+        }
+    }
+
+    /// The id as error messages write it after `node`: `12`, or `"addmm_1"` (escaped, shortened).
+    pub fn in_error(&self) -> String {
+        match self {
+            DocId::Index(i) => i.to_string(),
+            DocId::Name(s) => crate::text::quoted(s),
+        }
+    }
+}
+
+impl std::fmt::Display for DocId {
+    /// `%12`, or `"addmm_1"` (quoted, escaped and shortened).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DocId::Index(i) => write!(f, "%{i}"),
+            DocId::Name(s) => f.write_str(&crate::text::quoted(s)),
+        }
+    }
+}
+
+/// The element types a joint graph may carry: every dtype a framework exports, and opaque
+/// `bytes` for anything else (whose size must then be given as `bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum StorageType {
+    F64,
+    F32,
+    F16,
+    BF16,
+    F8E4M3,
+    F8E5M2,
+    I64,
+    I32,
+    I16,
+    I8,
+    U8,
+    Bool,
+    /// Anything else: sized by the node's `bytes`.
+    Bytes,
+}
+
+impl StorageType {
+    /// Every storage type, in the order error messages list them.
+    pub const ALL: [StorageType; 13] = [
+        StorageType::F64,
+        StorageType::F32,
+        StorageType::F16,
+        StorageType::BF16,
+        StorageType::F8E4M3,
+        StorageType::F8E5M2,
+        StorageType::I64,
+        StorageType::I32,
+        StorageType::I16,
+        StorageType::I8,
+        StorageType::U8,
+        StorageType::Bool,
+        StorageType::Bytes,
+    ];
+
+    /// The name in documents and reports (`"bf16"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StorageType::F64 => "f64",
+            StorageType::F32 => "f32",
+            StorageType::F16 => "f16",
+            StorageType::BF16 => "bf16",
+            StorageType::F8E4M3 => "f8e4m3",
+            StorageType::F8E5M2 => "f8e5m2",
+            StorageType::I64 => "i64",
+            StorageType::I32 => "i32",
+            StorageType::I16 => "i16",
+            StorageType::I8 => "i8",
+            StorageType::U8 => "u8",
+            StorageType::Bool => "bool",
+            StorageType::Bytes => "bytes",
+        }
+    }
+
+    /// The type named `name`.
+    pub fn from_name(name: &str) -> Option<StorageType> {
+        StorageType::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Bytes per element; `None` for opaque `bytes`.
+    pub fn size(self) -> Option<u64> {
+        Some(match self {
+            StorageType::F64 | StorageType::I64 => 8,
+            StorageType::F32 | StorageType::I32 => 4,
+            StorageType::F16 | StorageType::BF16 | StorageType::I16 => 2,
+            StorageType::F8E4M3 | StorageType::F8E5M2 | StorageType::I8 | StorageType::U8 | StorageType::Bool => 1,
+            StorageType::Bytes => return None,
+        })
+    }
+
+    /// The storage type of a traced dtype (every dtype has one of the same name).
+    pub fn of(dtype: crate::DType) -> StorageType {
+        StorageType::from_name(dtype.name()).unwrap_or(StorageType::Bytes)
+    }
+}
+
+impl std::fmt::Display for StorageType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The bytes of `shape` elements of `ty`, or why they cannot be counted (overflow, opaque type).
+pub fn value_bytes(shape: &[usize], ty: StorageType) -> std::result::Result<u64, String> {
+    let size = ty.size().ok_or_else(|| "dtype `bytes` needs an explicit `bytes`".to_string())?;
+    let mut n: u64 = 1;
+    for &d in shape {
+        n = n.checked_mul(d as u64).ok_or_else(|| format!("shape {shape:?} has more than 2^64 elements"))?;
+    }
+    n.checked_mul(size).ok_or_else(|| format!("shape {shape:?} of {ty} is more than 2^64 bytes"))
+}
+
 /// One node as the partitioner sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PNode {
+    /// The id its document gave it (its position, for traced graphs).
+    pub id: DocId,
     /// The op's name (a catalog name for traced graphs, any string for imported ones).
     pub op: String,
     /// Input nodes (smaller indices).
-    pub inputs: Vec<u32>,
+    pub inputs: Vec<NodeId>,
     /// Whether the node belongs to the backward pass.
     pub backward: bool,
     /// Bytes of its value.
@@ -41,26 +195,55 @@ pub struct PNode {
     /// Constraints.
     pub flags: Flags,
     /// Innermost region instance, if recorded inside one.
-    pub region: Option<u32>,
+    pub region: Option<RegionId>,
     /// The policy of its tag, if any.
     pub policy: Option<Policy>,
     /// Which rule gave the policy.
     pub source: Option<PolicySource>,
+    /// For a backward node: the forward node whose gradient it computes part of (autodiff
+    /// records it; foreign graphs may omit it, and then it forces nothing by the boundary rule).
+    pub grad_of: Option<NodeId>,
     /// Shape, when known.
     pub shape: Option<Vec<usize>>,
-    /// Dtype, when known.
-    pub dtype: Option<DType>,
+    /// Element type, when known.
+    pub dtype: Option<StorageType>,
     /// The value's name (`.name(..)`, or an input's / parameter's name).
     pub name: Option<String>,
     /// Source location of the user's code, when known.
     pub loc: Option<String>,
 }
 
+impl PNode {
+    /// A forward or backward node with the given op, inputs and bytes, everything else default
+    /// (for building graphs by hand, as tests and benchmarks do).
+    pub fn new(id: u64, op: &str, inputs: &[u32], backward: bool, bytes: u64) -> PNode {
+        PNode {
+            id: DocId::Index(id),
+            op: op.to_string(),
+            inputs: inputs.iter().map(|&i| NodeId(i)).collect(),
+            backward,
+            bytes,
+            flops: 0,
+            flags: Flags::default(),
+            region: None,
+            policy: None,
+            source: None,
+            grad_of: None,
+            shape: None,
+            dtype: None,
+            name: None,
+            loc: None,
+        }
+    }
+}
+
 /// A region instance as the partitioner sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PRegion {
+    /// The id its document gave it (its index, for traced graphs).
+    pub key: u64,
     /// Enclosing instance.
-    pub parent: Option<u32>,
+    pub parent: Option<RegionId>,
     /// Function (or imported) name.
     pub name: String,
     /// Its own budget fraction (`#[checkpoint(.., budget = f)]`).
@@ -75,9 +258,9 @@ pub struct PGraph {
     /// Region instances, parents before children.
     pub regions: Vec<PRegion>,
     /// Forward outputs (the caller holds them): never recomputed.
-    pub forward_outputs: Vec<u32>,
+    pub forward_outputs: Vec<NodeId>,
     /// Backward outputs (gradients).
-    pub backward_outputs: Vec<u32>,
+    pub backward_outputs: Vec<NodeId>,
 }
 
 impl PGraph {
@@ -89,10 +272,12 @@ impl PGraph {
             .map(|id| {
                 let n = g.node(id);
                 let info = n.op.info();
+                let backward = !joint.is_forward(id);
                 PNode {
+                    id: DocId::Index(id.0 as u64),
                     op: n.op.name().to_string(),
-                    inputs: n.inputs.iter().map(|i| i.0).collect(),
-                    backward: !joint.is_forward(id),
+                    inputs: n.inputs.clone(),
+                    backward,
                     bytes: n.bytes() as u64,
                     flops: node_flops(g, id),
                     flags: Flags {
@@ -100,14 +285,15 @@ impl PGraph {
                         random: info.random,
                         compute_intensive: info.compute_intensive,
                         not_recomputable: false,
-                        resident: matches!(n.op, Op::Input | Op::Param { .. }),
+                        resident: !backward && matches!(n.op, Op::Input | Op::Param { .. }),
                         tangent: false,
                     },
-                    region: n.tag.map(|t| t.region.0),
+                    region: n.tag.map(|t| t.region),
                     policy: n.tag.map(|t| t.policy),
                     source: n.tag.map(|t| t.source),
+                    grad_of: joint.grad_of(id),
                     shape: Some(n.shape.clone()),
-                    dtype: Some(n.dtype),
+                    dtype: Some(StorageType::of(n.dtype)),
                     name: n.name.clone(),
                     loc: n.loc.map(|l| l.to_string()),
                 }
@@ -116,14 +302,30 @@ impl PGraph {
         let regions = g
             .regions()
             .iter()
-            .map(|r| PRegion { parent: r.parent.map(|p| p.0), name: r.name.clone(), budget: r.budget })
+            .enumerate()
+            .map(|(k, r)| PRegion { key: k as u64, parent: r.parent, name: r.name.clone(), budget: r.budget })
             .collect();
         PGraph {
             nodes,
             regions,
-            forward_outputs: joint.forward_outputs().iter().map(|i| i.0).collect(),
-            backward_outputs: joint.grads().iter().map(|&(_, g)| g.0).collect(),
+            forward_outputs: joint.forward_outputs().to_vec(),
+            backward_outputs: joint.grads().iter().map(|&(_, g)| g).collect(),
         }
+    }
+
+    /// Relabels the forward nodes with the ids of the document they were read from (a
+    /// `remat.graph`); backward nodes keep positional ids, moved past every integer id the
+    /// document used so that ids stay unique.
+    pub fn with_forward_ids(mut self, ids: &[DocId]) -> PGraph {
+        let past = ids.iter().filter_map(|d| if let DocId::Index(i) = d { Some(*i + 1) } else { None }).max();
+        let offset = past.unwrap_or(0).saturating_sub(ids.len() as u64);
+        for (k, n) in self.nodes.iter_mut().enumerate() {
+            n.id = match ids.get(k) {
+                Some(id) if !n.backward => id.clone(),
+                _ => DocId::Index(k as u64 + offset),
+            };
+        }
+        self
     }
 
     /// Number of nodes.
@@ -136,56 +338,109 @@ impl PGraph {
         self.nodes.is_empty()
     }
 
+    /// The node `id`.
+    pub fn node(&self, id: NodeId) -> &PNode {
+        &self.nodes[id.index()]
+    }
+
+    /// All node ids, in order.
+    pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + ExactSizeIterator {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    /// Checks the invariants of the module docs; the error names the first node at fault.
+    pub fn validate(&self) -> Result<()> {
+        let (mut bytes, mut flops) = (0u64, 0u64);
+        for (i, n) in self.nodes.iter().enumerate() {
+            let at = |m: String| Error::Invalid(format!("{}: {m}", self.describe(NodeId(i as u32))));
+            if let Some(&bad) = n.inputs.iter().find(|x| x.index() >= i) {
+                return Err(at(format!("input {bad} does not precede it (a cycle or a dangling input)")));
+            }
+            if !n.backward && n.inputs.iter().any(|&x| self.node(x).backward) {
+                return Err(at("a forward node reads a backward node".into()));
+            }
+            if let Some(r) = n.region.filter(|r| r.0 as usize >= self.regions.len()) {
+                return Err(at(format!("region index {} does not exist", r.0)));
+            }
+            if let Some(u) = n.grad_of.filter(|u| u.index() >= self.len() || self.node(*u).backward) {
+                return Err(at(format!("grad_of {u} is not a forward node")));
+            }
+            bytes = bytes.checked_add(n.bytes).ok_or_else(|| at("the graph's bytes add up past 2^64".into()))?;
+            flops = flops.checked_add(n.flops).ok_or_else(|| at("the graph's FLOPs add up past 2^64".into()))?;
+        }
+        for (r, region) in self.regions.iter().enumerate() {
+            if region.parent.is_some_and(|p| p.0 as usize >= r) {
+                return Err(Error::Invalid(format!("region {}: its parent must come before it", self.region_label(RegionId(r as u32)))));
+            }
+        }
+        for &o in self.forward_outputs.iter().chain(&self.backward_outputs) {
+            if o.index() >= self.len() {
+                return Err(Error::Invalid(format!("output {o} is not a node")));
+            }
+        }
+        Ok(())
+    }
+
     /// For each node, whether a backward node reads it while it is a forward node.
     pub fn backward_reads(&self) -> Vec<bool> {
         let mut reads = vec![false; self.nodes.len()];
         for n in self.nodes.iter().filter(|n| n.backward) {
             for &i in &n.inputs {
-                if !self.nodes[i as usize].backward {
-                    reads[i as usize] = true;
+                if !self.node(i).backward {
+                    reads[i.index()] = true;
                 }
             }
         }
         reads
     }
 
-    /// For each forward node, the region boundary it crosses, if any: a forward user sits in a
-    /// different innermost region instance (or outside any). Returns the region crossed (the
-    /// producer's, or else the user's).
-    pub fn boundaries(&self) -> Vec<Option<u32>> {
-        let mut crossing = vec![None; self.nodes.len()];
-        for n in self.nodes.iter().filter(|n| !n.backward) {
-            for &i in &n.inputs {
-                let producer = &self.nodes[i as usize];
-                if producer.region != n.region && !producer.flags.resident {
-                    crossing[i as usize] = crossing[i as usize].or(producer.region).or(n.region);
-                }
+    /// Whether region `inner` is `outer` or nested inside it.
+    pub fn within(&self, mut inner: RegionId, outer: RegionId) -> bool {
+        loop {
+            if inner == outer {
+                return true;
+            }
+            match self.regions.get(inner.index()).and_then(|r| r.parent) {
+                Some(p) => inner = p,
+                None => return false,
             }
         }
-        crossing
     }
 
-    /// A short description of node `i` for reports and errors: `%12 (matmul "h" at src/x.rs:3:5)`.
-    pub fn describe(&self, i: u32) -> String {
-        let n = &self.nodes[i as usize];
-        let mut s = format!("%{i} ({}", n.op);
+    /// The base of node `i`: itself, or for a view the first non-view ancestor along first inputs.
+    pub fn view_base(&self, i: NodeId) -> NodeId {
+        let mut base = i;
+        while self.node(base).flags.view {
+            match self.node(base).inputs.first() {
+                Some(&b) => base = b,
+                None => break,
+            }
+        }
+        base
+    }
+
+    /// A short description of node `i` for reports and errors:
+    /// `%12 (matmul "h" in ffn#0 at src/x.rs:3:5)`, or `"addmm_1" (aten.addmm.default ..)`.
+    pub fn describe(&self, i: NodeId) -> String {
+        let n = self.node(i);
+        let mut s = format!("{} ({}", n.id, crate::text::shorten(&n.op, crate::text::CELL));
         if let Some(name) = &n.name {
-            s += &format!(" \"{name}\"");
+            s += &format!(" {}", crate::text::quoted(name));
         }
         if let Some(r) = n.region {
             s += &format!(" in {}", self.region_label(r));
         }
         if let Some(loc) = &n.loc {
-            s += &format!(" at {loc}");
+            s += &format!(" at {}", crate::text::shorten(loc, crate::text::CELL));
         }
         s + ")"
     }
 
-    /// `ffn#3`: a region's function name and instance.
-    pub fn region_label(&self, r: u32) -> String {
-        match self.regions.get(r as usize) {
-            Some(region) => format!("{}#{r}", region.name),
-            None => format!("region#{r}"),
+    /// `ffn#3`: a region's function name and its document id.
+    pub fn region_label(&self, r: RegionId) -> String {
+        match self.regions.get(r.index()) {
+            Some(region) => format!("{}#{}", crate::text::shorten(&region.name, crate::text::CELL), region.key),
+            None => format!("region#{}", r.0),
         }
     }
 }

@@ -1,0 +1,176 @@
+//! Typed reading of one node object, with errors a person can act on: the node's id and op, the
+//! field, what was expected and what was found, and the nearest field for an unknown one.
+
+use super::{at, top};
+use crate::error::{Error, Result};
+use crate::partition::DocId;
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
+
+/// A node id as written: borrowed from the text where it can be.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum IdRef<'a> {
+    Int(u64),
+    Str(Cow<'a, str>),
+}
+
+impl IdRef<'_> {
+    pub fn owned(&self) -> DocId {
+        match self {
+            IdRef::Int(i) => DocId::Index(*i),
+            IdRef::Str(s) => DocId::Name(s.to_string()),
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for IdRef<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = IdRef<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a non-negative integer")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
+                Ok(IdRef::Int(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
+                u64::try_from(v).map(IdRef::Int).map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
+                Ok(IdRef::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(IdRef::Str(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What a node field holds, for "expected ..." in errors.
+pub(super) fn expected(field: &str) -> &'static str {
+    match field {
+        "id" | "grad_of" => "a string or a non-negative integer",
+        "inputs" => "an array of node ids (strings or non-negative integers)",
+        "shape" => "an array of non-negative integers",
+        "phase" => "\"forward\" or \"backward\"",
+        "bytes" | "flops" | "region" => "a non-negative integer",
+        "flags" => "an array of flag names",
+        "attrs" => "an object of attributes",
+        _ => "a string",
+    }
+}
+
+/// A short rendering of a JSON value for "got ..." in errors.
+fn got(value: Option<&Value>) -> String {
+    match value {
+        None => "nothing".into(),
+        Some(v) => crate::text::shorten(&super::spaced(v), 40),
+    }
+}
+
+/// The value at a serde path (`shape`, `inputs[2]`) inside a node object.
+fn lookup<'v>(node: &'v Value, path: &serde_path_to_error::Path) -> Option<&'v Value> {
+    use serde_path_to_error::Segment;
+    let mut v = node;
+    for seg in path.iter() {
+        v = match seg {
+            Segment::Map { key } => v.get(key)?,
+            Segment::Seq { index } => v.get(index)?,
+            _ => return Some(v),
+        };
+    }
+    Some(v)
+}
+
+/// The first top-level field of a path.
+fn field_of(path: &serde_path_to_error::Path) -> Option<String> {
+    path.iter().find_map(|seg| match seg {
+        serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+        _ => None,
+    })
+}
+
+/// Reads node object `raw` (position `k`) as `T`, whose fields are `fields`. Errors name the
+/// node by its id and op.
+pub(super) fn node<'a, T: Deserialize<'a>>(raw: &'a RawValue, k: usize, fields: &[&'static str]) -> Result<T> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(t) => Ok(t),
+        Err(e) => Err(node_error(raw, k, fields, e)),
+    }
+}
+
+fn node_error(
+    raw: &RawValue,
+    k: usize,
+    fields: &[&'static str],
+    e: serde_path_to_error::Error<serde_json::Error>,
+) -> Error {
+    let value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+    if !value.is_object() {
+        return top(format!("nodes[{k}]: expected a node object, got {}", got(Some(&value))));
+    }
+    let id = match value.get("id") {
+        Some(Value::String(s)) => DocId::Name(s.clone()),
+        Some(v) if v.as_u64().is_some() => DocId::Index(v.as_u64().unwrap_or(0)),
+        _ => DocId::Name(format!("nodes[{k}]")),
+    };
+    let op = value.get("op").and_then(Value::as_str).unwrap_or("?");
+    let inner = e.inner().to_string();
+    let message = if let Some(name) = backticked(&inner).filter(|_| inner.starts_with("unknown field")) {
+        super::unknown("field", &name, fields)
+    } else if let Some(name) = backticked(&inner).filter(|_| inner.starts_with("missing field")) {
+        format!("missing field \"{name}\" ({})", expected(&name))
+    } else if let Some(field) = field_of(e.path()) {
+        let detail = format!("expected {}, got {}", what_at(&field, e.path()), got(lookup(&value, e.path())));
+        format!("field \"{field}\": {detail}")
+    } else {
+        crate::text::shorten(&inner, 200)
+    };
+    at(&id, op, message)
+}
+
+/// What one element of a field holds when the error is inside it (`inputs[2]`).
+fn what_at(field: &str, path: &serde_path_to_error::Path) -> &'static str {
+    let inside = path.iter().any(|s| matches!(s, serde_path_to_error::Segment::Seq { .. }));
+    match (field, inside) {
+        ("inputs", true) => "a node id (a string or a non-negative integer)",
+        ("shape", true) => "a non-negative integer",
+        ("flags", true) => "a flag name (a string)",
+        _ => expected(field),
+    }
+}
+
+/// The first `name` in a serde message like "unknown field `axis`, expected ...".
+fn backticked(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}
+
+/// Reads the top level of a document of `format` as `T`; errors give the path
+/// (`forward_outputs[3]`) and suggest the nearest top-level field for an unknown one.
+pub(super) fn document<'a, T: Deserialize<'a>>(text: &'a str, format: &str) -> Result<T> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let at = if path == "." || path.is_empty() { String::new() } else { format!(" at `{path}`") };
+        let message = match backticked(&inner).filter(|_| inner.starts_with("unknown field")) {
+            Some(name) => {
+                let fields: &[&'static str] = if format == "remat.joint" { &JOINT_TOP } else { &GRAPH_TOP };
+                super::unknown("top-level field", &name, fields)
+            }
+            None => crate::text::shorten(&inner, 200),
+        };
+        top(format!("{format}{at}: {message}"))
+    })
+}
+
+const JOINT_TOP: [&str; 6] = ["format", "version", "regions", "nodes", "forward_outputs", "backward_outputs"];
+const GRAPH_TOP: [&str; 5] = ["format", "version", "regions", "nodes", "outputs"];

@@ -1,0 +1,165 @@
+//! An independent check of a partition against the rules of `DESIGN.md` §4, restated here from
+//! the tags and flags alone — it shares no code with the classification or the strategies, so a
+//! bug there cannot hide itself here. `partition` runs it on every result in debug builds; the
+//! property tests run it on every strategy over random graphs.
+
+use super::{Action, Budget, PGraph, Partition, Reason, Strategy};
+use crate::error::{Error, Result};
+use crate::graph::NodeId;
+use crate::policy::Policy;
+
+/// Verifies `p` against the rules over `g`; the error lists every violation, one per line.
+///
+/// The rules: views are never saved; a needed MustSave value is saved (a view through its base);
+/// a MustRecompute value is never saved; a needed boundary value is kept (a view through its
+/// base, which may be resident); outputs, residents and not-recomputable values are never
+/// recomputed; PreferRecompute values are never saved under `Respect` and `MinCut`; everything
+/// the backward or a recompute reads is saved or recomputed, and nothing else is; a byte budget
+/// is met; `saved_bytes` is the sum of the saved non-resident values; each decision matches.
+pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
+    let mut bad: Vec<String> = Vec::new();
+    let n = g.len();
+    if p.saved.len() != n {
+        return Err(Error::Invalid(format!("partition covers {} nodes, the graph has {n}", p.saved.len())));
+    }
+    let mut recomputed = vec![false; n];
+    for &r in &p.recomputed {
+        recomputed[r.index()] = true;
+    }
+    let is_output = |i: usize| g.forward_outputs.contains(&NodeId(i as u32));
+    let base = |mut i: usize| {
+        while g.nodes[i].flags.view && !g.nodes[i].inputs.is_empty() {
+            i = g.nodes[i].inputs[0].index();
+        }
+        i
+    };
+    let kept = |i: usize| p.saved[i] || g.nodes[i].flags.resident;
+    // What the backward needs: its reads, and the inputs of everything recomputed.
+    let mut needed = vec![false; n];
+    for node in g.nodes.iter().filter(|x| x.backward) {
+        for &x in &node.inputs {
+            if !g.node(x).backward {
+                needed[x.index()] = true;
+            }
+        }
+    }
+    for i in (0..n).rev() {
+        if needed[i] && recomputed[i] {
+            for &x in &g.nodes[i].inputs {
+                needed[x.index()] = true;
+            }
+        }
+    }
+    // Boundary readers, restated: a region node reading a value from outside its instance, or
+    // a gradient node of `u` reading a value from another instance than `u`'s.
+    let mut boundary = vec![false; n];
+    for node in &g.nodes {
+        let reader = match (node.backward, node.grad_of) {
+            (false, _) if node.region.is_some() => Some(node.region),
+            (true, Some(u)) => Some(g.node(u).region),
+            _ => None,
+        };
+        if let Some(region) = reader {
+            for &x in &node.inputs {
+                if !g.node(x).backward && g.node(x).region != region {
+                    boundary[x.index()] = true;
+                }
+            }
+        }
+    }
+    // Bases of views that must be kept (MustSave or boundary views).
+    let mut kept_base = vec![false; n];
+    for i in 0..n {
+        let v = &g.nodes[i];
+        if !v.backward && v.flags.view && (v.policy == Some(Policy::MustSave) || boundary[i]) {
+            kept_base[base(i)] = true;
+        }
+    }
+    // Values inside a region with its own budget: their Prefer tags are soft in every strategy.
+    let budgeted = |i: usize| {
+        let mut r = g.nodes[i].region;
+        while let Some(x) = r {
+            if g.regions[x.index()].budget.is_some() {
+                return true;
+            }
+            r = g.regions[x.index()].parent;
+        }
+        false
+    };
+    let describe = |i: usize| g.describe(NodeId(i as u32));
+    let mut bytes = 0u128;
+    for i in 0..n {
+        let node = &g.nodes[i];
+        if node.backward {
+            if p.saved[i] || recomputed[i] {
+                bad.push(format!("{}: a backward node is saved or recomputed", describe(i)));
+            }
+            continue;
+        }
+        let f = node.flags;
+        if p.saved[i] && recomputed[i] {
+            bad.push(format!("{}: both saved and recomputed", describe(i)));
+        }
+        if needed[i] != (p.saved[i] || recomputed[i]) {
+            let what = if needed[i] { "needed but neither saved nor recomputed" } else { "kept or recomputed but never needed" };
+            bad.push(format!("{}: {what}", describe(i)));
+        }
+        if f.view && p.saved[i] {
+            bad.push(format!("{}: a view is saved", describe(i)));
+        }
+        if node.policy == Some(Policy::MustRecompute) && p.saved[i] && !f.resident && !is_output(i) {
+            bad.push(format!("{}: must_recompute but saved", describe(i)));
+        }
+        if recomputed[i] && (f.resident || f.not_recomputable || is_output(i)) {
+            bad.push(format!("{}: recomputed, but it is resident, an output or not recomputable", describe(i)));
+        }
+        if recomputed[i] && node.inputs.is_empty() && f.random {
+            bad.push(format!("{}: a random value without inputs is recomputed", describe(i)));
+        }
+        let must_keep = needed[i] && (node.policy == Some(Policy::MustSave) || boundary[i]);
+        if must_keep && !f.resident && !(node.inputs.is_empty() && !f.random) && !kept(base(i)) {
+            bad.push(format!("{}: must_save or a boundary value, needed, but not kept", describe(i)));
+        }
+        let prefer_recompute = node.policy == Some(Policy::PreferRecompute);
+        if prefer_recompute && p.saved[i] && matches!(p.strategy, Strategy::Respect | Strategy::MinCut) {
+            let forced = f.resident || f.not_recomputable || is_output(i) || boundary[i];
+            if !forced && !kept_base[i] && !budgeted(i) {
+                bad.push(format!("{}: prefer_recompute saved under {}", describe(i), p.strategy));
+            }
+        }
+        if p.saved[i] && !f.resident {
+            bytes += node.bytes as u128;
+        }
+    }
+    if bytes != p.saved_bytes as u128 {
+        bad.push(format!("saved_bytes is {} but the saved values add up to {bytes}", p.saved_bytes));
+    }
+    if let Strategy::Budget(Budget::Bytes(limit)) = p.strategy {
+        if bytes > limit as u128 {
+            bad.push(format!("saved {bytes} bytes, over the budget of {limit}"));
+        }
+    }
+    for d in &p.decisions {
+        let i = d.node.index();
+        let action = if p.saved[i] { Action::Save } else { Action::Recompute };
+        if d.action != action {
+            bad.push(format!("{}: decision says {:?} but the partition says {action:?}", describe(i), d.action));
+        }
+        let recompute_reason = matches!(
+            d.reason,
+            Reason::View | Reason::Factory | Reason::MustRecompute | Reason::PreferRecompute
+        );
+        if recompute_reason && d.action == Action::Save {
+            bad.push(format!("{}: saved with the reason \"{}\"", describe(i), d.reason));
+        }
+    }
+    if p.decisions.len() != needed.iter().enumerate().filter(|&(i, &x)| x && !g.nodes[i].backward).count() {
+        bad.push(format!("{} decisions for the values the backward needs", p.decisions.len()));
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!("the partition breaks the rules:\n  {}", bad.join("\n  "))))
+    }
+}
+

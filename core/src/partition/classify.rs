@@ -1,0 +1,188 @@
+//! How each forward node may be treated before any strategy looks at it, and the conflicts
+//! between what the user asked and what the rules require.
+//!
+//! In order of precedence: residents (inputs, parameters, constants) and forward outputs are
+//! held anyway; `not_recomputable` values are kept; views are replayed from their base;
+//! MustRecompute values are never saved; MustSave values are kept; random nodes without inputs
+//! are kept (nothing to replay them from), other nodes without inputs (factories such as
+//! `arange` or `full`) are recomputed for their FLOPs; boundary values and the bases of kept
+//! views are kept; everything else is up to the strategy.
+
+use super::boundary::{boundary_values, Boundary};
+use super::{PGraph, Reason};
+use crate::error::{Error, Result};
+use crate::graph::NodeId;
+use crate::policy::{Policy, PolicySource};
+
+/// How a node may be treated, before any strategy looks at it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Class {
+    /// Kept whenever needed; never recomputed.
+    Forced(Reason),
+    /// Never saved.
+    Forbidden(Reason),
+    /// Up to the strategy; the reason says what `Respect` does.
+    Soft(Reason),
+}
+
+impl Class {
+    pub fn is_forced(self) -> bool {
+        matches!(self, Class::Forced(_))
+    }
+}
+
+/// The class of every forward node (backward nodes get `Forbidden(View)`, never looked at), or
+/// the first conflict between the user's tags and the rules, naming both.
+pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
+    let boundary = boundary_values(g);
+    let mut output = vec![false; g.len()];
+    for &o in &g.forward_outputs {
+        output[o.index()] = true;
+    }
+    // A view that must be kept (must_save, or a boundary value) is kept through its base.
+    let mut kept_view_of = vec![None; g.len()];
+    for i in g.ids().filter(|&i| !g.node(i).backward && g.node(i).flags.view) {
+        let n = g.node(i);
+        if n.policy == Some(Policy::MustSave) || boundary[i.index()].is_some() {
+            let base = g.view_base(i);
+            if base != i {
+                kept_view_of[base.index()].get_or_insert(i);
+            }
+        }
+    }
+    let class: Vec<Class> = g
+        .ids()
+        .map(|i| {
+            let n = g.node(i);
+            let f = n.flags;
+            if n.backward {
+                Class::Forbidden(Reason::View)
+            } else if f.resident {
+                Class::Forced(Reason::Resident)
+            } else if output[i.index()] {
+                Class::Forced(Reason::Output)
+            } else if f.not_recomputable {
+                Class::Forced(Reason::NotRecomputable)
+            } else if f.view {
+                Class::Forbidden(Reason::View)
+            } else if n.policy == Some(Policy::MustRecompute) {
+                Class::Forbidden(Reason::MustRecompute)
+            } else if n.policy == Some(Policy::MustSave) {
+                Class::Forced(Reason::MustSave)
+            } else if n.inputs.is_empty() && f.random {
+                Class::Forced(Reason::RandomSource)
+            } else if n.inputs.is_empty() {
+                Class::Forbidden(Reason::Factory)
+            } else if let Some(b) = boundary[i.index()] {
+                Class::Forced(boundary_reason(b))
+            } else if let Some(v) = kept_view_of[i.index()] {
+                Class::Forced(Reason::ViewBase(v))
+            } else {
+                Class::Soft(match n.policy {
+                    Some(Policy::PreferSave) => Reason::PreferSave,
+                    Some(_) => Reason::PreferRecompute,
+                    None => Reason::Untagged,
+                })
+            }
+        })
+        .collect();
+    check_conflicts(g, &class, &output, &boundary, &kept_view_of)?;
+    Ok(class)
+}
+
+pub(crate) fn boundary_reason(b: Boundary) -> Reason {
+    match b {
+        Boundary::Region(r) => Reason::ReadByRegion(r),
+        Boundary::Gradient(u) => Reason::ReadByGradient(u),
+    }
+}
+
+/// MustRecompute values that the rules must keep are an error naming both annotations, in every
+/// strategy: judged on everything the backward could need (the closure with only forced values
+/// at hand), which no strategy exceeds.
+fn check_conflicts(
+    g: &PGraph,
+    class: &[Class],
+    output: &[bool],
+    boundary: &[Option<Boundary>],
+    kept_view_of: &[Option<NodeId>],
+) -> Result<()> {
+    let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
+    let needed = closure(g, &forced);
+    for i in g.ids() {
+        let n = g.node(i);
+        if n.backward || n.policy != Some(Policy::MustRecompute) {
+            continue;
+        }
+        let tag = format!("must_recompute ({})", source_text(g, i));
+        // A traced region's policy may reach a constant or the loss it encloses; that tag is moot
+        // (the value is held anyway). Written explicitly, as in a document, it is a contradiction.
+        let explicit = matches!(n.source, None | Some(PolicySource::Explicit));
+        let clash = if n.flags.resident || output[i.index()] {
+            explicit.then(|| {
+                if n.flags.resident {
+                    "it is resident (an input or a parameter): held, never recomputed".to_string()
+                } else {
+                    "it is a forward output: the caller holds it, it is never recomputed".to_string()
+                }
+            })
+        } else if !needed[i.index()] {
+            None
+        } else if n.flags.not_recomputable {
+            Some("it is flagged not_recomputable".to_string())
+        } else if let (Some(b), false) = (boundary[i.index()], n.flags.view) {
+            Some(format!(
+                "it is a boundary value ({}), which is always kept; use prefer_recompute, or end the region after another op",
+                boundary_reason(b).describe(g)
+            ))
+        } else if let Some(v) = kept_view_of[i.index()] {
+            let why = match g.node(v).policy {
+                Some(Policy::MustSave) => format!("must_save ({})", source_text(g, v)),
+                _ => "a boundary value".to_string(),
+            };
+            Some(format!("it is the base of {}, which is {why}: a view is kept through its base", g.describe(v)))
+        } else {
+            None
+        };
+        if let Some(clash) = clash {
+            return Err(Error::Conflict(format!("{}: {tag} conflicts with the rules: {clash}", g.describe(i))));
+        }
+    }
+    Ok(())
+}
+
+/// Where a node's tag came from, for messages.
+pub(crate) fn source_text(g: &PGraph, i: NodeId) -> String {
+    let n = g.node(i);
+    let region = n.region.map_or_else(|| "no region".to_string(), |r| g.region_label(r));
+    match n.source {
+        Some(PolicySource::OpKind) => format!("the policy of region {region} for `{}`", n.op),
+        Some(PolicySource::Name) => format!("save_names of region {region}"),
+        Some(PolicySource::Default) => format!("the default of region {region}"),
+        Some(PolicySource::Statement) => "a statement attribute".to_string(),
+        Some(PolicySource::Explicit) | None => "an explicit tag".to_string(),
+    }
+}
+
+/// The forward values the backward reaches given which values are at hand: what it reads, and
+/// recursively the inputs of whatever is not at hand (recomputed).
+pub(crate) fn closure(g: &PGraph, at_hand: &[bool]) -> Vec<bool> {
+    let mut reached = g.backward_reads();
+    // Reverse id order visits users before inputs, so one sweep suffices.
+    for i in (0..g.len()).rev() {
+        if g.nodes[i].backward || !reached[i] || at_hand[i] {
+            continue;
+        }
+        for &x in &g.nodes[i].inputs {
+            reached[x.index()] = true;
+        }
+    }
+    reached
+}
+
+/// Whether a saved node counts in `saved_bytes` and against budgets: everything but residents
+/// (inputs and parameters; constants are never saved: they are recomputed for free). The one definition, used by the partitioner, its checker and
+/// the reports.
+pub fn counts_bytes(g: &PGraph, i: NodeId) -> bool {
+    !g.node(i).flags.resident
+}

@@ -1,0 +1,50 @@
+//! Echoing user strings safely: every message remat prints stays one line of reasonable length,
+//! whatever names, ops or ids a document holds.
+
+/// The longest a table cell, a name in a message or a DOT label line gets before it is shortened.
+pub const CELL: usize = 48;
+
+/// `s` with control characters escaped (`\n`, `\u{7}`) and, past `max` characters, cut in the
+/// middle with `…` (head and tail kept, so ids that differ at the end stay distinguishable).
+pub fn shorten(s: &str, max: usize) -> String {
+    let escaped: String = s.chars().flat_map(escape_control).collect();
+    let n = escaped.chars().count();
+    if n <= max {
+        return escaped;
+    }
+    let keep = max.saturating_sub(1);
+    let head: String = escaped.chars().take(keep - keep / 3).collect();
+    let tail: String = escaped.chars().skip(n - keep / 3).collect();
+    format!("{head}…{tail}")
+}
+
+/// `"s"`, shortened and with quotes, backslashes and control characters escaped.
+pub fn quoted(s: &str) -> String {
+    let inner: String = s.chars().flat_map(|c| if c == '"' || c == '\\' { vec!['\\', c] } else { vec![c] }).collect();
+    format!("\"{}\"", shorten(&inner, CELL))
+}
+
+fn escape_control(c: char) -> Vec<char> {
+    match c {
+        '\n' => vec!['\\', 'n'],
+        '\r' => vec!['\\', 'r'],
+        '\t' => vec!['\\', 't'],
+        c if c.is_control() => format!("\\u{{{:x}}}", c as u32).chars().collect(),
+        c => vec![c],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_long_strings_cut() {
+        assert_eq!(shorten("a\nb\u{0}c", 48), "a\\nb\\u{0}c");
+        let long = "x".repeat(1000) + "END";
+        let s = shorten(&long, 48);
+        assert_eq!(s.chars().count(), 48);
+        assert!(s.ends_with("END") && s.contains('…'));
+        assert_eq!(quoted("say \"hi\""), "\"say \\\"hi\\\"\"");
+    }
+}
