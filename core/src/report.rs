@@ -62,7 +62,7 @@ impl<'a> Report<'a> {
         why
     }
 
-    /// Saved values, residents apart: (counted, resident), each in id order.
+    /// Saved values, what is held anyway apart: (counted, held), each in id order.
     fn kept(&self) -> (Vec<NodeId>, Vec<NodeId>) {
         let (g, p) = (self.graph, self.partition);
         let kept = g.ids().filter(|&i| p.saved.get(i.index()).copied().unwrap_or(false));
@@ -98,18 +98,18 @@ impl<'a> Report<'a> {
         let size = |i: NodeId| fmt_bytes(g.node(i).bytes);
         out += "\nsaved for the backward:\n";
         out += &table_or_nothing(&header, &rows(&saved, &size));
-        out += "\nresident (inputs, parameters and constants the backward reads; not counted):\n";
+        out += "\nheld anyway (inputs, parameters and forward outputs the backward reads; not counted):\n";
         out += &table_or_nothing(&header, &rows(&resident, &size));
         let header = ["id", "op", "shape", "dtype", "flops", "region", "name", "location", "why"];
         out += "\nrecomputed in the backward:\n";
         out += &table_or_nothing(&header, &rows(&p.recomputed, &|i| g.node(i).flops.to_string()));
         let _ = writeln!(
             out,
-            "\ntotals: saved {} ({} B; residents excluded), resident {} ({} B), recompute {} FLOPs",
+            "\ntotals: saved {} ({} B; what is held anyway excluded), held anyway {} ({} B), recompute {} FLOPs",
             fmt_bytes(p.saved_bytes),
             p.saved_bytes,
-            fmt_bytes(p.resident_bytes),
-            p.resident_bytes,
+            fmt_bytes(p.held_bytes),
+            p.held_bytes,
             p.recompute_flops
         );
         if !p.warnings.is_empty() {
@@ -148,9 +148,9 @@ impl<'a> Report<'a> {
         ]
     }
 
-    /// The partition as JSON: `strategy`, `saved` (the saved values, residents apart),
-    /// `resident` (the inputs, parameters and constants the backward reads), `recomputed`,
-    /// `saved_bytes` (residents excluded), `resident_bytes`, `recompute_flops`, `decisions`
+    /// The partition as JSON: `strategy`, `saved` (the saved values, what is held anyway apart),
+    /// `held` (the inputs, parameters and forward outputs the backward reads), `recomputed`,
+    /// `saved_bytes` (what is held anyway excluded), `held_bytes`, `recompute_flops`, `decisions`
     /// (`id`, `action`, `reason` code, `why` text, and `overrode`, `region`, `grad_of` or `view`
     /// where they apply), `warnings`, and the peaks when given. Ids are the document's own.
     pub fn json(&self) -> String {
@@ -195,10 +195,10 @@ impl<'a> Report<'a> {
         }
         let mut out = format!("{{\n  \"strategy\": {}", json_string(&p.strategy.to_string()));
         let _ = write!(out, ",\n  \"saved\": {}", ids(&saved));
-        let _ = write!(out, ",\n  \"resident\": {}", ids(&resident));
+        let _ = write!(out, ",\n  \"held\": {}", ids(&resident));
         let _ = write!(out, ",\n  \"recomputed\": {}", ids(&p.recomputed));
         let _ = write!(out, ",\n  \"saved_bytes\": {}", p.saved_bytes);
-        let _ = write!(out, ",\n  \"resident_bytes\": {}", p.resident_bytes);
+        let _ = write!(out, ",\n  \"held_bytes\": {}", p.held_bytes);
         let _ = write!(out, ",\n  \"recompute_flops\": {}", p.recompute_flops);
         if decisions.is_empty() {
             out += ",\n  \"decisions\": []";

@@ -390,12 +390,12 @@ fn reports() {
     assert_eq!(v["strategy"], "respect");
     assert_eq!(v["saved_bytes"], p.saved_bytes);
     assert_eq!(v["recompute_flops"], p.recompute_flops);
-    let saved: Vec<u64> = v["resident"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let saved: Vec<u64> = v["held"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
     let reads = pg.backward_reads();
     let read_params: Vec<_> = g.params().into_iter().filter(|p| reads[p.index()]).collect();
     assert!(!read_params.is_empty());
     for param in read_params {
-        assert!(saved.contains(&(param.0 as u64)), "parameters the backward reads are listed as resident");
+        assert!(saved.contains(&(param.0 as u64)), "parameters the backward reads are listed as held");
     }
     assert_eq!(v["recomputed"].as_array().unwrap().len(), p.recomputed.len());
     assert_eq!(v["decisions"].as_array().unwrap().len(), p.decisions.len());

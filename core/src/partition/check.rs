@@ -15,7 +15,7 @@ use crate::policy::Policy;
 /// base, which may be resident); outputs, residents and not-recomputable values are never
 /// recomputed; PreferRecompute values are never saved under `Respect` and `MinCut`; everything
 /// the backward or a recompute reads is saved or recomputed, and nothing else is; a byte budget
-/// is met; `saved_bytes` is the sum of the saved non-resident values; each decision matches.
+/// is met; `saved_bytes` is the sum of the saved values other than residents and outputs; each decision matches.
 pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
     let mut bad: Vec<String> = Vec::new();
     let n = g.len();
@@ -127,7 +127,7 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
                 bad.push(format!("{}: prefer_recompute saved under {}", describe(i), p.strategy));
             }
         }
-        if p.saved[i] && !f.resident {
+        if p.saved[i] && !f.resident && !is_output(i) {
             bytes += node.bytes as u128;
         }
     }

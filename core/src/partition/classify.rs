@@ -180,9 +180,10 @@ pub(crate) fn closure(g: &PGraph, at_hand: &[bool]) -> Vec<bool> {
     reached
 }
 
-/// Whether a saved node counts in `saved_bytes` and against budgets: everything but residents
-/// (inputs and parameters; constants are never saved: they are recomputed for free). The one definition, used by the partitioner, its checker and
-/// the reports.
+/// Whether a saved node counts in `saved_bytes` and against budgets: everything but what is held
+/// anyway — residents (inputs and parameters) and forward outputs (the caller holds them).
+/// Constants are never saved (recomputed for free). The one definition, used by the
+/// partitioner, its checker and the reports.
 pub fn counts_bytes(g: &PGraph, i: NodeId) -> bool {
-    !g.node(i).flags.resident
+    !g.node(i).flags.resident && !g.forward_outputs.contains(&i)
 }

@@ -67,7 +67,7 @@ pub(super) fn solve(g: &PGraph, class: &[Class]) -> (Vec<bool>, Vec<Option<Reaso
         let id = NodeId(i as u32);
         match role(i) {
             Role::Kept => {
-                let cost = if matches!(class[i], Class::Forced(Reason::Output)) || !counts_bytes(g, id) { 0 } else { node.bytes };
+                let cost = if counts_bytes(g, id) { node.bytes } else { 0 };
                 net.add_edge(SOURCE, v_out[i], cost);
             }
             Role::Open => net.add_edge(v_in[i], v_out[i], node.bytes),

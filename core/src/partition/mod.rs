@@ -208,10 +208,11 @@ pub struct Partition {
     /// Things the user should know (unneeded MustSave values, grouped by region and op), one line
     /// each.
     pub warnings: Vec<String>,
-    /// Bytes of saved values, residents excluded ([`counts_bytes`]).
+    /// Bytes of saved values, what is held anyway excluded ([`counts_bytes`]).
     pub saved_bytes: u64,
-    /// Bytes of the residents the backward reads (listed apart, never counted).
-    pub resident_bytes: u64,
+    /// Bytes of what the backward reads that is held anyway — residents (inputs and parameters)
+    /// and forward outputs — listed apart, never counted.
+    pub held_bytes: u64,
     /// FLOPs spent recomputing.
     pub recompute_flops: u64,
 }
@@ -252,7 +253,7 @@ fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], cho
     let mut recomputed = Vec::new();
     let mut decisions = Vec::new();
     let mut unneeded: Vec<(Option<RegionId>, &str, u32)> = Vec::new();
-    let (mut saved_bytes, mut resident_bytes, mut recompute_flops) = (0u64, 0u64, 0u64);
+    let (mut saved_bytes, mut held_bytes, mut recompute_flops) = (0u64, 0u64, 0u64);
     for i in g.ids() {
         let n = g.node(i);
         if n.backward {
@@ -283,7 +284,7 @@ fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], cho
             if counts_bytes(g, i) {
                 saved_bytes += n.bytes;
             } else {
-                resident_bytes += n.bytes;
+                held_bytes += n.bytes;
             }
         } else {
             recomputed.push(i);
@@ -300,7 +301,7 @@ fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], cho
             format!("{region}: {values} must_save ({op}) but the backward never needs {them}: not saved")
         })
         .collect();
-    Partition { strategy, saved, recomputed, decisions, warnings, saved_bytes, resident_bytes, recompute_flops }
+    Partition { strategy, saved, recomputed, decisions, warnings, saved_bytes, held_bytes, recompute_flops }
 }
 
 impl std::fmt::Display for Reason {

@@ -1,0 +1,127 @@
+//! The joint graphs PyTorch 2.15's min-cut partitioner received, exported as they are
+//! (`shared/fixtures/torch/`, see its README), against PyTorch's own recorded decisions: every
+//! document reads unchanged, partitions under every strategy within the rules (checked by
+//! `partition::check`), and under `MinCut` saves no more activation bytes than PyTorch did,
+//! counted as PyTorch counts them. The float8 seed graph — the case remat exists for — never
+//! saves an fp8 cast, a scale or an amax unless a budget says it overrode the tag to do so.
+
+use remat_core::json;
+use remat_core::partition::{check, partition, PGraph};
+use remat_core::{Action, Budget, NodeId, Reason, Strategy};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/torch")
+}
+
+/// Every `<case>.json` with its `<case>.torch.json`.
+fn cases() -> Vec<(String, String, Value)> {
+    let dir = fixtures();
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e} (the fixtures ship in shared/)", dir.display()));
+    let mut cases: Vec<(String, String, Value)> = entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.to_string_lossy().ends_with(".torch.json"))
+        .map(|p| {
+            let name = p.file_stem().unwrap().to_string_lossy().to_string();
+            let doc = std::fs::read_to_string(&p).unwrap();
+            let record = std::fs::read_to_string(dir.join(format!("{name}.torch.json"))).unwrap();
+            (name, doc, serde_json::from_str(&record).unwrap())
+        })
+        .collect();
+    cases.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(cases.len() >= 5, "expected the five fixtures, found {}", cases.len());
+    cases
+}
+
+fn strategies(torch_bytes: u64) -> Vec<Strategy> {
+    let mut s = vec![Strategy::Respect, Strategy::MinCut];
+    s.extend([0.0, 0.25, 0.5, 1.0].map(|f| Strategy::Budget(Budget::Fraction(f))));
+    s.push(Strategy::Budget(Budget::Bytes(torch_bytes)));
+    s
+}
+
+/// Activation bytes as the fixture README counts them: distinct base storages of saved values
+/// (views followed to their base), inputs, parameters and forward outputs left out.
+fn activation_bytes(g: &PGraph, saved: &[bool]) -> u64 {
+    let mut roots = BTreeSet::new();
+    for i in (0..g.len()).filter(|&i| saved[i]) {
+        let mut b = i;
+        while g.nodes[b].flags.view {
+            b = g.nodes[b].inputs[0].index();
+        }
+        let n = &g.nodes[b];
+        if !n.flags.resident && !g.forward_outputs.contains(&NodeId(b as u32)) {
+            roots.insert(b);
+        }
+    }
+    roots.into_iter().map(|b| g.nodes[b].bytes).sum()
+}
+
+#[test]
+fn every_fixture_reads_as_exported_and_partitions_within_the_rules() {
+    for (name, doc, record) in cases() {
+        let g = json::read_joint(&doc).unwrap_or_else(|e| panic!("{name}: not read as exported: {e}"));
+        assert_eq!(g.len(), record["doc_nodes"].as_u64().unwrap() as usize, "{name}: node count");
+        let torch_bytes = record["saved_activation_bytes"].as_u64().unwrap();
+        for strategy in strategies(torch_bytes) {
+            let p = partition(&g, strategy).unwrap_or_else(|e| panic!("{name} {strategy}: {e}"));
+            check(&g, &p).unwrap_or_else(|e| panic!("{name} {strategy}: {e}"));
+        }
+        let mincut = partition(&g, Strategy::MinCut).unwrap();
+        let mine = activation_bytes(&g, &mincut.saved);
+        println!("{name}: remat min-cut {mine} B, PyTorch {torch_bytes} B");
+        assert!(mine <= torch_bytes, "{name}: remat's min-cut saves {mine} activation bytes, PyTorch {torch_bytes}");
+    }
+}
+
+#[test]
+fn string_ids_are_printed_as_the_document_wrote_them() {
+    let (_, doc, _) = cases().into_iter().find(|c| c.0.starts_with("chain")).unwrap();
+    let g = json::read_joint(&doc).unwrap();
+    let p = partition(&g, Strategy::MinCut).unwrap();
+    let report = remat_core::report::Report::new(&g, &p);
+    let v: Value = serde_json::from_str(&report.json()).unwrap();
+    assert!(v["saved"].as_array().unwrap().iter().all(Value::is_string), "{}", v["saved"]);
+    assert!(v["decisions"].as_array().unwrap().iter().all(|d| d["id"].is_string()));
+    assert!(report.text().contains("relu"));
+    assert!(report.dot().contains("primals_1"));
+    // Written back, the document keeps its ids and reads the same.
+    assert_eq!(json::read_joint(&json::write_joint(&g)).unwrap(), g);
+}
+
+#[test]
+fn the_float8_seed_graph_never_saves_an_fp8_cast_a_scale_or_an_amax() {
+    let (name, doc, record) = cases().into_iter().find(|c| c.0.starts_with("seed_fp8")).unwrap();
+    let g = json::read_joint(&doc).unwrap();
+    // The quantisation chain: everything in the region upstream of the scaled matmul (its fp8
+    // operands and their scales) that is not resident or a view.
+    let mm = g.nodes.iter().position(|n| n.op == "aten._scaled_mm.default").expect("the scaled matmul");
+    let mut chain = BTreeSet::new();
+    let mut stack: Vec<usize> = g.nodes[mm].inputs.iter().map(|i| i.index()).collect();
+    while let Some(i) = stack.pop() {
+        if chain.insert(i) {
+            stack.extend(g.nodes[i].inputs.iter().map(|x| x.index()));
+        }
+    }
+    chain.retain(|&i| !g.nodes[i].flags.resident && !g.nodes[i].flags.view);
+    let fp8: Vec<usize> = chain.iter().copied().filter(|&i| g.nodes[i].dtype.is_some_and(|t| t.name() == "f8e4m3")).collect();
+    assert_eq!(fp8.len(), 2, "{name}: two fp8 casts");
+    assert!(chain.iter().any(|&i| g.nodes[i].op == "aten.amax.default"));
+    let torch_bytes = record["saved_activation_bytes"].as_u64().unwrap();
+    for strategy in strategies(torch_bytes) {
+        let p = partition(&g, strategy).unwrap();
+        for d in p.decisions.iter().filter(|d| chain.contains(&d.node.index()) && d.action == Action::Save) {
+            // Only a budget may keep one, and only by overriding the prefer_recompute tag, saying so.
+            let traded = matches!(strategy, Strategy::Budget(Budget::Fraction(f)) if f > 0.0)
+                && d.reason == Reason::Budget
+                && d.overrode.is_some();
+            assert!(traded, "{strategy}: {} saved ({:?})", g.describe(d.node), d.reason);
+        }
+    }
+    for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Bytes(torch_bytes))] {
+        let p = partition(&g, strategy).unwrap();
+        assert!(chain.iter().all(|&i| !p.saved[i]), "{strategy}");
+    }
+}
