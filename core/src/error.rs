@@ -1,7 +1,7 @@
 //! The one error type of remat-core.
 
 use crate::graph::NodeId;
-use crate::report::fmt_bytes;
+use crate::text::fmt_bytes;
 
 /// Everything that can go wrong in remat-core. Messages name the op, the node, the shapes and,
 /// for traced ops, the caller's source line.

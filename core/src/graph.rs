@@ -117,7 +117,7 @@ pub struct Node {
 impl Node {
     /// Bytes of the node's value.
     pub fn bytes(&self) -> usize {
-        numel(&self.shape) * self.dtype.size()
+        numel(&self.shape).saturating_mul(self.dtype.size())
     }
 
     /// Shape and dtype.
@@ -252,7 +252,15 @@ impl Graph {
         users
     }
 
-    /// Checks the invariants listed in the module docs.
+    /// FLOPs to compute node `id` once (the op's count for its input and output shapes).
+    pub fn node_flops(&self, id: NodeId) -> u64 {
+        let node = self.node(id);
+        let metas: Vec<_> = node.inputs.iter().map(|&i| self.node(i).meta()).collect();
+        node.op.flops(&metas, &node.shape)
+    }
+
+    /// Checks the invariants listed in the module docs, and that every value's bytes can be
+    /// counted without overflow.
     pub fn validate(&self) -> Result<()> {
         for id in self.ids() {
             let node = self.node(id);
@@ -264,6 +272,10 @@ impl Graph {
                 if tag.region.0 as usize >= self.regions.len() {
                     return Err(err(format!("region {} does not exist", tag.region)));
                 }
+            }
+            let elements = node.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            if elements.and_then(|n| n.checked_mul(node.dtype.size())).is_none() {
+                return Err(err(format!("{:?} {} is more than 2^64 bytes", node.shape, node.dtype)));
             }
             if node.op.info().leaf {
                 continue;

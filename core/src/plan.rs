@@ -184,9 +184,7 @@ impl Plan {
 
 /// FLOPs of computing node `id` once.
 pub fn node_flops(graph: &Graph, id: NodeId) -> u64 {
-    let node = graph.node(id);
-    let metas: Vec<_> = node.inputs.iter().map(|&i| graph.node(i).meta()).collect();
-    node.op.flops(&metas, &node.shape)
+    graph.node_flops(id)
 }
 
 fn is_resident(graph: &Graph, id: NodeId) -> bool {

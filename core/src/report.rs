@@ -18,6 +18,7 @@
 use crate::graph::{NodeId, RegionId};
 use crate::partition::{counts_bytes, Action, Decision, DocId, PGraph, Partition, Reason};
 use crate::text;
+pub use crate::text::fmt_bytes;
 use std::fmt::Write as _;
 
 /// A partition of a joint graph, ready to print.
@@ -387,21 +388,6 @@ fn escape(s: &str) -> String {
         }
     }
     out
-}
-
-/// `512 B`, `1.5 KiB`, `3.0 MiB`, `2.0 GiB`.
-pub fn fmt_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// Left-aligned columns, two spaces apart, indented by two.

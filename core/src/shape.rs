@@ -2,7 +2,8 @@
 
 /// Number of elements of a shape (1 for a scalar `[]`).
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    // Saturating: a shape too large to count is caught by `Graph::validate`, never wrapped.
+    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX)
 }
 
 /// Row-major strides of a contiguous tensor of `shape`.

@@ -1,7 +1,7 @@
 //! Typed reading of one node object, with errors a person can act on: the node's id and op, the
 //! field, what was expected and what was found, and the nearest field for an unknown one.
 
-use super::{at, top};
+use super::{at, top_error};
 use crate::error::{Error, Result};
 use crate::partition::DocId;
 use serde::de::{self, Deserializer, Visitor};
@@ -98,6 +98,10 @@ fn field_of(path: &serde_path_to_error::Path) -> Option<String> {
 /// Reads node object `raw` (position `k`) as `T`, whose fields are `fields`. Errors name the
 /// node by its id and op.
 pub(super) fn node<'a, T: Deserialize<'a>>(raw: &'a RawValue, k: usize, fields: &[&'static str]) -> Result<T> {
+    // The fast path reads without tracking paths; only a failure is read again to say where.
+    if let Ok(t) = serde_json::from_str(raw.get()) {
+        return Ok(t);
+    }
     let mut de = serde_json::Deserializer::from_str(raw.get());
     match serde_path_to_error::deserialize::<_, T>(&mut de) {
         Ok(t) => Ok(t),
@@ -113,7 +117,7 @@ fn node_error(
 ) -> Error {
     let value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
     if !value.is_object() {
-        return top(format!("nodes[{k}]: expected a node object, got {}", got(Some(&value))));
+        return top_error(format!("nodes[{k}]: expected a node object, got {}", got(Some(&value))));
     }
     let id = match value.get("id") {
         Some(Value::String(s)) => DocId::Name(s.clone()),
@@ -153,24 +157,3 @@ fn backticked(message: &str) -> Option<String> {
     Some(message[start..start + len].to_string())
 }
 
-/// Reads the top level of a document of `format` as `T`; errors give the path
-/// (`forward_outputs[3]`) and suggest the nearest top-level field for an unknown one.
-pub(super) fn document<'a, T: Deserialize<'a>>(text: &'a str, format: &str) -> Result<T> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let at = if path == "." || path.is_empty() { String::new() } else { format!(" at `{path}`") };
-        let message = match backticked(&inner).filter(|_| inner.starts_with("unknown field")) {
-            Some(name) => {
-                let fields: &[&'static str] = if format == "remat.joint" { &JOINT_TOP } else { &GRAPH_TOP };
-                super::unknown("top-level field", &name, fields)
-            }
-            None => crate::text::shorten(&inner, 200),
-        };
-        top(format!("{format}{at}: {message}"))
-    })
-}
-
-const JOINT_TOP: [&str; 6] = ["format", "version", "regions", "nodes", "forward_outputs", "backward_outputs"];
-const GRAPH_TOP: [&str; 5] = ["format", "version", "regions", "nodes", "outputs"];

@@ -1,7 +1,7 @@
 //! `remat.graph` v1: a tagged forward graph of catalog ops.
 
 use super::fields::IdRef;
-use super::{all_ids, at, attrs, region_docs, spaced, top, Ids, RegionDoc, Regions};
+use super::{all_ids, at, attrs, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 use crate::op::{Meta, OpKind};
@@ -14,21 +14,9 @@ use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::sync::Mutex;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GraphDoc<'a> {
-    #[allow(dead_code)]
-    #[serde(borrow)]
-    format: Cow<'a, str>,
-    #[allow(dead_code)]
-    version: u32,
-    #[serde(default)]
-    regions: Vec<RegionDoc>,
-    #[serde(borrow)]
-    nodes: Vec<&'a RawValue>,
-    #[serde(borrow)]
-    outputs: Vec<IdRef<'a>>,
-}
+/// The top-level fields of a document.
+const TOP: [&str; 5] = ["format", "version", "regions", "nodes", "outputs"];
+const FORMAT: &str = "remat.graph";
 
 /// The fields of a node, for "did you mean" on unknown ones.
 const FIELDS: [&str; 11] = ["id", "op", "inputs", "attrs", "shape", "dtype", "region", "policy", "source", "name", "loc"];
@@ -83,15 +71,18 @@ struct NodeOut<'a> {
 }
 
 /// Reads a `remat.graph`, returning the graph and each node's document id.
-pub(super) fn read(text: &str) -> Result<(Graph, Vec<DocId>)> {
-    let doc: GraphDoc<'_> = super::fields::document(text, "remat.graph")?;
-    let mut parsed: Vec<NodeIn<'_>> = Vec::with_capacity(doc.nodes.len());
-    for (k, raw) in doc.nodes.iter().enumerate() {
+pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
+    top.only(FORMAT, &TOP)?;
+    let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
+    let raw_nodes: Vec<&'a RawValue> = top.need(FORMAT, "nodes")?;
+    let outputs: Vec<IdRef<'a>> = top.need(FORMAT, "outputs")?;
+    let mut parsed: Vec<NodeIn<'a>> = Vec::with_capacity(raw_nodes.len());
+    for (k, raw) in raw_nodes.iter().enumerate() {
         parsed.push(super::fields::node(raw, k, &FIELDS)?);
     }
     let later = all_ids(parsed.iter().map(|d| d.id.clone()));
     let mut ids = Ids::default();
-    let mut regions = Regions::new(doc.regions)?;
+    let mut regions = Regions::new(region_docs)?;
     let mut doc_ids = Vec::with_capacity(parsed.len());
     let mut g = Graph::new();
     let mut nodes = Vec::with_capacity(parsed.len());
@@ -115,15 +106,14 @@ pub(super) fn read(text: &str) -> Result<(Graph, Vec<DocId>)> {
         let node = node(&g, k, &id, inputs, region, d)?;
         g.push(node);
     }
-    if doc.outputs.is_empty() {
-        return Err(top("`outputs` is empty: the first output is the scalar loss".into()));
+    if outputs.is_empty() {
+        return Err(top_error("`outputs` is empty: the first output is the scalar loss".into()));
     }
-    let outputs = doc
-        .outputs
+    let outputs = outputs
         .iter()
         .map(|o| ids.resolve(o, &later).map(NodeId))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|m| top(format!("outputs: {m}")))?;
+        .map_err(|m| top_error(format!("outputs: {m}")))?;
     let loss = g.node(outputs[0]);
     if loss.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(1) || !loss.dtype.is_float() {
         let message = format!(
@@ -136,7 +126,7 @@ pub(super) fn read(text: &str) -> Result<(Graph, Vec<DocId>)> {
     g.set_outputs(outputs);
     g.validate().map_err(|e| match e {
         Error::Node { node, op, message } => at(&doc_ids[node.index()], op, message),
-        other => top(other.to_string()),
+        other => top_error(other.to_string()),
     })?;
     Ok((g, doc_ids))
 }

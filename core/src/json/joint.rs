@@ -1,7 +1,7 @@
 //! `remat.joint` v1: an already-joint graph of opaque ops, for partitioning only.
 
 use super::fields::{self, IdRef};
-use super::{all_ids, at, region_docs, spaced, top, Ids, RegionDoc, Regions};
+use super::{all_ids, at, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::Result;
 use crate::graph::NodeId;
 use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
@@ -10,23 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JointDoc<'a> {
-    #[allow(dead_code)]
-    #[serde(borrow)]
-    format: Cow<'a, str>,
-    #[allow(dead_code)]
-    version: u32,
-    #[serde(default)]
-    regions: Vec<RegionDoc>,
-    #[serde(borrow)]
-    nodes: Vec<&'a RawValue>,
-    #[serde(borrow)]
-    forward_outputs: Vec<IdRef<'a>>,
-    #[serde(default, borrow)]
-    backward_outputs: Vec<IdRef<'a>>,
-}
+/// The top-level fields of a document.
+const TOP: [&str; 6] = ["format", "version", "regions", "nodes", "forward_outputs", "backward_outputs"];
+const FORMAT: &str = "remat.joint";
 
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -130,15 +116,19 @@ fn flag_of<'a>(flags: &'a mut Flags, name: &str) -> Option<&'a mut bool> {
     })
 }
 
-pub(super) fn read(text: &str) -> Result<PGraph> {
-    let doc: JointDoc<'_> = fields::document(text, "remat.joint")?;
-    let mut parsed: Vec<NodeIn<'_>> = Vec::with_capacity(doc.nodes.len());
-    for (k, raw) in doc.nodes.iter().enumerate() {
+pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
+    top.only(FORMAT, &TOP)?;
+    let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
+    let raw_nodes: Vec<&'a RawValue> = top.need(FORMAT, "nodes")?;
+    let forward: Vec<IdRef<'a>> = top.need(FORMAT, "forward_outputs")?;
+    let backward: Vec<IdRef<'a>> = top.get(FORMAT, "backward_outputs")?.unwrap_or_default();
+    let mut parsed: Vec<NodeIn<'a>> = Vec::with_capacity(raw_nodes.len());
+    for (k, raw) in raw_nodes.iter().enumerate() {
         parsed.push(fields::node(raw, k, &FIELDS)?);
     }
     let later = all_ids(parsed.iter().map(|d| d.id.clone()));
     let mut ids = Ids::default();
-    let mut regions = Regions::new(doc.regions)?;
+    let mut regions = Regions::new(region_docs)?;
     let mut nodes: Vec<PNode> = Vec::with_capacity(parsed.len());
     for (k, d) in parsed.into_iter().enumerate() {
         let id = d.id.owned();
@@ -149,7 +139,7 @@ pub(super) fn read(text: &str) -> Result<PGraph> {
     let outputs = |what: &str, list: &[IdRef<'_>], backward: bool| -> Result<Vec<NodeId>> {
         let mut out = Vec::with_capacity(list.len());
         for o in list {
-            let k = ids.resolve(o, &later).map_err(|m| top(format!("{what}: {m}")))?;
+            let k = ids.resolve(o, &later).map_err(|m| top_error(format!("{what}: {m}")))?;
             let node = &nodes[k as usize];
             if node.backward != backward {
                 let phase = if node.backward { "backward" } else { "forward" };
@@ -159,8 +149,8 @@ pub(super) fn read(text: &str) -> Result<PGraph> {
         }
         Ok(out)
     };
-    let forward_outputs = outputs("forward_outputs", &doc.forward_outputs, false)?;
-    let backward_outputs = outputs("backward_outputs", &doc.backward_outputs, true)?;
+    let forward_outputs = outputs("forward_outputs", &forward, false)?;
+    let backward_outputs = outputs("backward_outputs", &backward, true)?;
     for &o in &forward_outputs {
         let n = &nodes[o.index()];
         if n.policy == Some(Policy::MustRecompute) {

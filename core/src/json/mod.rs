@@ -33,6 +33,7 @@ use crate::graph::{Graph, RegionId};
 use crate::partition::{DocId, PGraph};
 use crate::policy::{Policy, PolicySource};
 use fields::IdRef;
+use serde_json::value::RawValue;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -54,28 +55,28 @@ pub enum Document {
 
 /// Reads a document of either format, telling them apart by `format`.
 pub fn read(text: &str) -> Result<Document> {
-    let text = without_bom(text);
-    match header(text)? {
-        Format::Graph => graph::read(text).map(|(g, ids)| Document::Graph(g, ids)),
-        Format::Joint => joint::read(text).map(Document::Joint),
+    let top = Top::parse(without_bom(text))?;
+    match top.format()? {
+        Format::Graph => graph::read(&top).map(|(g, ids)| Document::Graph(g, ids)),
+        Format::Joint => joint::read(&top).map(Document::Joint),
     }
 }
 
 /// Reads a `remat.graph` document.
 pub fn read_graph(text: &str) -> Result<Graph> {
-    let text = without_bom(text);
-    match header(text)? {
-        Format::Graph => graph::read(text).map(|(g, _)| g),
-        Format::Joint => Err(top(format!("expected a {GRAPH_FORMAT} document, found {JOINT_FORMAT}"))),
+    let top = Top::parse(without_bom(text))?;
+    match top.format()? {
+        Format::Graph => graph::read(&top).map(|(g, _)| g),
+        Format::Joint => Err(top_error(format!("expected a {GRAPH_FORMAT} document, found {JOINT_FORMAT}"))),
     }
 }
 
 /// Reads a `remat.joint` document.
 pub fn read_joint(text: &str) -> Result<PGraph> {
-    let text = without_bom(text);
-    match header(text)? {
-        Format::Joint => joint::read(text),
-        Format::Graph => Err(top(format!("expected a {JOINT_FORMAT} document, found {GRAPH_FORMAT}"))),
+    let top = Top::parse(without_bom(text))?;
+    match top.format()? {
+        Format::Joint => joint::read(&top),
+        Format::Graph => Err(top_error(format!("expected a {JOINT_FORMAT} document, found {GRAPH_FORMAT}"))),
     }
 }
 
@@ -98,44 +99,78 @@ enum Format {
     Joint,
 }
 
-/// Just the header fields; everything else is skipped.
-#[derive(Deserialize)]
-struct Header {
-    format: Option<serde_json::Value>,
-    version: Option<serde_json::Value>,
+/// The top level of a document, read in one pass: each field's raw text, parsed on demand.
+struct Top<'a> {
+    fields: std::collections::BTreeMap<String, &'a RawValue>,
 }
 
-/// Checks `format` and `version`.
-fn header(text: &str) -> Result<Format> {
-    let h: Header = serde_json::from_str(text).map_err(|e| {
-        if e.classify() == serde_json::error::Category::Data {
-            top("expected a JSON object at the top level".into())
-        } else {
-            top(format!("invalid JSON: {e}"))
+impl<'a> Top<'a> {
+    fn parse(text: &'a str) -> Result<Top<'a>> {
+        let fields = serde_json::from_str(text).map_err(|e| {
+            if e.classify() == serde_json::error::Category::Data {
+                top_error("expected a JSON object at the top level".into())
+            } else {
+                top_error(format!("invalid JSON: {e}"))
+            }
+        })?;
+        Ok(Top { fields })
+    }
+
+    /// Checks `format` and `version`.
+    fn format(&self) -> Result<Format> {
+        let value = |key: &str| self.fields.get(key).and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok());
+        let format = match value("format") {
+            Some(serde_json::Value::String(s)) => s,
+            Some(_) => return Err(top_error("`format` must be a string".into())),
+            None => return Err(top_error(format!("missing `format` (\"{GRAPH_FORMAT}\" or \"{JOINT_FORMAT}\")"))),
+        };
+        let kind = match format.as_str() {
+            GRAPH_FORMAT => Format::Graph,
+            JOINT_FORMAT => Format::Joint,
+            other => {
+                let other = crate::text::quoted(other);
+                return Err(top_error(format!(
+                    "unknown format {other} (expected \"{GRAPH_FORMAT}\" or \"{JOINT_FORMAT}\")"
+                )));
+            }
+        };
+        match value("version").as_ref().and_then(serde_json::Value::as_u64) {
+            Some(v) if v == VERSION as u64 => Ok(kind),
+            Some(v) => Err(top_error(format!("{format} version {v} is not supported (this remat reads version {VERSION})"))),
+            None => Err(top_error(format!("missing or non-integer `version` (this remat reads version {VERSION})"))),
         }
-    })?;
-    let format = match &h.format {
-        Some(serde_json::Value::String(s)) => s.as_str(),
-        Some(_) => return Err(top("`format` must be a string".into())),
-        None => return Err(top(format!("missing `format` (\"{GRAPH_FORMAT}\" or \"{JOINT_FORMAT}\")"))),
-    };
-    let kind = match format {
-        GRAPH_FORMAT => Format::Graph,
-        JOINT_FORMAT => Format::Joint,
-        other => {
-            let other = crate::text::quoted(other);
-            return Err(top(format!("unknown format {other} (expected \"{GRAPH_FORMAT}\" or \"{JOINT_FORMAT}\")")));
+    }
+
+    /// Rejects top-level fields a document of `format` does not have, suggesting the nearest.
+    fn only(&self, format: &str, known: &[&'static str]) -> Result<()> {
+        match self.fields.keys().find(|k| !known.contains(&k.as_str())) {
+            Some(k) => Err(top_error(format!("{format}: {}", unknown("top-level field", k, known)))),
+            None => Ok(()),
         }
-    };
-    match h.version.as_ref().and_then(serde_json::Value::as_u64) {
-        Some(v) if v == VERSION as u64 => Ok(kind),
-        Some(v) => Err(top(format!("{format} version {v} is not supported (this remat reads version {VERSION})"))),
-        None => Err(top(format!("missing or non-integer `version` (this remat reads version {VERSION})"))),
+    }
+
+    /// Field `key` read as `T`, or `None` when absent; errors name the field and the path in it.
+    fn get<T: Deserialize<'a>>(&self, format: &str, key: &str) -> Result<Option<T>> {
+        let Some(raw) = self.fields.get(key) else { return Ok(None) };
+        if let Ok(t) = serde_json::from_str(raw.get()) {
+            return Ok(Some(t));
+        }
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        serde_path_to_error::deserialize(&mut de).map(Some).map_err(|e| {
+            let path = e.path().to_string();
+            let at = if path == "." || path.is_empty() { key.to_string() } else { format!("{key}{path}") };
+            top_error(format!("{format}: field `{at}`: {}", crate::text::shorten(&e.into_inner().to_string(), 200)))
+        })
+    }
+
+    /// A required field.
+    fn need<T: Deserialize<'a>>(&self, format: &str, key: &str) -> Result<T> {
+        self.get(format, key)?.ok_or_else(|| top_error(format!("{format}: missing field `{key}`")))
     }
 }
 
 /// An error outside any node.
-fn top(message: String) -> Error {
+fn top_error(message: String) -> Error {
     Error::Json { node: None, op: None, message }
 }
 
@@ -211,7 +246,7 @@ impl Regions {
     fn new(docs: Vec<RegionDoc>) -> Result<Regions> {
         let mut regions = Regions { parts: Vec::with_capacity(docs.len()), by_key: HashMap::new() };
         for r in docs {
-            let here = |m: String| top(format!("region {}: {m}", r.id));
+            let here = |m: String| top_error(format!("region {}: {m}", r.id));
             if regions.by_key.contains_key(&r.id) {
                 return Err(here("listed twice".into()));
             }

@@ -13,7 +13,6 @@ use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, RegionId};
 use crate::op::Op;
-use crate::plan::node_flops;
 use crate::policy::{Policy, PolicySource};
 
 /// Properties of a node that constrain how it may be kept.
@@ -279,7 +278,7 @@ impl PGraph {
                     inputs: n.inputs.clone(),
                     backward,
                     bytes: n.bytes() as u64,
-                    flops: node_flops(g, id),
+                    flops: g.node_flops(id),
                     flags: Flags {
                         view: info.view,
                         random: info.random,
