@@ -44,7 +44,10 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let layers: &[usize] = if quick { &[512] } else { &[512, 27_778] };
-    println!("{:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10}", "layers", "nodes", "MB", "read", "partition", "json out", "end to end", "vs torch");
+    println!(
+        "{:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10}",
+        "layers", "nodes", "MB", "read", "partition", "json out", "end to end", "vs torch"
+    );
     for &l in layers {
         let text = deep_mlp_joint::deep_mlp_joint(l);
         let path = dir.join(format!("deep_mlp_{l}.joint.json"));
@@ -74,10 +77,6 @@ fn main() {
             ms(process),
             vs
         );
-        println!(
-            "{:>9} end to end / in-process partition = {:.1}x",
-            "",
-            process.as_secs_f64() / solve.as_secs_f64()
-        );
+        println!("{:>9} end to end / in-process partition = {:.1}x", "", process.as_secs_f64() / solve.as_secs_f64());
     }
 }

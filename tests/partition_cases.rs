@@ -24,6 +24,7 @@ fn run_all(graph: &Graph, feeds: &Feeds) -> Vec<Model> {
         let out = model.step_seeded(&mut CpuBackend::new(), &params, feeds, 9).unwrap();
         assert_eq!(out.measured_peak, out.predicted_peak, "{strategy}");
         let partition = model.partition().unwrap();
+        remat::partition::check(&PGraph::from_joint(model.joint()), partition).unwrap();
         let mut planned: Vec<remat::NodeId> = model.plan().recomputed().to_vec();
         planned.sort();
         assert_eq!(planned, partition.recomputed, "{strategy}: the plan recomputes what the partition says");

@@ -12,7 +12,16 @@ struct Doc {
 
 impl Doc {
     #[allow(clippy::too_many_arguments)]
-    fn node(&mut self, id: &str, op: &str, inputs: &[&str], backward: bool, shape: &[usize], flops: u64, flags: &[&str]) {
+    fn node(
+        &mut self,
+        id: &str,
+        op: &str,
+        inputs: &[&str],
+        backward: bool,
+        shape: &[usize],
+        flops: u64,
+        flags: &[&str],
+    ) {
         if !self.first {
             self.out += ",\n";
         }
@@ -46,12 +55,28 @@ pub fn deep_mlp_joint(layers: usize) -> String {
         let v = |s: &str| format!("{s}_{l}");
         doc.node(&v("view"), "aten.view.default", &[&x], false, &[rows, d], 0, &["view"]);
         doc.node(&v("t1"), "aten.t.default", &[&format!("w{l}_0")], false, &[d, h], 0, &["view"]);
-        doc.node(&v("addmm"), "aten.addmm.default", &[&format!("w{l}_1"), &v("view"), &v("t1")], false, &[rows, h], mm(rows, d, h), &["compute_intensive"]);
+        doc.node(
+            &v("addmm"),
+            "aten.addmm.default",
+            &[&format!("w{l}_1"), &v("view"), &v("t1")],
+            false,
+            &[rows, h],
+            mm(rows, d, h),
+            &["compute_intensive"],
+        );
         doc.node(&v("view_h"), "aten.view.default", &[&v("addmm")], false, &[b, t, h], 0, &["view"]);
         doc.node(&v("gelu"), "aten.gelu.default", &[&v("view_h")], false, &[b, t, h], (rows * h) as u64, &[]);
         doc.node(&v("view_g"), "aten.view.default", &[&v("gelu")], false, &[rows, h], 0, &["view"]);
         doc.node(&v("t2"), "aten.t.default", &[&format!("w{l}_2")], false, &[h, d], 0, &["view"]);
-        doc.node(&v("addmm_1"), "aten.addmm.default", &[&format!("w{l}_3"), &v("view_g"), &v("t2")], false, &[rows, d], mm(rows, h, d), &["compute_intensive"]);
+        doc.node(
+            &v("addmm_1"),
+            "aten.addmm.default",
+            &[&format!("w{l}_3"), &v("view_g"), &v("t2")],
+            false,
+            &[rows, d],
+            mm(rows, h, d),
+            &["compute_intensive"],
+        );
         doc.node(&v("view_o"), "aten.view.default", &[&v("addmm_1")], false, &[b, t, d], 0, &["view"]);
         doc.node(&v("add"), "aten.add.Tensor", &[&x, &v("view_o")], false, &[b, t, d], (rows * d) as u64, &[]);
         // Tangent-independent pieces of the gradient, computed in the forward.
@@ -66,19 +91,59 @@ pub fn deep_mlp_joint(layers: usize) -> String {
         let v = |s: &str| format!("{s}_{l}");
         let input_view = if l == 0 { "view_0".to_string() } else { format!("view_{l}") };
         doc.node(&v("g_view"), "aten.view.default", &[&g], true, &[rows, d], 0, &["view"]);
-        doc.node(&v("g_mm"), "aten.mm.default", &[&v("g_view"), &v("t2t")], true, &[rows, h], mm(rows, d, h), &["compute_intensive"]);
+        doc.node(
+            &v("g_mm"),
+            "aten.mm.default",
+            &[&v("g_view"), &v("t2t")],
+            true,
+            &[rows, h],
+            mm(rows, d, h),
+            &["compute_intensive"],
+        );
         doc.node(&v("g_t"), "aten.t.default", &[&v("g_view")], true, &[d, rows], 0, &["view"]);
-        doc.node(&v("g_mm1"), "aten.mm.default", &[&v("g_t"), &v("view_g")], true, &[d, h], mm(d, rows, h), &["compute_intensive"]);
+        doc.node(
+            &v("g_mm1"),
+            "aten.mm.default",
+            &[&v("g_t"), &v("view_g")],
+            true,
+            &[d, h],
+            mm(d, rows, h),
+            &["compute_intensive"],
+        );
         doc.node(&v("g_w3"), "aten.t.default", &[&v("g_mm1")], true, &[h, d], 0, &["view"]);
         doc.node(&v("g_sum"), "aten.sum.dim_IntList", &[&v("g_view")], true, &[1, d], (rows * d) as u64, &[]);
         doc.node(&v("g_b3"), "aten.view.default", &[&v("g_sum")], true, &[d], 0, &["view"]);
         doc.node(&v("g_w3t"), "aten.t.default", &[&v("g_w3")], true, &[d, h], 0, &["view"]);
         doc.node(&v("g_vh"), "aten.view.default", &[&v("g_mm")], true, &[b, t, h], 0, &["view"]);
-        doc.node(&v("g_gelu"), "aten.gelu_backward.default", &[&v("g_vh"), &v("view_h")], true, &[b, t, h], (rows * h) as u64, &[]);
+        doc.node(
+            &v("g_gelu"),
+            "aten.gelu_backward.default",
+            &[&v("g_vh"), &v("view_h")],
+            true,
+            &[b, t, h],
+            (rows * h) as u64,
+            &[],
+        );
         doc.node(&v("g_view2"), "aten.view.default", &[&v("g_gelu")], true, &[rows, h], 0, &["view"]);
-        doc.node(&v("g_mm2"), "aten.mm.default", &[&v("g_view2"), &v("t1t")], true, &[rows, d], mm(rows, h, d), &["compute_intensive"]);
+        doc.node(
+            &v("g_mm2"),
+            "aten.mm.default",
+            &[&v("g_view2"), &v("t1t")],
+            true,
+            &[rows, d],
+            mm(rows, h, d),
+            &["compute_intensive"],
+        );
         doc.node(&v("g_t2"), "aten.t.default", &[&v("g_view2")], true, &[h, rows], 0, &["view"]);
-        doc.node(&v("g_mm3"), "aten.mm.default", &[&v("g_t2"), &input_view], true, &[h, d], mm(h, rows, d), &["compute_intensive"]);
+        doc.node(
+            &v("g_mm3"),
+            "aten.mm.default",
+            &[&v("g_t2"), &input_view],
+            true,
+            &[h, d],
+            mm(h, rows, d),
+            &["compute_intensive"],
+        );
         doc.node(&v("g_w1"), "aten.t.default", &[&v("g_mm3")], true, &[d, h], 0, &["view"]);
         doc.node(&v("g_sum2"), "aten.sum.dim_IntList", &[&v("g_view2")], true, &[1, h], (rows * h) as u64, &[]);
         doc.node(&v("g_b1"), "aten.view.default", &[&v("g_sum2")], true, &[h], 0, &["view"]);
@@ -89,10 +154,6 @@ pub fn deep_mlp_joint(layers: usize) -> String {
         g = v("g_add");
     }
     let outputs: Vec<String> = grads.iter().map(|g| format!("\"{g}\"")).collect();
-    let _ = write!(
-        doc.out,
-        "\n],\n\"forward_outputs\":[\"{x}\"],\n\"backward_outputs\":[{}]}}\n",
-        outputs.join(",")
-    );
+    let _ = write!(doc.out, "\n],\n\"forward_outputs\":[\"{x}\"],\n\"backward_outputs\":[{}]}}\n", outputs.join(","));
     doc.out
 }

@@ -219,8 +219,16 @@ fn errors_name_the_node() {
             "[3]",
             "node 3 (relu_grad): `relu_grad` is an internal op",
         ),
-        (&[r#"{"id": 3, "op": "relu", "inputs": [0], "shap": [2, 3]}"#], "[3]", "node 3 (relu): unknown field \"shap\" (did you mean \"shape\"?"),
-        (&[r#"{"id": 3, "op": "relu", "inputs": [9]}"#], "[3]", "node 3 (relu): input 9 is not a node of the document (a dangling input)"),
+        (
+            &[r#"{"id": 3, "op": "relu", "inputs": [0], "shap": [2, 3]}"#],
+            "[3]",
+            "node 3 (relu): unknown field \"shap\" (did you mean \"shape\"?",
+        ),
+        (
+            &[r#"{"id": 3, "op": "relu", "inputs": [9]}"#],
+            "[3]",
+            "node 3 (relu): input 9 is not a node of the document (a dangling input)",
+        ),
         (
             &[r#"{"id": 3, "op": "relu", "inputs": [4]}"#, r#"{"id": 4, "op": "relu", "inputs": [3]}"#],
             "[4]",
@@ -343,7 +351,10 @@ fn joint_errors_name_the_node() {
             r#"{"id": 2, "op": "mul", "inputs": [0], "phase": "forward", "bytes": 5, "shape": [2], "dtype": "f32"}"#,
             "node 2 (mul): field \"bytes\": 5 disagrees",
         ),
-        (r#"{"id": 2, "op": "mul", "inputs": [3], "phase": "forward", "bytes": 4}"#, "node 2 (mul): input 3 is not a node of the document"),
+        (
+            r#"{"id": 2, "op": "mul", "inputs": [3], "phase": "forward", "bytes": 4}"#,
+            "node 2 (mul): input 3 is not a node of the document",
+        ),
     ];
     for (node, expected) in cases {
         let e = joint_error(node);

@@ -128,6 +128,8 @@ proptest! {
             let params = model.init_params(1);
             let out = model.step_seeded(&mut CpuBackend::new(), &params, &feeds(), 3).unwrap();
             prop_assert_eq!(out.measured_peak, out.predicted_peak, "{}", strategy);
+            let pg = PGraph::from_joint(model.joint());
+            prop_assert!(remat_core::partition::check(&pg, model.partition().unwrap()).is_ok(), "{}", strategy);
             let mut planned: Vec<remat_core::NodeId> = model.plan().recomputed().to_vec();
             planned.sort();
             prop_assert_eq!(&planned, &model.partition().unwrap().recomputed, "{}", strategy);
@@ -196,7 +198,11 @@ fn untagged_candidates(pg: &PGraph) -> Vec<usize> {
     (0..pg.len())
         .filter(|&i| {
             let n = &pg.nodes[i];
-            !n.backward && !n.flags.resident && !n.flags.view && !n.inputs.is_empty() && !outputs.contains(&remat_core::NodeId(i as u32))
+            !n.backward
+                && !n.flags.resident
+                && !n.flags.view
+                && !n.inputs.is_empty()
+                && !outputs.contains(&remat_core::NodeId(i as u32))
         })
         .collect()
 }

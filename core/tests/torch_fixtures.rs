@@ -19,7 +19,8 @@ fn fixtures() -> PathBuf {
 /// Every `<case>.json` with its `<case>.torch.json`.
 fn cases() -> Vec<(String, String, Value)> {
     let dir = fixtures();
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e} (the fixtures ship in shared/)", dir.display()));
+    let entries =
+        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e} (the fixtures ship in shared/)", dir.display()));
     let mut cases: Vec<(String, String, Value)> = entries
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.to_string_lossy().ends_with(".torch.json"))
@@ -106,7 +107,8 @@ fn the_float8_seed_graph_never_saves_an_fp8_cast_a_scale_or_an_amax() {
         }
     }
     chain.retain(|&i| !g.nodes[i].flags.resident && !g.nodes[i].flags.view);
-    let fp8: Vec<usize> = chain.iter().copied().filter(|&i| g.nodes[i].dtype.is_some_and(|t| t.name() == "f8e4m3")).collect();
+    let fp8: Vec<usize> =
+        chain.iter().copied().filter(|&i| g.nodes[i].dtype.is_some_and(|t| t.name() == "f8e4m3")).collect();
     assert_eq!(fp8.len(), 2, "{name}: two fp8 casts");
     assert!(chain.iter().any(|&i| g.nodes[i].op == "aten.amax.default"));
     let torch_bytes = record["saved_activation_bytes"].as_u64().unwrap();

@@ -26,7 +26,13 @@ impl<'a> Attrs<'a> {
     }
 
     fn required<T: DeserializeOwned>(&mut self, key: &'static str) -> Res<T> {
-        self.optional(key)?.ok_or_else(|| format!("missing attribute `{key}`"))
+        self.optional(key)?.ok_or_else(|| {
+            // A misspelt key is the likeliest cause: name it.
+            match self.map.keys().find(|k| remat_catalog::closest(k, [key]).is_some()) {
+                Some(k) => format!("missing attribute `{key}` (found `{k}`: did you mean `{key}`?)"),
+                None => format!("missing attribute `{key}`"),
+            }
+        })
     }
 
     /// A bound where `null` means unbounded.

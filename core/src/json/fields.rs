@@ -156,4 +156,3 @@ fn backticked(message: &str) -> Option<String> {
     let len = message[start..].find('`')?;
     Some(message[start..start + len].to_string())
 }
-

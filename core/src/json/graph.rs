@@ -19,7 +19,8 @@ const TOP: [&str; 5] = ["format", "version", "regions", "nodes", "outputs"];
 const FORMAT: &str = "remat.graph";
 
 /// The fields of a node, for "did you mean" on unknown ones.
-const FIELDS: [&str; 11] = ["id", "op", "inputs", "attrs", "shape", "dtype", "region", "policy", "source", "name", "loc"];
+const FIELDS: [&str; 11] =
+    ["id", "op", "inputs", "attrs", "shape", "dtype", "region", "policy", "source", "name", "loc"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,7 +137,8 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<Reg
     let err = |m: String| at(id, &d.op, m);
     let kind = op_kind(&d.op).map_err(&err)?;
     let op = attrs::read(kind, &d.attrs, k as u32).map_err(&err)?;
-    let dtype = d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(|m| err(format!("field \"dtype\": {m}")))?;
+    let dtype =
+        d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(|m| err(format!("field \"dtype\": {m}")))?;
     let shape: Option<Vec<usize>> = match &d.shape {
         None => None,
         Some(s) => Some(
@@ -172,7 +174,9 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<Reg
     let tag = tag_parts(region, d.policy.as_deref(), d.source.as_deref()).map_err(&err)?;
     let tag = tag.map(|(region, policy, source)| Tag { region, policy, source });
     if kind.info().leaf && tag.is_some_and(|t| t.policy == crate::policy::Policy::MustRecompute) {
-        return Err(err(format!("must_recompute on a {kind}: inputs, parameters and constants are resident, not recomputed")));
+        return Err(err(format!(
+            "must_recompute on a {kind}: inputs, parameters and constants are resident, not recomputed"
+        )));
     }
     let loc = d.loc.as_deref().map(parse_loc).transpose().map_err(&err)?;
     Ok(Node { op, inputs, shape, dtype, tag, name: d.name.map(Cow::into_owned), loc })
@@ -235,7 +239,10 @@ fn parse_loc(text: &str) -> std::result::Result<SrcLoc, String> {
 
 pub(super) fn to_text(g: &Graph) -> String {
     let regions = region_docs(
-        g.regions().iter().enumerate().map(|(k, r)| (k as u64, r.parent.map(|p| p.0 as u64), r.name.as_str(), r.budget)),
+        g.regions()
+            .iter()
+            .enumerate()
+            .map(|(k, r)| (k as u64, r.parent.map(|p| p.0 as u64), r.name.as_str(), r.budget)),
     );
     let nodes = g.ids().map(|id| {
         let n = g.node(id);

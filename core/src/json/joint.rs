@@ -23,8 +23,8 @@ enum Phase {
 
 /// The fields of a node, for "did you mean" on unknown ones.
 const FIELDS: [&str; 15] = [
-    "id", "op", "inputs", "phase", "bytes", "shape", "dtype", "flops", "flags", "region", "policy", "source", "grad_of",
-    "name", "loc",
+    "id", "op", "inputs", "phase", "bytes", "shape", "dtype", "flops", "flags", "region", "policy", "source",
+    "grad_of", "name", "loc",
 ];
 
 #[derive(Deserialize)]
@@ -154,7 +154,11 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     for &o in &forward_outputs {
         let n = &nodes[o.index()];
         if n.policy == Some(Policy::MustRecompute) {
-            return Err(at(&n.id, &n.op, "must_recompute on a forward output: the caller holds it, it is never recomputed"));
+            return Err(at(
+                &n.id,
+                &n.op,
+                "must_recompute on a forward output: the caller holds it, it is never recomputed",
+            ));
         }
     }
     let regions = regions
@@ -234,16 +238,20 @@ fn node<'a>(
         (None, Some(s), Some(t)) => value_bytes(s, t).map_err(|m| err(format!("field \"shape\": {m}")))?,
         (None, _, _) => return Err(err("needs \"bytes\", or \"shape\" and \"dtype\"".into())),
     };
-    let policy = d.policy.as_deref().map(super::parse_policy).transpose().map_err(|m| err(format!("field \"policy\": {m}")))?;
+    let policy =
+        d.policy.as_deref().map(super::parse_policy).transpose().map_err(|m| err(format!("field \"policy\": {m}")))?;
     let source = match (policy, d.source.as_deref()) {
         (None, None) => None,
         (None, Some(_)) => return Err(err("field \"source\": describes a policy, but the node has none".into())),
         (Some(_), s) => Some(
-            s.map_or(Ok(PolicySource::Explicit), super::parse_source).map_err(|m| err(format!("field \"source\": {m}")))?,
+            s.map_or(Ok(PolicySource::Explicit), super::parse_source)
+                .map_err(|m| err(format!("field \"source\": {m}")))?,
         ),
     };
     if policy == Some(Policy::MustRecompute) && flags.resident {
-        return Err(err("must_recompute on a resident value (an input or a parameter): it is held, never recomputed".into()));
+        return Err(err(
+            "must_recompute on a resident value (an input or a parameter): it is held, never recomputed".into()
+        ));
     }
     let grad_of = match &d.grad_of {
         None => None,

@@ -33,8 +33,8 @@ use crate::graph::{Graph, RegionId};
 use crate::partition::{DocId, PGraph};
 use crate::policy::{Policy, PolicySource};
 use fields::IdRef;
-use serde_json::value::RawValue;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::collections::HashMap;
 
 /// The `format` of a forward-graph document.
@@ -118,7 +118,8 @@ impl<'a> Top<'a> {
 
     /// Checks `format` and `version`.
     fn format(&self) -> Result<Format> {
-        let value = |key: &str| self.fields.get(key).and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok());
+        let value =
+            |key: &str| self.fields.get(key).and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok());
         let format = match value("format") {
             Some(serde_json::Value::String(s)) => s,
             Some(_) => return Err(top_error("`format` must be a string".into())),
@@ -136,7 +137,9 @@ impl<'a> Top<'a> {
         };
         match value("version").as_ref().and_then(serde_json::Value::as_u64) {
             Some(v) if v == VERSION as u64 => Ok(kind),
-            Some(v) => Err(top_error(format!("{format} version {v} is not supported (this remat reads version {VERSION})"))),
+            Some(v) => {
+                Err(top_error(format!("{format} version {v} is not supported (this remat reads version {VERSION})")))
+            }
             None => Err(top_error(format!("missing or non-integer `version` (this remat reads version {VERSION})"))),
         }
     }
@@ -176,7 +179,11 @@ fn top_error(message: String) -> Error {
 
 /// An error about the node with document id `id`.
 fn at(id: &DocId, op: &str, message: impl Into<String>) -> Error {
-    Error::Json { node: Some(id.in_error()), op: Some(crate::text::shorten(op, crate::text::CELL)), message: message.into() }
+    Error::Json {
+        node: Some(id.in_error()),
+        op: Some(crate::text::shorten(op, crate::text::CELL)),
+        message: message.into(),
+    }
 }
 
 /// The document ids of the nodes read so far, for resolving inputs.
@@ -190,7 +197,9 @@ impl<'a> Ids<'a> {
     fn define(&mut self, id: &IdRef<'a>, k: usize) -> std::result::Result<(), String> {
         match self.index.insert(id.clone(), k as u32) {
             None => Ok(()),
-            Some(first) => Err(format!("id {} is used twice (nodes {first} and {k} in the list)", id.owned().in_error())),
+            Some(first) => {
+                Err(format!("id {} is used twice (nodes {first} and {k} in the list)", id.owned().in_error()))
+            }
         }
     }
 
@@ -250,12 +259,13 @@ impl Regions {
             if regions.by_key.contains_key(&r.id) {
                 return Err(here("listed twice".into()));
             }
-            let parent = match r.parent_region {
-                None => None,
-                Some(p) => Some(*regions.by_key.get(&p).ok_or_else(|| {
-                    here(format!("parent_region {p} must be listed before it (parents come first)"))
-                })?),
-            };
+            let parent =
+                match r.parent_region {
+                    None => None,
+                    Some(p) => Some(*regions.by_key.get(&p).ok_or_else(|| {
+                        here(format!("parent_region {p} must be listed before it (parents come first)"))
+                    })?),
+                };
             if let Some(b) = r.budget {
                 if !(0.0..=1.0).contains(&b) {
                     return Err(here(format!("budget must be a fraction in [0, 1], got {b}")));
@@ -304,7 +314,8 @@ fn parse_policy(name: &str) -> std::result::Result<Policy, String> {
 }
 
 fn parse_source(name: &str) -> std::result::Result<PolicySource, String> {
-    PolicySource::from_name(name).ok_or_else(|| unknown("policy source", name, &PolicySource::ALL.map(PolicySource::name)))
+    PolicySource::from_name(name)
+        .ok_or_else(|| unknown("policy source", name, &PolicySource::ALL.map(PolicySource::name)))
 }
 
 /// serde_json with a space after `:` and `,`: compact but readable, one node a line.

@@ -12,7 +12,7 @@
 //!   is in a region, or the reverse).
 //!
 //! A region's outputs are not kept for being outputs. A view that is a boundary value is kept
-//! through its base (see [`super::classify`]). Backward nodes without `grad_of` (graphs from
+//! through its base (the classification in `partition`). Backward nodes without `grad_of` (graphs from
 //! other frameworks) force nothing by (b).
 
 use super::PGraph;
@@ -32,10 +32,7 @@ pub fn boundary_values(g: &PGraph) -> Vec<Option<Boundary>> {
     let mut marks = vec![None; g.len()];
     for n in &g.nodes {
         let reason = if n.backward {
-            match n.grad_of {
-                Some(u) => Some((g.node(u).region, Boundary::Gradient(u))),
-                None => None,
-            }
+            n.grad_of.map(|u| (g.node(u).region, Boundary::Gradient(u)))
         } else {
             n.region.map(|s| (Some(s), Boundary::Region(s)))
         };

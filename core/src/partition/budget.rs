@@ -203,7 +203,13 @@ impl<'a> Problem<'a> {
     /// Saved bytes with `at_hand` (the global limit's count, or all counted bytes).
     fn global_bytes(&self, at_hand: &[bool]) -> u64 {
         let reached = closure(self.g, at_hand);
-        self.g.ids().filter(|&i| reached[i.index()] && at_hand[i.index()] && counts_bytes(self.g, i) && !self.g.node(i).backward).map(|i| self.g.node(i).bytes).sum()
+        self.g
+            .ids()
+            .filter(|&i| {
+                reached[i.index()] && at_hand[i.index()] && counts_bytes(self.g, i) && !self.g.node(i).backward
+            })
+            .map(|i| self.g.node(i).bytes)
+            .sum()
     }
 
     fn has_global(&self) -> bool {

@@ -33,7 +33,11 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         }
         i
     };
-    let kept = |i: usize| p.saved[i] || g.nodes[i].flags.resident;
+    // Held, saved, or free of inputs to replay from (a factory that is not random).
+    let kept = |i: usize| {
+        let n = &g.nodes[i];
+        p.saved[i] || n.flags.resident || (n.inputs.is_empty() && !n.flags.random)
+    };
     // What the backward needs: its reads, and the inputs of everything recomputed.
     let mut needed = vec![false; n];
     for node in g.nodes.iter().filter(|x| x.backward) {
@@ -101,7 +105,11 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             bad.push(format!("{}: both saved and recomputed", describe(i)));
         }
         if needed[i] != (p.saved[i] || recomputed[i]) {
-            let what = if needed[i] { "needed but neither saved nor recomputed" } else { "kept or recomputed but never needed" };
+            let what = if needed[i] {
+                "needed but neither saved nor recomputed"
+            } else {
+                "kept or recomputed but never needed"
+            };
             bad.push(format!("{}: {what}", describe(i)));
         }
         if f.view && p.saved[i] {
@@ -117,12 +125,13 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             bad.push(format!("{}: a random value without inputs is recomputed", describe(i)));
         }
         let must_keep = needed[i] && (node.policy == Some(Policy::MustSave) || boundary[i]);
-        if must_keep && !f.resident && !(node.inputs.is_empty() && !f.random) && !kept(base(i)) {
+        if must_keep && !kept(base(i)) {
             bad.push(format!("{}: must_save or a boundary value, needed, but not kept", describe(i)));
         }
         let prefer_recompute = node.policy == Some(Policy::PreferRecompute);
         if prefer_recompute && p.saved[i] && matches!(p.strategy, Strategy::Respect | Strategy::MinCut) {
-            let forced = f.resident || f.not_recomputable || is_output(i) || boundary[i];
+            let random_source = node.inputs.is_empty() && f.random;
+            let forced = f.resident || f.not_recomputable || random_source || is_output(i) || boundary[i];
             if !forced && !kept_base[i] && !budgeted(i) {
                 bad.push(format!("{}: prefer_recompute saved under {}", describe(i), p.strategy));
             }
@@ -145,10 +154,8 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         if d.action != action {
             bad.push(format!("{}: decision says {:?} but the partition says {action:?}", describe(i), d.action));
         }
-        let recompute_reason = matches!(
-            d.reason,
-            Reason::View | Reason::Factory | Reason::MustRecompute | Reason::PreferRecompute
-        );
+        let recompute_reason =
+            matches!(d.reason, Reason::View | Reason::Factory | Reason::MustRecompute | Reason::PreferRecompute);
         if recompute_reason && d.action == Action::Save {
             bad.push(format!("{}: saved with the reason \"{}\"", describe(i), d.reason));
         }
@@ -162,4 +169,3 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         Err(Error::Invalid(format!("the partition breaks the rules:\n  {}", bad.join("\n  "))))
     }
 }
-

@@ -130,6 +130,8 @@ fn check_conflicts(
             None
         } else if n.flags.not_recomputable {
             Some("it is flagged not_recomputable".to_string())
+        } else if n.inputs.is_empty() && n.flags.random {
+            Some("it is random and has no inputs: there is nothing to replay it from".to_string())
         } else if let (Some(b), false) = (boundary[i.index()], n.flags.view) {
             Some(format!(
                 "it is a boundary value ({}), which is always kept; use prefer_recompute, or end the region after another op",

@@ -65,7 +65,7 @@ impl FlowNetwork {
         }
     }
 
-    /// Pushes the maximum flow from `s` to `t`; returns its value (at least [`INFINITE`] when
+    /// Pushes the maximum flow from `s` to `t`; returns its value (at least `INFINITE` when
     /// only a cut through an infinite edge separates them).
     pub fn max_flow(&mut self, s: u32, t: u32) -> u128 {
         self.build_adjacency();
@@ -243,8 +243,11 @@ mod tests {
                 if mask & 1 == 0 || mask & (1 << (n - 1)) != 0 {
                     continue;
                 }
-                let cut =
-                    edges.iter().filter(|&&(a, b, _)| mask & (1 << a) != 0 && mask & (1 << b) == 0).map(|e| e.2 as u128).sum();
+                let cut = edges
+                    .iter()
+                    .filter(|&&(a, b, _)| mask & (1 << a) != 0 && mask & (1 << b) == 0)
+                    .map(|e| e.2 as u128)
+                    .sum();
                 best = best.min(cut);
             }
             assert_eq!(flow, best, "{edges:?}");

@@ -170,7 +170,8 @@ impl Reason {
             Reason::ReadByRegion(r) => format!("read by region `{}`, which recomputes from it", g.region_label(r)),
             Reason::ReadByGradient(u) => {
                 let n = g.node(u);
-                let place = n.region.map_or_else(|| "untagged".to_string(), |r| format!("in region `{}`", g.region_label(r)));
+                let place =
+                    n.region.map_or_else(|| "untagged".to_string(), |r| format!("in region `{}`", g.region_label(r)));
                 format!("read by the gradient of {} ({place})", n.id)
             }
             Reason::ViewBase(v) => format!("base of view {}, which must be kept (must_save or boundary)", g.node(v).id),
@@ -295,9 +296,11 @@ fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], cho
     let warnings = unneeded
         .into_iter()
         .map(|(region, op, count)| {
-            let region = region.map_or_else(|| "outside any region".to_string(), |r| format!("in region `{}`", g.region_label(r)));
+            let region = region
+                .map_or_else(|| "outside any region".to_string(), |r| format!("in region `{}`", g.region_label(r)));
             let op = crate::text::shorten(op, crate::text::CELL);
-            let (values, them) = if count == 1 { ("1 value is".to_string(), "it") } else { (format!("{count} values are"), "them") };
+            let (values, them) =
+                if count == 1 { ("1 value is".to_string(), "it") } else { (format!("{count} values are"), "them") };
             format!("{region}: {values} must_save ({op}) but the backward never needs {them}: not saved")
         })
         .collect();

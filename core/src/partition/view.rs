@@ -369,7 +369,10 @@ impl PGraph {
         }
         for (r, region) in self.regions.iter().enumerate() {
             if region.parent.is_some_and(|p| p.0 as usize >= r) {
-                return Err(Error::Invalid(format!("region {}: its parent must come before it", self.region_label(RegionId(r as u32)))));
+                return Err(Error::Invalid(format!(
+                    "region {}: its parent must come before it",
+                    self.region_label(RegionId(r as u32))
+                )));
             }
         }
         for &o in self.forward_outputs.iter().chain(&self.backward_outputs) {

@@ -1,0 +1,351 @@
+//! Every rule in every strategy, on random joint graphs that combine every flag, every policy,
+//! nested regions, region budgets, `grad_of` and sizes near the integer limits: each partition
+//! either passes the independent checker (`partition::check`) or is one of the errors a user can
+//! cause (a conflict naming both annotations, an infeasible budget, an overflow), and a conflict
+//! is the same error in every strategy.
+
+use proptest::prelude::*;
+use proptest::strategy::Strategy as _;
+use remat_core::partition::{check, partition, Flags, PGraph, PNode, PRegion};
+use remat_core::{Budget, Error, NodeId, Policy, RegionId, Strategy};
+
+const STRATEGIES: [Strategy; 9] = [
+    Strategy::Respect,
+    Strategy::MinCut,
+    Strategy::Budget(Budget::Fraction(0.0)),
+    Strategy::Budget(Budget::Fraction(0.3)),
+    Strategy::Budget(Budget::Fraction(1.0)),
+    Strategy::Budget(Budget::Bytes(0)),
+    Strategy::Budget(Budget::Bytes(100)),
+    Strategy::Budget(Budget::Bytes(1 << 20)),
+    Strategy::Budget(Budget::Bytes(u64::MAX)),
+];
+
+/// Sizes, from empty to near the limits (the huge ones make totals overflow, which must be an
+/// error naming a node, never a wrap).
+const BYTES: [u64; 8] = [0, 1, 4, 64, 1000, 1 << 40, 1 << 62, u64::MAX / 3];
+
+#[derive(Clone, Debug)]
+struct NodeSpec {
+    kind: u8,
+    inputs: [usize; 3],
+    bytes: u8,
+    flops: u8,
+    flags: u8,
+    policy: u8,
+    region: u8,
+    grad_of: Option<usize>,
+}
+
+fn node_spec() -> impl proptest::strategy::Strategy<Value = NodeSpec> {
+    (
+        0u8..16,
+        [0usize..64, 0usize..64, 0usize..64],
+        0u8..8,
+        0u8..4,
+        0u8..32,
+        0u8..5,
+        0u8..6,
+        proptest::option::of(0usize..64),
+    )
+        .prop_map(|(kind, inputs, bytes, flops, flags, policy, region, grad_of)| NodeSpec {
+            kind,
+            inputs,
+            bytes,
+            flops,
+            flags,
+            policy,
+            region,
+            grad_of,
+        })
+}
+
+/// Up to four regions, each nested in an earlier one or top level, some with budgets.
+fn regions_spec() -> impl proptest::strategy::Strategy<Value = Vec<(u8, Option<u8>)>> {
+    proptest::collection::vec((0u8..5, proptest::option::weighted(0.3, 0u8..=10)), 0..5)
+}
+
+const POLICIES: [Option<Policy>; 5] = [
+    None,
+    Some(Policy::MustSave),
+    Some(Policy::PreferSave),
+    Some(Policy::MustRecompute),
+    Some(Policy::PreferRecompute),
+];
+
+/// Builds a joint graph: `fwd` forward specs (the first two are an input and a parameter),
+/// then `bwd` backward specs. Every graph is valid as a document would be (the reader refuses
+/// the contradictions the partitioner need not handle: see `contradictory_documents_are_refused`).
+fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge: bool) -> PGraph {
+    let mut g = PGraph::default();
+    for (r, &(parent, budget)) in regions.iter().enumerate() {
+        let parent = (parent as usize) < r;
+        g.regions.push(PRegion {
+            key: r as u64,
+            parent: parent.then(|| RegionId(regions[r].0 as u32)),
+            name: format!("r{r}"),
+            budget: budget.map(|b| b as f64 / 10.0),
+        });
+    }
+    let size = |s: &NodeSpec| if huge { BYTES[s.bytes as usize] } else { BYTES[s.bytes as usize % 5] };
+    for (k, s) in fwd.iter().enumerate() {
+        let mut n = PNode::new(k as u64, "op", &[], false, size(s));
+        n.flops = [0, 1, 10, 1000][s.flops as usize];
+        let resident = k < 2 || s.kind == 0;
+        if k > 0 && !resident && s.kind != 1 {
+            let arity = 1 + (s.kind as usize % 3);
+            n.inputs = s.inputs[..arity].iter().map(|&i| NodeId((i % k) as u32)).collect();
+            n.inputs.dedup();
+        }
+        n.flags = Flags {
+            view: !resident && !n.inputs.is_empty() && s.flags & 1 != 0,
+            random: s.flags & 2 != 0,
+            compute_intensive: s.flags & 4 != 0,
+            not_recomputable: false,
+            resident,
+            tangent: false,
+        };
+        n.flags.not_recomputable = !resident && !n.flags.view && s.flags & 8 != 0 && s.flags & 16 != 0;
+        if !resident && !regions.is_empty() && (s.region as usize) < regions.len() {
+            n.region = Some(RegionId(s.region as u32));
+        }
+        n.policy = if resident { None } else { POLICIES[s.policy as usize] };
+        if n.flags.view && n.flags.not_recomputable {
+            n.flags.not_recomputable = false;
+        }
+        n.op = if n.flags.view {
+            "view".into()
+        } else if n.inputs.is_empty() && !resident {
+            "full".into()
+        } else {
+            "op".into()
+        };
+        g.nodes.push(n);
+    }
+    let n_fwd = g.nodes.len();
+    for (k, s) in bwd.iter().enumerate() {
+        let id = n_fwd + k;
+        let mut n = PNode::new(id as u64, "grad", &[], true, size(s) % (1 << 20));
+        n.inputs = s.inputs.iter().map(|&i| NodeId((i % id) as u32)).collect();
+        n.inputs.sort();
+        n.inputs.dedup();
+        n.grad_of = s.grad_of.map(|u| NodeId((u % n_fwd) as u32));
+        g.nodes.push(n);
+    }
+    // The last forward value that is not a view is the output; outputs never carry
+    // must_recompute (a document saying so is refused).
+    let out = (0..n_fwd).rev().find(|&i| !g.nodes[i].flags.view).unwrap_or(0);
+    if g.nodes[out].policy == Some(Policy::MustRecompute) {
+        g.nodes[out].policy = Some(Policy::PreferRecompute);
+    }
+    g.forward_outputs.push(NodeId(out as u32));
+    g
+}
+
+/// Errors a random graph may legitimately produce.
+fn expected(e: &Error) -> bool {
+    let t = e.to_string();
+    matches!(e, Error::Conflict(_))
+        || t.contains("cannot be met")
+        || t.contains("must_save values alone need")
+        || t.contains("add up past 2^64")
+}
+
+fn run_all(g: &PGraph) -> Result<usize, TestCaseError> {
+    let mut conflict: Option<String> = None;
+    let mut checked = 0;
+    for (k, strategy) in STRATEGIES.into_iter().enumerate() {
+        match partition(g, strategy) {
+            Ok(p) => {
+                if let Err(e) = check(g, &p) {
+                    return Err(TestCaseError::fail(format!("{strategy}: {e}\n{g:#?}")));
+                }
+                prop_assert!(conflict.is_none(), "{}: passed though respect reports {:?}", strategy, conflict);
+                checked += 1;
+            }
+            Err(e) => {
+                prop_assert!(expected(&e), "{}: unexpected error {}", strategy, e);
+                if let Error::Conflict(m) = &e {
+                    if k == 0 {
+                        conflict = Some(m.clone());
+                    }
+                    prop_assert_eq!(Some(m), conflict.as_ref(), "{}: the same conflict in every strategy", strategy);
+                }
+            }
+        }
+    }
+    Ok(checked)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_rule_holds_in_every_strategy(
+        fwd in proptest::collection::vec(node_spec(), 2..18),
+        bwd in proptest::collection::vec(node_spec(), 1..8),
+        regions in regions_spec(),
+    ) {
+        run_all(&build(&fwd, &bwd, &regions, false))?;
+    }
+
+    #[test]
+    fn sizes_near_the_limits_never_wrap(
+        fwd in proptest::collection::vec(node_spec(), 2..12),
+        bwd in proptest::collection::vec(node_spec(), 1..6),
+        regions in regions_spec(),
+    ) {
+        let g = build(&fwd, &bwd, &regions, true);
+        let total: u128 = g.nodes.iter().map(|n| n.bytes as u128).sum();
+        let result = partition(&g, Strategy::Respect);
+        if total > u64::MAX as u128 {
+            let e = result.expect_err("bytes past 2^64 must be an error");
+            prop_assert!(e.to_string().contains("past 2^64"), "{}", e);
+        } else {
+            run_all(&g)?;
+        }
+    }
+}
+
+#[test]
+fn contradictory_documents_are_refused() {
+    let doc = |node: &str| {
+        format!(
+            r#"{{"format": "remat.joint", "version": 1, "nodes": [
+                {{"id": "x", "op": "input", "phase": "forward", "bytes": 4}}, {node}], "forward_outputs": ["y"]}}"#
+        )
+    };
+    let cases = [
+        (
+            r#"{"id": "y", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"}"#,
+            "must_recompute on a forward output",
+        ),
+        (
+            r#"{"id": "y", "op": "param", "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"}"#,
+            "must_recompute on a resident value",
+        ),
+        (
+            r#"{"id": "y", "op": "t", "inputs": ["x"], "phase": "forward", "bytes": 4, "flags": ["view", "not_recomputable"]}"#,
+            "contradict each other",
+        ),
+        (
+            r#"{"id": "y", "op": "t", "inputs": ["x"], "phase": "forward", "bytes": 4, "flags": ["view", "resident"]}"#,
+            "contradict each other",
+        ),
+    ];
+    for (node, expected) in cases {
+        let e = remat_core::json::read_joint(&doc(node)).unwrap_err().to_string();
+        assert!(e.starts_with("node \"y\""), "{e}");
+        assert!(e.contains(expected), "expected `{expected}` in `{e}`");
+    }
+}
+
+#[test]
+fn conflicts_are_errors_naming_both_annotations_in_every_strategy() {
+    // x -> a (must_recompute, region 0) -> b (region 1 reads it): a is a boundary value.
+    let text = r#"{"format": "remat.joint", "version": 1, "nodes": [
+        {"id": "x", "op": "input", "phase": "forward", "bytes": 4},
+        {"id": "a", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"},
+        {"id": "b", "op": "cos", "inputs": ["a"], "phase": "forward", "bytes": 4, "region": 1, "policy": "prefer_recompute"},
+        {"id": "v", "op": "view", "inputs": ["a"], "phase": "forward", "bytes": 4, "flags": ["view"], "region": 0, "policy": "must_save"},
+        {"id": "g", "op": "grad", "inputs": ["b", "v"], "phase": "backward", "bytes": 4}
+    ], "forward_outputs": ["b"]}"#;
+    let g = remat_core::json::read_joint(text).unwrap();
+    let mut first = None;
+    for strategy in STRATEGIES {
+        let e = partition(&g, strategy).unwrap_err().to_string();
+        assert!(e.starts_with("conflicting constraints: \"a\" (sin in r0#0)"), "{strategy}: {e}");
+        assert!(e.contains("must_recompute (an explicit tag)"), "{e}");
+        assert_eq!(first.get_or_insert(e.clone()), &e, "{strategy}");
+    }
+}
+
+#[test]
+fn global_budgets_bound_the_total_region_budgets_included() {
+    // Two regions each holding a 100-byte value the backward reads; region 1 allows all of its.
+    let text = r#"{"format": "remat.joint", "version": 1,
+      "regions": [{"id": 0, "name": "f", "budget": 1.0}, {"id": 1, "name": "g", "budget": 1.0}],
+      "nodes": [
+        {"id": "x", "op": "input", "phase": "forward", "bytes": 4},
+        {"id": "a", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 100, "flops": 50, "region": 0, "policy": "prefer_save"},
+        {"id": "b", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 100, "flops": 50, "region": 1, "policy": "must_save"},
+        {"id": "y", "op": "add", "inputs": ["a", "b"], "phase": "forward", "bytes": 4},
+        {"id": "g", "op": "grad", "inputs": ["a", "b"], "phase": "backward", "bytes": 4}
+    ], "forward_outputs": ["y"]}"#;
+    let g = remat_core::json::read_joint(text).unwrap();
+    let p = partition(&g, Strategy::Budget(Budget::Bytes(150))).unwrap();
+    check(&g, &p).unwrap();
+    assert_eq!(p.saved_bytes, 100, "the global budget bounds the total");
+    let e = partition(&g, Strategy::Budget(Budget::Bytes(50))).unwrap_err().to_string();
+    assert!(e.contains("the smallest feasible global budget is 100 bytes"), "{e}");
+}
+
+#[test]
+fn twenty_region_budgets_share_one_bounded_search() {
+    let mut nodes = vec![r#"{"id": "x", "op": "input", "phase": "forward", "bytes": 4}"#.to_string()];
+    let mut regions = Vec::new();
+    let mut reads = Vec::new();
+    for r in 0..20 {
+        regions.push(format!(r#"{{"id": {r}, "name": "f{r}", "budget": 0.5}}"#));
+        let mut prev = "x".to_string();
+        for k in 0..6 {
+            let id = format!("n{r}_{k}");
+            nodes.push(format!(
+                r#"{{"id": "{id}", "op": "sin", "inputs": ["{prev}"], "phase": "forward", "bytes": {}, "flops": {}, "region": {r}, "policy": "prefer_save"}}"#,
+                10 + k,
+                5 * k + 1
+            ));
+            reads.push(format!("\"{id}\""));
+            prev = id;
+        }
+    }
+    nodes.push(format!(
+        r#"{{"id": "g", "op": "grad", "inputs": [{}], "phase": "backward", "bytes": 4}}"#,
+        reads.join(", ")
+    ));
+    let text = format!(
+        r#"{{"format": "remat.joint", "version": 1, "regions": [{}], "nodes": [{}], "forward_outputs": ["x"]}}"#,
+        regions.join(", "),
+        nodes.join(",\n")
+    );
+    let g = remat_core::json::read_joint(&text).unwrap();
+    let start = std::time::Instant::now();
+    for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
+        let p = partition(&g, strategy).unwrap();
+        check(&g, &p).unwrap();
+    }
+    println!("20 region budgets, 3 strategies: {:?}", start.elapsed());
+}
+
+/// The generator is not vacuous: most random graphs partition, and every outcome occurs.
+#[test]
+fn random_graphs_exercise_every_outcome() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let spec =
+        (proptest::collection::vec(node_spec(), 2..18), proptest::collection::vec(node_spec(), 1..8), regions_spec());
+    let (mut ok, mut conflicts, mut budgets, mut recomputed, mut region_budgets) = (0, 0, 0, 0, 0);
+    let total = 1500;
+    for _ in 0..total {
+        let (fwd, bwd, regions) = spec.new_tree(&mut runner).unwrap().current();
+        let g = build(&fwd, &bwd, &regions, false);
+        region_budgets += g.regions.iter().any(|r| r.budget.is_some()) as usize;
+        for strategy in STRATEGIES {
+            match partition(&g, strategy) {
+                Ok(p) => {
+                    check(&g, &p).unwrap();
+                    ok += 1;
+                    recomputed += (!p.recomputed.is_empty()) as usize;
+                }
+                Err(Error::Conflict(_)) => conflicts += 1,
+                Err(_) => budgets += 1,
+            }
+        }
+    }
+    let runs = total * STRATEGIES.len();
+    println!("{runs} partitions: {ok} checked ({recomputed} recomputing), {conflicts} conflicts, {budgets} infeasible budgets; {region_budgets} graphs with region budgets");
+    assert!(ok * 2 > runs, "most partitions succeed");
+    assert!(recomputed * 4 > ok, "recomputation is common");
+    assert!(conflicts > 0 && budgets > 0 && region_budgets > 100);
+}
