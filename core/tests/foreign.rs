@@ -319,3 +319,24 @@ fn deeply_nested_regions_render_in_linear_output() {
     assert!(d.len() < 300 * depth as usize, "{} bytes for {depth} regions", d.len());
     assert_dot_parses(&d);
 }
+
+#[test]
+fn region_storage_is_sized_by_the_regions_that_exist() {
+    let text = r#"{"format": "remat.joint", "version": 1, "nodes": [
+        {"id": 0, "op": "input", "phase": "forward", "bytes": 4},
+        {"id": 1, "op": "sin", "inputs": [0], "phase": "forward", "bytes": 4, "region": 4294967295, "policy": "prefer_recompute"},
+        {"id": 2, "op": "g", "inputs": [1], "phase": "backward", "bytes": 4}], "forward_outputs": [0]}"#;
+    let g = json::read_joint(text).unwrap();
+    assert_eq!(g.regions.len(), 1);
+    assert_eq!(g.regions[0].key, 4294967295);
+    let p = partition(&g, Strategy::Respect).unwrap();
+    assert!(Report::new(&g, &p).text().contains("r4294967295#4294967295"));
+    // Two 2^63-byte values: the total overflows, and that is an error naming the node.
+    let huge = r#"{"format": "remat.joint", "version": 1, "nodes": [
+        {"id": "a", "op": "input", "phase": "forward", "bytes": 9223372036854775808},
+        {"id": "b", "op": "sin", "inputs": ["a"], "phase": "forward", "bytes": 9223372036854775808},
+        {"id": "c", "op": "g", "inputs": ["b"], "phase": "backward", "bytes": 4}], "forward_outputs": ["a"]}"#;
+    let g = json::read_joint(huge).unwrap();
+    let e = partition(&g, Strategy::Budget(Budget::Bytes(0))).unwrap_err().to_string();
+    assert!(e.starts_with("\"b\" (sin): the graph's bytes add up past 2^64"), "{e}");
+}
