@@ -270,6 +270,9 @@ pub fn reason_code(reason: Reason) -> &'static str {
     }
 }
 
+/// How deep DOT clusters nest; deeper regions are drawn flat inside their ancestor at this depth.
+const MAX_NESTING: usize = 256;
+
 /// Fill colours of DOT nodes.
 const SAVED: &str = "#8fd18f";
 const RESIDENT: &str = "#cfe3f7";
@@ -313,12 +316,23 @@ pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
         format!("n{i} [label=\"{}\\n{}\", {style}];", escape(&label), escape(&second))
     };
     let regions = g.regions.len();
+    // Graphviz's parser gives up on clusters nested a few thousand deep, so regions deeper than
+    // `MAX_NESTING` are drawn side by side inside their ancestor at that depth, labelled with
+    // their true parent.
+    let mut depth = vec![0usize; regions];
+    let mut anchor: Vec<Option<usize>> = vec![None; regions];
+    for (r, region) in g.regions.iter().enumerate() {
+        if let Some(p) = region.parent.map(RegionId::index).filter(|&p| p < r) {
+            depth[r] = depth[p] + 1;
+            anchor[r] = if depth[p] < MAX_NESTING { Some(p) } else { anchor[p] };
+        }
+    }
     let mut children = vec![Vec::new(); regions];
     let mut members = vec![Vec::new(); regions];
     let mut top_regions = Vec::new();
-    for (r, region) in g.regions.iter().enumerate() {
-        match region.parent.filter(|p| p.index() < r) {
-            Some(p) => children[p.index()].push(r),
+    for (r, anchor) in anchor.iter().enumerate() {
+        match anchor {
+            Some(p) => children[*p].push(r),
             None => top_regions.push(r),
         }
     }
@@ -346,6 +360,9 @@ pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
                 let mut label = g.region_label(RegionId(r as u32));
                 if let Some(b) = g.regions[r].budget {
                     label += &format!(" (budget {b})");
+                }
+                if let Some(p) = g.regions[r].parent.filter(|p| anchor[r] != Some(p.index())) {
+                    label += &format!(" (in {})", g.region_label(p));
                 }
                 let _ = writeln!(out, "{pad}subgraph cluster_r{r} {{");
                 let _ = writeln!(out, "{pad}  label=\"{}\"; style=rounded; color=gray40;", escape(&label));

@@ -95,6 +95,21 @@ fn field_of(path: &serde_path_to_error::Path) -> Option<String> {
     })
 }
 
+/// Reads the `nodes` array as `T`s in one pass; on a failure, node by node, so the error names
+/// the node at fault.
+pub(super) fn nodes<'a, T: Deserialize<'a>>(
+    raw: &'a RawValue,
+    format: &str,
+    fields: &[&'static str],
+) -> Result<Vec<T>> {
+    if let Ok(all) = serde_json::from_str(raw.get()) {
+        return Ok(all);
+    }
+    let each: Vec<&'a RawValue> = serde_json::from_str(raw.get())
+        .map_err(|e| top_error(format!("{format}: field `nodes`: expected an array of node objects ({e})")))?;
+    each.iter().enumerate().map(|(k, raw)| node(raw, k, fields)).collect()
+}
+
 /// Reads node object `raw` (position `k`) as `T`, whose fields are `fields`. Errors name the
 /// node by its id and op.
 pub(super) fn node<'a, T: Deserialize<'a>>(raw: &'a RawValue, k: usize, fields: &[&'static str]) -> Result<T> {

@@ -1,7 +1,7 @@
 //! `remat.graph` v1: a tagged forward graph of catalog ops.
 
 use super::fields::IdRef;
-use super::{all_ids, at, attrs, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
+use super::{at, attrs, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 use crate::op::{Meta, OpKind};
@@ -75,13 +75,10 @@ struct NodeOut<'a> {
 pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     top.only(FORMAT, &TOP)?;
     let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
-    let raw_nodes: Vec<&'a RawValue> = top.need(FORMAT, "nodes")?;
+    let raw_nodes: &'a RawValue = top.need(FORMAT, "nodes")?;
     let outputs: Vec<IdRef<'a>> = top.need(FORMAT, "outputs")?;
-    let mut parsed: Vec<NodeIn<'a>> = Vec::with_capacity(raw_nodes.len());
-    for (k, raw) in raw_nodes.iter().enumerate() {
-        parsed.push(super::fields::node(raw, k, &FIELDS)?);
-    }
-    let later = all_ids(parsed.iter().map(|d| d.id.clone()));
+    let parsed: Vec<NodeIn<'a>> = super::fields::nodes(raw_nodes, FORMAT, &FIELDS)?;
+    let later: Vec<IdRef<'a>> = parsed.iter().map(|d| d.id.clone()).collect();
     let mut ids = Ids::default();
     let mut regions = Regions::new(region_docs)?;
     let mut doc_ids = Vec::with_capacity(parsed.len());

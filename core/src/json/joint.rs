@@ -1,7 +1,7 @@
 //! `remat.joint` v1: an already-joint graph of opaque ops, for partitioning only.
 
 use super::fields::{self, IdRef};
-use super::{all_ids, at, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
+use super::{at, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::Result;
 use crate::graph::NodeId;
 use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
@@ -119,14 +119,11 @@ fn flag_of<'a>(flags: &'a mut Flags, name: &str) -> Option<&'a mut bool> {
 pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     top.only(FORMAT, &TOP)?;
     let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
-    let raw_nodes: Vec<&'a RawValue> = top.need(FORMAT, "nodes")?;
+    let raw_nodes: &'a RawValue = top.need(FORMAT, "nodes")?;
     let forward: Vec<IdRef<'a>> = top.need(FORMAT, "forward_outputs")?;
     let backward: Vec<IdRef<'a>> = top.get(FORMAT, "backward_outputs")?.unwrap_or_default();
-    let mut parsed: Vec<NodeIn<'a>> = Vec::with_capacity(raw_nodes.len());
-    for (k, raw) in raw_nodes.iter().enumerate() {
-        parsed.push(fields::node(raw, k, &FIELDS)?);
-    }
-    let later = all_ids(parsed.iter().map(|d| d.id.clone()));
+    let parsed: Vec<NodeIn<'a>> = fields::nodes(raw_nodes, FORMAT, &FIELDS)?;
+    let later: Vec<IdRef<'a>> = parsed.iter().map(|d| d.id.clone()).collect();
     let mut ids = Ids::default();
     let mut regions = Regions::new(region_docs)?;
     let mut nodes: Vec<PNode> = Vec::with_capacity(parsed.len());
@@ -173,7 +170,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
 fn node<'a>(
     before: &[PNode],
     ids: &Ids<'a>,
-    later: &std::collections::HashMap<IdRef<'a>, usize>,
+    later: &[IdRef<'a>],
     regions: &mut Regions,
     id: DocId,
     d: NodeIn<'a>,

@@ -33,9 +33,9 @@ use crate::graph::{Graph, RegionId};
 use crate::partition::{DocId, PGraph};
 use crate::policy::{Policy, PolicySource};
 use fields::IdRef;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use std::collections::HashMap;
 
 /// The `format` of a forward-graph document.
 pub const GRAPH_FORMAT: &str = "remat.graph";
@@ -189,7 +189,7 @@ fn at(id: &DocId, op: &str, message: impl Into<String>) -> Error {
 /// The document ids of the nodes read so far, for resolving inputs.
 #[derive(Default)]
 struct Ids<'a> {
-    index: HashMap<IdRef<'a>, u32>,
+    index: FxHashMap<IdRef<'a>, u32>,
 }
 
 impl<'a> Ids<'a> {
@@ -204,23 +204,18 @@ impl<'a> Ids<'a> {
     }
 
     /// The position of the node an input names: defined earlier, or an error naming both.
-    fn resolve(&self, input: &IdRef<'a>, later: &HashMap<IdRef<'a>, usize>) -> std::result::Result<u32, String> {
+    fn resolve(&self, input: &IdRef<'a>, all: &[IdRef<'a>]) -> std::result::Result<u32, String> {
         if let Some(&k) = self.index.get(input) {
             return Ok(k);
         }
         let name = input.owned().in_error();
-        Err(match later.get(input) {
-            Some(_) => format!(
+        Err(match all.contains(input) {
+            true => format!(
                 "input {name} is defined later in the list (nodes are in topological order: a cycle or a forward reference)"
             ),
-            None => format!("input {name} is not a node of the document (a dangling input)"),
+            false => format!("input {name} is not a node of the document (a dangling input)"),
         })
     }
-}
-
-/// Every id of the document with its position, for telling a later node from a missing one.
-fn all_ids<'a>(ids: impl Iterator<Item = IdRef<'a>>) -> HashMap<IdRef<'a>, usize> {
-    ids.enumerate().map(|(k, id)| (id, k)).collect()
 }
 
 /// A region entry, shared by both formats.
@@ -248,12 +243,12 @@ struct RegionParts {
 /// sized by the regions that exist, whatever their ids.
 struct Regions {
     parts: Vec<RegionParts>,
-    by_key: HashMap<u64, RegionId>,
+    by_key: FxHashMap<u64, RegionId>,
 }
 
 impl Regions {
     fn new(docs: Vec<RegionDoc>) -> Result<Regions> {
-        let mut regions = Regions { parts: Vec::with_capacity(docs.len()), by_key: HashMap::new() };
+        let mut regions = Regions { parts: Vec::with_capacity(docs.len()), by_key: FxHashMap::default() };
         for r in docs {
             let here = |m: String| top_error(format!("region {}: {m}", r.id));
             if regions.by_key.contains_key(&r.id) {
