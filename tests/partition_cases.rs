@@ -316,7 +316,7 @@ fn a_view_asked_to_be_saved_saves_its_base() {
     let model = Model::new(graph).unwrap();
     let p = model.partition().unwrap();
     let g = model.joint().graph();
-    let base = p.decisions.iter().find(|d| g.nodes()[d.node as usize].op == Op::Sin).unwrap();
+    let base = p.decisions.iter().find(|d| g.nodes()[d.node as usize].op == Op::Unary(UnaryOp::Sin)).unwrap();
     assert_eq!(base.action, Action::Save);
     assert!(matches!(base.reason, Reason::ViewBase(_)), "{:?}", base.reason);
     let view = p.decisions.iter().find(|d| g.nodes()[d.node as usize].op.name() == "reshape").unwrap();

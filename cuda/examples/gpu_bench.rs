@@ -315,14 +315,14 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
 
     println!("\n{:<28} {:>10} {:>8}", "kernel (bf16, 512 MiB)", "GB/s", "vs copy");
     let kernels: Vec<(&str, Op, usize, f64)> = vec![
-        ("gelu", Op::Gelu, 1, 2.0),
-        ("add", Op::Add, 2, 3.0),
+        ("gelu", Op::Unary(UnaryOp::Gelu), 1, 2.0),
+        ("add", Op::Binary(BinaryOp::Add), 2, 3.0),
         ("dropout p=0.1", Op::Dropout { p: 0.1, seed: 1, key: 2 }, 1, 2.0),
         ("cast -> f32", Op::Cast { dtype: DType::F32 }, 1, 3.0),
         ("softmax rows of 1024", Op::Softmax, 1, 2.0),
         ("layer_norm rows of 1024", Op::LayerNorm { eps: 1e-5 }, 1, 2.0),
-        ("sum over last axis", Op::Sum { axes: vec![1], keepdim: false }, 1, 1.0),
-        ("sum over first axis", Op::Sum { axes: vec![0], keepdim: false }, 1, 1.0),
+        ("sum over last axis", Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdim: false }, 1, 1.0),
+        ("sum over first axis", Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, 1, 1.0),
         ("transpose [n/1024,1024]", Op::Transpose { perm: vec![1, 0] }, 1, 2.0),
     ];
     for (name, op, arity, traffic) in kernels {

@@ -214,31 +214,31 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
             message: "leaf values are fed to a run, not computed by a kernel".into(),
         }),
         Op::Constant { value } => ew::constant(dev, *value, out),
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
+        Op::Binary(BinaryOp::Add) | Op::Binary(BinaryOp::Sub) | Op::Binary(BinaryOp::Mul) | Op::Binary(BinaryOp::Div) | Op::Binary(BinaryOp::Maximum) | Op::Binary(BinaryOp::MaximumMask) => {
             ew::binary(dev, call.op, x[0], x[1], out)
         }
-        Op::Neg
-        | Op::Exp
-        | Op::Log
-        | Op::Sin
-        | Op::Cos
-        | Op::Tanh
-        | Op::Sigmoid
-        | Op::Relu
-        | Op::Gelu
-        | Op::Abs
-        | Op::Sqrt
-        | Op::Rsqrt
-        | Op::Reciprocal
-        | Op::Square
+        Op::Unary(UnaryOp::Neg)
+        | Op::Unary(UnaryOp::Exp)
+        | Op::Unary(UnaryOp::Log)
+        | Op::Unary(UnaryOp::Sin)
+        | Op::Unary(UnaryOp::Cos)
+        | Op::Unary(UnaryOp::Tanh)
+        | Op::Unary(UnaryOp::Sigmoid)
+        | Op::Unary(UnaryOp::Relu)
+        | Op::Unary(UnaryOp::Gelu)
+        | Op::Unary(UnaryOp::Abs)
+        | Op::Unary(UnaryOp::Sqrt)
+        | Op::Unary(UnaryOp::Rsqrt)
+        | Op::Unary(UnaryOp::Reciprocal)
+        | Op::Unary(UnaryOp::Square)
         | Op::Clamp { .. }
-        | Op::Sign => ew::unary(dev, call.op, x[0], out),
+        | Op::Unary(UnaryOp::Sign) => ew::unary(dev, call.op, x[0], out),
         Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad => ew::pointwise_grad(dev, call.op, x[0], x[1], out),
         Op::Dropout { p, seed, key } => ew::dropout(dev, x[0], out, *p, *seed, *key, call.run_seed),
         Op::Cast { .. } => ew::cast(dev, x[0], out),
-        Op::Sum { axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Sum, out),
-        Op::Mean { axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Mean, out),
-        Op::Amax { axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Max, out),
+        Op::Reduce { op: ReduceOp::Sum, axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Sum, out),
+        Op::Reduce { op: ReduceOp::Mean, axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Mean, out),
+        Op::Reduce { op: ReduceOp::Amax, axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Max, out),
         Op::AmaxGrad { axes, .. } => reduce::amax_grad(dev, x[0], x[1], x[2], axes, out),
         Op::Matmul => gemm::matmul(dev, x[0], x[1], out, false, false),
         Op::MatmulT { ta, tb, fold: false } => gemm::matmul(dev, x[0], x[1], out, *ta, *tb),

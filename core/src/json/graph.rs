@@ -137,6 +137,7 @@ fn node(g: &Graph, k: usize, n: usize, d: NodeDoc) -> Result<Node> {
         return Err(err(format!("must_recompute on a {kind}: inputs and parameters are resident, not recomputed")));
     }
     let loc = d.loc.as_deref().map(parse_loc).transpose().map_err(&err)?;
+    let op = attrs::shape_data(op, &shape, dtype).map_err(&err)?;
     Ok(Node { op, inputs: d.inputs.into_iter().map(NodeId).collect(), shape, dtype, tag, name: d.name, loc })
 }
 

@@ -5,7 +5,6 @@
 use crate::autodiff::JointGraph;
 use crate::dtype::DType;
 use crate::policy::{Policy, PolicySource};
-use crate::op::Op;
 use crate::plan::node_flops;
 
 /// Properties of a node that constrain how it may be kept.
@@ -100,7 +99,7 @@ impl PGraph {
                         random: info.random,
                         compute_intensive: info.compute_intensive,
                         not_recomputable: false,
-                        resident: matches!(n.op, Op::Input | Op::Param { .. }),
+                        resident: n.op.is_resident(),
                         tangent: false,
                     },
                     region: n.tag.map(|t| t.region.0),

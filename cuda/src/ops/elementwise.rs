@@ -9,22 +9,22 @@ use remat_core::{rng, HostTensor, Op, Result};
 /// The `U_*` code of a unary op and its clamp bounds.
 pub(crate) fn unary_code(op: &Op) -> Option<(i32, f64, f64)> {
     Some(match op {
-        Op::Neg => (0, 0.0, 0.0),
-        Op::Exp => (1, 0.0, 0.0),
-        Op::Log => (2, 0.0, 0.0),
-        Op::Sin => (3, 0.0, 0.0),
-        Op::Cos => (4, 0.0, 0.0),
-        Op::Tanh => (5, 0.0, 0.0),
-        Op::Sigmoid => (6, 0.0, 0.0),
-        Op::Relu => (7, 0.0, 0.0),
-        Op::Gelu => (8, 0.0, 0.0),
-        Op::Abs => (9, 0.0, 0.0),
-        Op::Sqrt => (10, 0.0, 0.0),
-        Op::Rsqrt => (11, 0.0, 0.0),
-        Op::Reciprocal => (12, 0.0, 0.0),
-        Op::Square => (13, 0.0, 0.0),
+        Op::Unary(UnaryOp::Neg) => (0, 0.0, 0.0),
+        Op::Unary(UnaryOp::Exp) => (1, 0.0, 0.0),
+        Op::Unary(UnaryOp::Log) => (2, 0.0, 0.0),
+        Op::Unary(UnaryOp::Sin) => (3, 0.0, 0.0),
+        Op::Unary(UnaryOp::Cos) => (4, 0.0, 0.0),
+        Op::Unary(UnaryOp::Tanh) => (5, 0.0, 0.0),
+        Op::Unary(UnaryOp::Sigmoid) => (6, 0.0, 0.0),
+        Op::Unary(UnaryOp::Relu) => (7, 0.0, 0.0),
+        Op::Unary(UnaryOp::Gelu) => (8, 0.0, 0.0),
+        Op::Unary(UnaryOp::Abs) => (9, 0.0, 0.0),
+        Op::Unary(UnaryOp::Sqrt) => (10, 0.0, 0.0),
+        Op::Unary(UnaryOp::Rsqrt) => (11, 0.0, 0.0),
+        Op::Unary(UnaryOp::Reciprocal) => (12, 0.0, 0.0),
+        Op::Unary(UnaryOp::Square) => (13, 0.0, 0.0),
         Op::Clamp { min, max } => (14, *min, *max),
-        Op::Sign => (15, 0.0, 0.0),
+        Op::Unary(UnaryOp::Sign) => (15, 0.0, 0.0),
         _ => return None,
     })
 }
@@ -41,12 +41,12 @@ pub(crate) fn unary(dev: &Device, op: &Op, x: View<'_>, out: View<'_>) -> Result
 /// `binary_bcast_T(a, b, y, u64 n, int op, Dims da, Dims db)`.
 pub(crate) fn binary(dev: &Device, op: &Op, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
     let code = match op {
-        Op::Add => 0,
-        Op::Sub => 1,
-        Op::Mul => 2,
-        Op::Div => 3,
-        Op::Maximum => 4,
-        Op::MaximumMask => 5,
+        Op::Binary(BinaryOp::Add) => 0,
+        Op::Binary(BinaryOp::Sub) => 1,
+        Op::Binary(BinaryOp::Mul) => 2,
+        Op::Binary(BinaryOp::Div) => 3,
+        Op::Binary(BinaryOp::Maximum) => 4,
+        Op::Binary(BinaryOp::MaximumMask) => 5,
         other => return Err(dev.err(format!("{} is not binary", other.name()))),
     };
     let n = out.numel();
