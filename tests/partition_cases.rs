@@ -5,7 +5,7 @@
 use remat::partition::PGraph;
 use remat::prelude::*;
 use remat::zoo::{self, MlpConfig};
-use remat::{Action, Budget, Graph, Op, Reason, Step, Strategy};
+use remat::{Action, Budget, Graph, Op, Reason, Step, Strategy, UnaryOp};
 
 const STRATEGIES: [Strategy; 5] = [
     Strategy::Respect,

@@ -7,8 +7,8 @@
 //! for that op ([`PolicyTable::resolve`]). Instances nest: an instance entered while another is
 //! open records it as its parent.
 
-use crate::policy::{Policy, PolicySource};
 use crate::op::OpKind;
+use crate::policy::{Policy, PolicySource};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -10,10 +10,10 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
-use crate::policy::{Policy, PolicySource};
-use crate::op::{Init, Op};
-use crate::region::active_regions;
 use crate::host::HostTensor;
+use crate::op::{Init, Op};
+use crate::policy::{Policy, PolicySource};
+use crate::region::active_regions;
 use crate::shape::fmt_shape;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -104,7 +104,11 @@ impl Trace {
     pub fn arange(&self, start: f64, step: f64, len: usize, dtype: DType) -> Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
         if !dtype.is_float() && dtype != DType::I64 || dtype.is_fp8() {
-            self.state.borrow_mut().fail("arange", loc, format!("arange makes f32, f64, bf16, f16 or i64 values, not {dtype}"));
+            self.state.borrow_mut().fail(
+                "arange",
+                loc,
+                format!("arange makes f32, f64, bf16, f16 or i64 values, not {dtype}"),
+            );
             return Tensor { state: self.state.clone(), id: None };
         }
         let id = record_node(&self.state, Op::Arange { start, step }, vec![], vec![len], dtype, loc);

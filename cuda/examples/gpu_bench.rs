@@ -15,8 +15,8 @@
 
 use remat_core::region::{enter_region, PolicyTable, RegionSpec};
 use remat_core::{
-    zoo, Backend, Budget, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy, Result, Step,
-    Strategy,
+    zoo, Backend, BinaryOp, Budget, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy,
+    ReduceOp, Result, Step, Strategy, UnaryOp,
 };
 use remat_cuda::{CudaBackend, CudaBuffer};
 use std::time::Instant;

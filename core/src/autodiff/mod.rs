@@ -218,7 +218,8 @@ impl Backward {
         let lead = gshape.len() - shape.len();
         let axes: Vec<usize> =
             (0..gshape.len()).filter(|&i| i < lead || (shape[i - lead] == 1 && gshape[i] != 1)).collect();
-        let summed = if axes.is_empty() { g } else { self.op(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: true }, vec![g])? };
+        let summed =
+            if axes.is_empty() { g } else { self.op(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: true }, vec![g])? };
         if self.shape(summed) == shape {
             return Ok(summed);
         }

@@ -6,9 +6,9 @@
 use crate::dtype::DType;
 use crate::host::{HostData, HostTensor};
 use crate::op::{BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
-use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
 type Res<T> = std::result::Result<T, String>;
 
@@ -86,9 +86,13 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         K::Constant => Op::Constant { value: a.required("value")? },
         K::ConstantData => {
             let values: Vec<f64> = a.required("values")?;
-            Op::ConstantData { value: Arc::new(HostTensor::f64(vec![values.len()], values).map_err(|e| e.to_string())?) }
+            Op::ConstantData {
+                value: Arc::new(HostTensor::f64(vec![values.len()], values).map_err(|e| e.to_string())?),
+            }
         }
-        K::Arange => Op::Arange { start: a.optional("start")?.unwrap_or(0.0), step: a.optional("step")?.unwrap_or(1.0) },
+        K::Arange => {
+            Op::Arange { start: a.optional("start")?.unwrap_or(0.0), step: a.optional("step")?.unwrap_or(1.0) }
+        }
         K::ReluGrad => Op::ReluGrad,
         K::GeluGrad => Op::GeluGrad,
         K::SiluGrad => Op::SiluGrad,
@@ -105,7 +109,9 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         K::Pow => Op::Pow { exponent: a.required("exponent")? },
         K::IndexSelect => Op::IndexSelect { axis: a.required("axis")? },
         K::IndexSelectGrad => Op::IndexSelectGrad { axis: a.required("axis")?, dim: a.required("dim")? },
-        K::SliceGrad => Op::SliceGrad { axis: a.required("axis")?, start: a.required("start")?, dim: a.required("dim")? },
+        K::SliceGrad => {
+            Op::SliceGrad { axis: a.required("axis")?, start: a.required("start")?, dim: a.required("dim")? }
+        }
         K::RmsNorm => Op::RmsNorm { eps: a.required("eps")? },
         K::RmsNormGrad => Op::RmsNormGrad { eps: a.required("eps")? },
         K::Sdpa => Op::Sdpa { causal: a.optional("causal")?.unwrap_or(false), scale: a.required("scale")? },

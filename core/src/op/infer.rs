@@ -6,7 +6,9 @@ use super::*;
 /// viewed, concatenated or fed to `scaled_matmul`.
 fn float(what: &str, m: Meta<'_>) -> Result<(), String> {
     if m.1 == DType::Bool {
-        Err(format!("{what} is bool: arithmetic needs numbers, cast the mask first (`.cast(DType::F32)`) or use `where`"))
+        Err(format!(
+            "{what} is bool: arithmetic needs numbers, cast the mask first (`.cast(DType::F32)`) or use `where`"
+        ))
     } else if m.1.is_fp8() {
         Err(format!("{what} is {}: cast fp8 values to a wider dtype first (or use scaled_matmul)", m.1))
     } else if m.1.is_float() {
@@ -200,7 +202,11 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             float("gradient", x[1])?;
             let g = x[1].0;
             if *axis >= g.len() || x[0].0.len() != 1 || x[0].0[0] != g[*axis] {
-                return Err(format!("gradient {} does not fit indices {} on axis {axis}", fmt_shape(g), fmt_shape(x[0].0)));
+                return Err(format!(
+                    "gradient {} does not fit indices {} on axis {axis}",
+                    fmt_shape(g),
+                    fmt_shape(x[0].0)
+                ));
             }
             let mut out = g.to_vec();
             out[*axis] = *dim;

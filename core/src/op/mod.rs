@@ -6,8 +6,8 @@
 //! kernels in the backends.
 
 use crate::dtype::DType;
-use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced};
 use crate::host::HostTensor;
+use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced};
 pub use remat_catalog::{Arity, BinaryOp, CompareOp, OpInfo, OpKind, ReduceOp, UnaryOp, CATALOG};
 use std::sync::Arc;
 
@@ -411,7 +411,10 @@ mod tests {
         let f = DType::F32;
         assert_eq!(Op::Matmul.infer(&[(&[3, 2, 4], f), (&[4, 5], f)]).unwrap().0, vec![3, 2, 5]);
         assert!(Op::Matmul.infer(&[(&[2, 4], f), (&[3, 5], f)]).unwrap_err().contains("inner dimensions"));
-        assert!(Op::Binary(BinaryOp::Add).infer(&[(&[2], f), (&[2], DType::BF16)]).unwrap_err().contains("dtypes differ"));
+        assert!(Op::Binary(BinaryOp::Add)
+            .infer(&[(&[2], f), (&[2], DType::BF16)])
+            .unwrap_err()
+            .contains("dtypes differ"));
         let r = Op::Reshape { shape: vec![5] }.infer(&[(&[2, 3], f)]);
         assert!(r.unwrap_err().contains("6 elements"));
         let t = Op::Transpose { perm: vec![1, 0, 2] }.infer(&[(&[2, 3, 4], f)]).unwrap();

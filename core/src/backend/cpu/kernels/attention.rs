@@ -28,14 +28,7 @@ struct Dims {
 impl Dims {
     fn of(q: &[usize], k: &[usize], v: &[usize], causal: bool) -> Dims {
         let r = q.len();
-        Dims {
-            batch: q[..r - 2].iter().product(),
-            tq: q[r - 2],
-            tk: k[r - 2],
-            d: q[r - 1],
-            dv: v[r - 1],
-            causal,
-        }
+        Dims { batch: q[..r - 2].iter().product(), tq: q[r - 2], tk: k[r - 2], d: q[r - 1], dv: v[r - 1], causal }
     }
 
     /// Keys query `i` attends to: all, or `0..=i` when causal (top-left aligned, like

@@ -308,7 +308,10 @@ mod tests {
         let col = t32(&[2, 1], &[1., 2.]);
         assert_eq!(run(&Op::Binary(BinaryOp::Sub), &[&a, &col]).unwrap().to_f32_vec(), [0., 1., 2., 2., 3., 4.]);
         let s = t32(&[], &[2.]);
-        assert_eq!(run(&Op::Binary(BinaryOp::Div), &[&s, &a]).unwrap().to_f32_vec(), [2., 1., 2. / 3., 0.5, 0.4, 2. / 6.]);
+        assert_eq!(
+            run(&Op::Binary(BinaryOp::Div), &[&s, &a]).unwrap().to_f32_vec(),
+            [2., 1., 2. / 3., 0.5, 0.4, 2. / 6.]
+        );
         // [2, 1, 3] * [4, 1]: both operands broadcast.
         let p = t32(&[2, 1, 3], &[1., 2., 3., 4., 5., 6.]);
         let q = t32(&[4, 1], &[1., 2., 3., 4.]);
@@ -336,7 +339,11 @@ mod tests {
         assert_eq!(get(Op::Unary(UnaryOp::Sign)), [-1., -1., 0., 1., 1.]);
         assert_eq!(get(Op::Clamp { min: -1., max: 1. }), [-1., -0.5, 0., 0.5, 1.]);
         assert_eq!(get(Op::Unary(UnaryOp::Square)), [4., 0.25, 0., 0.25, 9.]);
-        assert_close(&get(Op::Unary(UnaryOp::Sigmoid)), &[-2., -0.5, 0., 0.5, 3.].map(|v: f64| 1. / (1. + (-v).exp())), 1e-15);
+        assert_close(
+            &get(Op::Unary(UnaryOp::Sigmoid)),
+            &[-2., -0.5, 0., 0.5, 3.].map(|v: f64| 1. / (1. + (-v).exp())),
+            1e-15,
+        );
         // gelu(x) ≈ x·Φ(x); known values of the tanh form.
         assert_close(&get(Op::Unary(UnaryOp::Gelu)), &[-0.045402306, -0.15428599, 0., 0.34571401, 2.996362608], 1e-8);
         let r = run(&Op::Unary(UnaryOp::Rsqrt), &[&t32(&[2], &[4., 0.25])]).unwrap();

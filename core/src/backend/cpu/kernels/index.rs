@@ -40,7 +40,12 @@ pub(super) fn compare(call: &KernelCall<'_>, op: CompareOp, a: &HostTensor, b: &
 }
 
 /// `cond ? a : b` with all three broadcast to the output; raw elements (no conversion).
-pub(super) fn select_where(call: &KernelCall<'_>, c: &HostTensor, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
+pub(super) fn select_where(
+    call: &KernelCall<'_>,
+    c: &HostTensor,
+    a: &HostTensor,
+    b: &HostTensor,
+) -> Result<HostTensor> {
     fn run<E: Elem>(call: &KernelCall<'_>, c: &HostTensor, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
         let cv = <bool as Elem>::slice(c.data()).ok_or_else(|| node_err(call, "the condition must be bool"))?;
         let av = E::slice(a.data()).ok_or_else(|| node_err(call, "unexpected dtype"))?;
@@ -83,10 +88,9 @@ fn indices(call: &KernelCall<'_>, t: &HostTensor, dim: usize) -> Result<Vec<usiz
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            usize::try_from(v)
-                .ok()
-                .filter(|&u| u < dim)
-                .ok_or_else(|| node_err(call, format!("index {v} at position {i} is out of range for an axis of {dim}")))
+            usize::try_from(v).ok().filter(|&u| u < dim).ok_or_else(|| {
+                node_err(call, format!("index {v} at position {i} is out of range for an axis of {dim}"))
+            })
         })
         .collect()
 }

@@ -325,7 +325,9 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
         Op::Reduce { op: ReduceOp::Mean, axes, keepdim } => {
             per_float!(call, reduce::sum, (call, x[0], axes, *keepdim, true))
         }
-        Op::Reduce { op: ReduceOp::Amax, axes, keepdim } => per_float!(call, reduce::amax, (call, x[0], axes, *keepdim)),
+        Op::Reduce { op: ReduceOp::Amax, axes, keepdim } => {
+            per_float!(call, reduce::amax, (call, x[0], axes, *keepdim))
+        }
         Op::AmaxGrad { axes, keepdim } => per_float!(call, reduce::amax_grad, (call, x[0], x[1], x[2], axes, *keepdim)),
         Op::Matmul => per_float!(call, matmul::matmul, (call, x[0], x[1], Trans::NONE)),
         Op::MatmulT { ta, tb, fold: false } => {

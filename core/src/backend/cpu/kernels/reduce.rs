@@ -223,7 +223,8 @@ mod tests {
         assert_eq!(m.to_f64_vec(), [x.iter().cloned().fold(f64::MIN, f64::max)]);
         let mut with_nan = x.clone();
         with_nan[500] = f64::NAN;
-        let m = run(&Op::Reduce { op: ReduceOp::Amax, axes: vec![0], keepdim: false }, &[&t64(&[1003], &with_nan)]).unwrap();
+        let m = run(&Op::Reduce { op: ReduceOp::Amax, axes: vec![0], keepdim: false }, &[&t64(&[1003], &with_nan)])
+            .unwrap();
         assert!(m.to_f64_vec()[0].is_nan());
         // A million 0.1s: one f32 chain would drift by ~1%, the pairwise fold stays close.
         let ones = t32(&[1 << 20], &vec![0.1; 1 << 20]);
