@@ -352,6 +352,19 @@ impl Tensor {
         }
     }
 
+    /// [`Trace::arange`] on this tensor's trace, for model code that holds tensors but not the
+    /// trace (positions, causal masks).
+    #[track_caller]
+    pub fn arange_like(&self, start: f64, step: f64, len: usize, dtype: DType) -> Tensor {
+        Trace { state: self.state.clone() }.arange(start, step, len, dtype)
+    }
+
+    /// [`Trace::constant_from`] on this tensor's trace.
+    #[track_caller]
+    pub fn constant_like(&self, name: &str, value: HostTensor) -> Tensor {
+        Trace { state: self.state.clone() }.constant_from(name, value)
+    }
+
     fn poisoned(&self) -> Tensor {
         Tensor { state: self.state.clone(), id: None }
     }

@@ -49,10 +49,10 @@ fn gpt_cfg(dtype: DType, dropout: f64) -> GptConfig {
 
 /// A GPT whose attention runs in a region and whose MLP runs in a region with a nested one.
 fn gpt_with_regions() -> Graph {
-    zoo::gpt_with(&gpt_cfg(DType::F32, 0.1), &|part, x, p, mask, heads| match part {
+    zoo::gpt_with(&gpt_cfg(DType::F32, 0.1), &|part, x, p, heads| match part {
         Part::Attention => {
             let _r = enter_region(&ATTN);
-            zoo::attention(x, p, mask, heads)
+            zoo::attention(x, p, heads)
         }
         Part::FeedForward => {
             let _r = enter_region(&FFN);

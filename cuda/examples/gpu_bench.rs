@@ -165,8 +165,7 @@ fn run_policy(
     // Resident values in plan order (params by name, inputs from the feeds).
     let fwd = model.forward_graph();
     let mut resident = Vec::new();
-    let feed_values =
-        [("tokens", tokens_of(cfg, 1)), ("targets", tokens_of(cfg, 2)), ("mask", zoo::causal_mask(cfg.seq, cfg.dtype))];
+    let feed_values = [("tokens", tokens_of(cfg, 1)), ("targets", tokens_of(cfg, 2))];
     for &id in model.plan().resident() {
         let node = fwd.node(id);
         let name = node.name.clone().unwrap_or_default();
@@ -215,10 +214,10 @@ fn block_config() -> zoo::GptConfig {
 /// between the smallest feasible saved set and saving everything.
 fn policies(cfg: &zoo::GptConfig) -> Result<Vec<(&'static str, Strategy, Graph)>> {
     let wrap = |spec: &'static RegionSpec| {
-        zoo::gpt_with(cfg, &move |part, x, p, mask, heads| {
+        zoo::gpt_with(cfg, &move |part, x, p, heads| {
             let _region = enter_region(spec);
             match part {
-                zoo::Part::Attention => zoo::attention(x, p, mask, heads),
+                zoo::Part::Attention => zoo::attention(x, p, heads),
                 zoo::Part::FeedForward => zoo::feed_forward(x, p),
             }
         })
