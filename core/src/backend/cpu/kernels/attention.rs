@@ -1,18 +1,22 @@
 //! Fused scaled dot-product attention (the flash-attention scheme) and its gradient.
 //!
-//! The forward never forms the `t × t` scores: each query row streams over key blocks with an
-//! online softmax (running maximum, running sum, rescaled accumulator) and keeps only its output
-//! row and its log-sum-exp. The backward recomputes the probabilities block by block from that
-//! log-sum-exp. Rows are spread over threads; every row is computed by one thread in a fixed order,
-//! so results do not depend on the thread count.
+//! The forward never forms the `t × t` scores: each block of query rows streams over key blocks
+//! with an online softmax (running maximum, running sum, rescaled accumulator) and keeps only its
+//! output rows and their log-sum-exp. The backward recomputes the probabilities block by block
+//! from that log-sum-exp: `dq` by query block, `dk` and `dv` by key block, so every output block
+//! is written by one thread and no reduction crosses threads. Within a block pair the products
+//! are small GEMMs (`matrixmultiply`). Blocks are spread over threads; each is computed in a fixed
+//! order, so results do not depend on the thread count.
 
 use super::{finish, node_err, Float, KernelCall};
 use crate::error::Result;
 use crate::host::HostTensor;
 use std::thread;
 
+/// Query rows per block.
+const Q_BLOCK: usize = 64;
 /// Keys per block of the online softmax.
-const KEY_BLOCK: usize = 64;
+const K_BLOCK: usize = 64;
 
 /// The dimensions of one call: batch (every leading axis), queries, keys, head dims.
 #[derive(Clone, Copy)]
@@ -31,42 +35,123 @@ impl Dims {
         Dims { batch: q[..r - 2].iter().product(), tq: q[r - 2], tk: k[r - 2], d: q[r - 1], dv: v[r - 1], causal }
     }
 
-    /// Keys query `i` attends to: all, or `0..=i` when causal (top-left aligned, like
-    /// `torch`'s `is_causal`).
-    fn keys(&self, i: usize) -> usize {
+    /// Keys the queries `..end` attend to: all, or `0..end` when causal (query `i` sees keys
+    /// `0..=i`, top-left aligned like `torch`'s `is_causal`).
+    fn keys_before(&self, end: usize) -> usize {
         if self.causal {
-            (i + 1).min(self.tk)
+            end.min(self.tk)
         } else {
             self.tk
         }
     }
 }
 
-fn dot<T: Float>(a: &[T], b: &[T]) -> T {
-    a.iter().zip(b).fold(T::ZERO, |s, (&x, &y)| s + x * y)
+/// A row-major `[m × n]` product `a · b` into `out` (overwritten), operands by strides.
+#[allow(clippy::too_many_arguments)]
+fn mm<T: Float>(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[T],
+    (rsa, csa): (usize, usize),
+    b: &[T],
+    (rsb, csb): (usize, usize),
+    out: &mut [T],
+) {
+    debug_assert!(out.len() >= m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        out[..m * n].iter_mut().for_each(|o| *o = T::ZERO);
+        return;
+    }
+    let last_a = (m - 1) * rsa + (k - 1) * csa;
+    let last_b = (k - 1) * rsb + (n - 1) * csb;
+    assert!(last_a < a.len() && last_b < b.len(), "attention block product out of bounds");
+    // SAFETY: the asserts above keep every addressed element of `a` and `b` inside their slices;
+    // `out` holds `m × n` elements with row stride `n` and aliases neither (it is `&mut`).
+    unsafe {
+        T::gemm(
+            m,
+            k,
+            n,
+            T::ONE,
+            a.as_ptr(),
+            rsa as isize,
+            csa as isize,
+            b.as_ptr(),
+            rsb as isize,
+            csb as isize,
+            out.as_mut_ptr(),
+            n as isize,
+            1,
+        )
+    }
 }
 
-/// Runs `f(unit, out_chunk)` for `units` units of `width` outputs each, on all cores; each unit's
-/// output is written by exactly one thread.
-fn parallel_rows<T: Float>(units: usize, width: usize, out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
-    let threads = thread::available_parallelism().map_or(1, |t| t.get()).min(units.max(1));
-    if threads <= 1 || units * width < 4096 {
-        for (u, chunk) in out.chunks_mut(width.max(1)).enumerate().take(units) {
+/// Runs `f(unit, chunk)` for consecutive chunks of `out` of the given lengths, on all cores;
+/// each chunk is written by exactly one thread.
+fn parallel_units<T: Float>(out: &mut [T], lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) {
+    let mut chunks = Vec::with_capacity(lens.len());
+    let mut rest = out;
+    for &len in lens {
+        let (head, tail) = rest.split_at_mut(len);
+        chunks.push(head);
+        rest = tail;
+    }
+    let threads = thread::available_parallelism().map_or(1, |t| t.get()).min(chunks.len());
+    if threads <= 1 {
+        for (u, chunk) in chunks.into_iter().enumerate() {
             f(u, chunk);
         }
         return;
     }
-    let per = units.div_ceil(threads);
+    // Interleave units over threads (causal blocks grow with their index).
+    let mut per_thread: Vec<Vec<(usize, &mut [T])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (u, chunk) in chunks.into_iter().enumerate() {
+        per_thread[u % threads].push((u, chunk));
+    }
     thread::scope(|s| {
-        for (t, block) in out.chunks_mut(per * width).enumerate() {
+        for work in per_thread {
             let f = &f;
             s.spawn(move || {
-                for (j, chunk) in block.chunks_mut(width).enumerate() {
-                    f(t * per + j, chunk);
+                for (u, chunk) in work {
+                    f(u, chunk);
                 }
             });
         }
     });
+}
+
+/// `(batch, first row, rows)` of every block of `len` rows per batch.
+fn blocks(batch: usize, len: usize, block: usize) -> Vec<(usize, usize, usize)> {
+    (0..batch).flat_map(|b| (0..len).step_by(block.max(1)).map(move |r| (b, r, block.min(len - r)))).collect()
+}
+
+/// The inputs of one call, read once in the compute type.
+struct Operands<'a, T: Float> {
+    q: &'a [T],
+    k: &'a [T],
+    v: &'a [T],
+    dm: Dims,
+    scale: T,
+}
+
+impl<T: Float> Operands<'_, T> {
+    /// `s = scale · q[qi..qi+qn] · k[kj..kj+kn]ᵀ` of batch `b`, masked entries `-∞`.
+    fn scores(&self, b: usize, (qi, qn): (usize, usize), (kj, kn): (usize, usize), s: &mut [T]) {
+        let Dims { tq, tk, d, .. } = self.dm;
+        let q = &self.q[(b * tq + qi) * d..];
+        let k = &self.k[(b * tk + kj) * d..];
+        mm(qn, d, kn, q, (d, 1), k, (1, d), s);
+        for i in 0..qn {
+            for j in 0..kn {
+                let x = &mut s[i * kn + j];
+                *x = if self.dm.causal && kj + j > qi + i { T::NEG_INFINITY } else { *x * self.scale };
+            }
+        }
+    }
 }
 
 /// Output `[.., tq, dv + 1]`: each row's attention output followed by its log-sum-exp.
@@ -80,59 +165,93 @@ pub(super) fn sdpa<T: Float>(
 ) -> Result<HostTensor> {
     let (qv, kv, vv) = (T::read(q.data()), T::read(k.data()), T::read(v.data()));
     let dm = Dims::of(q.shape(), k.shape(), v.shape(), causal);
-    let Dims { tq, tk, d, dv, .. } = dm;
-    let scale = T::of(scale);
+    let ops = Operands { q: &qv, k: &kv, v: &vv, dm, scale: T::of(scale) };
+    let Dims { tq, tk, dv, .. } = dm;
     let width = dv + 1;
+    let units = blocks(dm.batch, tq, Q_BLOCK);
+    let lens: Vec<usize> = units.iter().map(|&(_, _, n)| n * width).collect();
     let mut out = vec![T::ZERO; dm.batch * tq * width];
-    parallel_rows(dm.batch * tq, width, &mut out, |row, o| {
-        let (b, i) = (row / tq, row % tq);
-        let qi = &qv[(b * tq + i) * d..][..d];
-        let (kb, vb) = (&kv[b * tk * d..][..tk * d], &vv[b * tk * dv..][..tk * dv]);
-        let n = dm.keys(i);
-        let (acc, lse) = o.split_at_mut(dv);
-        let mut m = T::NEG_INFINITY;
-        let mut l = T::ZERO;
-        let mut s = [T::ZERO; KEY_BLOCK];
-        for j0 in (0..n).step_by(KEY_BLOCK) {
-            let len = KEY_BLOCK.min(n - j0);
-            let mut block_max = T::NEG_INFINITY;
-            for (jj, sj) in s[..len].iter_mut().enumerate() {
-                *sj = dot(qi, &kb[(j0 + jj) * d..][..d]) * scale;
-                if *sj > block_max {
-                    block_max = *sj;
+    parallel_units(&mut out, &lens, |u, o| {
+        let (b, qi, qn) = units[u];
+        let mut m = vec![T::NEG_INFINITY; qn];
+        let mut l = vec![T::ZERO; qn];
+        let mut acc = vec![T::ZERO; qn * dv];
+        let mut s = vec![T::ZERO; qn * K_BLOCK];
+        let mut pv = vec![T::ZERO; qn * dv];
+        let n_keys = dm.keys_before(qi + qn);
+        for kj in (0..n_keys).step_by(K_BLOCK) {
+            let kn = K_BLOCK.min(n_keys - kj);
+            ops.scores(b, (qi, qn), (kj, kn), &mut s);
+            for i in 0..qn {
+                let row = &mut s[i * kn..(i + 1) * kn];
+                let block_max = row.iter().fold(T::NEG_INFINITY, |a, &x| if x > a { x } else { a });
+                let m_new = if block_max > m[i] { block_max } else { m[i] };
+                if m_new == T::NEG_INFINITY {
+                    row.iter_mut().for_each(|x| *x = T::ZERO);
+                    continue; // every key of this block is masked for this row
                 }
-            }
-            let m_new = if block_max > m { block_max } else { m };
-            let correction = if m == T::NEG_INFINITY { T::ZERO } else { (m - m_new).exp() };
-            l = l * correction;
-            for a in acc.iter_mut() {
-                *a = *a * correction;
-            }
-            for (jj, &sj) in s[..len].iter().enumerate() {
-                let p = (sj - m_new).exp();
-                l += p;
-                for (a, &x) in acc.iter_mut().zip(&vb[(j0 + jj) * dv..][..dv]) {
-                    *a += p * x;
+                let correction = if m[i] == T::NEG_INFINITY { T::ZERO } else { (m[i] - m_new).exp() };
+                let mut sum = T::ZERO;
+                for x in row.iter_mut() {
+                    *x = (*x - m_new).exp();
+                    sum += *x;
                 }
+                l[i] = l[i] * correction + sum;
+                acc[i * dv..(i + 1) * dv].iter_mut().for_each(|a| *a = *a * correction);
+                m[i] = m_new;
             }
-            m = m_new;
+            mm(qn, kn, dv, &s, (kn, 1), &vv[(b * tk + kj) * dv..], (dv, 1), &mut pv);
+            acc.iter_mut().zip(&pv).for_each(|(a, &x)| *a += x);
         }
-        if n == 0 {
-            lse[0] = T::NEG_INFINITY;
-            return;
+        for i in 0..qn {
+            let row = &mut o[i * width..(i + 1) * width];
+            if l[i] == T::ZERO {
+                row[..dv].iter_mut().for_each(|x| *x = T::ZERO);
+                row[dv] = T::NEG_INFINITY;
+                continue;
+            }
+            let inv = T::ONE / l[i];
+            for (x, &a) in row[..dv].iter_mut().zip(&acc[i * dv..(i + 1) * dv]) {
+                *x = a * inv;
+            }
+            row[dv] = m[i] + l[i].ln();
         }
-        let inv = T::ONE / l;
-        for a in acc.iter_mut() {
-            *a = *a * inv;
-        }
-        lse[0] = m + l.ln();
     });
     finish(call, out)
 }
 
+/// One block pair of the backward: probabilities `p` and score gradients `ds = p·(dp − δ)` of
+/// queries `qi..qi+qn` against keys `kj..kj+kn`, recomputed from the log-sum-exp.
+#[allow(clippy::too_many_arguments)]
+fn grad_block<T: Float>(
+    ops: &Operands<'_, T>,
+    saved: &[T],
+    g: &[T],
+    delta: &[T],
+    b: usize,
+    (qi, qn): (usize, usize),
+    (kj, kn): (usize, usize),
+    p: &mut [T],
+    ds: &mut [T],
+) {
+    let Dims { tq, tk, dv, .. } = ops.dm;
+    let width = dv + 1;
+    ops.scores(b, (qi, qn), (kj, kn), p);
+    // dp = dout · vᵀ (dout rows have stride dv + 1 in the packed gradient).
+    mm(qn, dv, kn, &g[(b * tq + qi) * width..], (width, 1), &ops.v[(b * tk + kj) * dv..], (1, dv), ds);
+    for i in 0..qn {
+        let r = b * tq + qi + i;
+        let (lse, dl) = (saved[r * width + dv], delta[r]);
+        for j in 0..kn {
+            let x = &mut p[i * kn + j];
+            *x = if *x == T::NEG_INFINITY { T::ZERO } else { (*x - lse).exp() };
+            ds[i * kn + j] = *x * (ds[i * kn + j] - dl);
+        }
+    }
+}
+
 /// Gradients `[.., tq·d + tk·d + tk·dv]` (dq, dk, dv flattened per batch) from q, k, v, the saved
-/// `[out | lse]` and its gradient `[dout | dlse]`. `dq` is formed query row by query row, `dk`
-/// and `dv` key row by key row, each recomputing its probabilities from the log-sum-exp.
+/// `[out | lse]` and its gradient `[dout | dlse]`.
 pub(super) fn sdpa_grad<T: Float>(
     call: &KernelCall<'_>,
     x: &[&HostTensor],
@@ -144,49 +263,52 @@ pub(super) fn sdpa_grad<T: Float>(
     let Dims { batch, tq, tk, d, dv, .. } = dm;
     let (qv, kv, vv) = (T::read(q.data()), T::read(k.data()), T::read(v.data()));
     let (ov, gv) = (T::read(saved.data()), T::read(g.data()));
-    let scale = T::of(scale);
+    let ops = Operands { q: &qv, k: &kv, v: &vv, dm, scale: T::of(scale) };
     let width = dv + 1;
     // delta_i = dout_i · out_i − dlse_i: the row term of the softmax gradient.
     let delta: Vec<T> = (0..batch * tq)
         .map(|r| {
             let (o, go) = (&ov[r * width..][..width], &gv[r * width..][..width]);
-            dot(&o[..dv], &go[..dv]) - go[dv]
+            o[..dv].iter().zip(&go[..dv]).fold(T::ZERO, |s, (&a, &b)| s + a * b) - go[dv]
         })
         .collect();
-    let lse = |r: usize| ov[r * width + dv];
-    // p_ij and ds_ij of batch b for query i, key j.
-    let pair = |b: usize, i: usize, j: usize| -> (T, T) {
-        let qi = &qv[(b * tq + i) * d..][..d];
-        let kj = &kv[(b * tk + j) * d..][..d];
-        let p = (dot(qi, kj) * scale - lse(b * tq + i)).exp();
-        let dp = dot(&gv[(b * tq + i) * width..][..dv], &vv[(b * tk + j) * dv..][..dv]);
-        (p, p * (dp - delta[b * tq + i]))
-    };
+    let scale = ops.scale;
+    // dq_i = scale · Σ_j ds_ij k_j, by query block.
+    let q_units = blocks(batch, tq, Q_BLOCK);
+    let lens: Vec<usize> = q_units.iter().map(|&(_, _, n)| n * d).collect();
     let mut dq = vec![T::ZERO; batch * tq * d];
-    parallel_rows(batch * tq, d, &mut dq, |row, out| {
-        let (b, i) = (row / tq, row % tq);
-        for j in 0..dm.keys(i) {
-            let (_, ds) = pair(b, i, j);
-            let c = ds * scale;
-            for (o, &x) in out.iter_mut().zip(&kv[(b * tk + j) * d..][..d]) {
-                *o += c * x;
-            }
+    parallel_units(&mut dq, &lens, |u, out| {
+        let (b, qi, qn) = q_units[u];
+        let (mut p, mut ds) = (vec![T::ZERO; qn * K_BLOCK], vec![T::ZERO; qn * K_BLOCK]);
+        let mut part = vec![T::ZERO; qn * d];
+        let n_keys = dm.keys_before(qi + qn);
+        for kj in (0..n_keys).step_by(K_BLOCK) {
+            let kn = K_BLOCK.min(n_keys - kj);
+            grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
+            mm(qn, kn, d, &ds, (kn, 1), &kv[(b * tk + kj) * d..], (d, 1), &mut part);
+            out.iter_mut().zip(&part).for_each(|(o, &x)| *o += x * scale);
         }
     });
-    // One unit per key row: its dk (d values) then its dv (dv values).
+    // dk_j = scale · Σ_i ds_ij q_i and dv_j = Σ_i p_ij dout_i, by key block: `d + dv` per key row.
+    let k_units = blocks(batch, tk, K_BLOCK);
+    let lens: Vec<usize> = k_units.iter().map(|&(_, _, n)| n * (d + dv)).collect();
     let mut dkv = vec![T::ZERO; batch * tk * (d + dv)];
-    parallel_rows(batch * tk, d + dv, &mut dkv, |row, out| {
-        let (b, j) = (row / tk, row % tk);
-        let (dk, dvj) = out.split_at_mut(d);
-        let first = if causal { j } else { 0 };
-        for i in first..tq {
-            let (p, ds) = pair(b, i, j);
-            let c = ds * scale;
-            for (o, &x) in dk.iter_mut().zip(&qv[(b * tq + i) * d..][..d]) {
-                *o += c * x;
-            }
-            for (o, &x) in dvj.iter_mut().zip(&gv[(b * tq + i) * width..][..dv]) {
-                *o += p * x;
+    parallel_units(&mut dkv, &lens, |u, out| {
+        let (b, kj, kn) = k_units[u];
+        let (mut p, mut ds) = (vec![T::ZERO; Q_BLOCK * kn], vec![T::ZERO; Q_BLOCK * kn]);
+        let (mut dk, mut dvp) = (vec![T::ZERO; kn * d], vec![T::ZERO; kn * dv]);
+        // Causal: queries before `kj` see none of these keys.
+        let first = if causal { (kj / Q_BLOCK) * Q_BLOCK } else { 0 };
+        for qi in (first..tq).step_by(Q_BLOCK) {
+            let qn = Q_BLOCK.min(tq - qi);
+            grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
+            // dsᵀ · q and pᵀ · dout: the block matrices read transposed by stride.
+            mm(kn, qn, d, &ds, (1, kn), &qv[(b * tq + qi) * d..], (d, 1), &mut dk);
+            mm(kn, qn, dv, &p, (1, kn), &gv[(b * tq + qi) * width..], (width, 1), &mut dvp);
+            for j in 0..kn {
+                let row = &mut out[j * (d + dv)..(j + 1) * (d + dv)];
+                row[..d].iter_mut().zip(&dk[j * d..(j + 1) * d]).for_each(|(o, &x)| *o += x * scale);
+                row[d..].iter_mut().zip(&dvp[j * dv..(j + 1) * dv]).for_each(|(o, &x)| *o += x);
             }
         }
     });
