@@ -155,9 +155,12 @@ fn operands_of_two_traces() {
     assert!(err.contains("operands belong to different traces"), "{err}");
 }
 
+/// Records one bad op on a trace: its line and its (poisoned) result.
+type Builder = dyn Fn(&Trace) -> (u32, Tensor);
+
 #[test]
 fn new_ops_name_the_op_and_the_line() {
-    let cases: Vec<(&str, &str, Box<dyn Fn(&Trace) -> (u32, remat_core::Tensor)>)> = vec![
+    let cases: Vec<(&str, &str, Box<Builder>)> = vec![
         (
             "index_select",
             "must be i64",
