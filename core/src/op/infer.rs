@@ -160,8 +160,8 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             Ok((broadcast_shape(x[0].0, x[1].0)?, x[0].1))
         }
         Op::Compare(_) => {
-            if x[0].1.is_fp8() {
-                return Err(format!("operands are {}: cast fp8 values to a wider dtype first", x[0].1));
+            if x[0].1.is_fp8() || x[0].1 == DType::Bool {
+                return Err(format!("operands are {}: compare numbers (cast to a wider dtype first)", x[0].1));
             }
             same_dtype(x[0], x[1])?;
             Ok((broadcast_shape(x[0].0, x[1].0)?, DType::Bool))
