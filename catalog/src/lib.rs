@@ -6,6 +6,11 @@
 //! added here cannot be forgotten there; the `#[checkpoint]` macro validates policy op names against
 //! [`lookup`] at compile time. There is no second list to drift.
 //!
+//! Kinds that share an arity, a shape rule and a kernel shape are declared in a *family*
+//! ([`UnaryOp`], [`BinaryOp`], [`CompareOp`], [`ReduceOp`]), like candle's `UnaryOpT` families:
+//! the runtime's `Op` has one variant per family holding the member, so adding a unary op is one
+//! line here, one kernel per backend and one gradient rule, each found by an exhaustive match.
+//!
 //! This crate has no dependencies so that the proc-macro crate can use it at compile time.
 
 #![warn(missing_docs)]
