@@ -410,3 +410,22 @@ fn fused_attention_gradients_match_the_unfused_composition() {
         }
     }
 }
+
+#[test]
+fn constant_data_is_resident_not_fed_and_not_recomputed() {
+    let trace = Trace::new();
+    let x = trace.param("x", &[2, 3], DType::F32);
+    let table = trace.constant_from("table", HostTensor::f32([3], vec![1.0, 2.0, 3.0]).unwrap());
+    let model = Model::new(trace.finish(&(&x * &table).sum_all()).unwrap()).unwrap();
+    let id = table.id().unwrap();
+    assert!(model.plan().resident().contains(&id), "a data constant is resident like a parameter");
+    assert!(model.partition().unwrap().recomputed.iter().all(|&r| r != id.0));
+    let mut params = model.init_params(0);
+    params.set("x", HostTensor::f32([2, 3], vec![1.0; 6]).unwrap()).unwrap();
+    let out = model.step(&mut CpuBackend::new(), &params, &Feeds::new()).unwrap();
+    assert_eq!(out.loss, 12.0);
+    assert_eq!(out.grads[0].to_f32_vec(), [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    let fed = Feeds::new().with("table", HostTensor::f32([3], vec![0.0; 3]).unwrap());
+    let err = model.step(&mut CpuBackend::new(), &params, &fed).unwrap_err().to_string();
+    assert!(err.contains("not an input"), "{err}");
+}
