@@ -264,6 +264,9 @@ catalog! {
         Slice = "slice", Fixed(1), [view];
         /// Entries along one axis picked by integer indices (`index_select`).
         IndexSelect = "index_select", Fixed(2), [];
+        /// Entries along one axis picked per position by an integer index tensor of the same rank
+        /// (`torch.gather`).
+        Gather = "gather", Fixed(2), [];
         /// `cond ? a : b` elementwise for a `bool` condition, broadcasting.
         Where = "where", Fixed(3), [];
         /// RMS normalisation over the last axis (no gain: multiply by one), forward and backward
@@ -279,6 +282,8 @@ catalog! {
         SliceGrad = "slice_grad", Fixed(1), [internal];
         /// Internal: gradient of `index_select` (scatter-add along the axis).
         IndexSelectGrad = "index_select_grad", Fixed(2), [internal];
+        /// Internal: gradient of `gather` (scatter-add along the axis).
+        GatherGrad = "gather_grad", Fixed(2), [internal];
         /// Internal: gradient of `silu` from its input.
         SiluGrad = "silu_grad", Fixed(2), [internal];
         /// Internal: gradient of `rms_norm` from its input.

@@ -114,6 +114,13 @@ impl Tensor {
         self.apply(Op::IndexSelect { axis }, &[indices])
     }
 
+    /// `torch.gather`: `out[.., j, ..] = self[.., indices[.., j, ..], ..]` along `axis`, for i64
+    /// `indices` of this tensor's shape except on `axis`; the result has the indices' shape.
+    #[track_caller]
+    pub fn gather(&self, axis: usize, indices: &Tensor) -> Tensor {
+        self.apply(Op::Gather { axis }, &[indices])
+    }
+
     /// RMS normalisation over the last axis, `x / sqrt(mean(x²) + eps)`, one fused op forward and
     /// backward (multiply by a gain for the affine part).
     #[track_caller]

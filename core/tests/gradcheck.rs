@@ -321,6 +321,20 @@ fn index_select() {
 }
 
 #[test]
+fn gather() {
+    check(&[n(&[3, 4])], |trace, p| {
+        // Repeats within a row: the scatter-add sums them.
+        let idx = trace.constant_from("idx", HostTensor::i64([3, 2], vec![3, 3, 0, 1, 2, 0]).unwrap());
+        p[0].gather(1, &idx)
+    });
+    check(&[n(&[4, 2, 3])], |trace, p| {
+        let idx = trace
+            .constant_from("idx", HostTensor::i64([2, 2, 3], (0..12).map(|i| (i * 7 % 4) as i64).collect()).unwrap());
+        p[0].gather(0, &idx)
+    });
+}
+
+#[test]
 fn where_and_comparisons() {
     // The condition compares a constant pattern, so no point sits on the comparison's edge.
     check(&[n(&[3, 4]), n(&[4])], |trace, p| {

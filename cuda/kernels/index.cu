@@ -64,6 +64,38 @@ WHERE(u8, 1) WHERE(u16, 2) WHERE(u32, 4) WHERE(u64, 8)
     }
 INDEX_SELECT(u8, 1) INDEX_SELECT(u16, 2) INDEX_SELECT(u32, 4) INDEX_SELECT(u64, 8)
 
+// `y[o, j, i] = x[o, idx[o, j, i], i]` for `outer × count × inner` outputs (raw elements).
+#define GATHER(E, suffix)                                                                                      \
+    extern "C" __global__ void gather_##suffix(const E* x, const i64* idx, E* y, u64 outer, u64 count,        \
+                                               u64 dim, u64 inner, u64* flag, u64 node) {                     \
+        GRID_STRIDE(p, outer * count * inner) {                                                               \
+            u64 i = p % inner, o = p / (inner * count);                                                       \
+            i64 r = idx[p];                                                                                   \
+            if (r < 0 || (u64)r >= dim) {                                                                     \
+                report_bad_id(flag, node, p, r);                                                              \
+                continue;                                                                                     \
+            }                                                                                                 \
+            y[p] = x[(o * dim + (u64)r) * inner + i];                                                         \
+        }                                                                                                     \
+    }
+GATHER(u8, 1) GATHER(u16, 2) GATHER(u32, 4) GATHER(u64, 8)
+
+// Gradient of gather: each output element `(o, r, i)` sums, in `j` order, the gradient entries
+// `(o, j, i)` whose index is `r` (deterministic: no atomics).
+template <typename T>
+__device__ void gather_grad(const i64* idx, const T* g, T* dx, u64 outer, u64 count, u64 dim, u64 inner) {
+    typedef typename Acc<T>::type C;
+    GRID_STRIDE(p, outer * dim * inner) {
+        u64 i = p % inner, r = (p / inner) % dim, o = p / (inner * dim);
+        C acc = 0;
+        for (u64 j = 0; j < count; ++j) {
+            u64 q = (o * count + j) * inner + i;
+            if (idx[q] == (i64)r) acc += ld(g, q);
+        }
+        st(dx, p, acc);
+    }
+}
+
 // Gradient of index_select: each output element `(o, r, j)` sums, in index order, the gradient
 // entries whose index is `r` (deterministic: no atomics).
 template <typename T>
@@ -89,6 +121,10 @@ __device__ void index_select_grad(const i64* idx, const T* g, T* dx, u64 outer, 
     extern "C" __global__ void index_select_grad_##s(const i64* idx, const T* g, T* dx, u64 outer, u64 count, \
                                                      u64 dim, u64 inner) {                                    \
         index_select_grad<T>(idx, g, dx, outer, count, dim, inner);                                           \
+    }                                                                                                         \
+    extern "C" __global__ void gather_grad_##s(const i64* idx, const T* g, T* dx, u64 outer, u64 count,       \
+                                               u64 dim, u64 inner) {                                          \
+        gather_grad<T>(idx, g, dx, outer, count, dim, inner);                                                 \
     }
 FOR_FLOATS(INST)
 #undef INST

@@ -204,6 +204,7 @@ fn mixed(call: &KernelCall<'_>) -> bool {
             | Op::LayerNormGrad { .. }
             | Op::RmsNormGrad { .. }
             | Op::IndexSelectGrad { .. }
+            | Op::GatherGrad { .. }
             | Op::AmaxGrad { .. }
             | Op::CrossEntropyGrad
     );
@@ -251,6 +252,8 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::SliceGrad { axis, start, .. } => layout::slice_grad(dev, x[0], *axis, *start, out),
         Op::IndexSelect { axis } => index::index_select(dev, call.node, x[0], x[1], *axis, out),
         Op::IndexSelectGrad { axis, .. } => index::index_select_grad(dev, x[0], x[1], *axis, out),
+        Op::Gather { axis } => index::gather(dev, call.node, x[0], x[1], *axis, out),
+        Op::GatherGrad { axis, .. } => index::gather_grad(dev, x[0], x[1], *axis, out),
         Op::RmsNorm { eps } => nn::rms_norm(dev, x[0], out, *eps),
         Op::RmsNormGrad { eps } => nn::rms_norm_grad(dev, x[0], x[1], out, *eps),
         Op::Sdpa { causal, scale } => attention::sdpa(dev, x[0], x[1], x[2], *causal, *scale, out),

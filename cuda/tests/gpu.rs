@@ -338,6 +338,13 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
         OpKind::IndexSelectGrad => {
             vec![loose(Op::IndexSelectGrad { axis: 1, dim: 10 }, vec![ids(&[17], 10, 2), t(&[3, 17, 4], 1)])]
         }
+        OpKind::Gather => vec![
+            exact(Op::Gather { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[3, 6, 4], 10, 2)]),
+            exact(Op::Gather { axis: 0 }, vec![ids(&[12, 3], 99, 3), ids(&[5, 3], 12, 4)]),
+        ],
+        OpKind::GatherGrad => {
+            vec![loose(Op::GatherGrad { axis: 1, dim: 10 }, vec![ids(&[3, 17, 4], 10, 2), t(&[3, 17, 4], 1)])]
+        }
         OpKind::SliceGrad => vec![exact(Op::SliceGrad { axis: 1, start: 2, dim: 7 }, vec![t(&[3, 4, 5], 1)])],
         OpKind::RmsNorm => vec![loose(Op::RmsNorm { eps: 1e-5 }, vec![t(&[6, 1024], 1)])],
         OpKind::RmsNormGrad => vec![loose(Op::RmsNormGrad { eps: 1e-5 }, vec![t(&[6, 1000], 1), t(&[6, 1000], 2)])],

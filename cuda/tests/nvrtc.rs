@@ -66,9 +66,17 @@ fn cubins_for_sm90_and_expected_entries() {
         assert!(String::from_utf8_lossy(&layout).contains(&format!(".entry {name}(")), "{name} missing");
     }
     let index = compile(&remat_cuda::SOURCES[5], Target::Ptx(90)).unwrap();
-    for name in
-        ["compare_f32", "compare_i64", "where_1", "where_8", "arange_i64", "index_select_4", "index_select_grad_bf16"]
-    {
+    for name in [
+        "compare_f32",
+        "compare_i64",
+        "where_1",
+        "where_8",
+        "arange_i64",
+        "index_select_4",
+        "index_select_grad_bf16",
+        "gather_2",
+        "gather_grad_f32",
+    ] {
         assert!(String::from_utf8_lossy(&index).contains(&format!(".entry {name}(")), "{name} missing");
     }
     let attention = compile(&remat_cuda::SOURCES[6], Target::Ptx(90)).unwrap();

@@ -16,7 +16,7 @@ pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> Vec<usize> {
     match op {
         Op::CrossEntropy => vec![0],
         Op::Embedding => vec![0],
-        Op::IndexSelect { .. } => vec![0],
+        Op::IndexSelect { .. } | Op::Gather { .. } => vec![0],
         Op::Where => vec![1, 2],
         Op::Compare(_) => vec![],
         Op::ScaledMatmul => vec![0, 1],
@@ -71,6 +71,10 @@ pub(super) fn backprop(
         Op::IndexSelect { axis } => {
             let dim = shape_of(0)[*axis];
             out.push((0, bw.op(Op::IndexSelectGrad { axis: *axis, dim }, vec![x[1], g])?));
+        }
+        Op::Gather { axis } => {
+            let dim = shape_of(0)[*axis];
+            out.push((0, bw.op(Op::GatherGrad { axis: *axis, dim }, vec![x[1], g])?));
         }
         Op::RmsNorm { eps } => out.push((0, bw.op(Op::RmsNormGrad { eps: *eps }, vec![x[0], g])?)),
         Op::Sdpa { causal, scale } => {
@@ -242,6 +246,7 @@ pub(super) fn backprop(
         Op::Dropout { .. } => out.push((0, bw.op(node.op.clone(), vec![g])?)),
         Op::SliceGrad { .. }
         | Op::IndexSelectGrad { .. }
+        | Op::GatherGrad { .. }
         | Op::SiluGrad
         | Op::RmsNormGrad { .. }
         | Op::SdpaGrad { .. }

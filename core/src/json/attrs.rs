@@ -108,6 +108,8 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         K::Where => Op::Where,
         K::Pow => Op::Pow { exponent: a.required("exponent")? },
         K::IndexSelect => Op::IndexSelect { axis: a.required("axis")? },
+        K::Gather => Op::Gather { axis: a.required("axis")? },
+        K::GatherGrad => Op::GatherGrad { axis: a.required("axis")?, dim: a.required("dim")? },
         K::IndexSelectGrad => Op::IndexSelectGrad { axis: a.required("axis")?, dim: a.required("dim")? },
         K::SliceGrad => {
             Op::SliceGrad { axis: a.required("axis")?, start: a.required("start")?, dim: a.required("dim")? }
@@ -191,8 +193,8 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         Op::ConstantData { value } => json!({ "values": value.to_f64_vec() }),
         Op::Arange { start, step } => json!({"start": start, "step": step}),
         Op::Pow { exponent } => json!({ "exponent": exponent }),
-        Op::IndexSelect { axis } => json!({ "axis": axis }),
-        Op::IndexSelectGrad { axis, dim } => json!({"axis": axis, "dim": dim}),
+        Op::IndexSelect { axis } | Op::Gather { axis } => json!({ "axis": axis }),
+        Op::IndexSelectGrad { axis, dim } | Op::GatherGrad { axis, dim } => json!({"axis": axis, "dim": dim}),
         Op::SliceGrad { axis, start, dim } => json!({"axis": axis, "start": start, "dim": dim}),
         Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => json!({ "eps": eps }),
         Op::Sdpa { causal, scale } | Op::SdpaGrad { causal, scale } => json!({"causal": causal, "scale": scale}),

@@ -197,6 +197,34 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             out[*axis] = x[1].0[0];
             Ok((out, x[0].1))
         }
+        Op::Gather { axis } => {
+            if x[0].1.is_fp8() {
+                return Err(format!("input is {}: cast fp8 values to a wider dtype first", x[0].1));
+            }
+            ids(x[1])?;
+            let (xs, is) = (x[0].0, x[1].0);
+            if *axis >= xs.len() {
+                return Err(format!("axis {axis} out of range for rank {}", xs.len()));
+            }
+            if is.len() != xs.len() || (0..xs.len()).any(|i| i != *axis && is[i] != xs[i]) {
+                return Err(format!(
+                    "indices {} must match input {} on every axis but {axis}",
+                    fmt_shape(is),
+                    fmt_shape(xs)
+                ));
+            }
+            Ok((is.to_vec(), x[0].1))
+        }
+        Op::GatherGrad { axis, dim } => {
+            ids(x[0])?;
+            float("gradient", x[1])?;
+            if x[0].0 != x[1].0 || *axis >= x[1].0.len() {
+                return Err(format!("gradient {} does not fit indices {}", fmt_shape(x[1].0), fmt_shape(x[0].0)));
+            }
+            let mut out = x[1].0.to_vec();
+            out[*axis] = *dim;
+            Ok((out, x[1].1))
+        }
         Op::IndexSelectGrad { axis, dim } => {
             ids(x[0])?;
             float("gradient", x[1])?;

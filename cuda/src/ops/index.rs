@@ -85,6 +85,43 @@ pub(crate) fn index_select(
     dev.launch_1d(&INDEX, &format!("index_select_{}", elem_suffix(x.dtype.size())), outer * count * inner, &args)
 }
 
+/// `gather_N(const E* x, const i64* idx, E* y, u64 outer, u64 count, u64 dim, u64 inner, u64* flag,
+/// u64 node)`: raw elements; a bad index is reported at the next synchronisation.
+pub(crate) fn gather(dev: &Device, node: NodeId, x: View<'_>, idx: View<'_>, axis: usize, out: View<'_>) -> Result<()> {
+    let outer: usize = x.shape[..axis].iter().product();
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let (dim, count) = (x.shape[axis], idx.shape[axis]);
+    let args = [
+        x.arg(),
+        idx.arg(),
+        out.arg(),
+        Arg::U64(outer as u64),
+        Arg::U64(count as u64),
+        Arg::U64(dim as u64),
+        Arg::U64(inner as u64),
+        Arg::U64(dev.flag),
+        Arg::U64(node.0 as u64),
+    ];
+    dev.launch_1d(&INDEX, &format!("gather_{}", elem_suffix(x.dtype.size())), outer * count * inner, &args)
+}
+
+/// `gather_grad_T(const i64* idx, const T* g, T* dx, u64 outer, u64 count, u64 dim, u64 inner)`.
+pub(crate) fn gather_grad(dev: &Device, idx: View<'_>, g: View<'_>, axis: usize, out: View<'_>) -> Result<()> {
+    let outer: usize = out.shape[..axis].iter().product();
+    let inner: usize = out.shape[axis + 1..].iter().product();
+    let (dim, count) = (out.shape[axis], idx.shape[axis]);
+    let args = [
+        idx.arg(),
+        g.arg(),
+        out.arg(),
+        Arg::U64(outer as u64),
+        Arg::U64(count as u64),
+        Arg::U64(dim as u64),
+        Arg::U64(inner as u64),
+    ];
+    dev.launch_1d(&INDEX, &fname(dev, "gather_grad", out.dtype)?, outer * dim * inner, &args)
+}
+
 /// `index_select_grad_T(const i64* idx, const T* g, T* dx, u64 outer, u64 count, u64 dim, u64
 /// inner)`, in the compute dtype (the backend promotes narrower gradients through scratch).
 pub(crate) fn index_select_grad(dev: &Device, idx: View<'_>, g: View<'_>, axis: usize, out: View<'_>) -> Result<()> {

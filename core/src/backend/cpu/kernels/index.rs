@@ -142,6 +142,47 @@ pub(super) fn index_select_grad<T: Float>(
     finish(call, out)
 }
 
+/// `out[o, j, i] = x[o, idx[o, j, i], i]` along `axis` (raw elements of any dtype).
+pub(super) fn gather(call: &KernelCall<'_>, x: &HostTensor, idx: &HostTensor, axis: usize) -> Result<HostTensor> {
+    fn run<E: Elem>(call: &KernelCall<'_>, x: &HostTensor, idx: &[usize], axis: usize) -> Result<HostTensor> {
+        let xv = E::slice(x.data()).ok_or_else(|| node_err(call, "unexpected dtype"))?;
+        let out_shape = call.out_shape;
+        let inner: usize = out_shape[axis + 1..].iter().product();
+        let (k, dim) = (out_shape[axis], x.shape()[axis]);
+        let out = idx
+            .iter()
+            .enumerate()
+            .map(|(p, &r)| {
+                let (o, i) = (p / (k * inner), p % inner);
+                xv[(o * dim + r) * inner + i]
+            })
+            .collect();
+        finish_raw(call, out)
+    }
+    let idx = indices(call, idx, x.shape()[axis])?;
+    per_elem!(x.dtype(), run(call, x, &idx, axis))
+}
+
+/// Gradient of [`gather`]: each `g[o, j, i]` added at `[o, idx[o, j, i], i]` of zeros, in order.
+pub(super) fn gather_grad<T: Float>(
+    call: &KernelCall<'_>,
+    idx: &HostTensor,
+    g: &HostTensor,
+    axis: usize,
+) -> Result<HostTensor> {
+    let dim = call.out_shape[axis];
+    let idx = indices(call, idx, dim)?;
+    let gv = T::read(g.data());
+    let inner: usize = call.out_shape[axis + 1..].iter().product();
+    let k = g.shape()[axis];
+    let mut out = vec![T::ZERO; numel(call.out_shape)];
+    for (p, &r) in idx.iter().enumerate() {
+        let (o, i) = (p / (k * inner), p % inner);
+        out[(o * dim + r) * inner + i] += gv[p];
+    }
+    finish(call, out)
+}
+
 /// Gradient of `slice`: `g` placed at `start..` of `axis` in zeros of the output shape.
 pub(super) fn slice_grad(call: &KernelCall<'_>, g: &HostTensor, axis: usize, start: usize) -> Result<HostTensor> {
     fn run<E: Elem + Default>(call: &KernelCall<'_>, g: &HostTensor, axis: usize, start: usize) -> Result<HostTensor> {
@@ -201,6 +242,17 @@ mod tests {
         let bad = ti64(&[1], &[3]);
         let err = run(&Op::IndexSelect { axis: 1 }, &[&x, &bad]).unwrap_err().to_string();
         assert!(err.contains("index 3 at position 0 is out of range"), "{err}");
+    }
+
+    #[test]
+    fn gather_picks_per_position() {
+        let x = t32(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let idx = ti64(&[2, 2], &[2, 0, 1, 1]);
+        let y = run(&Op::Gather { axis: 1 }, &[&x, &idx]).unwrap();
+        assert_eq!(y.to_f32_vec(), [3., 1., 5., 5.]);
+        let g = t32(&[2, 2], &[1., 2., 3., 4.]);
+        let gx = run(&Op::GatherGrad { axis: 1, dim: 3 }, &[&idx, &g]).unwrap();
+        assert_eq!(gx.to_f32_vec(), [2., 0., 1., 0., 7., 0.]);
     }
 
     #[test]

@@ -343,6 +343,8 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
         Op::SliceGrad { axis, start, .. } => index::slice_grad(call, x[0], *axis, *start),
         Op::IndexSelect { axis } => index::index_select(call, x[0], x[1], *axis),
         Op::IndexSelectGrad { axis, .. } => per_float!(call, index::index_select_grad, (call, x[0], x[1], *axis)),
+        Op::Gather { axis } => index::gather(call, x[0], x[1], *axis),
+        Op::GatherGrad { axis, .. } => per_float!(call, index::gather_grad, (call, x[0], x[1], *axis)),
         Op::Softmax => per_float!(call, nn::softmax, (call, x[0], false)),
         Op::LogSoftmax => per_float!(call, nn::softmax, (call, x[0], true)),
         Op::SoftmaxGrad => per_float!(call, nn::softmax_grad, (call, x[0], x[1], false)),
