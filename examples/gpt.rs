@@ -26,25 +26,25 @@ use zoo::{attention, feed_forward};
 
 /// Classic checkpointing: a whole block is one region; only its input is kept.
 #[checkpoint]
-fn block_full(x: &Tensor, p: &BlockParams, mask: &Tensor, cfg: &GptConfig, layer: usize) -> Tensor {
-    zoo::block(x, p, mask, cfg, layer, &plain_parts)
+fn block_full(x: &Tensor, p: &BlockParams, cfg: &GptConfig, layer: usize) -> Tensor {
+    zoo::block(x, p, cfg, layer, &plain_parts)
 }
 
-fn plain_parts(part: Part, x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
+fn plain_parts(part: Part, x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
     match part {
-        Part::Attention => attention(x, p, mask, heads),
+        Part::Attention => attention(x, p, heads),
         Part::FeedForward => feed_forward(x, p),
     }
 }
 
 #[checkpoint(policy = save(matmul))]
-fn attention_save_matmuls(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
-    attention(x, p, mask, heads)
+fn attention_save_matmuls(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
+    attention(x, p, heads)
 }
 
 #[checkpoint(policy = save_names("attn_ctx"))]
-fn attention_names(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
-    attention(x, p, mask, heads)
+fn attention_names(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
+    attention(x, p, heads)
 }
 
 #[checkpoint(policy = save(matmul))]
@@ -168,16 +168,16 @@ fn config(args: &Args) -> Result<GptConfig, String> {
 
 /// The model traced with `policy`'s regions, and the strategy to partition it with.
 fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Model, remat::Error> {
-    let parts = |part: Part, x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize| match (policy, part) {
-        (PolicyChoice::SaveMatmuls, Part::Attention) => attention_save_matmuls(x, p, mask, heads),
+    let parts = |part: Part, x: &Tensor, p: &BlockParams, heads: usize| match (policy, part) {
+        (PolicyChoice::SaveMatmuls, Part::Attention) => attention_save_matmuls(x, p, heads),
         (PolicyChoice::SaveMatmuls, Part::FeedForward) => feed_forward_save_matmuls(x, p),
-        (PolicyChoice::Names, Part::Attention) => attention_names(x, p, mask, heads),
+        (PolicyChoice::Names, Part::Attention) => attention_names(x, p, heads),
         (PolicyChoice::Names, Part::FeedForward) => feed_forward_names(x, p),
-        _ => plain_parts(part, x, p, mask, heads),
+        _ => plain_parts(part, x, p, heads),
     };
     let graph: Graph = match policy {
         PolicyChoice::Full | PolicyChoice::Budget(_) => {
-            zoo::gpt_blocks(cfg, &|x, p, mask, layer| block_full(x, p, mask, cfg, layer))?
+            zoo::gpt_blocks(cfg, &|x, p, layer| block_full(x, p, cfg, layer))?
         }
         _ => zoo::gpt_with(cfg, &parts)?,
     };

@@ -5,7 +5,7 @@
 use remat::partition::PGraph;
 use remat::prelude::*;
 use remat::zoo::{self, MlpConfig};
-use remat::{Action, Budget, Graph, Op, Reason, Step, Strategy};
+use remat::{Action, Budget, Graph, Op, Reason, Step, Strategy, UnaryOp};
 
 const STRATEGIES: [Strategy; 5] = [
     Strategy::Respect,
@@ -320,7 +320,7 @@ fn a_view_asked_to_be_saved_saves_its_base() {
     let model = Model::new(graph).unwrap();
     let p = model.partition().unwrap();
     let g = model.joint().graph();
-    let base = p.decisions.iter().find(|d| g.nodes()[d.node.index()].op == Op::Sin).unwrap();
+    let base = p.decisions.iter().find(|d| g.nodes()[d.node.index()].op == Op::Unary(UnaryOp::Sin)).unwrap();
     assert_eq!(base.action, Action::Save);
     assert!(matches!(base.reason, Reason::ViewBase(_)), "{:?}", base.reason);
     let view = p.decisions.iter().find(|d| g.nodes()[d.node.index()].op.name() == "reshape").unwrap();

@@ -6,6 +6,11 @@
 //! added here cannot be forgotten there; the `#[checkpoint]` macro validates policy op names against
 //! [`lookup`] at compile time. There is no second list to drift.
 //!
+//! Kinds that share an arity, a shape rule and a kernel shape are declared in a *family*
+//! ([`UnaryOp`], [`BinaryOp`], [`CompareOp`], [`ReduceOp`]), like candle's `UnaryOpT` families:
+//! the runtime's `Op` has one variant per family holding the member, so adding a unary op is one
+//! line here, one kernel per backend and one gradient rule, each found by an exhaustive match.
+//!
 //! This crate has no dependencies so that the proc-macro crate can use it at compile time.
 
 #![warn(missing_docs)]
@@ -56,16 +61,34 @@ pub struct OpInfo {
 }
 
 macro_rules! catalog {
-    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $arity:expr, [$($flag:ident),*]; )*) => {
+    (
+        $( family $fam:ident($farity:expr) {
+            $( $(#[$fdoc:meta])* $fv:ident = $fname:literal, [$($fflag:ident),*]; )*
+        } )*
+        other {
+            $( $(#[$doc:meta])* $variant:ident = $name:literal, $arity:expr, [$($flag:ident),*]; )*
+        }
+    ) => {
         /// Every op kind, user-facing and internal. See [`CATALOG`] for their properties.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u8)]
         pub enum OpKind {
+            $( $( $(#[$fdoc])* $fv, )* )*
             $( $(#[$doc])* $variant, )*
         }
 
         /// The catalog, one entry per [`OpKind`], in declaration order (`CATALOG[k as usize].kind == k`).
         pub const CATALOG: &[OpInfo] = &[
+            $( $( OpInfo {
+                kind: OpKind::$fv,
+                name: $fname,
+                arity: $farity,
+                view: false,
+                random: false,
+                compute_intensive: false,
+                leaf: false,
+                public: !catalog!(@has internal $($fflag)*),
+            }, )* )*
             $( OpInfo {
                 kind: OpKind::$variant,
                 name: $name,
@@ -77,6 +100,41 @@ macro_rules! catalog {
                 public: !catalog!(@has internal $($flag)*),
             }, )*
         ];
+
+        $(
+            /// A family of op kinds that share arity, shape rule and kernel shape: the `Op` of each
+            /// member is one variant holding this enum, so a new member is one line here, one
+            /// kernel per backend and one gradient rule.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+            pub enum $fam {
+                $( $(#[$fdoc])* $fv, )*
+            }
+
+            impl $fam {
+                /// Every member, in catalog order.
+                pub const ALL: &'static [$fam] = &[$( $fam::$fv, )*];
+
+                /// The catalog kind of this member.
+                pub fn kind(self) -> OpKind {
+                    match self {
+                        $( $fam::$fv => OpKind::$fv, )*
+                    }
+                }
+
+                /// The member of this family with kind `kind`, if it is one.
+                pub fn from_kind(kind: OpKind) -> Option<$fam> {
+                    match kind {
+                        $( OpKind::$fv => Some($fam::$fv), )*
+                        _ => None,
+                    }
+                }
+
+                /// The DSL name (`"exp"`).
+                pub fn name(self) -> &'static str {
+                    self.kind().name()
+                }
+            }
+        )*
     };
     (@has $want:ident) => { false };
     (@has view view $($rest:ident)*) => { true };
@@ -90,111 +148,171 @@ macro_rules! catalog {
 use Arity::{Fixed, Variadic};
 
 catalog! {
-    /// A graph input (data, ids, targets): resident, never differentiated.
-    Input = "input", Fixed(0), [leaf];
-    /// A trainable parameter: resident, gradients are computed for it.
-    Param = "param", Fixed(0), [leaf];
-    /// A tensor full of one value.
-    Constant = "constant", Fixed(0), [leaf];
-    /// `a + b`, broadcasting.
-    Add = "add", Fixed(2), [];
-    /// `a - b`, broadcasting.
-    Sub = "sub", Fixed(2), [];
-    /// `a * b`, broadcasting.
-    Mul = "mul", Fixed(2), [];
-    /// `a / b`, broadcasting.
-    Div = "div", Fixed(2), [];
-    /// Elementwise maximum, broadcasting.
-    Maximum = "maximum", Fixed(2), [];
-    /// `-x`.
-    Neg = "neg", Fixed(1), [];
-    /// `e^x`.
-    Exp = "exp", Fixed(1), [];
-    /// Natural logarithm.
-    Log = "log", Fixed(1), [];
-    /// Sine.
-    Sin = "sin", Fixed(1), [];
-    /// Cosine.
-    Cos = "cos", Fixed(1), [];
-    /// Hyperbolic tangent.
-    Tanh = "tanh", Fixed(1), [];
-    /// Logistic sigmoid.
-    Sigmoid = "sigmoid", Fixed(1), [];
-    /// `max(x, 0)`.
-    Relu = "relu", Fixed(1), [];
-    /// GELU, tanh approximation.
-    Gelu = "gelu", Fixed(1), [];
-    /// `|x|`.
-    Abs = "abs", Fixed(1), [];
-    /// Square root.
-    Sqrt = "sqrt", Fixed(1), [];
-    /// `1 / sqrt(x)`.
-    Rsqrt = "rsqrt", Fixed(1), [];
-    /// `1 / x`.
-    Reciprocal = "reciprocal", Fixed(1), [];
-    /// `x * x`.
-    Square = "square", Fixed(1), [];
-    /// `min(max(x, lo), hi)`.
-    Clamp = "clamp", Fixed(1), [];
-    /// Sum over axes.
-    Sum = "sum", Fixed(1), [];
-    /// Mean over axes.
-    Mean = "mean", Fixed(1), [];
-    /// Maximum over axes.
-    Amax = "amax", Fixed(1), [];
-    /// Batched matrix product, batch dims broadcast.
-    Matmul = "matmul", Fixed(2), [compute];
-    /// Same elements, new shape.
-    Reshape = "reshape", Fixed(1), [view];
-    /// Axes permuted.
-    Transpose = "transpose", Fixed(1), [view];
-    /// Size-1 axes broadcast to a larger shape.
-    Expand = "expand", Fixed(1), [view];
-    /// Join along one axis.
-    Concat = "concat", Variadic, [];
-    /// Softmax over the last axis.
-    Softmax = "softmax", Fixed(1), [];
-    /// Log-softmax over the last axis.
-    LogSoftmax = "log_softmax", Fixed(1), [];
-    /// Layer normalisation over the last axis (no affine part: multiply and add for that).
-    LayerNorm = "layer_norm", Fixed(1), [];
-    /// Mean cross-entropy of logits `[.., C]` against integer targets `[..]`.
-    CrossEntropy = "cross_entropy", Fixed(2), [];
-    /// Rows of a table `[V, D]` gathered by integer ids.
-    Embedding = "embedding", Fixed(2), [];
-    /// Conversion to another dtype (round to nearest even, saturating for fp8).
-    Cast = "cast", Fixed(1), [];
-    /// Inverted dropout with a counter-based mask.
-    Dropout = "dropout", Fixed(1), [random];
-    /// `(a · b) * scale_a * scale_b` for fp8 `a`, `b` and f32 scalar scales; f32 result.
-    ScaledMatmul = "scaled_matmul", Fixed(4), [compute];
-    /// Internal: a contiguous range along one axis (gradient of `concat`).
-    Slice = "slice", Fixed(1), [internal];
-    /// Internal: `-1, 0, 1` by the sign of x (gradient of `abs`).
-    Sign = "sign", Fixed(1), [internal];
-    /// Internal: 1 where `a > b`, 1/2 where equal, 0 elsewhere (gradient of `maximum`).
-    MaximumMask = "maximum_mask", Fixed(2), [internal];
-    /// Internal: `g` where `lo <= x <= hi`, else 0 (gradient of `clamp`).
-    ClampGrad = "clamp_grad", Fixed(2), [internal];
-    /// Internal: `g` where `y > 0`, else 0 (gradient of `relu` from its output).
-    ReluGrad = "relu_grad", Fixed(2), [internal];
-    /// Internal: gradient of `gelu` from its input.
-    GeluGrad = "gelu_grad", Fixed(2), [internal];
-    /// Internal: gradient of `softmax` from its output.
-    SoftmaxGrad = "softmax_grad", Fixed(2), [internal];
-    /// Internal: gradient of `log_softmax` from its output.
-    LogSoftmaxGrad = "log_softmax_grad", Fixed(2), [internal];
-    /// Internal: gradient of `layer_norm` from its input.
-    LayerNormGrad = "layer_norm_grad", Fixed(2), [internal];
-    /// Internal: gradient of `cross_entropy` w.r.t. the logits.
-    CrossEntropyGrad = "cross_entropy_grad", Fixed(3), [internal];
-    /// Internal: gradient of `embedding` w.r.t. the table (scatter-add of rows).
-    EmbeddingGrad = "embedding_grad", Fixed(2), [internal];
-    /// Internal: gradient of `amax`, shared evenly between tied maxima.
-    AmaxGrad = "amax_grad", Fixed(3), [internal];
-    /// Internal: a matrix product reading either operand transposed (gradients of `matmul`),
-    /// optionally contracting the batch axes too (the gradient of a shared weight).
-    MatmulT = "matmul_t", Fixed(2), [compute, internal];
+    family UnaryOp(Fixed(1)) {
+        /// `-x`.
+        Neg = "neg", [];
+        /// `e^x`.
+        Exp = "exp", [];
+        /// Natural logarithm.
+        Log = "log", [];
+        /// Sine.
+        Sin = "sin", [];
+        /// Cosine.
+        Cos = "cos", [];
+        /// Hyperbolic tangent.
+        Tanh = "tanh", [];
+        /// Logistic sigmoid.
+        Sigmoid = "sigmoid", [];
+        /// `max(x, 0)`.
+        Relu = "relu", [];
+        /// GELU, tanh approximation.
+        Gelu = "gelu", [];
+        /// SiLU (swish): `x * sigmoid(x)`.
+        Silu = "silu", [];
+        /// `|x|`.
+        Abs = "abs", [];
+        /// Square root.
+        Sqrt = "sqrt", [];
+        /// `1 / sqrt(x)`.
+        Rsqrt = "rsqrt", [];
+        /// `1 / x`.
+        Reciprocal = "reciprocal", [];
+        /// `x * x`.
+        Square = "square", [];
+        /// Internal: `-1, 0, 1` by the sign of x (gradient of `abs`).
+        Sign = "sign", [internal];
+    }
+    family BinaryOp(Fixed(2)) {
+        /// `a + b`, broadcasting.
+        Add = "add", [];
+        /// `a - b`, broadcasting.
+        Sub = "sub", [];
+        /// `a * b`, broadcasting.
+        Mul = "mul", [];
+        /// `a / b`, broadcasting.
+        Div = "div", [];
+        /// Elementwise maximum, broadcasting.
+        Maximum = "maximum", [];
+        /// Internal: 1 where `a > b`, 1/2 where equal, 0 elsewhere (gradient of `maximum`).
+        MaximumMask = "maximum_mask", [internal];
+    }
+    family CompareOp(Fixed(2)) {
+        /// `a == b`, broadcasting; a `bool` result.
+        Eq = "eq", [];
+        /// `a != b`, broadcasting; a `bool` result.
+        Ne = "ne", [];
+        /// `a < b`, broadcasting; a `bool` result.
+        Lt = "lt", [];
+        /// `a <= b`, broadcasting; a `bool` result.
+        Le = "le", [];
+        /// `a > b`, broadcasting; a `bool` result.
+        Gt = "gt", [];
+        /// `a >= b`, broadcasting; a `bool` result.
+        Ge = "ge", [];
+    }
+    family ReduceOp(Fixed(1)) {
+        /// Sum over axes.
+        Sum = "sum", [];
+        /// Mean over axes.
+        Mean = "mean", [];
+        /// Maximum over axes.
+        Amax = "amax", [];
+    }
+    other {
+        /// A graph input (data, ids, targets): resident, never differentiated.
+        Input = "input", Fixed(0), [leaf];
+        /// A trainable parameter: resident, gradients are computed for it.
+        Param = "param", Fixed(0), [leaf];
+        /// A tensor full of one value.
+        Constant = "constant", Fixed(0), [leaf];
+        /// A tensor of given values (host data recorded in the trace): resident like a parameter,
+        /// never differentiated.
+        ConstantData = "constant_data", Fixed(0), [leaf];
+        /// `start, start + step, ...` along one axis.
+        Arange = "arange", Fixed(0), [leaf];
+        /// `x` raised to a constant power.
+        Pow = "pow", Fixed(1), [];
+        /// `min(max(x, lo), hi)`.
+        Clamp = "clamp", Fixed(1), [];
+        /// Batched matrix product, batch dims broadcast.
+        Matmul = "matmul", Fixed(2), [compute];
+        /// Same elements, new shape.
+        Reshape = "reshape", Fixed(1), [view];
+        /// Axes permuted.
+        Transpose = "transpose", Fixed(1), [view];
+        /// Size-1 axes broadcast to a larger shape.
+        Expand = "expand", Fixed(1), [view];
+        /// Join along one axis.
+        Concat = "concat", Variadic, [];
+        /// Softmax over the last axis.
+        Softmax = "softmax", Fixed(1), [];
+        /// Log-softmax over the last axis.
+        LogSoftmax = "log_softmax", Fixed(1), [];
+        /// Layer normalisation over the last axis (no affine part: multiply and add for that).
+        LayerNorm = "layer_norm", Fixed(1), [];
+        /// Mean cross-entropy of logits `[.., C]` against integer targets `[..]`.
+        CrossEntropy = "cross_entropy", Fixed(2), [];
+        /// Rows of a table `[V, D]` gathered by integer ids.
+        Embedding = "embedding", Fixed(2), [];
+        /// Conversion to another dtype (round to nearest even, saturating for fp8).
+        Cast = "cast", Fixed(1), [];
+        /// Inverted dropout with a counter-based mask.
+        Dropout = "dropout", Fixed(1), [random];
+        /// `(a · b) * scale_a * scale_b` for fp8 `a`, `b` and f32 scalar scales; f32 result.
+        ScaledMatmul = "scaled_matmul", Fixed(4), [compute];
+        /// A contiguous range along one axis (a view).
+        Slice = "slice", Fixed(1), [view];
+        /// Entries along one axis picked by integer indices (`index_select`).
+        IndexSelect = "index_select", Fixed(2), [];
+        /// Entries along one axis picked per position by an integer index tensor of the same rank
+        /// (`torch.gather`).
+        Gather = "gather", Fixed(2), [];
+        /// `cond ? a : b` elementwise for a `bool` condition, broadcasting.
+        Where = "where", Fixed(3), [];
+        /// RMS normalisation over the last axis (no gain: multiply by one), forward and backward
+        /// fused.
+        RmsNorm = "rms_norm", Fixed(1), [];
+        /// Fused scaled dot-product attention `softmax(q·kᵀ·scale [+ causal mask])·v` computed
+        /// block by block (online softmax) without materialising the scores. Its value is the
+        /// output with the per-row log-sum-exp appended as a last column (`[.., t, dv + 1]`), which
+        /// is all its backward needs.
+        Sdpa = "sdpa", Fixed(3), [compute];
+        /// Internal: the gradient of `slice` (the gradient placed in a zero tensor of the input's
+        /// shape).
+        SliceGrad = "slice_grad", Fixed(1), [internal];
+        /// Internal: gradient of `index_select` (scatter-add along the axis).
+        IndexSelectGrad = "index_select_grad", Fixed(2), [internal];
+        /// Internal: gradient of `gather` (scatter-add along the axis).
+        GatherGrad = "gather_grad", Fixed(2), [internal];
+        /// Internal: gradient of `silu` from its input.
+        SiluGrad = "silu_grad", Fixed(2), [internal];
+        /// Internal: gradient of `rms_norm` from its input.
+        RmsNormGrad = "rms_norm_grad", Fixed(2), [internal];
+        /// Internal: gradients of `sdpa` (dq, dk, dv flattened and joined along the last axis),
+        /// recomputing the score blocks.
+        SdpaGrad = "sdpa_grad", Fixed(5), [compute, internal];
+        /// Internal: `g` where `lo <= x <= hi`, else 0 (gradient of `clamp`).
+        ClampGrad = "clamp_grad", Fixed(2), [internal];
+        /// Internal: `g` where `y > 0`, else 0 (gradient of `relu` from its output).
+        ReluGrad = "relu_grad", Fixed(2), [internal];
+        /// Internal: gradient of `gelu` from its input.
+        GeluGrad = "gelu_grad", Fixed(2), [internal];
+        /// Internal: gradient of `softmax` from its output.
+        SoftmaxGrad = "softmax_grad", Fixed(2), [internal];
+        /// Internal: gradient of `log_softmax` from its output.
+        LogSoftmaxGrad = "log_softmax_grad", Fixed(2), [internal];
+        /// Internal: gradient of `layer_norm` from its input.
+        LayerNormGrad = "layer_norm_grad", Fixed(2), [internal];
+        /// Internal: gradient of `cross_entropy` w.r.t. the logits.
+        CrossEntropyGrad = "cross_entropy_grad", Fixed(3), [internal];
+        /// Internal: gradient of `embedding` w.r.t. the table (scatter-add of rows).
+        EmbeddingGrad = "embedding_grad", Fixed(2), [internal];
+        /// Internal: gradient of `amax`, shared evenly between tied maxima.
+        AmaxGrad = "amax_grad", Fixed(3), [internal];
+        /// Internal: a matrix product reading either operand transposed (gradients of `matmul`),
+        /// optionally contracting the batch axes too (the gradient of a shared weight).
+        MatmulT = "matmul_t", Fixed(2), [compute, internal];
+    }
 }
 
 impl OpKind {
@@ -283,6 +401,11 @@ mod tests {
         assert!(OpKind::ScaledMatmul.info().compute_intensive);
         assert!(OpKind::Param.info().leaf && !OpKind::Param.info().view);
         assert!(!OpKind::ReluGrad.info().public);
+        assert!(OpKind::Slice.info().view && OpKind::Slice.info().public);
+        assert!(OpKind::Sdpa.info().compute_intensive && !OpKind::Silu.info().view);
+        assert_eq!(UnaryOp::from_kind(OpKind::Silu), Some(UnaryOp::Silu));
+        assert_eq!(UnaryOp::Silu.kind().info().arity, Arity::Fixed(1));
+        assert_eq!(CompareOp::from_kind(OpKind::Add), None);
         assert_eq!(OpKind::Concat.info().arity, Arity::Variadic);
     }
 

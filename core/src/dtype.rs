@@ -24,12 +24,15 @@ pub enum DType {
     F8E5M2,
     /// 64-bit signed integers (ids, targets).
     I64,
+    /// Booleans, one byte each: what comparisons produce and `where` consumes. Not arithmetic:
+    /// cast to a float dtype to compute with a mask.
+    Bool,
 }
 
 impl DType {
     /// All dtypes, in a fixed order.
-    pub const ALL: [DType; 7] =
-        [DType::F32, DType::F64, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::I64];
+    pub const ALL: [DType; 8] =
+        [DType::F32, DType::F64, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::I64, DType::Bool];
 
     /// Bytes per element.
     pub fn size(self) -> usize {
@@ -37,13 +40,13 @@ impl DType {
             DType::F64 | DType::I64 => 8,
             DType::F32 => 4,
             DType::BF16 | DType::F16 => 2,
-            DType::F8E4M3 | DType::F8E5M2 => 1,
+            DType::F8E4M3 | DType::F8E5M2 | DType::Bool => 1,
         }
     }
 
     /// Whether values of this type are floating point (and so differentiable).
     pub fn is_float(self) -> bool {
-        self != DType::I64
+        !matches!(self, DType::I64 | DType::Bool)
     }
 
     /// Whether this is one of the fp8 formats.
@@ -61,6 +64,7 @@ impl DType {
             DType::F8E4M3 => "f8e4m3",
             DType::F8E5M2 => "f8e5m2",
             DType::I64 => "i64",
+            DType::Bool => "bool",
         }
     }
 
@@ -90,6 +94,7 @@ impl DType {
             DType::F8E4M3 => 448.0,
             DType::F8E5M2 => 57344.0,
             DType::I64 => i64::MAX as f64,
+            DType::Bool => 1.0,
         }
     }
 }

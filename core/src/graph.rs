@@ -358,6 +358,7 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::UnaryOp;
 
     #[test]
     fn an_untagged_node_between_tagged_ones_is_found() {
@@ -367,10 +368,10 @@ mod tests {
         let leaf =
             Node { op: Op::Input, inputs: vec![], shape: vec![2], dtype: DType::F32, tag: None, name: None, loc: None };
         let x = g.push(leaf);
-        let a = g.push(Node { op: Op::Exp, inputs: vec![x], tag, ..g.node(x).clone() });
-        let stray = g.push(Node { op: Op::Sin, inputs: vec![a], tag: None, ..g.node(x).clone() });
-        g.push(Node { op: Op::Cos, inputs: vec![stray], tag, ..g.node(x).clone() });
-        let after = g.push(Node { op: Op::Neg, inputs: vec![x], tag: None, ..g.node(x).clone() });
+        let a = g.push(Node { op: Op::Unary(UnaryOp::Exp), inputs: vec![x], tag, ..g.node(x).clone() });
+        let stray = g.push(Node { op: Op::Unary(UnaryOp::Sin), inputs: vec![a], tag: None, ..g.node(x).clone() });
+        g.push(Node { op: Op::Unary(UnaryOp::Cos), inputs: vec![stray], tag, ..g.node(x).clone() });
+        let after = g.push(Node { op: Op::Unary(UnaryOp::Neg), inputs: vec![x], tag: None, ..g.node(x).clone() });
         assert_eq!(g.untagged_inside_regions(), vec![stray]);
         assert_ne!(after, stray);
     }

@@ -16,6 +16,7 @@ pub enum HostData {
     F8E4M3(Vec<u8>),
     F8E5M2(Vec<u8>),
     I64(Vec<i64>),
+    Bool(Vec<bool>),
 }
 
 /// A dense, row-major tensor in host memory.
@@ -36,6 +37,7 @@ impl HostData {
             HostData::F8E4M3(_) => DType::F8E4M3,
             HostData::F8E5M2(_) => DType::F8E5M2,
             HostData::I64(_) => DType::I64,
+            HostData::Bool(_) => DType::Bool,
         }
     }
 
@@ -48,6 +50,7 @@ impl HostData {
             HostData::F16(v) => v.len(),
             HostData::F8E4M3(v) | HostData::F8E5M2(v) => v.len(),
             HostData::I64(v) => v.len(),
+            HostData::Bool(v) => v.len(),
         }
     }
 
@@ -66,6 +69,7 @@ impl HostData {
             HostData::F8E4M3(v) => v.iter().map(|&b| dtype::e4m3_to_f32(b) as f64).collect(),
             HostData::F8E5M2(v) => v.iter().map(|&b| dtype::e5m2_to_f32(b) as f64).collect(),
             HostData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            HostData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
         }
     }
 
@@ -91,6 +95,7 @@ impl HostData {
             DType::F8E4M3 => HostData::F8E4M3(values.iter().map(|&x| dtype::f32_to_e4m3(x)).collect()),
             DType::F8E5M2 => HostData::F8E5M2(values.iter().map(|&x| dtype::f32_to_e5m2(x)).collect()),
             DType::I64 => HostData::I64(values.iter().map(|&x| x as i64).collect()),
+            DType::Bool => HostData::Bool(values.iter().map(|&x| x != 0.0).collect()),
         }
     }
 
@@ -104,6 +109,7 @@ impl HostData {
             DType::I64 => HostData::I64(values.iter().map(|&x| x as i64).collect()),
             DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
             DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::Bool => HostData::Bool(values.iter().map(|&x| x != 0.0).collect()),
         }
     }
 }
@@ -136,6 +142,11 @@ impl HostTensor {
     /// An i64 tensor (ids, targets).
     pub fn i64(shape: impl Into<Vec<usize>>, values: Vec<i64>) -> Result<Self> {
         Self::new(shape, HostData::I64(values))
+    }
+
+    /// A bool tensor (masks).
+    pub fn bool(shape: impl Into<Vec<usize>>, values: Vec<bool>) -> Result<Self> {
+        Self::new(shape, HostData::Bool(values))
     }
 
     /// A tensor of `shape` and `dtype` with every element `value`.

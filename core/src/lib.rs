@@ -39,7 +39,7 @@ pub use exec::{run, RunOutput};
 pub use graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 pub use host::{HostData, HostTensor};
 pub use model::{Feeds, Model, Params, StepOutput};
-pub use op::{Init, Op, OpKind};
+pub use op::{BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
 pub use optim::{AdamW, Optimizer, Sgd};
 pub use partition::{Action, Budget, Decision, Partition, Reason, Strategy};
 pub use plan::{Plan, Step};

@@ -150,7 +150,7 @@ impl Model {
         })
     }
 
-    fn resident_values<'a>(&self, params: &'a Params, feeds: &'a Feeds) -> Result<Vec<&'a HostTensor>> {
+    fn resident_values<'a>(&'a self, params: &'a Params, feeds: &'a Feeds) -> Result<Vec<&'a HostTensor>> {
         let graph = &self.forward;
         let input_names: Vec<&str> = graph.inputs().iter().filter_map(|&i| graph.node(i).name.as_deref()).collect();
         if let Some(unknown) = feeds.values.keys().find(|k| !input_names.contains(&k.as_str())) {
@@ -169,6 +169,7 @@ impl Model {
             let name = node.name.clone().unwrap_or_else(|| id.to_string());
             let value = match node.op {
                 Op::Param { .. } => params.value_of(id),
+                Op::ConstantData { ref value } => Some(&**value),
                 _ => feeds.values.get(&name),
             };
             values.push(value.ok_or_else(|| Error::Feed {

@@ -10,7 +10,6 @@
 use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
-use crate::op::Op;
 
 /// One instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,7 +187,7 @@ pub fn node_flops(graph: &Graph, id: NodeId) -> u64 {
 }
 
 fn is_resident(graph: &Graph, id: NodeId) -> bool {
-    matches!(graph.node(id).op, Op::Input | Op::Param { .. })
+    graph.node(id).op.is_resident()
 }
 
 fn at_hand_never_freed(graph: &Graph, resident: &[NodeId], kept: &[NodeId]) -> Vec<bool> {

@@ -3,55 +3,150 @@
 //! Every method is `#[track_caller]`, so a shape or dtype error names the user's line.
 
 use crate::dtype::DType;
-use crate::op::Op;
+use crate::op::{BinaryOp, CompareOp, Op, ReduceOp, UnaryOp};
 use crate::trace::Tensor;
 
 macro_rules! unary_methods {
+    ($( $(#[$doc:meta])* $name:ident => $op:expr; )*) => {
+        $( $(#[$doc])* #[track_caller] pub fn $name(&self) -> Tensor { self.apply($op, &[]) } )*
+    };
+}
+
+macro_rules! compare_methods {
     ($( $(#[$doc:meta])* $name:ident => $op:ident; )*) => {
-        $( $(#[$doc])* #[track_caller] pub fn $name(&self) -> Tensor { self.apply(Op::$op, &[]) } )*
+        $(
+            $(#[$doc])*
+            #[track_caller]
+            pub fn $name(&self, other: &Tensor) -> Tensor {
+                self.apply(Op::Compare(CompareOp::$op), &[other])
+            }
+        )*
     };
 }
 
 impl Tensor {
     unary_methods! {
         /// `-x`.
-        neg => Neg;
+        neg => Op::Unary(UnaryOp::Neg);
         /// `e^x`.
-        exp => Exp;
+        exp => Op::Unary(UnaryOp::Exp);
         /// Natural logarithm.
-        log => Log;
+        log => Op::Unary(UnaryOp::Log);
         /// Sine.
-        sin => Sin;
+        sin => Op::Unary(UnaryOp::Sin);
         /// Cosine.
-        cos => Cos;
+        cos => Op::Unary(UnaryOp::Cos);
         /// Hyperbolic tangent.
-        tanh => Tanh;
+        tanh => Op::Unary(UnaryOp::Tanh);
         /// Logistic sigmoid.
-        sigmoid => Sigmoid;
+        sigmoid => Op::Unary(UnaryOp::Sigmoid);
         /// `max(x, 0)`.
-        relu => Relu;
+        relu => Op::Unary(UnaryOp::Relu);
         /// GELU (tanh approximation).
-        gelu => Gelu;
+        gelu => Op::Unary(UnaryOp::Gelu);
         /// `|x|`.
-        abs => Abs;
+        abs => Op::Unary(UnaryOp::Abs);
         /// Square root.
-        sqrt => Sqrt;
+        sqrt => Op::Unary(UnaryOp::Sqrt);
         /// `1 / sqrt(x)`.
-        rsqrt => Rsqrt;
+        rsqrt => Op::Unary(UnaryOp::Rsqrt);
         /// `1 / x`.
-        reciprocal => Reciprocal;
+        reciprocal => Op::Unary(UnaryOp::Reciprocal);
         /// `x * x`.
-        square => Square;
+        square => Op::Unary(UnaryOp::Square);
+        /// SiLU (swish), `x * sigmoid(x)`.
+        silu => Op::Unary(UnaryOp::Silu);
         /// Softmax over the last axis.
-        softmax => Softmax;
+        softmax => Op::Softmax;
         /// Log-softmax over the last axis.
-        log_softmax => LogSoftmax;
+        log_softmax => Op::LogSoftmax;
+    }
+
+    compare_methods! {
+        /// `self == other` elementwise, broadcasting: a `bool` tensor.
+        eq => Eq;
+        /// `self != other` elementwise, broadcasting: a `bool` tensor.
+        ne => Ne;
+        /// `self < other` elementwise, broadcasting: a `bool` tensor.
+        lt => Lt;
+        /// `self <= other` elementwise, broadcasting: a `bool` tensor.
+        le => Le;
+        /// `self > other` elementwise, broadcasting: a `bool` tensor.
+        gt => Gt;
+        /// `self >= other` elementwise, broadcasting: a `bool` tensor.
+        ge => Ge;
+    }
+
+    /// `if self { a } else { b }` elementwise for this `bool` tensor, all three broadcast.
+    #[track_caller]
+    pub fn where_(&self, a: &Tensor, b: &Tensor) -> Tensor {
+        self.apply(Op::Where, &[a, b])
+    }
+
+    /// `value` where the `bool` `mask` is true, `self` elsewhere (`masked_fill`), broadcasting.
+    #[track_caller]
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
+        mask.apply(Op::Where, &[&self.scalar(value), self])
+    }
+
+    /// `self` raised to the constant power `exponent` (small integers exactly, by products).
+    #[track_caller]
+    pub fn pow(&self, exponent: f64) -> Tensor {
+        self.apply(Op::Pow { exponent }, &[])
+    }
+
+    /// `len` entries of `axis` from `start` (a view: never saved, its base is).
+    #[track_caller]
+    pub fn slice(&self, axis: usize, start: usize, len: usize) -> Tensor {
+        self.apply(Op::Slice { axis, start, len }, &[])
+    }
+
+    /// [`Tensor::slice`] under PyTorch's name.
+    #[track_caller]
+    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Tensor {
+        self.slice(axis, start, len)
+    }
+
+    /// The entries of `axis` at the i64 `indices` `[k]` (in that order, repeats allowed): the
+    /// axis becomes `k` long. Out-of-range indices are an error naming the op and the line.
+    #[track_caller]
+    pub fn index_select(&self, axis: usize, indices: &Tensor) -> Tensor {
+        self.apply(Op::IndexSelect { axis }, &[indices])
+    }
+
+    /// `torch.gather`: `out[.., j, ..] = self[.., indices[.., j, ..], ..]` along `axis`, for i64
+    /// `indices` of this tensor's shape except on `axis`; the result has the indices' shape.
+    #[track_caller]
+    pub fn gather(&self, axis: usize, indices: &Tensor) -> Tensor {
+        self.apply(Op::Gather { axis }, &[indices])
+    }
+
+    /// RMS normalisation over the last axis, `x / sqrt(mean(x²) + eps)`, one fused op forward and
+    /// backward (multiply by a gain for the affine part).
+    #[track_caller]
+    pub fn rms_norm(&self, eps: f64) -> Tensor {
+        self.apply(Op::RmsNorm { eps }, &[])
+    }
+
+    /// Fused attention `softmax(q·kᵀ·scale [+ causal mask])·v` over `q [.., tq, d]`,
+    /// `k [.., tk, d]`, `v [.., tk, dv]` (same leading axes), computed block by block without the
+    /// `tq × tk` scores (the flash-attention scheme). `causal` masks keys after the query
+    /// (`j > i`). The op (`sdpa` in policies; compute-intensive) keeps its output and per-row
+    /// log-sum-exp; this returns the output, a view of it.
+    #[track_caller]
+    pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
+        let packed = q.apply(Op::Sdpa { causal, scale }, &[k, v]);
+        let shape = packed.shape();
+        match shape.last() {
+            Some(&w) => packed.slice(shape.len() - 1, 0, w - 1),
+            None => packed,
+        }
     }
 
     /// Elementwise maximum, broadcasting.
     #[track_caller]
     pub fn maximum(&self, other: &Tensor) -> Tensor {
-        self.apply(Op::Maximum, &[other])
+        self.apply(Op::Binary(BinaryOp::Maximum), &[other])
     }
 
     /// `min(max(x, min), max)`.
@@ -63,7 +158,7 @@ impl Tensor {
     /// Sum over `axes`.
     #[track_caller]
     pub fn sum(&self, axes: &[usize], keepdim: bool) -> Tensor {
-        self.apply(Op::Sum { axes: axes.to_vec(), keepdim }, &[])
+        self.apply(Op::Reduce { op: ReduceOp::Sum, axes: axes.to_vec(), keepdim }, &[])
     }
 
     /// Sum of all elements, as a scalar.
@@ -75,7 +170,7 @@ impl Tensor {
     /// Mean over `axes`.
     #[track_caller]
     pub fn mean(&self, axes: &[usize], keepdim: bool) -> Tensor {
-        self.apply(Op::Mean { axes: axes.to_vec(), keepdim }, &[])
+        self.apply(Op::Reduce { op: ReduceOp::Mean, axes: axes.to_vec(), keepdim }, &[])
     }
 
     /// Mean of all elements, as a scalar.
@@ -87,7 +182,7 @@ impl Tensor {
     /// Maximum over `axes`.
     #[track_caller]
     pub fn amax(&self, axes: &[usize], keepdim: bool) -> Tensor {
-        self.apply(Op::Amax { axes: axes.to_vec(), keepdim }, &[])
+        self.apply(Op::Reduce { op: ReduceOp::Amax, axes: axes.to_vec(), keepdim }, &[])
     }
 
     /// Batched matrix product `[.., m, k] · [.., k, n]`, batch dims broadcast.
@@ -177,42 +272,42 @@ macro_rules! binary_operator {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: &Tensor) -> Tensor {
-                self.apply(Op::$op, &[rhs])
+                self.apply(Op::Binary(BinaryOp::$op), &[rhs])
             }
         }
         impl std::ops::$trait<Tensor> for &Tensor {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: Tensor) -> Tensor {
-                self.apply(Op::$op, &[&rhs])
+                self.apply(Op::Binary(BinaryOp::$op), &[&rhs])
             }
         }
         impl std::ops::$trait<&Tensor> for Tensor {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: &Tensor) -> Tensor {
-                self.apply(Op::$op, &[rhs])
+                self.apply(Op::Binary(BinaryOp::$op), &[rhs])
             }
         }
         impl std::ops::$trait<Tensor> for Tensor {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: Tensor) -> Tensor {
-                self.apply(Op::$op, &[&rhs])
+                self.apply(Op::Binary(BinaryOp::$op), &[&rhs])
             }
         }
         impl std::ops::$trait<f64> for &Tensor {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: f64) -> Tensor {
-                self.apply(Op::$op, &[&self.scalar(rhs)])
+                self.apply(Op::Binary(BinaryOp::$op), &[&self.scalar(rhs)])
             }
         }
         impl std::ops::$trait<f64> for Tensor {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: f64) -> Tensor {
-                self.apply(Op::$op, &[&self.scalar(rhs)])
+                self.apply(Op::Binary(BinaryOp::$op), &[&self.scalar(rhs)])
             }
         }
     };
@@ -227,7 +322,7 @@ impl std::ops::Neg for &Tensor {
     type Output = Tensor;
     #[track_caller]
     fn neg(self) -> Tensor {
-        self.apply(Op::Neg, &[])
+        self.apply(Op::Unary(UnaryOp::Neg), &[])
     }
 }
 
@@ -235,6 +330,6 @@ impl std::ops::Neg for Tensor {
     type Output = Tensor;
     #[track_caller]
     fn neg(self) -> Tensor {
-        self.apply(Op::Neg, &[])
+        self.apply(Op::Unary(UnaryOp::Neg), &[])
     }
 }

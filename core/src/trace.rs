@@ -10,6 +10,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
+use crate::host::HostTensor;
 use crate::op::{Init, Op};
 use crate::policy::{Policy, PolicySource};
 use crate::region::active_regions;
@@ -17,6 +18,7 @@ use crate::shape::fmt_shape;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 pub(crate) struct TraceState {
     pub graph: Graph,
@@ -78,6 +80,38 @@ impl Trace {
     pub fn constant(&self, value: f64, shape: &[usize], dtype: DType) -> Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
         let id = record_node(&self.state, Op::Constant { value }, vec![], shape.to_vec(), dtype, loc);
+        Tensor { state: self.state.clone(), id: Some(id) }
+    }
+
+    /// A constant made from host data (a rotary table, a mask): recorded once in the graph,
+    /// resident for the whole step like a parameter (never recomputed, never fed), and not
+    /// differentiated. `name` labels it in reports and must be unique among leaves.
+    ///
+    /// ```
+    /// use remat_core::{DType, HostTensor, Trace};
+    /// let trace = Trace::new();
+    /// let table = trace.constant_from("table", HostTensor::f32([2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap());
+    /// assert_eq!(table.shape(), vec![2, 2]);
+    /// ```
+    #[track_caller]
+    pub fn constant_from(&self, name: &str, value: HostTensor) -> Tensor {
+        let (shape, dtype) = (value.shape().to_vec(), value.dtype());
+        self.leaf(Op::ConstantData { value: Arc::new(value) }, name, &shape, dtype)
+    }
+
+    /// `[start, start + step, ...]`: `len` values of `dtype` (f32, f64 or i64).
+    #[track_caller]
+    pub fn arange(&self, start: f64, step: f64, len: usize, dtype: DType) -> Tensor {
+        let loc = SrcLoc::from_caller(std::panic::Location::caller());
+        if !dtype.is_float() && dtype != DType::I64 || dtype.is_fp8() {
+            self.state.borrow_mut().fail(
+                "arange",
+                loc,
+                format!("arange makes f32, f64, bf16, f16 or i64 values, not {dtype}"),
+            );
+            return Tensor { state: self.state.clone(), id: None };
+        }
+        let id = record_node(&self.state, Op::Arange { start, step }, vec![], vec![len], dtype, loc);
         Tensor { state: self.state.clone(), id: Some(id) }
     }
 
@@ -316,6 +350,19 @@ impl Tensor {
                 self.poisoned()
             }
         }
+    }
+
+    /// [`Trace::arange`] on this tensor's trace, for model code that holds tensors but not the
+    /// trace (positions, causal masks).
+    #[track_caller]
+    pub fn arange_like(&self, start: f64, step: f64, len: usize, dtype: DType) -> Tensor {
+        Trace { state: self.state.clone() }.arange(start, step, len, dtype)
+    }
+
+    /// [`Trace::constant_from`] on this tensor's trace.
+    #[track_caller]
+    pub fn constant_like(&self, name: &str, value: HostTensor) -> Tensor {
+        Trace { state: self.state.clone() }.constant_from(name, value)
     }
 
     fn poisoned(&self) -> Tensor {

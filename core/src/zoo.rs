@@ -55,8 +55,8 @@ pub fn mlp_feeds(cfg: &MlpConfig, seed: u64) -> Result<Feeds> {
 }
 
 /// A small GPT-style language model: token and position embeddings, pre-LN transformer blocks
-/// (causal attention from matmul, mask and softmax; a gelu MLP), final layer norm, head,
-/// cross-entropy.
+/// (fused causal attention, [`Tensor::scaled_dot_product_attention`]; a gelu MLP), final layer
+/// norm, head, cross-entropy.
 #[derive(Clone, Debug)]
 pub struct GptConfig {
     /// Sequences per batch.
@@ -127,19 +127,40 @@ pub fn layer_norm(x: &Tensor, (g, b): &(Tensor, Tensor)) -> Tensor {
     &(&x.layer_norm(1e-5) * g) + b
 }
 
-/// Causal multi-head self-attention of `x` `[b, t, d]`; `mask` is `[t, t]` (0 or a large negative).
-/// The context before the output projection is named `attn_ctx`.
-pub fn attention(x: &Tensor, p: &BlockParams, mask: &Tensor, heads: usize) -> Tensor {
+/// Causal multi-head self-attention of `x` `[b, t, d]`, fused: the `t × t` scores are never
+/// materialised ([`Tensor::scaled_dot_product_attention`], `sdpa` in policies). The context
+/// before the output projection is named `attn_ctx`.
+pub fn attention(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
+    let (q, k, v, [b, t, d]) = qkv(x, p, heads);
+    let dh = d / heads;
+    // Named so `save_names("attn_ctx")` policies can keep it (a view: its base, the fused op's
+    // output, is what is kept).
+    let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, true, 1.0 / (dh as f64).sqrt()).name("attn_ctx");
+    ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
+}
+
+/// [`attention`] composed from unfused ops: `softmax(q·kᵀ/√dh + mask)·v`, with the causal mask a
+/// resident constant built from `arange` and a comparison. The reference the fused op is checked
+/// and benchmarked against; it materialises `heads × t × t` scores and probabilities.
+pub fn attention_unfused(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
+    let (q, k, v, [b, t, d]) = qkv(x, p, heads);
+    let dh = d / heads;
+    let rows = x.arange_like(0.0, 1.0, t, DType::I64).reshape(&[t, 1]);
+    let cols = x.arange_like(0.0, 1.0, t, DType::I64);
+    // Scaling q rather than the scores touches t·dh values per head instead of t·t.
+    let scores = (q * (1.0 / (dh as f64).sqrt())).matmul(&k.t());
+    let scores = scores.masked_fill(&cols.gt(&rows), -1e9);
+    let ctx = scores.softmax().matmul(&v).name("attn_ctx");
+    ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
+}
+
+/// q, k, v `[b, heads, t, dh]` of `x` `[b, t, d]`.
+fn qkv(x: &Tensor, p: &BlockParams, heads: usize) -> (Tensor, Tensor, Tensor, [usize; 3]) {
     let shape = x.shape();
     let (b, t, d) = (shape[0], shape[1], shape[2]);
     let dh = d / heads;
     let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]).transpose(&[0, 2, 1, 3]);
-    let (q, k, v) = (split(&p.wq), split(&p.wk), split(&p.wv));
-    // Scaling q rather than the scores touches t·dh values per head instead of t·t.
-    let scores = &(q * (1.0 / (dh as f64).sqrt())).matmul(&k.t()) + mask;
-    // Named so `save_names("attn_ctx")` policies can keep it.
-    let ctx = scores.softmax().matmul(&v).name("attn_ctx");
-    ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
+    (split(&p.wq), split(&p.wk), split(&p.wv), [b, t, d])
 }
 
 /// The gelu MLP of a block; its pre-activation is named `ffn_pre`.
@@ -158,34 +179,33 @@ pub enum Part {
     FeedForward,
 }
 
-/// Traces the GPT of `cfg`. Inputs: `tokens` and `targets` `[batch, seq]` i64, `mask`
-/// `[seq, seq]` (see [`causal_mask`]).
+/// Traces the GPT of `cfg`. Inputs: `tokens` and `targets` `[batch, seq]` i64.
 pub fn gpt(cfg: &GptConfig) -> Result<Graph> {
-    gpt_with(cfg, &|part, x, p, mask, heads| match part {
-        Part::Attention => attention(x, p, mask, heads),
+    gpt_with(cfg, &|part, x, p, heads| match part {
+        Part::Attention => attention(x, p, heads),
         Part::FeedForward => feed_forward(x, p),
     })
 }
 
-/// A sub-block runner: `(part, normed input, block params, mask, heads) -> output`.
-pub type PartFn<'a> = dyn Fn(Part, &Tensor, &BlockParams, &Tensor, usize) -> Tensor + 'a;
+/// A sub-block runner: `(part, normed input, block params, heads) -> output`.
+pub type PartFn<'a> = dyn Fn(Part, &Tensor, &BlockParams, usize) -> Tensor + 'a;
 
 /// [`gpt`] with each attention and MLP sub-block run by `run` (to wrap them in regions).
 pub fn gpt_with(cfg: &GptConfig, run: &PartFn<'_>) -> Result<Graph> {
-    gpt_blocks(cfg, &|x, p, mask, layer| block(x, p, mask, cfg, layer, run))
+    gpt_blocks(cfg, &|x, p, layer| block(x, p, cfg, layer, run))
 }
 
 /// One pre-LN transformer block: `x + attn(ln1(x))`, then `+ mlp(ln2(·))`, with dropout on both
 /// branches; `run` computes the two sub-blocks.
-pub fn block(x: &Tensor, p: &BlockParams, mask: &Tensor, cfg: &GptConfig, layer: usize, run: &PartFn<'_>) -> Tensor {
-    let a = run(Part::Attention, &layer_norm(x, &p.ln1), p, mask, cfg.heads);
+pub fn block(x: &Tensor, p: &BlockParams, cfg: &GptConfig, layer: usize, run: &PartFn<'_>) -> Tensor {
+    let a = run(Part::Attention, &layer_norm(x, &p.ln1), p, cfg.heads);
     let x = x + &drop(&a, cfg.dropout, 2 * layer as u64);
-    let f = run(Part::FeedForward, &layer_norm(&x, &p.ln2), p, mask, cfg.heads);
+    let f = run(Part::FeedForward, &layer_norm(&x, &p.ln2), p, cfg.heads);
     &x + &drop(&f, cfg.dropout, 2 * layer as u64 + 1)
 }
 
-/// A block runner: `(residual stream, block params, mask, layer) -> new residual stream`.
-pub type BlockFn<'a> = dyn Fn(&Tensor, &BlockParams, &Tensor, usize) -> Tensor + 'a;
+/// A block runner: `(residual stream, block params, layer) -> new residual stream`.
+pub type BlockFn<'a> = dyn Fn(&Tensor, &BlockParams, usize) -> Tensor + 'a;
 
 /// [`gpt`] with each whole block run by `run` (to checkpoint blocks as units).
 pub fn gpt_blocks(cfg: &GptConfig, run: &BlockFn<'_>) -> Result<Graph> {
@@ -193,13 +213,12 @@ pub fn gpt_blocks(cfg: &GptConfig, run: &BlockFn<'_>) -> Result<Graph> {
     let (b, t, d) = (cfg.batch, cfg.seq, cfg.d_model);
     let tokens = trace.input("tokens", &[b, t], DType::I64);
     let targets = trace.input("targets", &[b, t], DType::I64);
-    let mask = trace.input("mask", &[t, t], cfg.dtype);
     let wte = trace.param_with("wte", &[cfg.vocab, d], cfg.dtype, Init::Normal(0.02));
     let wpe = trace.param_with("wpe", &[t, d], cfg.dtype, Init::Normal(0.02));
     let mut x = &wte.embedding(&tokens) + &wpe;
     for layer in 0..cfg.layers {
         let p = BlockParams::declare(&trace, layer, d, cfg.dtype);
-        x = run(&x, &p, &mask, layer);
+        x = run(&x, &p, layer);
     }
     let lnf = (
         trace.param_with("lnf.g", &[d], cfg.dtype, Init::Ones),
@@ -247,8 +266,5 @@ pub fn synthetic_tokens(cfg: &GptConfig, step: u64) -> Result<Feeds> {
             tok = next;
         }
     }
-    Ok(Feeds::new()
-        .with("tokens", HostTensor::i64([b, t], tokens)?)
-        .with("targets", HostTensor::i64([b, t], targets)?)
-        .with("mask", causal_mask(t, cfg.dtype)))
+    Ok(Feeds::new().with("tokens", HostTensor::i64([b, t], tokens)?).with("targets", HostTensor::i64([b, t], targets)?))
 }

@@ -1,7 +1,7 @@
 //! Bad inputs through the public API give errors that name the op, the shapes and the caller's
 //! line — never a panic.
 
-use remat_core::{CpuBackend, DType, Feeds, HostTensor, Model, Trace};
+use remat_core::{CpuBackend, DType, Feeds, HostTensor, Model, Tensor, Trace};
 
 /// `file:line` of the line after the macro call site's `line!()`, as errors print it.
 fn here(line: u32) -> String {
@@ -153,4 +153,89 @@ fn operands_of_two_traces() {
     let c = &a + &b;
     let err = t1.finish(&c.sum_all()).unwrap_err().to_string();
     assert!(err.contains("operands belong to different traces"), "{err}");
+}
+
+/// Records one bad op on a trace: its line and its (poisoned) result.
+type Builder = dyn Fn(&Trace) -> (u32, Tensor);
+
+#[test]
+fn new_ops_name_the_op_and_the_line() {
+    let cases: Vec<(&str, &str, Box<Builder>)> = vec![
+        (
+            "index_select",
+            "must be i64",
+            Box::new(|t: &Trace| {
+                let x = t.param("x", &[3, 4], DType::F32);
+                let bad = t.param("i", &[2], DType::F32);
+                (line!(), x.index_select(1, &bad))
+            }),
+        ),
+        (
+            "index_select",
+            "axis 2 out of range for rank 2",
+            Box::new(|t: &Trace| {
+                let x = t.param("x", &[3, 4], DType::F32);
+                let i = t.arange(0.0, 1.0, 2, DType::I64);
+                (line!(), x.index_select(2, &i))
+            }),
+        ),
+        (
+            "where",
+            "the condition must be bool",
+            Box::new(|t: &Trace| {
+                let x = t.param("x", &[3], DType::F32);
+                (line!(), x.where_(&x, &x))
+            }),
+        ),
+        (
+            "slice",
+            "range 2..5 exceeds dim 4",
+            Box::new(|t: &Trace| {
+                let x = t.param("x", &[3, 4], DType::F32);
+                (line!(), x.slice(1, 2, 3))
+            }),
+        ),
+        (
+            "sdpa",
+            "q and k need the same last axis",
+            Box::new(|t: &Trace| {
+                let q = t.param("q", &[2, 5, 4], DType::F32);
+                let k = t.param("k", &[2, 5, 3], DType::F32);
+                (line!(), Tensor::scaled_dot_product_attention(&q, &k, &k, true, 0.5))
+            }),
+        ),
+        (
+            "exp",
+            "bool: arithmetic needs numbers",
+            Box::new(|t: &Trace| {
+                let x = t.param("x", &[3], DType::F32);
+                (line!(), x.gt(&x).exp())
+            }),
+        ),
+        ("arange", "not bool", Box::new(|t: &Trace| (line!(), t.arange(0.0, 1.0, 3, DType::Bool)))),
+    ];
+    for (op, message, build) in cases {
+        let trace = Trace::new();
+        let (line, y) = build(&trace);
+        let loss = trace.param("anchor", &[], DType::F32);
+        let _ = y;
+        let err = trace.finish(&loss).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{op} at ")), "{err}");
+        assert!(err.contains(&here(line)), "{op}: {err}");
+        assert!(err.contains(message), "{op}: {err}");
+    }
+}
+
+#[test]
+fn out_of_range_indices_at_run_time_name_the_line() {
+    let trace = Trace::new();
+    let x = trace.param("x", &[3, 4], DType::F32);
+    let ids = trace.input("ids", &[2], DType::I64);
+    let line = line!() + 1;
+    let y = x.index_select(0, &ids);
+    let model = Model::new(trace.finish(&y.sum_all()).unwrap()).unwrap();
+    let feeds = Feeds::new().with("ids", HostTensor::i64([2], vec![1, 7]).unwrap());
+    let err = model.step(&mut CpuBackend::new(), &model.init_params(0), &feeds).unwrap_err().to_string();
+    assert!(err.contains("index 7 at position 1 is out of range for an axis of 3"), "{err}");
+    assert!(err.contains(&here(line)), "{err}");
 }

@@ -290,3 +290,156 @@ fn scaled_matmul() {
     assert_eq!(out.grads[0].to_f32_vec(), ga);
     assert_eq!(out.grads[1].to_f32_vec(), gb);
 }
+
+unary_test!(silu, n, |x: &Tensor| x.silu());
+unary_test!(pow_integer, n, |x: &Tensor| x.pow(3.0));
+unary_test!(pow_fractional, pos, |x: &Tensor| x.pow(-1.5));
+
+#[test]
+fn rms_norm() {
+    check(&[n(&[3, 6])], |_, p| p[0].rms_norm(1e-5));
+    check(&[n(&[2, 2, 5])], |_, p| p[0].rms_norm(1e-3));
+}
+
+#[test]
+fn slice() {
+    check(&[n(&[2, 5, 3])], |_, p| p[0].slice(1, 1, 3));
+    check(&[n(&[4, 2])], |_, p| p[0].narrow(0, 3, 1).exp());
+}
+
+#[test]
+fn index_select() {
+    check(&[n(&[3, 4])], |trace, p| {
+        // Repeated and reordered indices: the gradient's scatter-add sums the repeats.
+        let idx = trace.constant_from("idx", HostTensor::i64([5], vec![2, 0, 2, 3, 2]).unwrap());
+        p[0].index_select(1, &idx)
+    });
+    check(&[n(&[4, 2, 3])], |trace, p| {
+        let idx = trace.constant_from("idx", HostTensor::i64([2], vec![3, 1]).unwrap());
+        p[0].index_select(0, &idx)
+    });
+}
+
+#[test]
+fn gather() {
+    check(&[n(&[3, 4])], |trace, p| {
+        // Repeats within a row: the scatter-add sums them.
+        let idx = trace.constant_from("idx", HostTensor::i64([3, 2], vec![3, 3, 0, 1, 2, 0]).unwrap());
+        p[0].gather(1, &idx)
+    });
+    check(&[n(&[4, 2, 3])], |trace, p| {
+        let idx = trace
+            .constant_from("idx", HostTensor::i64([2, 2, 3], (0..12).map(|i| (i * 7 % 4) as i64).collect()).unwrap());
+        p[0].gather(0, &idx)
+    });
+}
+
+#[test]
+fn where_and_comparisons() {
+    // The condition compares a constant pattern, so no point sits on the comparison's edge.
+    check(&[n(&[3, 4]), n(&[4])], |trace, p| {
+        let pattern =
+            trace.constant_from("pat", HostTensor::f64([3, 4], (0..12).map(|i| (i % 3) as f64).collect()).unwrap());
+        let one = trace.constant(1.0, &[], DType::F64);
+        let cond = pattern.lt(&one);
+        cond.where_(&p[0], &p[1])
+    });
+    check(&[n(&[2, 3])], |trace, p| {
+        let ids = trace.arange(0.0, 1.0, 3, DType::I64);
+        let two = trace.constant(2.0, &[], DType::I64);
+        p[0].masked_fill(&ids.ge(&two), -1e4).softmax()
+    });
+}
+
+#[test]
+fn constant_data_and_arange_are_constants() {
+    check(&[n(&[2, 3])], |trace, p| {
+        let table = trace.constant_from("table", HostTensor::f64([3], vec![0.5, -1.0, 2.0]).unwrap());
+        let steps = trace.arange(1.0, 0.5, 3, DType::F64);
+        &(&p[0] * &table) + &steps
+    });
+}
+
+/// The unfused composition the fused attention must agree with.
+fn attention_reference(q: &Tensor, k: &Tensor, v: &Tensor, trace: &Trace, causal: bool, scale: f64) -> Tensor {
+    let s = q.matmul(&k.t()) * scale;
+    let s = if causal {
+        let t = q.shape()[q.rank() - 2];
+        let rows = trace.arange(0.0, 1.0, t, DType::I64).reshape(&[t, 1]);
+        let cols = trace.arange(0.0, 1.0, t, DType::I64);
+        s.masked_fill(&cols.gt(&rows), -1e30)
+    } else {
+        s
+    };
+    s.softmax().matmul(v)
+}
+
+#[test]
+fn scaled_dot_product_attention() {
+    for causal in [false, true] {
+        check(&[n(&[2, 5, 3]), n(&[2, 5, 3]), n(&[2, 5, 4])], |_, p| {
+            Tensor::scaled_dot_product_attention(&p[0], &p[1], &p[2], causal, 0.7)
+        });
+    }
+    // More queries than keys, and a head axis.
+    check(&[n(&[1, 2, 3, 2]), n(&[1, 2, 2, 2]), n(&[1, 2, 2, 3])], |_, p| {
+        Tensor::scaled_dot_product_attention(&p[0], &p[1], &p[2], false, 0.5)
+    });
+}
+
+#[test]
+fn fused_attention_gradients_match_the_unfused_composition() {
+    let (t, d) = (70, 8);
+    let grads = |fused: bool, causal: bool| {
+        let trace = Trace::new();
+        let q = trace.param("q", &[2, t, d], DType::F64);
+        let k = trace.param("k", &[2, t, d], DType::F64);
+        let v = trace.param("v", &[2, t, d], DType::F64);
+        let y = if fused {
+            Tensor::scaled_dot_product_attention(&q, &k, &v, causal, 0.3)
+        } else {
+            attention_reference(&q, &k, &v, &trace, causal, 0.3)
+        };
+        let r = trace.input("r", &[2, t, d], DType::F64);
+        let loss = (&y * &r).sum_all();
+        let model = Model::new(trace.finish(&loss).unwrap()).unwrap();
+        let mut params = model.init_params(0);
+        for (i, name) in ["q", "k", "v"].iter().enumerate() {
+            params
+                .set(name, HostTensor::f64([2, t, d], values(2 * t * d, Draw::Normal, 3 + i as u64)).unwrap())
+                .unwrap();
+        }
+        let feeds = Feeds::new().with("r", HostTensor::f64([2, t, d], values(2 * t * d, Draw::Normal, 9)).unwrap());
+        let out = model.step(&mut CpuBackend::new(), &params, &feeds).unwrap();
+        (out.loss, out.grads.iter().map(|g| g.to_f64_vec()).collect::<Vec<_>>())
+    };
+    for causal in [false, true] {
+        let (fl, fg) = grads(true, causal);
+        let (ul, ug) = grads(false, causal);
+        assert!((fl - ul).abs() < 1e-9 * ul.abs().max(1.0), "loss {fl} vs {ul}");
+        for (a, b) in fg.iter().zip(&ug) {
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < 1e-9 * y.abs().max(1.0), "gradient {x} vs {y} (causal {causal})");
+            }
+        }
+    }
+}
+
+#[test]
+fn constant_data_is_resident_not_fed_and_not_recomputed() {
+    let trace = Trace::new();
+    let x = trace.param("x", &[2, 3], DType::F32);
+    let table = trace.constant_from("table", HostTensor::f32([3], vec![1.0, 2.0, 3.0]).unwrap());
+    let model = Model::new(trace.finish(&(&x * &table).sum_all()).unwrap()).unwrap();
+    let id = table.id().unwrap();
+    assert!(model.plan().resident().contains(&id), "a data constant is resident like a parameter");
+    assert!(model.partition().unwrap().recomputed.iter().all(|&r| r != id));
+    let mut params = model.init_params(0);
+    params.set("x", HostTensor::f32([2, 3], vec![1.0; 6]).unwrap()).unwrap();
+    let out = model.step(&mut CpuBackend::new(), &params, &Feeds::new()).unwrap();
+    assert_eq!(out.loss, 12.0);
+    assert_eq!(out.grads[0].to_f32_vec(), [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    let fed = Feeds::new().with("table", HostTensor::f32([3], vec![0.0; 3]).unwrap());
+    let err = model.step(&mut CpuBackend::new(), &params, &fed).unwrap_err().to_string();
+    assert!(err.contains("not an input"), "{err}");
+}

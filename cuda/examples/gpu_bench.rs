@@ -15,8 +15,8 @@
 
 use remat_core::region::{enter_region, PolicyTable, RegionSpec};
 use remat_core::{
-    zoo, Backend, Budget, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy, Result, Step,
-    Strategy,
+    zoo, Backend, BinaryOp, Budget, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy,
+    ReduceOp, Result, Step, Strategy, UnaryOp,
 };
 use remat_cuda::{CudaBackend, CudaBuffer};
 use std::time::Instant;
@@ -165,8 +165,7 @@ fn run_policy(
     // Resident values in plan order (params by name, inputs from the feeds).
     let fwd = model.forward_graph();
     let mut resident = Vec::new();
-    let feed_values =
-        [("tokens", tokens_of(cfg, 1)), ("targets", tokens_of(cfg, 2)), ("mask", zoo::causal_mask(cfg.seq, cfg.dtype))];
+    let feed_values = [("tokens", tokens_of(cfg, 1)), ("targets", tokens_of(cfg, 2))];
     for &id in model.plan().resident() {
         let node = fwd.node(id);
         let name = node.name.clone().unwrap_or_default();
@@ -215,10 +214,10 @@ fn block_config() -> zoo::GptConfig {
 /// between the smallest feasible saved set and saving everything.
 fn policies(cfg: &zoo::GptConfig) -> Result<Vec<(&'static str, Strategy, Graph)>> {
     let wrap = |spec: &'static RegionSpec| {
-        zoo::gpt_with(cfg, &move |part, x, p, mask, heads| {
+        zoo::gpt_with(cfg, &move |part, x, p, heads| {
             let _region = enter_region(spec);
             match part {
-                zoo::Part::Attention => zoo::attention(x, p, mask, heads),
+                zoo::Part::Attention => zoo::attention(x, p, heads),
                 zoo::Part::FeedForward => zoo::feed_forward(x, p),
             }
         })
@@ -315,14 +314,14 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
 
     println!("\n{:<28} {:>10} {:>8}", "kernel (bf16, 512 MiB)", "GB/s", "vs copy");
     let kernels: Vec<(&str, Op, usize, f64)> = vec![
-        ("gelu", Op::Gelu, 1, 2.0),
-        ("add", Op::Add, 2, 3.0),
+        ("gelu", Op::Unary(UnaryOp::Gelu), 1, 2.0),
+        ("add", Op::Binary(BinaryOp::Add), 2, 3.0),
         ("dropout p=0.1", Op::Dropout { p: 0.1, seed: 1, key: 2 }, 1, 2.0),
         ("cast -> f32", Op::Cast { dtype: DType::F32 }, 1, 3.0),
         ("softmax rows of 1024", Op::Softmax, 1, 2.0),
         ("layer_norm rows of 1024", Op::LayerNorm { eps: 1e-5 }, 1, 2.0),
-        ("sum over last axis", Op::Sum { axes: vec![1], keepdim: false }, 1, 1.0),
-        ("sum over first axis", Op::Sum { axes: vec![0], keepdim: false }, 1, 1.0),
+        ("sum over last axis", Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdim: false }, 1, 1.0),
+        ("sum over first axis", Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, 1, 1.0),
         ("transpose [n/1024,1024]", Op::Transpose { perm: vec![1, 0] }, 1, 2.0),
     ];
     for (name, op, arity, traffic) in kernels {

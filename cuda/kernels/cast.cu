@@ -10,6 +10,7 @@ __device__ __forceinline__ double load_any(const void* p, int dt, u64 i) {
         case 3: return (double)half_to_float(((const u16*)p)[i]);
         case 4: return (double)e4m3_to_float(((const u8*)p)[i]);
         case 5: return (double)e5m2_to_float(((const u8*)p)[i]);
+        case 7: return ((const u8*)p)[i] ? 1.0 : 0.0;
         default: return (double)((const i64*)p)[i];
     }
 }
@@ -22,7 +23,9 @@ __device__ __forceinline__ void store_any(void* p, int dt, u64 i, double v) {
         case 3: ((u16*)p)[i] = f64_to_f16(v); break;
         case 4: ((u8*)p)[i] = double_to_e4m3(v); break;
         case 5: ((u8*)p)[i] = double_to_e5m2(v); break;
-        default: break;  // float -> i64 is refused by the shape rule
+        case 6: ((i64*)p)[i] = (i64)v; break;  // from bool only: float -> i64 is refused
+        case 7: ((u8*)p)[i] = v != 0.0; break;
+        default: break;
     }
 }
 
@@ -45,7 +48,7 @@ extern "C" __global__ void cast(const void* x, int from, void* y, int to, u64 n)
             ((i64*)y)[i] = ((const i64*)x)[i];
         } else if (from == 6 && to == 0) {
             ((float*)y)[i] = __ll2float_rn(((const i64*)x)[i]);
-        } else if (from == 1 || to == 1 || from == 6) {
+        } else if (from == 1 || to == 1 || from == 6 || from == 7 || to == 7) {
             store_any(y, to, i, load_any(x, from, i));
         } else {
             store_from_f32(y, to, i, (float)load_any(x, from, i));

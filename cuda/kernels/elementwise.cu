@@ -18,6 +18,8 @@
 #define U_SQUARE 13
 #define U_CLAMP 14
 #define U_SIGN 15
+#define U_SILU 16
+#define U_POW 17
 
 // Binary op codes.
 #define B_ADD 0
@@ -31,6 +33,7 @@
 #define G_CLAMP 0
 #define G_RELU 1
 #define G_GELU 2
+#define G_SILU 3
 
 template <typename C> __device__ __forceinline__ C gelu(C x) {
     const C c = (C)0.7978845608028654, a = (C)0.044715, h = (C)0.5;
@@ -40,6 +43,19 @@ template <typename C> __device__ __forceinline__ C gelu_grad(C x) {
     const C c = (C)0.7978845608028654, a = (C)0.044715, h = (C)0.5;
     C t = m_tanh(c * (x + a * x * x * x));
     return h * ((C)1 + t) + h * x * ((C)1 - t * t) * c * ((C)1 + (C)3 * a * x * x);
+}
+
+// x^p: small integer powers by products (as the CPU), else exp(p·ln x).
+template <typename C> __device__ __forceinline__ C pow_const(C x, C p) {
+    if (p == (C)0) return (C)1;
+    C a = p < (C)0 ? -p : p;
+    if (a <= (C)16 && a == (C)(int)a) {
+        C r = 1;
+        for (int i = 0; i < (int)a; ++i) r = r * x;
+        return p < (C)0 ? (C)1 / r : r;
+    }
+    if (x == (C)0) return p > (C)0 ? (C)0 : (C)1 / x;
+    return m_exp(p * m_log(x));
 }
 
 template <typename C> __device__ __forceinline__ C unary_op(int op, C v, C lo, C hi) {
@@ -60,6 +76,8 @@ template <typename C> __device__ __forceinline__ C unary_op(int op, C v, C lo, C
         case U_SQUARE: return v * v;
         case U_CLAMP: return v < lo ? lo : (v > hi ? hi : v);
         case U_SIGN: return v > (C)0 ? (C)1 : (v < (C)0 ? (C)-1 : v * (C)0);
+        case U_SILU: return v / ((C)1 + m_exp(-v));
+        case U_POW: return pow_const(v, lo);
         default: return v;
     }
 }
@@ -81,6 +99,10 @@ template <typename C> __device__ __forceinline__ C grad_op(int op, C v, C g, C l
         case G_CLAMP: return (lo <= v && v <= hi) ? g : (C)0;
         case G_RELU: return v > (C)0 ? g : (C)0;
         case G_GELU: return g * gelu_grad(v);
+        case G_SILU: {
+            C s = (C)1 / ((C)1 + m_exp(-v));
+            return g * s * ((C)1 + v * ((C)1 - s));
+        }
         default: return g;
     }
 }

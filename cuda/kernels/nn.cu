@@ -107,6 +107,46 @@ __device__ void layer_norm_grad(const T* x, const T* g, T* dx, u64 rows, u64 d, 
     }
 }
 
+// RMS normalisation: x·r with r = 1/sqrt(mean(x²) + eps), and its gradient r·(g − x̂·mean(g·x̂)).
+template <typename T, typename C>
+__device__ __forceinline__ C inv_rms(const T* x, u64 base, u64 d, C eps, C* smem) {
+    C s = 0;
+    for (u64 j = threadIdx.x; j < d; j += blockDim.x) {
+        C v = ld(x, base + j);
+        s += v * v;
+    }
+    C ms = block_reduce(s, SumOp(), (C)0, smem) / (C)d;
+    return (C)1 / m_sqrt(ms + eps);
+}
+
+template <typename T>
+__device__ void rms_norm(const T* x, T* y, u64 rows, u64 d, double eps) {
+    typedef typename Acc<T>::type C;
+    __shared__ C smem[32];
+    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        u64 base = r * d;
+        C inv = inv_rms(x, base, d, (C)eps, smem);
+        for (u64 j = threadIdx.x; j < d; j += blockDim.x) st(y, base + j, ld(x, base + j) * inv);
+    }
+}
+
+template <typename T>
+__device__ void rms_norm_grad(const T* x, const T* g, T* dx, u64 rows, u64 d, double eps) {
+    typedef typename Acc<T>::type C;
+    __shared__ C smem[32];
+    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        u64 base = r * d;
+        C inv = inv_rms(x, base, d, (C)eps, smem);
+        C sgx = 0;
+        for (u64 j = threadIdx.x; j < d; j += blockDim.x) sgx += ld(g, base + j) * ld(x, base + j) * inv;
+        C gx = block_reduce(sgx, SumOp(), (C)0, smem) / (C)d;
+        for (u64 j = threadIdx.x; j < d; j += blockDim.x) {
+            C xv = ld(x, base + j), gv = ld(g, base + j);
+            st(dx, base + j, inv * (gv - xv * inv * gx));
+        }
+    }
+}
+
 // Per-row loss `lse − row[target]` into `partial` (f32/f64); a bad target is reported.
 template <typename T>
 __device__ void cross_entropy_rows(const T* logits, const i64* targets, typename Acc<T>::type* partial, u64 rows,
@@ -207,6 +247,13 @@ __device__ void embedding_grad(const i64* ids, const T* g, typename Acc<T>::type
     }                                                                                                         \
     extern "C" __global__ void softmax_grad_##s(const T* y, const T* g, T* dx, u64 rows, u64 d, int log) {   \
         softmax_grad<T>(y, g, dx, rows, d, log);                                                              \
+    }                                                                                                         \
+    extern "C" __global__ void rms_norm_##s(const T* x, T* y, u64 rows, u64 d, double eps) {                 \
+        rms_norm<T>(x, y, rows, d, eps);                                                                      \
+    }                                                                                                         \
+    extern "C" __global__ void rms_norm_grad_##s(const T* x, const T* g, T* dx, u64 rows, u64 d,             \
+                                                 double eps) {                                                \
+        rms_norm_grad<T>(x, g, dx, rows, d, eps);                                                             \
     }                                                                                                         \
     extern "C" __global__ void layer_norm_##s(const T* x, T* y, u64 rows, u64 d, double eps) {               \
         layer_norm<T>(x, y, rows, d, eps);                                                                    \

@@ -2,11 +2,11 @@
 
 use crate::device::{backend_err, Device};
 use crate::kernels::compute_dtype;
-use crate::ops::{elementwise as ew, layout, nn, reduce, Scratch, View};
+use crate::ops::{attention, elementwise as ew, index, layout, nn, reduce, Scratch, View};
 use crate::{fp8, gemm};
 use cudarc::driver::result;
 use remat_core::shape::fmt_shape;
-use remat_core::{Backend, DType, Error, HostData, HostTensor, KernelCall, MemoryStats, Op, Result};
+use remat_core::{Backend, DType, Error, HostData, HostTensor, KernelCall, MemoryStats, Op, ReduceOp, Result};
 use std::rc::Rc;
 
 /// The CUDA backend: one device, one stream, a metered memory pool.
@@ -72,6 +72,7 @@ pub(crate) fn host_bytes(t: &HostTensor) -> &[u8] {
         HostData::F16(v) => raw(v),
         HostData::F8E4M3(v) | HostData::F8E5M2(v) => raw(v),
         HostData::I64(v) => raw(v),
+        HostData::Bool(v) => raw(v),
     }
 }
 
@@ -87,6 +88,7 @@ fn host_from_bytes(shape: &[usize], dtype: DType, bytes: &[u8]) -> Result<HostTe
         DType::F8E4M3 => HostData::F8E4M3(bytes.to_vec()),
         DType::F8E5M2 => HostData::F8E5M2(bytes.to_vec()),
         DType::I64 => HostData::I64(elems(bytes, i64::from_ne_bytes)),
+        DType::Bool => HostData::Bool(bytes.iter().map(|&b| b != 0).collect()),
     };
     HostTensor::new(shape.to_vec(), data)
 }
@@ -161,7 +163,7 @@ impl CudaBackend {
                 return Err(node_err(format!("input {i} lives on another CUDA backend")));
             }
         }
-        if matches!(call.op, Op::Input | Op::Param { .. } | Op::Constant { .. }) {
+        if call.op.info().leaf {
             return Ok(());
         }
         let (shape, dtype) = call.op.infer(call.inputs).map_err(node_err)?;
@@ -196,9 +198,13 @@ fn mixed(call: &KernelCall<'_>) -> bool {
         Op::ClampGrad { .. }
             | Op::ReluGrad
             | Op::GeluGrad
+            | Op::SiluGrad
             | Op::SoftmaxGrad
             | Op::LogSoftmaxGrad
             | Op::LayerNormGrad { .. }
+            | Op::RmsNormGrad { .. }
+            | Op::IndexSelectGrad { .. }
+            | Op::GatherGrad { .. }
             | Op::AmaxGrad { .. }
             | Op::CrossEntropyGrad
     );
@@ -214,31 +220,25 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
             message: "leaf values are fed to a run, not computed by a kernel".into(),
         }),
         Op::Constant { value } => ew::constant(dev, *value, out),
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
-            ew::binary(dev, call.op, x[0], x[1], out)
+        Op::ConstantData { value } => ew::upload_into(dev, value, out),
+        Op::Arange { start, step } => index::arange(dev, *start, *step, out),
+        Op::Binary(_) => ew::binary(dev, call.op, x[0], x[1], out),
+        Op::Compare(c) => index::compare(dev, *c, x[0], x[1], out),
+        Op::Where => index::select_where(dev, x[0], x[1], x[2], out),
+        Op::Unary(_) | Op::Clamp { .. } | Op::Pow { .. } => ew::unary(dev, call.op, x[0], out),
+        Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad | Op::SiluGrad => {
+            ew::pointwise_grad(dev, call.op, x[0], x[1], out)
         }
-        Op::Neg
-        | Op::Exp
-        | Op::Log
-        | Op::Sin
-        | Op::Cos
-        | Op::Tanh
-        | Op::Sigmoid
-        | Op::Relu
-        | Op::Gelu
-        | Op::Abs
-        | Op::Sqrt
-        | Op::Rsqrt
-        | Op::Reciprocal
-        | Op::Square
-        | Op::Clamp { .. }
-        | Op::Sign => ew::unary(dev, call.op, x[0], out),
-        Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad => ew::pointwise_grad(dev, call.op, x[0], x[1], out),
         Op::Dropout { p, seed, key } => ew::dropout(dev, x[0], out, *p, *seed, *key, call.run_seed),
         Op::Cast { .. } => ew::cast(dev, x[0], out),
-        Op::Sum { axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Sum, out),
-        Op::Mean { axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Mean, out),
-        Op::Amax { axes, .. } => reduce::reduce(dev, x[0], axes, reduce::Mode::Max, out),
+        Op::Reduce { op, axes, .. } => {
+            let mode = match op {
+                ReduceOp::Sum => reduce::Mode::Sum,
+                ReduceOp::Mean => reduce::Mode::Mean,
+                ReduceOp::Amax => reduce::Mode::Max,
+            };
+            reduce::reduce(dev, x[0], axes, mode, out)
+        }
         Op::AmaxGrad { axes, .. } => reduce::amax_grad(dev, x[0], x[1], x[2], axes, out),
         Op::Matmul => gemm::matmul(dev, x[0], x[1], out, false, false),
         Op::MatmulT { ta, tb, fold: false } => gemm::matmul(dev, x[0], x[1], out, *ta, *tb),
@@ -249,6 +249,15 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::Expand { .. } => layout::expand(dev, x[0], out),
         Op::Concat { axis } => layout::concat(dev, x, *axis, out),
         Op::Slice { axis, start, .. } => layout::slice(dev, x[0], *axis, *start, out),
+        Op::SliceGrad { axis, start, .. } => layout::slice_grad(dev, x[0], *axis, *start, out),
+        Op::IndexSelect { axis } => index::index_select(dev, call.node, x[0], x[1], *axis, out),
+        Op::IndexSelectGrad { axis, .. } => index::index_select_grad(dev, x[0], x[1], *axis, out),
+        Op::Gather { axis } => index::gather(dev, call.node, x[0], x[1], *axis, out),
+        Op::GatherGrad { axis, .. } => index::gather_grad(dev, x[0], x[1], *axis, out),
+        Op::RmsNorm { eps } => nn::rms_norm(dev, x[0], out, *eps),
+        Op::RmsNormGrad { eps } => nn::rms_norm_grad(dev, x[0], x[1], out, *eps),
+        Op::Sdpa { causal, scale } => attention::sdpa(dev, x[0], x[1], x[2], *causal, *scale, out),
+        Op::SdpaGrad { causal, scale } => attention::sdpa_grad(dev, x, *causal, *scale, out),
         Op::Softmax => nn::softmax(dev, x[0], out, false),
         Op::LogSoftmax => nn::softmax(dev, x[0], out, true),
         Op::SoftmaxGrad => nn::softmax_grad(dev, x[0], x[1], out, false),
@@ -268,7 +277,7 @@ fn run_promoted(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'
     let mut scratch = Vec::new();
     let mut views = Vec::with_capacity(x.len());
     for v in x {
-        if v.dtype == DType::I64 || v.dtype == c {
+        if v.dtype == DType::I64 || v.dtype == DType::Bool || v.dtype == c {
             views.push(*v);
         } else {
             let s = Scratch::new(dev, v.numel() * c.size())?;

@@ -29,8 +29,13 @@ pub const NN: Source = Source { name: "nn.cu", text: include_str!("../kernels/nn
 /// Strided copies: transpose, expand, slice, concat.
 pub const LAYOUT: Source = Source { name: "layout.cu", text: include_str!("../kernels/layout.cu") };
 
+/// Comparisons, `where`, `arange`, `index_select` and its gradient.
+pub const INDEX: Source = Source { name: "index.cu", text: include_str!("../kernels/index.cu") };
+/// Fused scaled dot-product attention and its gradient.
+pub const ATTENTION: Source = Source { name: "attention.cu", text: include_str!("../kernels/attention.cu") };
+
 /// Every kernel source, in a fixed order.
-pub const SOURCES: [Source; 5] = [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT];
+pub const SOURCES: [Source; 7] = [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT, INDEX, ATTENTION];
 
 /// Most axes a [`Dims`] view holds (`MAXD` in the prelude).
 pub const MAXD: usize = 8;
@@ -106,6 +111,7 @@ pub fn dtype_code(d: DType) -> i32 {
         DType::F8E4M3 => 4,
         DType::F8E5M2 => 5,
         DType::I64 => 6,
+        DType::Bool => 7,
     }
 }
 
@@ -116,7 +122,7 @@ pub fn float_suffix(d: DType) -> Option<&'static str> {
         DType::F64 => Some("f64"),
         DType::BF16 => Some("bf16"),
         DType::F16 => Some("f16"),
-        DType::F8E4M3 | DType::F8E5M2 | DType::I64 => None,
+        DType::F8E4M3 | DType::F8E5M2 | DType::I64 | DType::Bool => None,
     }
 }
 

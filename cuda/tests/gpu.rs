@@ -12,7 +12,8 @@
 
 use remat_core::rng::normal_f64;
 use remat_core::{
-    zoo, Backend, Budget, CpuBackend, DType, HostData, HostTensor, KernelCall, Model, NodeId, Op, OpKind, Strategy,
+    zoo, Backend, BinaryOp, Budget, CpuBackend, DType, HostData, HostTensor, KernelCall, Model, NodeId, Op, OpKind,
+    ReduceOp, Strategy, UnaryOp,
 };
 use remat_cuda::CudaBackend;
 
@@ -61,7 +62,7 @@ fn tolerance(dtype: DType, loose: bool) -> (f64, f64) {
         DType::F32 => (1e-5, 1e-6),
         DType::BF16 => (1e-2, 1e-2),
         DType::F16 => (2e-3, 2e-3),
-        DType::F8E4M3 | DType::F8E5M2 | DType::I64 => (0.0, 0.0),
+        DType::F8E4M3 | DType::F8E5M2 | DType::I64 | DType::Bool => (0.0, 0.0),
     }
 }
 
@@ -100,9 +101,13 @@ fn run_op<B: Backend>(
     node: u32,
     run_seed: u64,
 ) -> remat_core::Result<HostTensor> {
+    let arange_dtype = inputs.first().map_or(DType::F32, |t| t.dtype());
+    let inputs = if matches!(op, Op::Arange { .. }) { &[][..] } else { inputs };
     let metas: Vec<_> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
     let (shape, dtype) = match op {
         Op::Constant { .. } => (vec![3, 5], DType::BF16),
+        Op::Arange { .. } => (vec![37], arange_dtype),
+        Op::ConstantData { value } => (value.shape().to_vec(), value.dtype()),
         _ => op.infer(&metas).map_err(remat_core::Error::Invalid)?,
     };
     let call = KernelCall { node: NodeId(node), op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed };
@@ -171,41 +176,44 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
     match kind {
         OpKind::Input | OpKind::Param => vec![],
         OpKind::Constant => vec![exact(Op::Constant { value: 2.7 }, vec![])],
-        OpKind::Add => binary(Op::Add),
-        OpKind::Sub => binary(Op::Sub),
-        OpKind::Mul => binary(Op::Mul),
-        OpKind::Div => binary(Op::Div),
-        OpKind::Maximum => binary(Op::Maximum),
+        OpKind::Add => binary(Op::Binary(BinaryOp::Add)),
+        OpKind::Sub => binary(Op::Binary(BinaryOp::Sub)),
+        OpKind::Mul => binary(Op::Binary(BinaryOp::Mul)),
+        OpKind::Div => binary(Op::Binary(BinaryOp::Div)),
+        OpKind::Maximum => binary(Op::Binary(BinaryOp::Maximum)),
         OpKind::MaximumMask => {
             let a = t(&[64], 1);
-            vec![exact(Op::MaximumMask, vec![a.clone(), a]), f(Op::MaximumMask, vec![t(&[8, 8], 1), t(&[8], 2)])]
+            vec![
+                exact(Op::Binary(BinaryOp::MaximumMask), vec![a.clone(), a]),
+                f(Op::Binary(BinaryOp::MaximumMask), vec![t(&[8, 8], 1), t(&[8], 2)]),
+            ]
         }
-        OpKind::Neg => unary(Op::Neg),
-        OpKind::Exp => unary(Op::Exp),
-        OpKind::Log => pos_unary(Op::Log),
-        OpKind::Sin => unary(Op::Sin),
-        OpKind::Cos => unary(Op::Cos),
-        OpKind::Tanh => unary(Op::Tanh),
-        OpKind::Sigmoid => unary(Op::Sigmoid),
-        OpKind::Relu => unary(Op::Relu),
-        OpKind::Gelu => unary(Op::Gelu),
-        OpKind::Abs => unary(Op::Abs),
-        OpKind::Sqrt => pos_unary(Op::Sqrt),
-        OpKind::Rsqrt => pos_unary(Op::Rsqrt),
-        OpKind::Reciprocal => pos_unary(Op::Reciprocal),
-        OpKind::Square => unary(Op::Square),
+        OpKind::Neg => unary(Op::Unary(UnaryOp::Neg)),
+        OpKind::Exp => unary(Op::Unary(UnaryOp::Exp)),
+        OpKind::Log => pos_unary(Op::Unary(UnaryOp::Log)),
+        OpKind::Sin => unary(Op::Unary(UnaryOp::Sin)),
+        OpKind::Cos => unary(Op::Unary(UnaryOp::Cos)),
+        OpKind::Tanh => unary(Op::Unary(UnaryOp::Tanh)),
+        OpKind::Sigmoid => unary(Op::Unary(UnaryOp::Sigmoid)),
+        OpKind::Relu => unary(Op::Unary(UnaryOp::Relu)),
+        OpKind::Gelu => unary(Op::Unary(UnaryOp::Gelu)),
+        OpKind::Abs => unary(Op::Unary(UnaryOp::Abs)),
+        OpKind::Sqrt => pos_unary(Op::Unary(UnaryOp::Sqrt)),
+        OpKind::Rsqrt => pos_unary(Op::Unary(UnaryOp::Rsqrt)),
+        OpKind::Reciprocal => pos_unary(Op::Unary(UnaryOp::Reciprocal)),
+        OpKind::Square => unary(Op::Unary(UnaryOp::Square)),
         OpKind::Clamp => unary(Op::Clamp { min: -0.5, max: 0.75 }),
-        OpKind::Sign => unary(Op::Sign),
-        OpKind::Sum => reduce(&|axes, keepdim| Op::Sum { axes, keepdim }),
-        OpKind::Mean => reduce(&|axes, keepdim| Op::Mean { axes, keepdim }),
-        OpKind::Amax => reduce(&|axes, keepdim| Op::Amax { axes, keepdim }),
+        OpKind::Sign => unary(Op::Unary(UnaryOp::Sign)),
+        OpKind::Sum => reduce(&|axes, keepdim| Op::Reduce { op: ReduceOp::Sum, axes, keepdim }),
+        OpKind::Mean => reduce(&|axes, keepdim| Op::Reduce { op: ReduceOp::Mean, axes, keepdim }),
+        OpKind::Amax => reduce(&|axes, keepdim| Op::Reduce { op: ReduceOp::Amax, axes, keepdim }),
         OpKind::AmaxGrad => {
             let x = HostTensor::from_f32(vec![2, 3], &[1., 5., 5., 7., 2., 3.], dt).unwrap();
             let y = HostTensor::from_f32(vec![2], &[5., 7.], dt).unwrap();
             let x2 = t(&[4, 50, 6], 9);
             let mut cpu = CpuBackend::new();
             let m = [(x2.shape(), dt)];
-            let op = Op::Amax { axes: vec![1], keepdim: true };
+            let op = Op::Reduce { op: ReduceOp::Amax, axes: vec![1], keepdim: true };
             let (s, d) = op.infer(&m).unwrap();
             let call = KernelCall { node: NodeId(0), op: &op, inputs: &m, out_shape: &s, out_dtype: d, run_seed: 0 };
             let xb = cpu.upload(&x2).unwrap();
@@ -282,7 +290,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
         OpKind::Cast => {
             let mut v = Vec::new();
             for to in DType::ALL {
-                if to != DType::I64 {
+                if to != DType::I64 && to != DType::Bool {
                     // `half` may round f64 -> f16 through f32 (F16C) on the CPU: allow that one ulp.
                     let mk = if dt == DType::F64 && to == DType::F16 { f } else { exact };
                     v.push(mk(Op::Cast { dtype: to }, vec![t(&[300], 4)]));
@@ -294,13 +302,77 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             v.push(exact(Op::Cast { dtype: DType::F8E5M2 }, vec![big]));
             v.push(exact(Op::Cast { dtype: DType::F32 }, vec![ids(&[20], 1 << 40, 6)]));
             v.push(exact(Op::Cast { dtype: DType::BF16 }, vec![ids(&[20], 1 << 40, 6)]));
+            v.push(exact(Op::Cast { dtype: dt }, vec![mask(&[33], 7)]));
             v
         }
         OpKind::Dropout => vec![exact(Op::Dropout { p: 0.3, seed: 5, key: 9 }, vec![t(&[10_007], 1)])],
         OpKind::ClampGrad => vec![f(Op::ClampGrad { min: -0.5, max: 0.5 }, vec![t(&[1000], 1), t(&[1000], 2)])],
         OpKind::ReluGrad => vec![f(Op::ReluGrad, vec![t(&[1000], 1), t(&[1000], 2)])],
         OpKind::GeluGrad => vec![f(Op::GeluGrad, vec![t(&[1000], 1), t(&[1000], 2)])],
+        OpKind::Silu => unary(Op::Unary(UnaryOp::Silu)),
+        OpKind::SiluGrad => vec![f(Op::SiluGrad, vec![t(&[1000], 1), t(&[1000], 2)])],
+        OpKind::Pow => vec![
+            f(Op::Pow { exponent: 3.0 }, vec![t(&[500], 1)]),
+            f(Op::Pow { exponent: -0.5 }, vec![positive(&[500], dt, 2)]),
+        ],
+        OpKind::ConstantData => vec![exact(Op::ConstantData { value: std::sync::Arc::new(t(&[4, 9], 3)) }, vec![])],
+        // The run helper gives arange 37 elements of the first input's dtype (the input itself is dropped).
+        OpKind::Arange => vec![exact(Op::Arange { start: -3.0, step: 0.5 }, vec![t(&[1], 1)])],
+        OpKind::Eq | OpKind::Ne | OpKind::Lt | OpKind::Le | OpKind::Gt | OpKind::Ge => {
+            let op = Op::Compare(remat_core::CompareOp::from_kind(kind).unwrap());
+            let a = t(&[4, 33], 1);
+            vec![
+                exact(op.clone(), vec![a.clone(), a.clone()]),
+                exact(op.clone(), vec![a, t(&[33], 2)]),
+                exact(op, vec![ids(&[5, 1], 4, 3), ids(&[6], 4, 4)]),
+            ]
+        }
+        OpKind::Where => vec![
+            exact(Op::Where, vec![mask(&[4, 33], 1), t(&[4, 33], 2), t(&[4, 33], 3)]),
+            exact(Op::Where, vec![mask(&[5, 1], 2), t(&[5, 7], 4), t(&[], 5)]),
+        ],
+        OpKind::IndexSelect => vec![
+            exact(Op::IndexSelect { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[17], 10, 2)]),
+            exact(Op::IndexSelect { axis: 0 }, vec![ids(&[12, 3], 99, 3), ids(&[5], 12, 4)]),
+        ],
+        OpKind::IndexSelectGrad => {
+            vec![loose(Op::IndexSelectGrad { axis: 1, dim: 10 }, vec![ids(&[17], 10, 2), t(&[3, 17, 4], 1)])]
+        }
+        OpKind::Gather => vec![
+            exact(Op::Gather { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[3, 6, 4], 10, 2)]),
+            exact(Op::Gather { axis: 0 }, vec![ids(&[12, 3], 99, 3), ids(&[5, 3], 12, 4)]),
+        ],
+        OpKind::GatherGrad => {
+            vec![loose(Op::GatherGrad { axis: 1, dim: 10 }, vec![ids(&[3, 17, 4], 10, 2), t(&[3, 17, 4], 1)])]
+        }
+        OpKind::SliceGrad => vec![exact(Op::SliceGrad { axis: 1, start: 2, dim: 7 }, vec![t(&[3, 4, 5], 1)])],
+        OpKind::RmsNorm => vec![loose(Op::RmsNorm { eps: 1e-5 }, vec![t(&[6, 1024], 1)])],
+        OpKind::RmsNormGrad => vec![loose(Op::RmsNormGrad { eps: 1e-5 }, vec![t(&[6, 1000], 1), t(&[6, 1000], 2)])],
+        OpKind::Sdpa => {
+            let qkv = |tq: usize, tk: usize, d: usize, s| {
+                vec![t(&[2, tq, d], s), t(&[2, tk, d], s + 1), t(&[2, tk, d], s + 2)]
+            };
+            vec![
+                loose(Op::Sdpa { causal: true, scale: 0.25 }, qkv(70, 70, 16, 1)),
+                loose(Op::Sdpa { causal: false, scale: 0.125 }, qkv(9, 130, 64, 4)),
+            ]
+        }
+        OpKind::SdpaGrad => {
+            let (tq, d) = (40, 16);
+            let (q, k, v) = (t(&[2, tq, d], 1), t(&[2, tq, d], 2), t(&[2, tq, d], 3));
+            let op = Op::Sdpa { causal: true, scale: 0.25 };
+            let saved = run_op(&mut CpuBackend::new(), &op, &[q.clone(), k.clone(), v.clone()], 0, 0).unwrap();
+            let g = t(&[2, tq, d + 1], 4);
+            vec![loose(Op::SdpaGrad { causal: true, scale: 0.25 }, vec![q, k, v, saved, g])]
+        }
     }
+}
+
+/// A bool mask.
+fn mask(shape: &[usize], seed: u64) -> HostTensor {
+    let n: usize = shape.iter().product();
+    HostTensor::bool(shape.to_vec(), (0..n as u64).map(|i| remat_core::rng::uniform_u32(seed, 5, i) % 2 == 0).collect())
+        .unwrap()
 }
 
 #[test]

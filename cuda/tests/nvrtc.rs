@@ -65,6 +65,28 @@ fn cubins_for_sm90_and_expected_entries() {
     for name in ["pad_copy_1", "pad_copy_4", "transpose_tiled_1"] {
         assert!(String::from_utf8_lossy(&layout).contains(&format!(".entry {name}(")), "{name} missing");
     }
+    let index = compile(&remat_cuda::SOURCES[5], Target::Ptx(90)).unwrap();
+    for name in [
+        "compare_f32",
+        "compare_i64",
+        "where_1",
+        "where_8",
+        "arange_i64",
+        "index_select_4",
+        "index_select_grad_bf16",
+        "gather_2",
+        "gather_grad_f32",
+    ] {
+        assert!(String::from_utf8_lossy(&index).contains(&format!(".entry {name}(")), "{name} missing");
+    }
+    let attention = compile(&remat_cuda::SOURCES[6], Target::Ptx(90)).unwrap();
+    for name in ["sdpa_fwd_f32", "sdpa_delta_bf16", "sdpa_dq_f16", "sdpa_dkv_f64"] {
+        assert!(String::from_utf8_lossy(&attention).contains(&format!(".entry {name}(")), "{name} missing");
+    }
+    let nn = compile(&remat_cuda::SOURCES[3], Target::Ptx(90)).unwrap();
+    for name in ["rms_norm_f32", "rms_norm_grad_bf16"] {
+        assert!(String::from_utf8_lossy(&nn).contains(&format!(".entry {name}(")), "{name} missing");
+    }
     let cubin = compile(&remat_cuda::SOURCES[3], Target::Cubin(90)).unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
 }

@@ -11,7 +11,7 @@ mod rules;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId};
-use crate::op::Op;
+use crate::op::{BinaryOp, Op, ReduceOp};
 use crate::shape::numel;
 
 /// A forward graph with its backward pass appended.
@@ -56,7 +56,7 @@ impl JointGraph {
             for (input, contribution) in contributions {
                 grad[input.index()] = Some(match grad[input.index()] {
                     None => contribution,
-                    Some(previous) => bw.op(Op::Add, vec![previous, contribution])?,
+                    Some(previous) => bw.op(Op::Binary(BinaryOp::Add), vec![previous, contribution])?,
                 });
             }
         }
@@ -244,7 +244,8 @@ impl Backward {
         let lead = gshape.len() - shape.len();
         let axes: Vec<usize> =
             (0..gshape.len()).filter(|&i| i < lead || (shape[i - lead] == 1 && gshape[i] != 1)).collect();
-        let summed = if axes.is_empty() { g } else { self.op(Op::Sum { axes, keepdim: true }, vec![g])? };
+        let summed =
+            if axes.is_empty() { g } else { self.op(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: true }, vec![g])? };
         if self.shape(summed) == shape {
             return Ok(summed);
         }

@@ -8,7 +8,7 @@ use super::Backward;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
-use crate::op::Op;
+use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
 
 /// Which inputs (by position) gradients flow into. Ids and targets are integers (no gradient);
 /// `scaled_matmul`'s scales are treated as constants.
@@ -16,6 +16,9 @@ pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> Vec<usize> {
     match op {
         Op::CrossEntropy => vec![0],
         Op::Embedding => vec![0],
+        Op::IndexSelect { .. } | Op::Gather { .. } => vec![0],
+        Op::Where => vec![1, 2],
+        Op::Compare(_) => vec![],
         Op::ScaledMatmul => vec![0, 1],
         _ => (0..arity).collect(),
     }
@@ -40,121 +43,170 @@ pub(super) fn backprop(
     let shape_of = |k: usize| fwd.node(x[k]).shape.clone();
     let mut out: Vec<(usize, NodeId)> = Vec::new();
     match &node.op {
-        Op::Input | Op::Param { .. } | Op::Constant { .. } => {}
-        Op::Add => {
+        Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => {}
+        Op::Compare(_) => {}
+        Op::Unary(UnaryOp::Silu) => out.push((0, bw.op(Op::SiluGrad, vec![x[0], g])?)),
+        Op::Pow { exponent } => {
+            // d(x^p)/dx = p·x^(p−1).
+            let p = bw.scalar(*exponent, gd);
+            let xp = bw.op(Op::Pow { exponent: exponent - 1.0 }, vec![x[0]])?;
+            let gp = bw.op(Op::Binary(BinaryOp::Mul), vec![g, p])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![gp, xp])?));
+        }
+        Op::Where => {
+            let zero = bw.scalar(0.0, gd);
+            if wanted.contains(&1) {
+                let ga = bw.op(Op::Where, vec![x[0], g, zero])?;
+                out.push((1, bw.unbroadcast(ga, &shape_of(1))?));
+            }
+            if wanted.contains(&2) {
+                let gb = bw.op(Op::Where, vec![x[0], zero, g])?;
+                out.push((2, bw.unbroadcast(gb, &shape_of(2))?));
+            }
+        }
+        Op::Slice { axis, start, .. } => {
+            let dim = shape_of(0)[*axis];
+            out.push((0, bw.op(Op::SliceGrad { axis: *axis, start: *start, dim }, vec![g])?));
+        }
+        Op::IndexSelect { axis } => {
+            let dim = shape_of(0)[*axis];
+            out.push((0, bw.op(Op::IndexSelectGrad { axis: *axis, dim }, vec![x[1], g])?));
+        }
+        Op::Gather { axis } => {
+            let dim = shape_of(0)[*axis];
+            out.push((0, bw.op(Op::GatherGrad { axis: *axis, dim }, vec![x[1], g])?));
+        }
+        Op::RmsNorm { eps } => out.push((0, bw.op(Op::RmsNormGrad { eps: *eps }, vec![x[0], g])?)),
+        Op::Sdpa { causal, scale } => {
+            // One fused gradient op; dq, dk and dv are views of its flat result.
+            let op = Op::SdpaGrad { causal: *causal, scale: *scale };
+            let flat = bw.op(op, vec![x[0], x[1], x[2], id, g])?;
+            let last = bw.shape(flat).len() - 1;
+            let mut start = 0;
+            for k in 0..3 {
+                let shape = shape_of(k);
+                let len: usize = shape[shape.len() - 2..].iter().product();
+                if wanted.contains(&k) {
+                    let part = bw.op(Op::Slice { axis: last, start, len }, vec![flat])?;
+                    out.push((k, bw.op(Op::Reshape { shape }, vec![part])?));
+                }
+                start += len;
+            }
+        }
+        Op::Binary(BinaryOp::Add) => {
             out.push((0, bw.unbroadcast(g, &shape_of(0))?));
             out.push((1, bw.unbroadcast(g, &shape_of(1))?));
         }
-        Op::Sub => {
+        Op::Binary(BinaryOp::Sub) => {
             out.push((0, bw.unbroadcast(g, &shape_of(0))?));
-            let neg = bw.op(Op::Neg, vec![g])?;
+            let neg = bw.op(Op::Unary(UnaryOp::Neg), vec![g])?;
             out.push((1, bw.unbroadcast(neg, &shape_of(1))?));
         }
-        Op::Mul => {
+        Op::Binary(BinaryOp::Mul) => {
             if wanted.contains(&0) {
-                let ga = bw.op(Op::Mul, vec![g, x[1]])?;
+                let ga = bw.op(Op::Binary(BinaryOp::Mul), vec![g, x[1]])?;
                 out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
             }
             if wanted.contains(&1) {
-                let gb = bw.op(Op::Mul, vec![g, x[0]])?;
+                let gb = bw.op(Op::Binary(BinaryOp::Mul), vec![g, x[0]])?;
                 out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
             }
         }
-        Op::Div => {
+        Op::Binary(BinaryOp::Div) => {
             if wanted.contains(&0) {
-                let ga = bw.op(Op::Div, vec![g, x[1]])?;
+                let ga = bw.op(Op::Binary(BinaryOp::Div), vec![g, x[1]])?;
                 out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
             }
             if wanted.contains(&1) {
                 // d(a/b)/db = -(a/b)/b: read the output rather than a.
-                let gy = bw.op(Op::Mul, vec![g, id])?;
-                let q = bw.op(Op::Div, vec![gy, x[1]])?;
-                let gb = bw.op(Op::Neg, vec![q])?;
+                let gy = bw.op(Op::Binary(BinaryOp::Mul), vec![g, id])?;
+                let q = bw.op(Op::Binary(BinaryOp::Div), vec![gy, x[1]])?;
+                let gb = bw.op(Op::Unary(UnaryOp::Neg), vec![q])?;
                 out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
             }
         }
-        Op::Maximum => {
-            let mask = bw.op(Op::MaximumMask, vec![x[0], x[1]])?;
-            let ga = bw.op(Op::Mul, vec![g, mask])?;
-            let gb = bw.op(Op::Sub, vec![g, ga])?;
+        Op::Binary(BinaryOp::Maximum) => {
+            let mask = bw.op(Op::Binary(BinaryOp::MaximumMask), vec![x[0], x[1]])?;
+            let ga = bw.op(Op::Binary(BinaryOp::Mul), vec![g, mask])?;
+            let gb = bw.op(Op::Binary(BinaryOp::Sub), vec![g, ga])?;
             out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
             out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
         }
-        Op::Neg => out.push((0, bw.op(Op::Neg, vec![g])?)),
-        Op::Exp => out.push((0, bw.op(Op::Mul, vec![g, id])?)),
-        Op::Log => out.push((0, bw.op(Op::Div, vec![g, x[0]])?)),
-        Op::Sin => {
-            let c = bw.op(Op::Cos, vec![x[0]])?;
-            out.push((0, bw.op(Op::Mul, vec![g, c])?));
+        Op::Unary(UnaryOp::Neg) => out.push((0, bw.op(Op::Unary(UnaryOp::Neg), vec![g])?)),
+        Op::Unary(UnaryOp::Exp) => out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, id])?)),
+        Op::Unary(UnaryOp::Log) => out.push((0, bw.op(Op::Binary(BinaryOp::Div), vec![g, x[0]])?)),
+        Op::Unary(UnaryOp::Sin) => {
+            let c = bw.op(Op::Unary(UnaryOp::Cos), vec![x[0]])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, c])?));
         }
-        Op::Cos => {
-            let s = bw.op(Op::Sin, vec![x[0]])?;
-            let gs = bw.op(Op::Mul, vec![g, s])?;
-            out.push((0, bw.op(Op::Neg, vec![gs])?));
+        Op::Unary(UnaryOp::Cos) => {
+            let s = bw.op(Op::Unary(UnaryOp::Sin), vec![x[0]])?;
+            let gs = bw.op(Op::Binary(BinaryOp::Mul), vec![g, s])?;
+            out.push((0, bw.op(Op::Unary(UnaryOp::Neg), vec![gs])?));
         }
-        Op::Tanh => {
+        Op::Unary(UnaryOp::Tanh) => {
             let one = bw.scalar(1.0, gd);
-            let y2 = bw.op(Op::Square, vec![id])?;
-            let d = bw.op(Op::Sub, vec![one, y2])?;
-            out.push((0, bw.op(Op::Mul, vec![g, d])?));
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![id])?;
+            let d = bw.op(Op::Binary(BinaryOp::Sub), vec![one, y2])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, d])?));
         }
-        Op::Sigmoid => {
+        Op::Unary(UnaryOp::Sigmoid) => {
             let one = bw.scalar(1.0, gd);
-            let q = bw.op(Op::Sub, vec![one, id])?;
-            let d = bw.op(Op::Mul, vec![id, q])?;
-            out.push((0, bw.op(Op::Mul, vec![g, d])?));
+            let q = bw.op(Op::Binary(BinaryOp::Sub), vec![one, id])?;
+            let d = bw.op(Op::Binary(BinaryOp::Mul), vec![id, q])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, d])?));
         }
-        Op::Relu => out.push((0, bw.op(Op::ReluGrad, vec![id, g])?)),
-        Op::Gelu => out.push((0, bw.op(Op::GeluGrad, vec![x[0], g])?)),
-        Op::Abs => {
-            let s = bw.op(Op::Sign, vec![x[0]])?;
-            out.push((0, bw.op(Op::Mul, vec![g, s])?));
+        Op::Unary(UnaryOp::Relu) => out.push((0, bw.op(Op::ReluGrad, vec![id, g])?)),
+        Op::Unary(UnaryOp::Gelu) => out.push((0, bw.op(Op::GeluGrad, vec![x[0], g])?)),
+        Op::Unary(UnaryOp::Abs) => {
+            let s = bw.op(Op::Unary(UnaryOp::Sign), vec![x[0]])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, s])?));
         }
-        Op::Sqrt => {
+        Op::Unary(UnaryOp::Sqrt) => {
             let half = bw.scalar(0.5, gd);
-            let gh = bw.op(Op::Mul, vec![g, half])?;
-            out.push((0, bw.op(Op::Div, vec![gh, id])?));
+            let gh = bw.op(Op::Binary(BinaryOp::Mul), vec![g, half])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Div), vec![gh, id])?));
         }
-        Op::Rsqrt => {
+        Op::Unary(UnaryOp::Rsqrt) => {
             // d(x^-1/2)/dx = -x^-3/2 / 2 = -y^3 / 2.
             let c = bw.scalar(-0.5, gd);
-            let y2 = bw.op(Op::Square, vec![id])?;
-            let y3 = bw.op(Op::Mul, vec![y2, id])?;
-            let gc = bw.op(Op::Mul, vec![g, c])?;
-            out.push((0, bw.op(Op::Mul, vec![gc, y3])?));
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![id])?;
+            let y3 = bw.op(Op::Binary(BinaryOp::Mul), vec![y2, id])?;
+            let gc = bw.op(Op::Binary(BinaryOp::Mul), vec![g, c])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![gc, y3])?));
         }
-        Op::Reciprocal => {
-            let y2 = bw.op(Op::Square, vec![id])?;
-            let gy = bw.op(Op::Mul, vec![g, y2])?;
-            out.push((0, bw.op(Op::Neg, vec![gy])?));
+        Op::Unary(UnaryOp::Reciprocal) => {
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![id])?;
+            let gy = bw.op(Op::Binary(BinaryOp::Mul), vec![g, y2])?;
+            out.push((0, bw.op(Op::Unary(UnaryOp::Neg), vec![gy])?));
         }
-        Op::Square => {
+        Op::Unary(UnaryOp::Square) => {
             let two = bw.scalar(2.0, gd);
-            let x2 = bw.op(Op::Mul, vec![x[0], two])?;
-            out.push((0, bw.op(Op::Mul, vec![g, x2])?));
+            let x2 = bw.op(Op::Binary(BinaryOp::Mul), vec![x[0], two])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, x2])?));
         }
         Op::Clamp { min, max } => out.push((0, bw.op(Op::ClampGrad { min: *min, max: *max }, vec![x[0], g])?)),
-        Op::Sum { axes, keepdim } | Op::Mean { axes, keepdim } => {
+        Op::Reduce { op: ReduceOp::Sum | ReduceOp::Mean, axes, keepdim } => {
             let xs = shape_of(0);
             let kept = crate::shape::reduced(&xs, axes, true);
             let gk = if *keepdim { g } else { bw.op(Op::Reshape { shape: kept }, vec![g])? };
             let mut ge = bw.op(Op::Expand { shape: xs.clone() }, vec![gk])?;
-            if matches!(node.op, Op::Mean { .. }) {
+            if matches!(node.op, Op::Reduce { op: ReduceOp::Mean, .. }) {
                 let count: usize = axes.iter().map(|&a| xs[a]).product();
                 let inv = bw.scalar(1.0 / count as f64, gd);
-                ge = bw.op(Op::Mul, vec![ge, inv])?;
+                ge = bw.op(Op::Binary(BinaryOp::Mul), vec![ge, inv])?;
             }
             out.push((0, ge));
         }
-        Op::Amax { axes, keepdim } => {
+        Op::Reduce { op: ReduceOp::Amax, axes, keepdim } => {
             let op = Op::AmaxGrad { axes: axes.clone(), keepdim: *keepdim };
             out.push((0, bw.op(op, vec![x[0], id, g])?));
         }
         Op::Matmul => matmul_grads(bw, x[0], x[1], g, &wanted, &mut out)?,
         Op::ScaledMatmul => {
             // Scales are constants: d/da = (g·s_a·s_b)·bᵀ with a, b dequantised to f32.
-            let s = bw.op(Op::Mul, vec![x[2], x[3]])?;
-            let gs = bw.op(Op::Mul, vec![g, s])?;
+            let s = bw.op(Op::Binary(BinaryOp::Mul), vec![x[2], x[3]])?;
+            let gs = bw.op(Op::Binary(BinaryOp::Mul), vec![g, s])?;
             let a = bw.op(Op::Cast { dtype: DType::F32 }, vec![x[0]])?;
             let b = bw.op(Op::Cast { dtype: DType::F32 }, vec![x[1]])?;
             // Positions 0 and 1 map back to the fp8 operands, which receive f32 gradients.
@@ -192,9 +244,14 @@ pub(super) fn backprop(
             out.push((0, bw.cast_to(g, target)?));
         }
         Op::Dropout { .. } => out.push((0, bw.op(node.op.clone(), vec![g])?)),
-        Op::Slice { .. }
-        | Op::Sign
-        | Op::MaximumMask
+        Op::SliceGrad { .. }
+        | Op::IndexSelectGrad { .. }
+        | Op::GatherGrad { .. }
+        | Op::SiluGrad
+        | Op::RmsNormGrad { .. }
+        | Op::SdpaGrad { .. }
+        | Op::Unary(UnaryOp::Sign)
+        | Op::Binary(BinaryOp::MaximumMask)
         | Op::ClampGrad { .. }
         | Op::ReluGrad
         | Op::GeluGrad

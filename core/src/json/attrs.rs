@@ -4,9 +4,11 @@
 //! kind added to the catalog cannot be forgotten here.
 
 use crate::dtype::DType;
-use crate::op::{Init, Op, OpKind};
+use crate::host::{HostData, HostTensor};
+use crate::op::{BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
 type Res<T> = std::result::Result<T, String>;
 
@@ -67,33 +69,39 @@ impl<'a> Attrs<'a> {
 pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
     use OpKind as K;
     let mut a = Attrs { map, known: Vec::new() };
+    if let Some(u) = UnaryOp::from_kind(kind) {
+        a.finish(kind)?;
+        return Ok(Op::Unary(u));
+    }
+    if let Some(b) = BinaryOp::from_kind(kind) {
+        a.finish(kind)?;
+        return Ok(Op::Binary(b));
+    }
+    if let Some(c) = CompareOp::from_kind(kind) {
+        a.finish(kind)?;
+        return Ok(Op::Compare(c));
+    }
+    if let Some(op) = ReduceOp::from_kind(kind) {
+        let op = Op::Reduce { op, axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) };
+        a.finish(kind)?;
+        return Ok(op);
+    }
     let op = match kind {
         K::Input => Op::Input,
         K::Param => Op::Param { init: a.optional::<Value>("init")?.map_or(Ok(Init::Auto), |v| init(&v))? },
         K::Constant => Op::Constant { value: a.required("value")? },
-        K::Add => Op::Add,
-        K::Sub => Op::Sub,
-        K::Mul => Op::Mul,
-        K::Div => Op::Div,
-        K::Maximum => Op::Maximum,
-        K::Neg => Op::Neg,
-        K::Exp => Op::Exp,
-        K::Log => Op::Log,
-        K::Sin => Op::Sin,
-        K::Cos => Op::Cos,
-        K::Tanh => Op::Tanh,
-        K::Sigmoid => Op::Sigmoid,
-        K::Relu => Op::Relu,
-        K::Gelu => Op::Gelu,
-        K::Abs => Op::Abs,
-        K::Sqrt => Op::Sqrt,
-        K::Rsqrt => Op::Rsqrt,
-        K::Reciprocal => Op::Reciprocal,
-        K::Square => Op::Square,
-        K::Sign => Op::Sign,
-        K::MaximumMask => Op::MaximumMask,
+        K::ConstantData => {
+            let values: Vec<f64> = a.required("values")?;
+            Op::ConstantData {
+                value: Arc::new(HostTensor::f64(vec![values.len()], values).map_err(|e| e.to_string())?),
+            }
+        }
+        K::Arange => {
+            Op::Arange { start: a.optional("start")?.unwrap_or(0.0), step: a.optional("step")?.unwrap_or(1.0) }
+        }
         K::ReluGrad => Op::ReluGrad,
         K::GeluGrad => Op::GeluGrad,
+        K::SiluGrad => Op::SiluGrad,
         K::SoftmaxGrad => Op::SoftmaxGrad,
         K::LogSoftmaxGrad => Op::LogSoftmaxGrad,
         K::CrossEntropyGrad => Op::CrossEntropyGrad,
@@ -103,11 +111,21 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         K::LogSoftmax => Op::LogSoftmax,
         K::CrossEntropy => Op::CrossEntropy,
         K::Embedding => Op::Embedding,
+        K::Where => Op::Where,
+        K::Pow => Op::Pow { exponent: a.required("exponent")? },
+        K::IndexSelect => Op::IndexSelect { axis: a.required("axis")? },
+        K::Gather => Op::Gather { axis: a.required("axis")? },
+        K::GatherGrad => Op::GatherGrad { axis: a.required("axis")?, dim: a.required("dim")? },
+        K::IndexSelectGrad => Op::IndexSelectGrad { axis: a.required("axis")?, dim: a.required("dim")? },
+        K::SliceGrad => {
+            Op::SliceGrad { axis: a.required("axis")?, start: a.required("start")?, dim: a.required("dim")? }
+        }
+        K::RmsNorm => Op::RmsNorm { eps: a.required("eps")? },
+        K::RmsNormGrad => Op::RmsNormGrad { eps: a.required("eps")? },
+        K::Sdpa => Op::Sdpa { causal: a.optional("causal")?.unwrap_or(false), scale: a.required("scale")? },
+        K::SdpaGrad => Op::SdpaGrad { causal: a.optional("causal")?.unwrap_or(false), scale: a.required("scale")? },
         K::Clamp => Op::Clamp { min: a.bound("min", f64::NEG_INFINITY)?, max: a.bound("max", f64::INFINITY)? },
         K::ClampGrad => Op::ClampGrad { min: a.bound("min", f64::NEG_INFINITY)?, max: a.bound("max", f64::INFINITY)? },
-        K::Sum => Op::Sum { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
-        K::Mean => Op::Mean { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
-        K::Amax => Op::Amax { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
         K::AmaxGrad => Op::AmaxGrad { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
         K::Reshape => Op::Reshape { shape: a.required("shape")? },
         K::Expand => Op::Expand { shape: a.required("shape")? },
@@ -128,6 +146,7 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
             tb: a.optional("tb")?.unwrap_or(false),
             fold: a.optional("fold")?.unwrap_or(false),
         },
+        family => return Err(format!("{family} is a family member, read above")),
     };
     a.finish(kind)?;
     Ok(op)
@@ -161,29 +180,13 @@ fn bound(x: f64) -> Value {
 pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
     let v = match op {
         Op::Input
-        | Op::Add
-        | Op::Sub
-        | Op::Mul
-        | Op::Div
-        | Op::Maximum
-        | Op::Neg
-        | Op::Exp
-        | Op::Log
-        | Op::Sin
-        | Op::Cos
-        | Op::Tanh
-        | Op::Sigmoid
-        | Op::Relu
-        | Op::Gelu
-        | Op::Abs
-        | Op::Sqrt
-        | Op::Rsqrt
-        | Op::Reciprocal
-        | Op::Square
-        | Op::Sign
-        | Op::MaximumMask
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Where
         | Op::ReluGrad
         | Op::GeluGrad
+        | Op::SiluGrad
         | Op::SoftmaxGrad
         | Op::LogSoftmaxGrad
         | Op::CrossEntropyGrad
@@ -193,6 +196,14 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         | Op::LogSoftmax
         | Op::CrossEntropy
         | Op::Embedding => json!({}),
+        Op::ConstantData { value } => json!({ "values": value.to_f64_vec() }),
+        Op::Arange { start, step } => json!({"start": start, "step": step}),
+        Op::Pow { exponent } => json!({ "exponent": exponent }),
+        Op::IndexSelect { axis } | Op::Gather { axis } => json!({ "axis": axis }),
+        Op::IndexSelectGrad { axis, dim } | Op::GatherGrad { axis, dim } => json!({"axis": axis, "dim": dim}),
+        Op::SliceGrad { axis, start, dim } => json!({"axis": axis, "start": start, "dim": dim}),
+        Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => json!({ "eps": eps }),
+        Op::Sdpa { causal, scale } | Op::SdpaGrad { causal, scale } => json!({"causal": causal, "scale": scale}),
         Op::Param { init } => match init {
             Init::Auto => json!({}),
             Init::Zeros => json!({"init": "zeros"}),
@@ -201,10 +212,7 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         },
         Op::Constant { value } => json!({ "value": value }),
         Op::Clamp { min, max } | Op::ClampGrad { min, max } => json!({"min": bound(*min), "max": bound(*max)}),
-        Op::Sum { axes, keepdim }
-        | Op::Mean { axes, keepdim }
-        | Op::Amax { axes, keepdim }
-        | Op::AmaxGrad { axes, keepdim } => {
+        Op::Reduce { axes, keepdim, .. } | Op::AmaxGrad { axes, keepdim } => {
             if *keepdim {
                 json!({"axes": axes, "keepdim": true})
             } else {
@@ -241,5 +249,18 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
         _ => Map::new(),
+    }
+}
+
+/// A `constant_data` op read from JSON holds its values flat in f64; this gives them the node's
+/// shape and dtype (and checks the count). Other ops pass through.
+pub(super) fn shape_data(op: Op, shape: &[usize], dtype: DType) -> Res<Op> {
+    match op {
+        Op::ConstantData { value } => {
+            let flat = value.to_f64_vec();
+            let t = HostTensor::new(shape.to_vec(), HostData::from_f64(&flat, dtype)).map_err(|e| e.to_string())?;
+            Ok(Op::ConstantData { value: Arc::new(t) })
+        }
+        op => Ok(op),
     }
 }

@@ -176,6 +176,7 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<Reg
         )));
     }
     let loc = d.loc.as_deref().map(parse_loc).transpose().map_err(&err)?;
+    let op = attrs::shape_data(op, &shape, dtype).map_err(&err)?;
     Ok(Node { op, inputs, shape, dtype, tag, name: d.name.map(Cow::into_owned), loc })
 }
 

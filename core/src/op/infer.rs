@@ -5,7 +5,11 @@ use super::*;
 /// Arithmetic needs a float dtype wide enough to compute in: fp8 values can only be cast,
 /// viewed, concatenated or fed to `scaled_matmul`.
 fn float(what: &str, m: Meta<'_>) -> Result<(), String> {
-    if m.1.is_fp8() {
+    if m.1 == DType::Bool {
+        Err(format!(
+            "{what} is bool: arithmetic needs numbers, cast the mask first (`.cast(DType::F32)`) or use `where`"
+        ))
+    } else if m.1.is_fp8() {
         Err(format!("{what} is {}: cast fp8 values to a wider dtype first (or use scaled_matmul)", m.1))
     } else if m.1.is_float() {
         Ok(())
@@ -103,19 +107,175 @@ fn scalar_f32(what: &str, m: Meta<'_>) -> Result<(), String> {
     Ok(())
 }
 
+fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    broadcast(a, b).ok_or_else(|| format!("shapes {} and {} do not broadcast", fmt_shape(a), fmt_shape(b)))
+}
+
+/// `q [.., tq, d]`, `k [.., tk, d]`, `v [.., tk, dv]` with the same leading axes and one float
+/// dtype: `(tq, d, tk, dv)`.
+fn attention_shapes(x: &[Meta<'_>], scale: f64) -> Result<(usize, usize, usize, usize), String> {
+    float("q", x[0])?;
+    same_dtype(x[0], x[1])?;
+    same_dtype(x[0], x[2])?;
+    let (q, k, v) = (x[0].0, x[1].0, x[2].0);
+    if q.len() < 2 || k.len() != q.len() || v.len() != q.len() {
+        return Err(format!(
+            "q, k and v need the same rank >= 2 ([.., t, d]), got {}, {} and {}",
+            fmt_shape(q),
+            fmt_shape(k),
+            fmt_shape(v)
+        ));
+    }
+    let r = q.len();
+    if q[..r - 2] != k[..r - 2] || q[..r - 2] != v[..r - 2] {
+        return Err(format!(
+            "q, k and v need the same leading axes, got {}, {} and {}",
+            fmt_shape(q),
+            fmt_shape(k),
+            fmt_shape(v)
+        ));
+    }
+    if q[r - 1] != k[r - 1] {
+        return Err(format!("q and k need the same last axis, got {} and {}", fmt_shape(q), fmt_shape(k)));
+    }
+    if k[r - 2] != v[r - 2] {
+        return Err(format!("k and v need the same number of keys, got {} and {}", fmt_shape(k), fmt_shape(v)));
+    }
+    if !scale.is_finite() || scale <= 0.0 {
+        return Err(format!("scale must be positive and finite, got {scale}"));
+    }
+    Ok((q[r - 2], q[r - 1], k[r - 2], v[r - 1]))
+}
+
 pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), String> {
     let first = x.first().copied().unwrap_or((&[], DType::F32));
     let same = || (first.0.to_vec(), first.1);
     match op {
-        Op::Input | Op::Param { .. } | Op::Constant { .. } => {
+        Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => {
             Err("leaf ops take their shape and dtype from the trace, not from inputs".into())
         }
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
+        Op::Binary(_) => {
             float("operands", x[0])?;
             same_dtype(x[0], x[1])?;
-            let shape = broadcast(x[0].0, x[1].0)
-                .ok_or_else(|| format!("shapes {} and {} do not broadcast", fmt_shape(x[0].0), fmt_shape(x[1].0)))?;
-            Ok((shape, x[0].1))
+            Ok((broadcast_shape(x[0].0, x[1].0)?, x[0].1))
+        }
+        Op::Compare(_) => {
+            if x[0].1.is_fp8() || x[0].1 == DType::Bool {
+                return Err(format!("operands are {}: compare numbers (cast to a wider dtype first)", x[0].1));
+            }
+            same_dtype(x[0], x[1])?;
+            Ok((broadcast_shape(x[0].0, x[1].0)?, DType::Bool))
+        }
+        Op::Where => {
+            if x[0].1 != DType::Bool {
+                return Err(format!("the condition must be bool (from a comparison), got {}", x[0].1));
+            }
+            same_dtype(x[1], x[2])?;
+            let ab = broadcast_shape(x[1].0, x[2].0)?;
+            Ok((broadcast_shape(x[0].0, &ab)?, x[1].1))
+        }
+        Op::Pow { exponent } => {
+            float("input", first)?;
+            if !exponent.is_finite() {
+                return Err(format!("the exponent must be finite, got {exponent}"));
+            }
+            Ok(same())
+        }
+        Op::IndexSelect { axis } => {
+            if x[0].1.is_fp8() {
+                return Err(format!("input is {}: cast fp8 values to a wider dtype first", x[0].1));
+            }
+            ids(x[1])?;
+            let rank = x[0].0.len();
+            if *axis >= rank {
+                return Err(format!("axis {axis} out of range for rank {rank}"));
+            }
+            if x[1].0.len() != 1 {
+                return Err(format!("indices must be one axis [k], got {}", fmt_shape(x[1].0)));
+            }
+            let mut out = x[0].0.to_vec();
+            out[*axis] = x[1].0[0];
+            Ok((out, x[0].1))
+        }
+        Op::Gather { axis } => {
+            if x[0].1.is_fp8() {
+                return Err(format!("input is {}: cast fp8 values to a wider dtype first", x[0].1));
+            }
+            ids(x[1])?;
+            let (xs, is) = (x[0].0, x[1].0);
+            if *axis >= xs.len() {
+                return Err(format!("axis {axis} out of range for rank {}", xs.len()));
+            }
+            if is.len() != xs.len() || (0..xs.len()).any(|i| i != *axis && is[i] != xs[i]) {
+                return Err(format!(
+                    "indices {} must match input {} on every axis but {axis}",
+                    fmt_shape(is),
+                    fmt_shape(xs)
+                ));
+            }
+            Ok((is.to_vec(), x[0].1))
+        }
+        Op::GatherGrad { axis, dim } => {
+            ids(x[0])?;
+            float("gradient", x[1])?;
+            if x[0].0 != x[1].0 || *axis >= x[1].0.len() {
+                return Err(format!("gradient {} does not fit indices {}", fmt_shape(x[1].0), fmt_shape(x[0].0)));
+            }
+            let mut out = x[1].0.to_vec();
+            out[*axis] = *dim;
+            Ok((out, x[1].1))
+        }
+        Op::IndexSelectGrad { axis, dim } => {
+            ids(x[0])?;
+            float("gradient", x[1])?;
+            let g = x[1].0;
+            if *axis >= g.len() || x[0].0.len() != 1 || x[0].0[0] != g[*axis] {
+                return Err(format!(
+                    "gradient {} does not fit indices {} on axis {axis}",
+                    fmt_shape(g),
+                    fmt_shape(x[0].0)
+                ));
+            }
+            let mut out = g.to_vec();
+            out[*axis] = *dim;
+            Ok((out, x[1].1))
+        }
+        Op::SliceGrad { axis, start, dim } => {
+            float("gradient", first)?;
+            let len = first.0.get(*axis).copied().ok_or_else(|| format!("axis {axis} out of range"))?;
+            if start + len > *dim {
+                return Err(format!("range {start}..{} exceeds dim {dim}", start + len));
+            }
+            let mut out = first.0.to_vec();
+            out[*axis] = *dim;
+            Ok((out, first.1))
+        }
+        Op::RmsNorm { eps } => {
+            last_axis("input", first)?;
+            if eps.is_nan() || *eps <= 0.0 {
+                return Err(format!("eps must be positive, got {eps}"));
+            }
+            Ok(same())
+        }
+        Op::Sdpa { scale, .. } => {
+            let (tq, d, tk, dv) = attention_shapes(x, *scale)?;
+            let _ = (tq, d, tk);
+            let mut out = x[0].0.to_vec();
+            let r = out.len();
+            out[r - 1] = dv + 1;
+            Ok((out, x[0].1))
+        }
+        Op::SdpaGrad { scale, .. } => {
+            let (tq, d, tk, dv) = attention_shapes(&x[..3], *scale)?;
+            let q = x[0].0;
+            let lead = &q[..q.len() - 2];
+            let packed = [lead, &[tq, dv + 1]].concat();
+            for (what, m) in [("the saved output", x[3]), ("the gradient", x[4])] {
+                if m.0 != packed.as_slice() {
+                    return Err(format!("{what} must be {}, got {}", fmt_shape(&packed), fmt_shape(m.0)));
+                }
+            }
+            Ok(([lead, &[tq * d + tk * d + tk * dv]].concat(), x[0].1))
         }
         Op::Clamp { min, max } => {
             float("input", first)?;
@@ -124,7 +284,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             }
             Ok(same())
         }
-        Op::Sum { axes, keepdim } | Op::Mean { axes, keepdim } | Op::Amax { axes, keepdim } => {
+        Op::Reduce { axes, keepdim, .. } => {
             float("input", first)?;
             check_axes(axes, first.0.len())?;
             Ok((reduced(first.0, axes, *keepdim), first.1))
@@ -243,6 +403,9 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if *dtype == DType::I64 && first.1 != DType::I64 {
                 return Err("cannot cast floating values to i64".into());
             }
+            if *dtype == DType::Bool && first.1 != DType::Bool {
+                return Err(format!("cannot cast {} to bool: compare instead (`x.ne(&zero)`)", first.1));
+            }
             Ok((first.0.to_vec(), *dtype))
         }
         Op::Dropout { p, .. } => {
@@ -255,9 +418,11 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
         Op::ClampGrad { .. }
         | Op::ReluGrad
         | Op::GeluGrad
+        | Op::SiluGrad
         | Op::SoftmaxGrad
         | Op::LogSoftmaxGrad
-        | Op::LayerNormGrad { .. } => {
+        | Op::LayerNormGrad { .. }
+        | Op::RmsNormGrad { .. } => {
             if x[0].0 != x[1].0 {
                 return Err(format!("gradient {} does not match {}", fmt_shape(x[1].0), fmt_shape(x[0].0)));
             }
@@ -294,21 +459,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             }
             Ok((x[0].0.to_vec(), x[2].1))
         }
-        Op::Neg
-        | Op::Exp
-        | Op::Log
-        | Op::Sin
-        | Op::Cos
-        | Op::Tanh
-        | Op::Sigmoid
-        | Op::Relu
-        | Op::Gelu
-        | Op::Abs
-        | Op::Sqrt
-        | Op::Rsqrt
-        | Op::Reciprocal
-        | Op::Square
-        | Op::Sign => {
+        Op::Unary(_) => {
             float("input", first)?;
             Ok(same())
         }

@@ -6,8 +6,10 @@
 //! kernels in the backends.
 
 use crate::dtype::DType;
+use crate::host::HostTensor;
 use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced};
-pub use remat_catalog::{Arity, OpInfo, OpKind, CATALOG};
+pub use remat_catalog::{Arity, BinaryOp, CompareOp, OpInfo, OpKind, ReduceOp, UnaryOp, CATALOG};
+use std::sync::Arc;
 
 /// An op: its kind and attributes. Inputs are stored on the graph node.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,40 +22,32 @@ pub enum Op {
     Constant {
         value: f64,
     },
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Maximum,
-    Neg,
-    Exp,
-    Log,
-    Sin,
-    Cos,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Gelu,
-    Abs,
-    Sqrt,
-    Rsqrt,
-    Reciprocal,
-    Square,
+    /// The values, shared (cloning the op does not copy them).
+    ConstantData {
+        value: Arc<HostTensor>,
+    },
+    Arange {
+        start: f64,
+        step: f64,
+    },
+    /// Every member of the [`UnaryOp`] family (one input, same shape and dtype).
+    Unary(UnaryOp),
+    /// Every member of the [`BinaryOp`] family (two inputs of one float dtype, broadcasting).
+    Binary(BinaryOp),
+    /// Every member of the [`CompareOp`] family (two inputs of one dtype, broadcasting; `bool`).
+    Compare(CompareOp),
+    /// Every member of the [`ReduceOp`] family.
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
     Clamp {
         min: f64,
         max: f64,
     },
-    Sum {
-        axes: Vec<usize>,
-        keepdim: bool,
-    },
-    Mean {
-        axes: Vec<usize>,
-        keepdim: bool,
-    },
-    Amax {
-        axes: Vec<usize>,
-        keepdim: bool,
+    Pow {
+        exponent: f64,
     },
     Matmul,
     Reshape {
@@ -68,10 +62,29 @@ pub enum Op {
     Concat {
         axis: usize,
     },
+    Slice {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
+    IndexSelect {
+        axis: usize,
+    },
+    Gather {
+        axis: usize,
+    },
+    Where,
     Softmax,
     LogSoftmax,
     LayerNorm {
         eps: f64,
+    },
+    RmsNorm {
+        eps: f64,
+    },
+    Sdpa {
+        causal: bool,
+        scale: f64,
     },
     CrossEntropy,
     Embedding,
@@ -86,23 +99,37 @@ pub enum Op {
         key: u64,
     },
     ScaledMatmul,
-    Slice {
+    SliceGrad {
         axis: usize,
         start: usize,
-        len: usize,
+        dim: usize,
     },
-    Sign,
-    MaximumMask,
+    IndexSelectGrad {
+        axis: usize,
+        dim: usize,
+    },
+    GatherGrad {
+        axis: usize,
+        dim: usize,
+    },
     ClampGrad {
         min: f64,
         max: f64,
     },
     ReluGrad,
     GeluGrad,
+    SiluGrad,
     SoftmaxGrad,
     LogSoftmaxGrad,
     LayerNormGrad {
         eps: f64,
+    },
+    RmsNormGrad {
+        eps: f64,
+    },
+    SdpaGrad {
+        causal: bool,
+        scale: f64,
     },
     CrossEntropyGrad,
     EmbeddingGrad {
@@ -148,51 +175,45 @@ impl Op {
             Op::Input => K::Input,
             Op::Param { .. } => K::Param,
             Op::Constant { .. } => K::Constant,
-            Op::Add => K::Add,
-            Op::Sub => K::Sub,
-            Op::Mul => K::Mul,
-            Op::Div => K::Div,
-            Op::Maximum => K::Maximum,
-            Op::Neg => K::Neg,
-            Op::Exp => K::Exp,
-            Op::Log => K::Log,
-            Op::Sin => K::Sin,
-            Op::Cos => K::Cos,
-            Op::Tanh => K::Tanh,
-            Op::Sigmoid => K::Sigmoid,
-            Op::Relu => K::Relu,
-            Op::Gelu => K::Gelu,
-            Op::Abs => K::Abs,
-            Op::Sqrt => K::Sqrt,
-            Op::Rsqrt => K::Rsqrt,
-            Op::Reciprocal => K::Reciprocal,
-            Op::Square => K::Square,
+            Op::ConstantData { .. } => K::ConstantData,
+            Op::Arange { .. } => K::Arange,
+            Op::Unary(u) => u.kind(),
+            Op::Binary(b) => b.kind(),
+            Op::Compare(c) => c.kind(),
+            Op::Reduce { op, .. } => op.kind(),
             Op::Clamp { .. } => K::Clamp,
-            Op::Sum { .. } => K::Sum,
-            Op::Mean { .. } => K::Mean,
-            Op::Amax { .. } => K::Amax,
+            Op::Pow { .. } => K::Pow,
             Op::Matmul => K::Matmul,
             Op::Reshape { .. } => K::Reshape,
             Op::Transpose { .. } => K::Transpose,
             Op::Expand { .. } => K::Expand,
             Op::Concat { .. } => K::Concat,
+            Op::Slice { .. } => K::Slice,
+            Op::IndexSelect { .. } => K::IndexSelect,
+            Op::Gather { .. } => K::Gather,
+            Op::GatherGrad { .. } => K::GatherGrad,
+            Op::Where => K::Where,
             Op::Softmax => K::Softmax,
             Op::LogSoftmax => K::LogSoftmax,
             Op::LayerNorm { .. } => K::LayerNorm,
+            Op::RmsNorm { .. } => K::RmsNorm,
+            Op::Sdpa { .. } => K::Sdpa,
             Op::CrossEntropy => K::CrossEntropy,
             Op::Embedding => K::Embedding,
             Op::Cast { .. } => K::Cast,
             Op::Dropout { .. } => K::Dropout,
             Op::ScaledMatmul => K::ScaledMatmul,
-            Op::Slice { .. } => K::Slice,
-            Op::Sign => K::Sign,
-            Op::MaximumMask => K::MaximumMask,
+            Op::SliceGrad { .. } => K::SliceGrad,
+            Op::IndexSelectGrad { .. } => K::IndexSelectGrad,
             Op::ClampGrad { .. } => K::ClampGrad,
             Op::ReluGrad => K::ReluGrad,
             Op::GeluGrad => K::GeluGrad,
+            Op::SiluGrad => K::SiluGrad,
             Op::SoftmaxGrad => K::SoftmaxGrad,
             Op::LogSoftmaxGrad => K::LogSoftmaxGrad,
             Op::LayerNormGrad { .. } => K::LayerNormGrad,
+            Op::RmsNormGrad { .. } => K::RmsNormGrad,
+            Op::SdpaGrad { .. } => K::SdpaGrad,
             Op::CrossEntropyGrad => K::CrossEntropyGrad,
             Op::EmbeddingGrad { .. } => K::EmbeddingGrad,
             Op::AmaxGrad { .. } => K::AmaxGrad,
@@ -210,34 +231,20 @@ impl Op {
         self.kind().name()
     }
 
-    /// Whether the op is elementwise over one input (`exp`, `relu`, ...).
+    /// Whether the op is elementwise over one input (`exp`, `relu`, `clamp`, `pow`, ...).
     pub fn is_unary_elementwise(&self) -> bool {
-        use OpKind as K;
-        matches!(
-            self.kind(),
-            K::Neg
-                | K::Exp
-                | K::Log
-                | K::Sin
-                | K::Cos
-                | K::Tanh
-                | K::Sigmoid
-                | K::Relu
-                | K::Gelu
-                | K::Abs
-                | K::Sqrt
-                | K::Rsqrt
-                | K::Reciprocal
-                | K::Square
-                | K::Clamp
-                | K::Sign
-        )
+        matches!(self, Op::Unary(_) | Op::Clamp { .. } | Op::Pow { .. })
     }
 
     /// Whether the op is a broadcasting binary elementwise op.
     pub fn is_binary_elementwise(&self) -> bool {
-        use OpKind as K;
-        matches!(self.kind(), K::Add | K::Sub | K::Mul | K::Div | K::Maximum | K::MaximumMask)
+        matches!(self, Op::Binary(_))
+    }
+
+    /// Whether the value is resident (fed or held for the whole step, like inputs and
+    /// parameters) rather than computed.
+    pub fn is_resident(&self) -> bool {
+        matches!(self, Op::Input | Op::Param { .. } | Op::ConstantData { .. })
     }
 
     /// Attributes as `key=value` text for dumps and reports (empty when there are none).
@@ -246,12 +253,17 @@ impl Op {
             Op::Constant { value } => format!("value={value}"),
             Op::Param { init } if *init != Init::Auto => format!("init={init:?}"),
             Op::Clamp { min, max } | Op::ClampGrad { min, max } => format!("min={min}, max={max}"),
-            Op::Sum { axes, keepdim }
-            | Op::Mean { axes, keepdim }
-            | Op::Amax { axes, keepdim }
-            | Op::AmaxGrad { axes, keepdim } => {
+            Op::Reduce { axes, keepdim, .. } | Op::AmaxGrad { axes, keepdim } => {
                 format!("axes={axes:?}, keepdim={keepdim}")
             }
+            Op::ConstantData { value } => format!("values={}", value.numel()),
+            Op::Arange { start, step } => format!("start={start}, step={step}"),
+            Op::Pow { exponent } => format!("exponent={exponent}"),
+            Op::IndexSelect { axis } | Op::Gather { axis } => format!("axis={axis}"),
+            Op::IndexSelectGrad { axis, dim } | Op::GatherGrad { axis, dim } => format!("axis={axis}, dim={dim}"),
+            Op::SliceGrad { axis, start, dim } => format!("axis={axis}, start={start}, dim={dim}"),
+            Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => format!("eps={eps}"),
+            Op::Sdpa { causal, scale } | Op::SdpaGrad { causal, scale } => format!("causal={causal}, scale={scale}"),
             Op::Reshape { shape } | Op::Expand { shape } => format!("shape={shape:?}"),
             Op::Transpose { perm } => format!("perm={perm:?}"),
             Op::Concat { axis } => format!("axis={axis}"),
@@ -297,15 +309,33 @@ impl Op {
                 };
                 2 * n * k as u64
             }
-            OpKind::Input | OpKind::Param | OpKind::Reshape | OpKind::Transpose | OpKind::Expand => 0,
-            OpKind::Constant | OpKind::Concat | OpKind::Slice | OpKind::Cast | OpKind::Embedding => 0,
+            OpKind::Sdpa | OpKind::SdpaGrad => {
+                // q·kᵀ and p·v per (query, key) pair (halved when causal); the backward also
+                // recomputes the scores and forms dp, ds·k and the two key-side products.
+                let (q, k, v) = (inputs[0].0, inputs[1].0, inputs[2].0);
+                let r = q.len();
+                let (tq, d) = (q[r - 2], q[r - 1]);
+                let (tk, dv) = (k[k.len() - 2], v[v.len() - 1]);
+                let batch = numel(&q[..r - 2]) as u64;
+                let causal = matches!(self, Op::Sdpa { causal: true, .. } | Op::SdpaGrad { causal: true, .. });
+                let pairs = batch * (tq * tk) as u64 / if causal { 2 } else { 1 };
+                let per_pair = if self.kind() == OpKind::Sdpa { 2 * (d + dv) + 5 } else { 4 * d + 4 * dv + 8 };
+                pairs * per_pair as u64
+            }
+            OpKind::Input | OpKind::Param | OpKind::ConstantData | OpKind::Reshape | OpKind::Transpose => 0,
+            OpKind::Expand | OpKind::Slice | OpKind::SliceGrad => 0,
+            OpKind::Constant | OpKind::Arange | OpKind::Concat | OpKind::Cast | OpKind::Embedding => 0,
+            OpKind::IndexSelect | OpKind::Gather | OpKind::Where => 0,
             OpKind::Sum | OpKind::Mean | OpKind::Amax => in0,
             OpKind::Softmax | OpKind::LogSoftmax | OpKind::CrossEntropy => 5 * in0,
             OpKind::LayerNorm => 8 * in0,
+            OpKind::RmsNorm => 4 * in0,
             OpKind::LayerNormGrad => 12 * in0,
+            OpKind::RmsNormGrad => 8 * in0,
             OpKind::SoftmaxGrad | OpKind::LogSoftmaxGrad | OpKind::CrossEntropyGrad => 5 * n,
-            OpKind::EmbeddingGrad => numel(inputs[1].0) as u64,
+            OpKind::EmbeddingGrad | OpKind::IndexSelectGrad | OpKind::GatherGrad => numel(inputs[1].0) as u64,
             OpKind::Gelu | OpKind::GeluGrad => 10 * n,
+            OpKind::Silu | OpKind::SiluGrad | OpKind::Pow => 6 * n,
             OpKind::Exp | OpKind::Log | OpKind::Sin | OpKind::Cos | OpKind::Tanh | OpKind::Sigmoid => 4 * n,
             _ => n,
         }
@@ -321,60 +351,62 @@ mod tests {
     /// One op of each kind, so the exhaustive matches above are checked against the catalog.
     pub(crate) fn example(kind: OpKind) -> Op {
         use OpKind as K;
-        let axes = vec![0];
+        if let Some(u) = UnaryOp::from_kind(kind) {
+            return Op::Unary(u);
+        }
+        if let Some(b) = BinaryOp::from_kind(kind) {
+            return Op::Binary(b);
+        }
+        if let Some(c) = CompareOp::from_kind(kind) {
+            return Op::Compare(c);
+        }
+        if let Some(op) = ReduceOp::from_kind(kind) {
+            return Op::Reduce { op, axes: vec![0], keepdim: false };
+        }
         match kind {
             K::Input => Op::Input,
             K::Param => Op::Param { init: Init::Auto },
             K::Constant => Op::Constant { value: 1.0 },
-            K::Add => Op::Add,
-            K::Sub => Op::Sub,
-            K::Mul => Op::Mul,
-            K::Div => Op::Div,
-            K::Maximum => Op::Maximum,
-            K::Neg => Op::Neg,
-            K::Exp => Op::Exp,
-            K::Log => Op::Log,
-            K::Sin => Op::Sin,
-            K::Cos => Op::Cos,
-            K::Tanh => Op::Tanh,
-            K::Sigmoid => Op::Sigmoid,
-            K::Relu => Op::Relu,
-            K::Gelu => Op::Gelu,
-            K::Abs => Op::Abs,
-            K::Sqrt => Op::Sqrt,
-            K::Rsqrt => Op::Rsqrt,
-            K::Reciprocal => Op::Reciprocal,
-            K::Square => Op::Square,
+            K::ConstantData => Op::ConstantData { value: Arc::new(HostTensor::full(vec![1], 1.0, DType::F32)) },
+            K::Arange => Op::Arange { start: 0.0, step: 1.0 },
             K::Clamp => Op::Clamp { min: 0.0, max: 1.0 },
-            K::Sum => Op::Sum { axes, keepdim: false },
-            K::Mean => Op::Mean { axes, keepdim: false },
-            K::Amax => Op::Amax { axes, keepdim: false },
+            K::Pow => Op::Pow { exponent: 2.0 },
             K::Matmul => Op::Matmul,
             K::Reshape => Op::Reshape { shape: vec![1] },
             K::Transpose => Op::Transpose { perm: vec![0] },
             K::Expand => Op::Expand { shape: vec![1] },
             K::Concat => Op::Concat { axis: 0 },
+            K::Slice => Op::Slice { axis: 0, start: 0, len: 1 },
+            K::IndexSelect => Op::IndexSelect { axis: 0 },
+            K::Where => Op::Where,
+            K::Gather => Op::Gather { axis: 0 },
+            K::GatherGrad => Op::GatherGrad { axis: 0, dim: 2 },
             K::Softmax => Op::Softmax,
             K::LogSoftmax => Op::LogSoftmax,
             K::LayerNorm => Op::LayerNorm { eps: 1e-5 },
+            K::RmsNorm => Op::RmsNorm { eps: 1e-5 },
+            K::Sdpa => Op::Sdpa { causal: true, scale: 0.5 },
             K::CrossEntropy => Op::CrossEntropy,
             K::Embedding => Op::Embedding,
             K::Cast => Op::Cast { dtype: DType::F32 },
             K::Dropout => Op::Dropout { p: 0.1, seed: 0, key: 0 },
             K::ScaledMatmul => Op::ScaledMatmul,
-            K::Slice => Op::Slice { axis: 0, start: 0, len: 1 },
-            K::Sign => Op::Sign,
-            K::MaximumMask => Op::MaximumMask,
+            K::SliceGrad => Op::SliceGrad { axis: 0, start: 0, dim: 2 },
+            K::IndexSelectGrad => Op::IndexSelectGrad { axis: 0, dim: 2 },
             K::ClampGrad => Op::ClampGrad { min: 0.0, max: 1.0 },
             K::ReluGrad => Op::ReluGrad,
             K::GeluGrad => Op::GeluGrad,
+            K::SiluGrad => Op::SiluGrad,
             K::SoftmaxGrad => Op::SoftmaxGrad,
             K::LogSoftmaxGrad => Op::LogSoftmaxGrad,
             K::LayerNormGrad => Op::LayerNormGrad { eps: 1e-5 },
+            K::RmsNormGrad => Op::RmsNormGrad { eps: 1e-5 },
+            K::SdpaGrad => Op::SdpaGrad { causal: true, scale: 0.5 },
             K::CrossEntropyGrad => Op::CrossEntropyGrad,
             K::EmbeddingGrad => Op::EmbeddingGrad { rows: 1 },
-            K::AmaxGrad => Op::AmaxGrad { axes, keepdim: false },
+            K::AmaxGrad => Op::AmaxGrad { axes: vec![0], keepdim: false },
             K::MatmulT => Op::MatmulT { ta: true, tb: false, fold: false },
+            family => unreachable!("{family} is a family member, handled above"),
         }
     }
 
@@ -390,7 +422,10 @@ mod tests {
         let f = DType::F32;
         assert_eq!(Op::Matmul.infer(&[(&[3, 2, 4], f), (&[4, 5], f)]).unwrap().0, vec![3, 2, 5]);
         assert!(Op::Matmul.infer(&[(&[2, 4], f), (&[3, 5], f)]).unwrap_err().contains("inner dimensions"));
-        assert!(Op::Add.infer(&[(&[2], f), (&[2], DType::BF16)]).unwrap_err().contains("dtypes differ"));
+        assert!(Op::Binary(BinaryOp::Add)
+            .infer(&[(&[2], f), (&[2], DType::BF16)])
+            .unwrap_err()
+            .contains("dtypes differ"));
         let r = Op::Reshape { shape: vec![5] }.infer(&[(&[2, 3], f)]);
         assert!(r.unwrap_err().contains("6 elements"));
         let t = Op::Transpose { perm: vec![1, 0, 2] }.infer(&[(&[2, 3, 4], f)]).unwrap();
@@ -403,7 +438,7 @@ mod tests {
         assert_eq!(e.0, vec![2, 5, 3]);
         let c = Op::Concat { axis: 1 }.infer(&[(&[2, 3], f), (&[2, 4], f)]).unwrap();
         assert_eq!(c.0, vec![2, 7]);
-        assert!(Op::Neg.infer(&[]).unwrap_err().contains("takes 1 input"));
+        assert!(Op::Unary(UnaryOp::Neg).infer(&[]).unwrap_err().contains("takes 1 input"));
         let mt = |ta, tb, fold| Op::MatmulT { ta, tb, fold };
         assert_eq!(mt(true, false, false).infer(&[(&[3, 4, 2], f), (&[4, 5], f)]).unwrap().0, vec![3, 2, 5]);
         assert_eq!(mt(false, true, false).infer(&[(&[2, 4], f), (&[3, 5, 4], f)]).unwrap().0, vec![3, 2, 5]);

@@ -12,7 +12,6 @@
 use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, RegionId};
-use crate::op::Op;
 use crate::policy::{Policy, PolicySource};
 
 /// Properties of a node that constrain how it may be kept.
@@ -284,7 +283,7 @@ impl PGraph {
                         random: info.random,
                         compute_intensive: info.compute_intensive,
                         not_recomputable: false,
-                        resident: !backward && matches!(n.op, Op::Input | Op::Param { .. }),
+                        resident: !backward && n.op.is_resident(),
                         tangent: false,
                     },
                     region: n.tag.map(|t| t.region),

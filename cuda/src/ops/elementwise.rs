@@ -4,29 +4,35 @@ use super::{coalesce, dims, fname, View};
 use crate::device::Device;
 use crate::kernels::{dtype_code, elem_suffix, Arg, CAST, ELEMENTWISE};
 use remat_core::shape::broadcast_strides;
-use remat_core::{rng, HostTensor, Op, Result};
+use remat_core::{rng, BinaryOp, HostTensor, Op, Result, UnaryOp};
 
 /// The `U_*` code of a unary op and its clamp bounds.
 pub(crate) fn unary_code(op: &Op) -> Option<(i32, f64, f64)> {
-    Some(match op {
-        Op::Neg => (0, 0.0, 0.0),
-        Op::Exp => (1, 0.0, 0.0),
-        Op::Log => (2, 0.0, 0.0),
-        Op::Sin => (3, 0.0, 0.0),
-        Op::Cos => (4, 0.0, 0.0),
-        Op::Tanh => (5, 0.0, 0.0),
-        Op::Sigmoid => (6, 0.0, 0.0),
-        Op::Relu => (7, 0.0, 0.0),
-        Op::Gelu => (8, 0.0, 0.0),
-        Op::Abs => (9, 0.0, 0.0),
-        Op::Sqrt => (10, 0.0, 0.0),
-        Op::Rsqrt => (11, 0.0, 0.0),
-        Op::Reciprocal => (12, 0.0, 0.0),
-        Op::Square => (13, 0.0, 0.0),
-        Op::Clamp { min, max } => (14, *min, *max),
-        Op::Sign => (15, 0.0, 0.0),
+    let u = match op {
+        Op::Unary(u) => *u,
+        Op::Clamp { min, max } => return Some((14, *min, *max)),
+        Op::Pow { exponent } => return Some((17, *exponent, 0.0)),
         _ => return None,
-    })
+    };
+    let code = match u {
+        UnaryOp::Neg => 0,
+        UnaryOp::Exp => 1,
+        UnaryOp::Log => 2,
+        UnaryOp::Sin => 3,
+        UnaryOp::Cos => 4,
+        UnaryOp::Tanh => 5,
+        UnaryOp::Sigmoid => 6,
+        UnaryOp::Relu => 7,
+        UnaryOp::Gelu => 8,
+        UnaryOp::Abs => 9,
+        UnaryOp::Sqrt => 10,
+        UnaryOp::Rsqrt => 11,
+        UnaryOp::Reciprocal => 12,
+        UnaryOp::Square => 13,
+        UnaryOp::Sign => 15,
+        UnaryOp::Silu => 16,
+    };
+    Some((code, 0.0, 0.0))
 }
 
 /// `unary_T(const T* x, T* y, u64 n, int op, double lo, double hi)`.
@@ -41,12 +47,14 @@ pub(crate) fn unary(dev: &Device, op: &Op, x: View<'_>, out: View<'_>) -> Result
 /// `binary_bcast_T(a, b, y, u64 n, int op, Dims da, Dims db)`.
 pub(crate) fn binary(dev: &Device, op: &Op, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
     let code = match op {
-        Op::Add => 0,
-        Op::Sub => 1,
-        Op::Mul => 2,
-        Op::Div => 3,
-        Op::Maximum => 4,
-        Op::MaximumMask => 5,
+        Op::Binary(b) => match b {
+            BinaryOp::Add => 0,
+            BinaryOp::Sub => 1,
+            BinaryOp::Mul => 2,
+            BinaryOp::Div => 3,
+            BinaryOp::Maximum => 4,
+            BinaryOp::MaximumMask => 5,
+        },
         other => return Err(dev.err(format!("{} is not binary", other.name()))),
     };
     let n = out.numel();
@@ -74,6 +82,7 @@ pub(crate) fn pointwise_grad(dev: &Device, op: &Op, x: View<'_>, g: View<'_>, ou
         Op::ClampGrad { min, max } => (0, *min, *max),
         Op::ReluGrad => (1, 0.0, 0.0),
         Op::GeluGrad => (2, 0.0, 0.0),
+        Op::SiluGrad => (3, 0.0, 0.0),
         other => return Err(dev.err(format!("{} is not a pointwise gradient", other.name()))),
     };
     let n = out.numel();
@@ -139,6 +148,22 @@ pub(crate) fn constant(dev: &Device, value: f64, out: View<'_>) -> Result<()> {
     let n = out.numel();
     let name = format!("fill_{}", elem_suffix(out.dtype.size()));
     dev.launch_1d(&ELEMENTWISE, &name, n, &[out.arg(), Arg::U64(n as u64), pattern])
+}
+
+/// `out` = a host tensor's bytes (a `constant_data` op computed rather than held resident).
+pub(crate) fn upload_into(dev: &Device, value: &HostTensor, out: View<'_>) -> Result<()> {
+    let bytes = crate::backend::host_bytes(value);
+    if bytes.len() != out.bytes() {
+        return Err(dev.err(format!("constant data of {} bytes for a {}-byte buffer", bytes.len(), out.bytes())));
+    }
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `out` holds exactly `bytes.len()` bytes; the stream is synchronised before `bytes`
+    // (borrowed from `value`, which outlives the call) can change.
+    unsafe { cudarc::driver::result::memcpy_htod_async(out.ptr, bytes, dev.stream.cu_stream()) }
+        .map_err(|e| dev.err(format!("upload of {} bytes: {e:?}", bytes.len())))?;
+    dev.stream.synchronize().map_err(|e| dev.err(format!("upload: {e:?}")))
 }
 
 /// Zeros `out` (stream-ordered memset).

@@ -69,6 +69,24 @@ pub(crate) fn slice(dev: &Device, x: View<'_>, axis: usize, start: usize, out: V
     view_copy(dev, x, base, &steps, out)
 }
 
+/// Gradient of `slice`: zeros, then `g` copied in at `start` of `axis` (`copy_rows_N`).
+pub(crate) fn slice_grad(dev: &Device, g: View<'_>, axis: usize, start: usize, out: View<'_>) -> Result<()> {
+    super::elementwise::zero(dev, out)?;
+    let outer: usize = out.shape[..axis].iter().product();
+    let inner: usize = out.shape[axis + 1..].iter().product();
+    let (ld, cols) = (out.shape[axis] * inner, g.shape[axis] * inner);
+    let esz = out.dtype.size();
+    let args = [
+        g.arg(),
+        out.arg(),
+        Arg::U64(outer as u64),
+        Arg::U64(cols as u64),
+        Arg::U64(ld as u64),
+        Arg::U64((start * inner) as u64),
+    ];
+    dev.launch_1d(&LAYOUT, &format!("copy_rows_{}", elem_suffix(esz)), outer * cols, &args)
+}
+
 /// Joins inputs along `axis`: `copy_rows_N(const E* x, E* y, u64 outer, u64 cols, u64 ld, u64
 /// col_off)` per input.
 pub(crate) fn concat(dev: &Device, xs: &[View<'_>], axis: usize, out: View<'_>) -> Result<()> {

@@ -3,7 +3,9 @@
 //! Everything works on [`View`]s (a device pointer, a shape, a dtype); the output is allocated
 //! by the caller. Temporary device memory is a [`Scratch`], freed stream-ordered on drop.
 
+pub(crate) mod attention;
 pub(crate) mod elementwise;
+pub(crate) mod index;
 pub(crate) mod layout;
 pub(crate) mod nn;
 pub(crate) mod reduce;

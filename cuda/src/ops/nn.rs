@@ -50,6 +50,20 @@ pub(crate) fn layer_norm_grad(dev: &Device, x: View<'_>, g: View<'_>, out: View<
     row_launch(dev, &fname(dev, "layer_norm_grad", out.dtype)?, r, d, &args)
 }
 
+/// `rms_norm_T(const T* x, T* y, u64 rows, u64 d, double eps)`.
+pub(crate) fn rms_norm(dev: &Device, x: View<'_>, out: View<'_>, eps: f64) -> Result<()> {
+    let (r, d) = rows(x.shape);
+    let args = [x.arg(), out.arg(), Arg::U64(r as u64), Arg::U64(d as u64), Arg::F64(eps)];
+    row_launch(dev, &fname(dev, "rms_norm", x.dtype)?, r, d, &args)
+}
+
+/// `rms_norm_grad_T(const T* x, const T* g, T* dx, u64 rows, u64 d, double eps)`.
+pub(crate) fn rms_norm_grad(dev: &Device, x: View<'_>, g: View<'_>, out: View<'_>, eps: f64) -> Result<()> {
+    let (r, d) = rows(x.shape);
+    let args = [x.arg(), g.arg(), out.arg(), Arg::U64(r as u64), Arg::U64(d as u64), Arg::F64(eps)];
+    row_launch(dev, &fname(dev, "rms_norm_grad", out.dtype)?, r, d, &args)
+}
+
 /// `cross_entropy_rows_T(const T* logits, const i64* targets, C* partial, u64 rows, u64 c, u64*
 /// flag, u64 node)` then `mean_finish_T(const C* partial, T* out, u64 rows)`.
 pub(crate) fn cross_entropy(

@@ -6,7 +6,7 @@ use super::{finish, node_err, Float, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::{HostData, HostTensor};
-use crate::op::Op;
+use crate::op::{BinaryOp, Op, UnaryOp};
 use crate::rng;
 use crate::shape::broadcast_strides;
 
@@ -51,17 +51,22 @@ fn maximum<T: Float>(a: T, b: T) -> T {
 }
 
 /// `add sub mul div maximum maximum_mask`, broadcasting.
-pub(super) fn binary<T: Float>(call: &KernelCall<'_>, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
+pub(super) fn binary<T: Float>(
+    call: &KernelCall<'_>,
+    op: BinaryOp,
+    a: &HostTensor,
+    b: &HostTensor,
+) -> Result<HostTensor> {
     let (av, bv) = (T::read(a.data()), T::read(b.data()));
     let (x, y) = ((a.shape(), &av[..]), (b.shape(), &bv[..]));
     let half = T::of(0.5);
-    let out = match call.op {
-        Op::Add => broadcast_zip(call.out_shape, x, y, |p, q| p + q),
-        Op::Sub => broadcast_zip(call.out_shape, x, y, |p, q| p - q),
-        Op::Mul => broadcast_zip(call.out_shape, x, y, |p, q| p * q),
-        Op::Div => broadcast_zip(call.out_shape, x, y, |p, q| p / q),
-        Op::Maximum => broadcast_zip(call.out_shape, x, y, maximum),
-        Op::MaximumMask => broadcast_zip(call.out_shape, x, y, |p, q| {
+    let out = match op {
+        BinaryOp::Add => broadcast_zip(call.out_shape, x, y, |p, q| p + q),
+        BinaryOp::Sub => broadcast_zip(call.out_shape, x, y, |p, q| p - q),
+        BinaryOp::Mul => broadcast_zip(call.out_shape, x, y, |p, q| p * q),
+        BinaryOp::Div => broadcast_zip(call.out_shape, x, y, |p, q| p / q),
+        BinaryOp::Maximum => broadcast_zip(call.out_shape, x, y, maximum),
+        BinaryOp::MaximumMask => broadcast_zip(call.out_shape, x, y, |p, q| {
             if p > q {
                 T::ONE
             } else if p == q {
@@ -70,7 +75,6 @@ pub(super) fn binary<T: Float>(call: &KernelCall<'_>, a: &HostTensor, b: &HostTe
                 T::ZERO
             }
         }),
-        other => return Err(node_err(call, format!("{} is not a binary elementwise op", other.name()))),
     };
     finish(call, out)
 }
@@ -129,6 +133,39 @@ fn gelu_grad<T: Float>(x: T) -> T {
     half * (T::ONE + t) + half * x * (T::ONE - t * t) * c * (T::ONE + T::of(3.0) * a * x * x)
 }
 
+/// SiLU `x·σ(x)`.
+#[inline]
+fn silu<T: Float>(x: T) -> T {
+    x / (T::ONE + (-x).exp())
+}
+
+/// d/dx of [`silu`]: σ(x)·(1 + x·(1 − σ(x))).
+#[inline]
+fn silu_grad<T: Float>(x: T) -> T {
+    let s = T::ONE / (T::ONE + (-x).exp());
+    s * (T::ONE + x * (T::ONE - s))
+}
+
+/// `x^p` for a constant `p`: exact small integer powers by multiplication (so `pow(x, 2)`
+/// equals `square`), else `exp(p·ln x)` (NaN for negative `x`, as `powf`).
+#[inline]
+pub(super) fn pow<T: Float>(x: T, p: f64) -> T {
+    if p == 0.0 {
+        return T::ONE;
+    }
+    if p.fract() == 0.0 && p.abs() <= 16.0 {
+        let mut r = T::ONE;
+        for _ in 0..p.abs() as u32 {
+            r = r * x;
+        }
+        return if p < 0.0 { T::ONE / r } else { r };
+    }
+    if x == T::ZERO {
+        return if p > 0.0 { T::ZERO } else { T::ONE / T::ZERO };
+    }
+    (T::of(p) * x.ln()).exp()
+}
+
 fn map<T: Float>(x: &[T], f: impl Fn(T) -> T) -> Vec<T> {
     x.iter().map(|&v| f(v)).collect()
 }
@@ -137,35 +174,44 @@ fn map<T: Float>(x: &[T], f: impl Fn(T) -> T) -> Vec<T> {
 pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let x = &xv[..];
-    let out = match call.op {
-        Op::Neg => map(x, |v| -v),
-        Op::Exp => map(x, T::exp),
-        Op::Log => map(x, T::ln),
-        Op::Sin => map(x, T::sin),
-        Op::Cos => map(x, T::cos),
-        Op::Tanh => map(x, T::tanh),
-        Op::Sigmoid => map(x, |v| T::ONE / (T::ONE + (-v).exp())),
-        // `<= 0` is false for NaN, so NaN passes through (as in torch).
-        Op::Relu => map(x, |v| if v <= T::ZERO { T::ZERO } else { v }),
-        Op::Gelu => map(x, gelu),
-        Op::Abs => map(x, T::abs),
-        Op::Sqrt => map(x, T::sqrt),
-        Op::Rsqrt => map(x, |v| T::ONE / v.sqrt()),
-        Op::Reciprocal => map(x, |v| T::ONE / v),
-        Op::Square => map(x, |v| v * v),
+    let unary = match call.op {
+        Op::Unary(u) => *u,
         Op::Clamp { min, max } => {
             let (lo, hi) = (T::of(*min), T::of(*max));
-            map(x, |v| {
-                if v < lo {
-                    lo
-                } else if v > hi {
-                    hi
-                } else {
-                    v
-                }
-            })
+            return finish(
+                call,
+                map(x, |v| {
+                    if v < lo {
+                        lo
+                    } else if v > hi {
+                        hi
+                    } else {
+                        v
+                    }
+                }),
+            );
         }
-        Op::Sign => map(x, |v| {
+        Op::Pow { exponent } => return finish(call, map(x, |v| pow(v, *exponent))),
+        other => return Err(node_err(call, format!("{} is not a unary elementwise op", other.name()))),
+    };
+    let out = match unary {
+        UnaryOp::Neg => map(x, |v| -v),
+        UnaryOp::Exp => map(x, T::exp),
+        UnaryOp::Log => map(x, T::ln),
+        UnaryOp::Sin => map(x, T::sin),
+        UnaryOp::Cos => map(x, T::cos),
+        UnaryOp::Tanh => map(x, T::tanh),
+        UnaryOp::Sigmoid => map(x, |v| T::ONE / (T::ONE + (-v).exp())),
+        // `<= 0` is false for NaN, so NaN passes through (as in torch).
+        UnaryOp::Relu => map(x, |v| if v <= T::ZERO { T::ZERO } else { v }),
+        UnaryOp::Gelu => map(x, gelu),
+        UnaryOp::Silu => map(x, silu),
+        UnaryOp::Abs => map(x, T::abs),
+        UnaryOp::Sqrt => map(x, T::sqrt),
+        UnaryOp::Rsqrt => map(x, |v| T::ONE / v.sqrt()),
+        UnaryOp::Reciprocal => map(x, |v| T::ONE / v),
+        UnaryOp::Square => map(x, |v| v * v),
+        UnaryOp::Sign => map(x, |v| {
             if v > T::ZERO {
                 T::ONE
             } else if v < T::ZERO {
@@ -174,7 +220,6 @@ pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor) -> Result<H
                 v * T::ZERO // 0 stays 0, NaN stays NaN
             }
         }),
-        other => return Err(node_err(call, format!("{} is not a unary elementwise op", other.name()))),
     };
     finish(call, out)
 }
@@ -190,6 +235,7 @@ pub(super) fn pointwise_grad<T: Float>(call: &KernelCall<'_>, x: &HostTensor, g:
         }
         Op::ReluGrad => pairs.map(|(&y, &g)| if y > T::ZERO { g } else { T::ZERO }).collect(),
         Op::GeluGrad => pairs.map(|(&v, &g)| g * gelu_grad(v)).collect(),
+        Op::SiluGrad => pairs.map(|(&v, &g)| g * silu_grad(v)).collect(),
         other => return Err(node_err(call, format!("{} is not a pointwise gradient op", other.name()))),
     };
     finish(call, out)
@@ -227,6 +273,11 @@ pub(super) fn dropout<T: Float>(
 /// to i64. Each value is rounded once, to nearest even (saturating for fp8).
 pub(super) fn cast(call: &KernelCall<'_>, x: &HostTensor, dtype: DType) -> Result<HostTensor> {
     let data = match (x.data(), dtype) {
+        (HostData::Bool(v), DType::Bool) => HostData::Bool(v.clone()),
+        (HostData::Bool(v), _) => {
+            HostData::from_f64(&v.iter().map(|&b| f64::from(u8::from(b))).collect::<Vec<_>>(), dtype)
+        }
+        (_, DType::Bool) => return Err(node_err(call, "cannot cast to bool: compare instead")),
         (HostData::I64(v), DType::I64) => HostData::I64(v.clone()),
         // `as f32` rounds an i64 once; through f64 it could round twice.
         (HostData::I64(v), DType::F32) => HostData::F32(v.iter().map(|&i| i as f32).collect()),
@@ -245,7 +296,7 @@ mod tests {
     use super::{gelu, gelu_grad};
     use crate::dtype::{self, DType};
     use crate::host::{HostData, HostTensor};
-    use crate::op::Op;
+    use crate::op::{BinaryOp, Op, UnaryOp};
     use crate::rng;
     use half::bf16;
 
@@ -253,15 +304,18 @@ mod tests {
     fn binary_ops_broadcast() {
         let a = t32(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
         let row = t32(&[3], &[10., 20., 30.]);
-        assert_eq!(run(&Op::Add, &[&a, &row]).unwrap().to_f32_vec(), [11., 22., 33., 14., 25., 36.]);
+        assert_eq!(run(&Op::Binary(BinaryOp::Add), &[&a, &row]).unwrap().to_f32_vec(), [11., 22., 33., 14., 25., 36.]);
         let col = t32(&[2, 1], &[1., 2.]);
-        assert_eq!(run(&Op::Sub, &[&a, &col]).unwrap().to_f32_vec(), [0., 1., 2., 2., 3., 4.]);
+        assert_eq!(run(&Op::Binary(BinaryOp::Sub), &[&a, &col]).unwrap().to_f32_vec(), [0., 1., 2., 2., 3., 4.]);
         let s = t32(&[], &[2.]);
-        assert_eq!(run(&Op::Div, &[&s, &a]).unwrap().to_f32_vec(), [2., 1., 2. / 3., 0.5, 0.4, 2. / 6.]);
+        assert_eq!(
+            run(&Op::Binary(BinaryOp::Div), &[&s, &a]).unwrap().to_f32_vec(),
+            [2., 1., 2. / 3., 0.5, 0.4, 2. / 6.]
+        );
         // [2, 1, 3] * [4, 1]: both operands broadcast.
         let p = t32(&[2, 1, 3], &[1., 2., 3., 4., 5., 6.]);
         let q = t32(&[4, 1], &[1., 2., 3., 4.]);
-        let y = run(&Op::Mul, &[&p, &q]).unwrap();
+        let y = run(&Op::Binary(BinaryOp::Mul), &[&p, &q]).unwrap();
         assert_eq!(y.shape(), &[2, 4, 3]);
         let got = y.to_f32_vec();
         for i in 0..2 {
@@ -271,9 +325,9 @@ mod tests {
                 }
             }
         }
-        let m = run(&Op::Maximum, &[&a, &t32(&[3], &[2., 2., 7.])]).unwrap();
+        let m = run(&Op::Binary(BinaryOp::Maximum), &[&a, &t32(&[3], &[2., 2., 7.])]).unwrap();
         assert_eq!(m.to_f32_vec(), [2., 2., 7., 4., 5., 7.]);
-        let mm = run(&Op::MaximumMask, &[&a, &t32(&[3], &[2., 2., 7.])]).unwrap();
+        let mm = run(&Op::Binary(BinaryOp::MaximumMask), &[&a, &t32(&[3], &[2., 2., 7.])]).unwrap();
         assert_eq!(mm.to_f32_vec(), [0., 0.5, 0., 1., 1., 0.]);
     }
 
@@ -281,14 +335,18 @@ mod tests {
     fn unary_ops() {
         let x = t64(&[5], &[-2., -0.5, 0., 0.5, 3.]);
         let get = |op: Op| run(&op, &[&x]).unwrap().to_f64_vec();
-        assert_eq!(get(Op::Relu), [0., 0., 0., 0.5, 3.]);
-        assert_eq!(get(Op::Sign), [-1., -1., 0., 1., 1.]);
+        assert_eq!(get(Op::Unary(UnaryOp::Relu)), [0., 0., 0., 0.5, 3.]);
+        assert_eq!(get(Op::Unary(UnaryOp::Sign)), [-1., -1., 0., 1., 1.]);
         assert_eq!(get(Op::Clamp { min: -1., max: 1. }), [-1., -0.5, 0., 0.5, 1.]);
-        assert_eq!(get(Op::Square), [4., 0.25, 0., 0.25, 9.]);
-        assert_close(&get(Op::Sigmoid), &[-2., -0.5, 0., 0.5, 3.].map(|v: f64| 1. / (1. + (-v).exp())), 1e-15);
+        assert_eq!(get(Op::Unary(UnaryOp::Square)), [4., 0.25, 0., 0.25, 9.]);
+        assert_close(
+            &get(Op::Unary(UnaryOp::Sigmoid)),
+            &[-2., -0.5, 0., 0.5, 3.].map(|v: f64| 1. / (1. + (-v).exp())),
+            1e-15,
+        );
         // gelu(x) ≈ x·Φ(x); known values of the tanh form.
-        assert_close(&get(Op::Gelu), &[-0.045402306, -0.15428599, 0., 0.34571401, 2.996362608], 1e-8);
-        let r = run(&Op::Rsqrt, &[&t32(&[2], &[4., 0.25])]).unwrap();
+        assert_close(&get(Op::Unary(UnaryOp::Gelu)), &[-0.045402306, -0.15428599, 0., 0.34571401, 2.996362608], 1e-8);
+        let r = run(&Op::Unary(UnaryOp::Rsqrt), &[&t32(&[2], &[4., 0.25])]).unwrap();
         assert_eq!(r.to_f32_vec(), [0.5, 2.]);
     }
 
@@ -367,13 +425,13 @@ mod tests {
         // bf16 inputs: 1 + 2^-7 and 2^-9 are exact; the f32 sum 1 + 2^-7 + 2^-9 rounds to bf16.
         let a = HostTensor::from_f32(vec![1], &[1.0078125], DType::BF16).unwrap();
         let b = HostTensor::from_f32(vec![1], &[0.001953125], DType::BF16).unwrap();
-        let s = run(&Op::Add, &[&a, &b]).unwrap();
+        let s = run(&Op::Binary(BinaryOp::Add), &[&a, &b]).unwrap();
         assert_eq!(s.dtype(), DType::BF16);
         assert_eq!(s.to_f32_vec(), [1.0078125]);
         let e = HostTensor::new(vec![2], HostData::F8E4M3(vec![dtype::f32_to_e4m3(1.5), dtype::f32_to_e4m3(-2.0)]))
             .unwrap();
         // fp8 is a storage format only: arithmetic on it is refused, pointing at a cast.
-        let err = run(&Op::Neg, &[&e]).unwrap_err().to_string();
+        let err = run(&Op::Unary(UnaryOp::Neg), &[&e]).unwrap_err().to_string();
         assert!(err.contains("cast fp8 values to a wider dtype first"), "{err}");
     }
 

@@ -10,10 +10,13 @@
 //! rules; ops whose rule does not check everything (the internal gradient ops) check the rest
 //! themselves and answer with [`Error::Node`].
 
+mod attention;
 mod elementwise;
+mod index;
 mod layout;
 mod matmul;
 mod nn;
+mod norm;
 mod reduce;
 mod strided;
 
@@ -21,7 +24,7 @@ use crate::backend::KernelCall;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostData, HostTensor};
-use crate::op::Op;
+use crate::op::{Op, ReduceOp};
 use crate::shape::fmt_shape;
 use half::{bf16, f16};
 use matmul::Trans;
@@ -198,6 +201,7 @@ impl_elem!(f64, F64);
 impl_elem!(bf16, BF16);
 impl_elem!(f16, F16);
 impl_elem!(i64, I64);
+impl_elem!(bool, Bool);
 impl_elem!(u8, F8E4M3, F8E5M2);
 
 /// Runs `$f::<E>($args)` with `E` the storage element type of `$dtype`.
@@ -210,6 +214,7 @@ macro_rules! per_elem {
             DType::F16 => $f::<half::f16>($($args),*),
             DType::F8E4M3 | DType::F8E5M2 => $f::<u8>($($args),*),
             DType::I64 => $f::<i64>($($args),*),
+            DType::Bool => $f::<bool>($($args),*),
         }
     };
 }
@@ -274,7 +279,7 @@ fn check(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<()> {
             ));
         }
     }
-    if matches!(call.op, Op::Input | Op::Param { .. } | Op::Constant { .. }) {
+    if call.op.info().leaf {
         return Ok(());
     }
     let (shape, dtype) = call.op.infer(call.inputs).map_err(|m| node_err(call, m))?;
@@ -300,40 +305,29 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
     let x = inputs;
     match call.op {
         Op::Input | Op::Param { .. } => Err(node_err(call, "leaf values are fed to a run, not computed by a kernel")),
+        Op::ConstantData { value } => Ok(value.as_ref().clone()),
         Op::Constant { value } => Ok(HostTensor::full(call.out_shape.to_vec(), *value, call.out_dtype)),
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Maximum | Op::MaximumMask => {
-            per_float!(call, ew::binary, (call, x[0], x[1]))
-        }
-        Op::Neg
-        | Op::Exp
-        | Op::Log
-        | Op::Sin
-        | Op::Cos
-        | Op::Tanh
-        | Op::Sigmoid
-        | Op::Relu
-        | Op::Gelu
-        | Op::Abs
-        | Op::Sqrt
-        | Op::Rsqrt
-        | Op::Reciprocal
-        | Op::Square
-        | Op::Clamp { .. }
-        | Op::Sign => per_float!(call, ew::unary, (call, x[0])),
-        Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad => {
+        Op::Arange { start, step } => index::arange(call, *start, *step),
+        Op::Binary(b) => per_float!(call, ew::binary, (call, *b, x[0], x[1])),
+        Op::Compare(c) => index::compare(call, *c, x[0], x[1]),
+        Op::Where => index::select_where(call, x[0], x[1], x[2]),
+        Op::Unary(_) | Op::Clamp { .. } | Op::Pow { .. } => per_float!(call, ew::unary, (call, x[0])),
+        Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad | Op::SiluGrad => {
             per_float!(call, ew::pointwise_grad, (call, x[0], x[1]))
         }
         Op::Dropout { p, seed, key } => {
             per_float!(call, ew::dropout, (call, x[0], *p, *seed, *key))
         }
         Op::Cast { dtype } => ew::cast(call, x[0], *dtype),
-        Op::Sum { axes, keepdim } => {
+        Op::Reduce { op: ReduceOp::Sum, axes, keepdim } => {
             per_float!(call, reduce::sum, (call, x[0], axes, *keepdim, false))
         }
-        Op::Mean { axes, keepdim } => {
+        Op::Reduce { op: ReduceOp::Mean, axes, keepdim } => {
             per_float!(call, reduce::sum, (call, x[0], axes, *keepdim, true))
         }
-        Op::Amax { axes, keepdim } => per_float!(call, reduce::amax, (call, x[0], axes, *keepdim)),
+        Op::Reduce { op: ReduceOp::Amax, axes, keepdim } => {
+            per_float!(call, reduce::amax, (call, x[0], axes, *keepdim))
+        }
         Op::AmaxGrad { axes, keepdim } => per_float!(call, reduce::amax_grad, (call, x[0], x[1], x[2], axes, *keepdim)),
         Op::Matmul => per_float!(call, matmul::matmul, (call, x[0], x[1], Trans::NONE)),
         Op::MatmulT { ta, tb, fold: false } => {
@@ -346,6 +340,11 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
         Op::Expand { .. } => layout::expand(call, x[0]),
         Op::Concat { axis } => layout::concat(call, x, *axis),
         Op::Slice { axis, start, .. } => layout::slice(call, x[0], *axis, *start),
+        Op::SliceGrad { axis, start, .. } => index::slice_grad(call, x[0], *axis, *start),
+        Op::IndexSelect { axis } => index::index_select(call, x[0], x[1], *axis),
+        Op::IndexSelectGrad { axis, .. } => per_float!(call, index::index_select_grad, (call, x[0], x[1], *axis)),
+        Op::Gather { axis } => index::gather(call, x[0], x[1], *axis),
+        Op::GatherGrad { axis, .. } => per_float!(call, index::gather_grad, (call, x[0], x[1], *axis)),
         Op::Softmax => per_float!(call, nn::softmax, (call, x[0], false)),
         Op::LogSoftmax => per_float!(call, nn::softmax, (call, x[0], true)),
         Op::SoftmaxGrad => per_float!(call, nn::softmax_grad, (call, x[0], x[1], false)),
@@ -353,6 +352,12 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
         Op::LayerNorm { eps } => per_float!(call, nn::layer_norm, (call, x[0], *eps)),
         Op::LayerNormGrad { eps } => {
             per_float!(call, nn::layer_norm_grad, (call, x[0], x[1], *eps))
+        }
+        Op::RmsNorm { eps } => per_float!(call, norm::rms_norm, (call, x[0], *eps)),
+        Op::RmsNormGrad { eps } => per_float!(call, norm::rms_norm_grad, (call, x[0], x[1], *eps)),
+        Op::Sdpa { causal, scale } => per_float!(call, attention::sdpa, (call, x[0], x[1], x[2], *causal, *scale)),
+        Op::SdpaGrad { causal, scale } => {
+            per_float!(call, attention::sdpa_grad, (call, x, *causal, *scale))
         }
         Op::CrossEntropy => per_float!(call, nn::cross_entropy, (call, x[0], x[1])),
         Op::CrossEntropyGrad => per_float!(call, nn::cross_entropy_grad, (call, x[0], x[1], x[2])),
@@ -372,6 +377,7 @@ mod tests {
     use super::*;
     use crate::backend::{Backend, KernelCall};
     use crate::graph::NodeId;
+    use crate::op::UnaryOp;
     use crate::CpuBackend;
 
     #[test]
@@ -380,7 +386,7 @@ mod tests {
         let metas = [(x.shape(), x.dtype())];
         let call = KernelCall {
             node: NodeId(7),
-            op: &Op::Exp,
+            op: &Op::Unary(UnaryOp::Exp),
             inputs: &metas,
             out_shape: &[3, 2],
             out_dtype: DType::F32,

@@ -178,7 +178,7 @@ pub(super) fn amax_grad<T: Float>(
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::op::Op;
+    use crate::op::{Op, ReduceOp};
 
     /// Naive reference: sum of `x[2,3,4]` over `axes` (keepdim shape), by full index loops.
     fn naive_sum(x: &[f64], axes: &[usize]) -> Vec<f64> {
@@ -203,11 +203,11 @@ mod tests {
         let t = t64(&[2, 3, 4], &x);
         for axes in [vec![], vec![0], vec![1], vec![2], vec![0, 2], vec![2, 0], vec![1, 2], vec![0, 1, 2]] {
             for keepdim in [false, true] {
-                let y = run(&Op::Sum { axes: axes.clone(), keepdim }, &[&t]).unwrap();
+                let y = run(&Op::Reduce { op: ReduceOp::Sum, axes: axes.clone(), keepdim }, &[&t]).unwrap();
                 assert_close(&y.to_f64_vec(), &naive_sum(&x, &axes), 1e-12);
             }
         }
-        let m = run(&Op::Mean { axes: vec![0, 2], keepdim: false }, &[&t]).unwrap();
+        let m = run(&Op::Reduce { op: ReduceOp::Mean, axes: vec![0, 2], keepdim: false }, &[&t]).unwrap();
         assert_eq!(m.shape(), &[3]);
         let want: Vec<f64> = naive_sum(&x, &[0, 2]).iter().map(|v| v / 8.0).collect();
         assert_close(&m.to_f64_vec(), &want, 1e-12);
@@ -217,38 +217,39 @@ mod tests {
     fn long_rows_fold_through_lanes() {
         let x = values(1003, 2);
         let t = t64(&[1003], &x);
-        let s = run(&Op::Sum { axes: vec![0], keepdim: false }, &[&t]).unwrap();
+        let s = run(&Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[&t]).unwrap();
         assert_close(&s.to_f64_vec(), &[x.iter().sum()], 1e-12);
-        let m = run(&Op::Amax { axes: vec![0], keepdim: false }, &[&t]).unwrap();
+        let m = run(&Op::Reduce { op: ReduceOp::Amax, axes: vec![0], keepdim: false }, &[&t]).unwrap();
         assert_eq!(m.to_f64_vec(), [x.iter().cloned().fold(f64::MIN, f64::max)]);
         let mut with_nan = x.clone();
         with_nan[500] = f64::NAN;
-        let m = run(&Op::Amax { axes: vec![0], keepdim: false }, &[&t64(&[1003], &with_nan)]).unwrap();
+        let m = run(&Op::Reduce { op: ReduceOp::Amax, axes: vec![0], keepdim: false }, &[&t64(&[1003], &with_nan)])
+            .unwrap();
         assert!(m.to_f64_vec()[0].is_nan());
         // A million 0.1s: one f32 chain would drift by ~1%, the pairwise fold stays close.
         let ones = t32(&[1 << 20], &vec![0.1; 1 << 20]);
-        let s = run(&Op::Mean { axes: vec![0], keepdim: false }, &[&ones]).unwrap();
+        let s = run(&Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false }, &[&ones]).unwrap();
         assert!((s.to_f32_vec()[0] - 0.1).abs() < 1e-5, "{:?}", s.to_f32_vec());
     }
 
     #[test]
     fn amax_and_its_gradient_share_ties() {
         let x = t32(&[2, 3], &[1., 5., 5., 7., 2., 3.]);
-        let op = Op::Amax { axes: vec![1], keepdim: false };
+        let op = Op::Reduce { op: ReduceOp::Amax, axes: vec![1], keepdim: false };
         let y = run(&op, &[&x]).unwrap();
         assert_eq!(y.to_f32_vec(), [5., 7.]);
         let g = t32(&[2], &[1., 10.]);
         let dx = run(&Op::AmaxGrad { axes: vec![1], keepdim: false }, &[&x, &y, &g]).unwrap();
         assert_eq!(dx.to_f32_vec(), [0., 0.5, 0.5, 10., 0., 0.]);
         // Over axis 0 with keepdim: columns (1,7) (5,2) (5,3).
-        let y0 = run(&Op::Amax { axes: vec![0], keepdim: true }, &[&x]).unwrap();
+        let y0 = run(&Op::Reduce { op: ReduceOp::Amax, axes: vec![0], keepdim: true }, &[&x]).unwrap();
         assert_eq!(y0.to_f32_vec(), [7., 5., 5.]);
         let g0 = t32(&[1, 3], &[1., 2., 3.]);
         let dx0 = run(&Op::AmaxGrad { axes: vec![0], keepdim: true }, &[&x, &y0, &g0]).unwrap();
         assert_eq!(dx0.to_f32_vec(), [0., 2., 3., 1., 0., 0.]);
         // All four elements tie in a full reduction.
         let flat = t32(&[2, 2], &[4.; 4]);
-        let yf = run(&Op::Amax { axes: vec![0, 1], keepdim: false }, &[&flat]).unwrap();
+        let yf = run(&Op::Reduce { op: ReduceOp::Amax, axes: vec![0, 1], keepdim: false }, &[&flat]).unwrap();
         let df = run(&Op::AmaxGrad { axes: vec![0, 1], keepdim: false }, &[&flat, &yf, &t32(&[], &[2.])]).unwrap();
         assert_eq!(df.to_f32_vec(), [0.5; 4]);
     }

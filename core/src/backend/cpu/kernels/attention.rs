@@ -1,0 +1,363 @@
+//! Fused scaled dot-product attention (the flash-attention scheme) and its gradient.
+//!
+//! The forward never forms the `t × t` scores: each block of query rows streams over key blocks
+//! with an online softmax (running maximum, running sum, rescaled accumulator) and keeps only its
+//! output rows and their log-sum-exp. The backward recomputes the probabilities block by block
+//! from that log-sum-exp: `dq` by query block, `dk` and `dv` by key block, so every output block
+//! is written by one thread and no reduction crosses threads. Within a block pair the products
+//! are small GEMMs (`matrixmultiply`). Blocks are spread over threads; each is computed in a fixed
+//! order, so results do not depend on the thread count.
+
+use super::{finish, node_err, Float, KernelCall};
+use crate::error::Result;
+use crate::host::HostTensor;
+use std::thread;
+
+/// Query rows per block.
+const Q_BLOCK: usize = 64;
+/// Keys per block of the online softmax.
+const K_BLOCK: usize = 64;
+
+/// The dimensions of one call: batch (every leading axis), queries, keys, head dims.
+#[derive(Clone, Copy)]
+struct Dims {
+    batch: usize,
+    tq: usize,
+    tk: usize,
+    d: usize,
+    dv: usize,
+    causal: bool,
+}
+
+impl Dims {
+    fn of(q: &[usize], k: &[usize], v: &[usize], causal: bool) -> Dims {
+        let r = q.len();
+        Dims { batch: q[..r - 2].iter().product(), tq: q[r - 2], tk: k[r - 2], d: q[r - 1], dv: v[r - 1], causal }
+    }
+
+    /// Keys the queries `..end` attend to: all, or `0..end` when causal (query `i` sees keys
+    /// `0..=i`, top-left aligned like `torch`'s `is_causal`).
+    fn keys_before(&self, end: usize) -> usize {
+        if self.causal {
+            end.min(self.tk)
+        } else {
+            self.tk
+        }
+    }
+}
+
+/// A row-major `[m × n]` product `a · b` into `out` (overwritten), operands by strides.
+#[allow(clippy::too_many_arguments)]
+fn mm<T: Float>(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[T],
+    (rsa, csa): (usize, usize),
+    b: &[T],
+    (rsb, csb): (usize, usize),
+    out: &mut [T],
+) {
+    debug_assert!(out.len() >= m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        out[..m * n].iter_mut().for_each(|o| *o = T::ZERO);
+        return;
+    }
+    let last_a = (m - 1) * rsa + (k - 1) * csa;
+    let last_b = (k - 1) * rsb + (n - 1) * csb;
+    assert!(last_a < a.len() && last_b < b.len(), "attention block product out of bounds");
+    // SAFETY: the asserts above keep every addressed element of `a` and `b` inside their slices;
+    // `out` holds `m × n` elements with row stride `n` and aliases neither (it is `&mut`).
+    unsafe {
+        T::gemm(
+            m,
+            k,
+            n,
+            T::ONE,
+            a.as_ptr(),
+            rsa as isize,
+            csa as isize,
+            b.as_ptr(),
+            rsb as isize,
+            csb as isize,
+            out.as_mut_ptr(),
+            n as isize,
+            1,
+        )
+    }
+}
+
+/// Runs `f(unit, chunk)` for consecutive chunks of `out` of the given lengths, on all cores;
+/// each chunk is written by exactly one thread.
+fn parallel_units<T: Float>(out: &mut [T], lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) {
+    let mut chunks = Vec::with_capacity(lens.len());
+    let mut rest = out;
+    for &len in lens {
+        let (head, tail) = rest.split_at_mut(len);
+        chunks.push(head);
+        rest = tail;
+    }
+    let threads = thread::available_parallelism().map_or(1, |t| t.get()).min(chunks.len());
+    if threads <= 1 {
+        for (u, chunk) in chunks.into_iter().enumerate() {
+            f(u, chunk);
+        }
+        return;
+    }
+    // Interleave units over threads (causal blocks grow with their index).
+    let mut per_thread: Vec<Vec<(usize, &mut [T])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (u, chunk) in chunks.into_iter().enumerate() {
+        per_thread[u % threads].push((u, chunk));
+    }
+    thread::scope(|s| {
+        for work in per_thread {
+            let f = &f;
+            s.spawn(move || {
+                for (u, chunk) in work {
+                    f(u, chunk);
+                }
+            });
+        }
+    });
+}
+
+/// `(batch, first row, rows)` of every block of `len` rows per batch.
+fn blocks(batch: usize, len: usize, block: usize) -> Vec<(usize, usize, usize)> {
+    (0..batch).flat_map(|b| (0..len).step_by(block.max(1)).map(move |r| (b, r, block.min(len - r)))).collect()
+}
+
+/// The inputs of one call, read once in the compute type.
+struct Operands<'a, T: Float> {
+    q: &'a [T],
+    k: &'a [T],
+    v: &'a [T],
+    dm: Dims,
+    scale: T,
+}
+
+impl<T: Float> Operands<'_, T> {
+    /// `s = scale · q[qi..qi+qn] · k[kj..kj+kn]ᵀ` of batch `b`, masked entries `-∞`.
+    fn scores(&self, b: usize, (qi, qn): (usize, usize), (kj, kn): (usize, usize), s: &mut [T]) {
+        let Dims { tq, tk, d, .. } = self.dm;
+        let q = &self.q[(b * tq + qi) * d..];
+        let k = &self.k[(b * tk + kj) * d..];
+        mm(qn, d, kn, q, (d, 1), k, (1, d), s);
+        for i in 0..qn {
+            for j in 0..kn {
+                let x = &mut s[i * kn + j];
+                *x = if self.dm.causal && kj + j > qi + i { T::NEG_INFINITY } else { *x * self.scale };
+            }
+        }
+    }
+}
+
+/// Output `[.., tq, dv + 1]`: each row's attention output followed by its log-sum-exp.
+pub(super) fn sdpa<T: Float>(
+    call: &KernelCall<'_>,
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    causal: bool,
+    scale: f64,
+) -> Result<HostTensor> {
+    let (qv, kv, vv) = (T::read(q.data()), T::read(k.data()), T::read(v.data()));
+    let dm = Dims::of(q.shape(), k.shape(), v.shape(), causal);
+    let ops = Operands { q: &qv, k: &kv, v: &vv, dm, scale: T::of(scale) };
+    let Dims { tq, tk, dv, .. } = dm;
+    let width = dv + 1;
+    let units = blocks(dm.batch, tq, Q_BLOCK);
+    let lens: Vec<usize> = units.iter().map(|&(_, _, n)| n * width).collect();
+    let mut out = vec![T::ZERO; dm.batch * tq * width];
+    parallel_units(&mut out, &lens, |u, o| {
+        let (b, qi, qn) = units[u];
+        let mut m = vec![T::NEG_INFINITY; qn];
+        let mut l = vec![T::ZERO; qn];
+        let mut acc = vec![T::ZERO; qn * dv];
+        let mut s = vec![T::ZERO; qn * K_BLOCK];
+        let mut pv = vec![T::ZERO; qn * dv];
+        let n_keys = dm.keys_before(qi + qn);
+        for kj in (0..n_keys).step_by(K_BLOCK) {
+            let kn = K_BLOCK.min(n_keys - kj);
+            ops.scores(b, (qi, qn), (kj, kn), &mut s);
+            for i in 0..qn {
+                let row = &mut s[i * kn..(i + 1) * kn];
+                let block_max = row.iter().fold(T::NEG_INFINITY, |a, &x| if x > a { x } else { a });
+                let m_new = if block_max > m[i] { block_max } else { m[i] };
+                if m_new == T::NEG_INFINITY {
+                    row.iter_mut().for_each(|x| *x = T::ZERO);
+                    continue; // every key of this block is masked for this row
+                }
+                let correction = if m[i] == T::NEG_INFINITY { T::ZERO } else { (m[i] - m_new).exp() };
+                let mut sum = T::ZERO;
+                for x in row.iter_mut() {
+                    *x = (*x - m_new).exp();
+                    sum += *x;
+                }
+                l[i] = l[i] * correction + sum;
+                acc[i * dv..(i + 1) * dv].iter_mut().for_each(|a| *a = *a * correction);
+                m[i] = m_new;
+            }
+            mm(qn, kn, dv, &s, (kn, 1), &vv[(b * tk + kj) * dv..], (dv, 1), &mut pv);
+            acc.iter_mut().zip(&pv).for_each(|(a, &x)| *a += x);
+        }
+        for i in 0..qn {
+            let row = &mut o[i * width..(i + 1) * width];
+            if l[i] == T::ZERO {
+                row[..dv].iter_mut().for_each(|x| *x = T::ZERO);
+                row[dv] = T::NEG_INFINITY;
+                continue;
+            }
+            let inv = T::ONE / l[i];
+            for (x, &a) in row[..dv].iter_mut().zip(&acc[i * dv..(i + 1) * dv]) {
+                *x = a * inv;
+            }
+            row[dv] = m[i] + l[i].ln();
+        }
+    });
+    finish(call, out)
+}
+
+/// One block pair of the backward: probabilities `p` and score gradients `ds = p·(dp − δ)` of
+/// queries `qi..qi+qn` against keys `kj..kj+kn`, recomputed from the log-sum-exp.
+#[allow(clippy::too_many_arguments)]
+fn grad_block<T: Float>(
+    ops: &Operands<'_, T>,
+    saved: &[T],
+    g: &[T],
+    delta: &[T],
+    b: usize,
+    (qi, qn): (usize, usize),
+    (kj, kn): (usize, usize),
+    p: &mut [T],
+    ds: &mut [T],
+) {
+    let Dims { tq, tk, dv, .. } = ops.dm;
+    let width = dv + 1;
+    ops.scores(b, (qi, qn), (kj, kn), p);
+    // dp = dout · vᵀ (dout rows have stride dv + 1 in the packed gradient).
+    mm(qn, dv, kn, &g[(b * tq + qi) * width..], (width, 1), &ops.v[(b * tk + kj) * dv..], (1, dv), ds);
+    for i in 0..qn {
+        let r = b * tq + qi + i;
+        let (lse, dl) = (saved[r * width + dv], delta[r]);
+        for j in 0..kn {
+            let x = &mut p[i * kn + j];
+            *x = if *x == T::NEG_INFINITY { T::ZERO } else { (*x - lse).exp() };
+            ds[i * kn + j] = *x * (ds[i * kn + j] - dl);
+        }
+    }
+}
+
+/// Gradients `[.., tq·d + tk·d + tk·dv]` (dq, dk, dv flattened per batch) from q, k, v, the saved
+/// `[out | lse]` and its gradient `[dout | dlse]`.
+pub(super) fn sdpa_grad<T: Float>(
+    call: &KernelCall<'_>,
+    x: &[&HostTensor],
+    causal: bool,
+    scale: f64,
+) -> Result<HostTensor> {
+    let (q, k, v, saved, g) = (x[0], x[1], x[2], x[3], x[4]);
+    let dm = Dims::of(q.shape(), k.shape(), v.shape(), causal);
+    let Dims { batch, tq, tk, d, dv, .. } = dm;
+    let (qv, kv, vv) = (T::read(q.data()), T::read(k.data()), T::read(v.data()));
+    let (ov, gv) = (T::read(saved.data()), T::read(g.data()));
+    let ops = Operands { q: &qv, k: &kv, v: &vv, dm, scale: T::of(scale) };
+    let width = dv + 1;
+    // delta_i = dout_i · out_i − dlse_i: the row term of the softmax gradient.
+    let delta: Vec<T> = (0..batch * tq)
+        .map(|r| {
+            let (o, go) = (&ov[r * width..][..width], &gv[r * width..][..width]);
+            o[..dv].iter().zip(&go[..dv]).fold(T::ZERO, |s, (&a, &b)| s + a * b) - go[dv]
+        })
+        .collect();
+    let scale = ops.scale;
+    // dq_i = scale · Σ_j ds_ij k_j, by query block.
+    let q_units = blocks(batch, tq, Q_BLOCK);
+    let lens: Vec<usize> = q_units.iter().map(|&(_, _, n)| n * d).collect();
+    let mut dq = vec![T::ZERO; batch * tq * d];
+    parallel_units(&mut dq, &lens, |u, out| {
+        let (b, qi, qn) = q_units[u];
+        let (mut p, mut ds) = (vec![T::ZERO; qn * K_BLOCK], vec![T::ZERO; qn * K_BLOCK]);
+        let mut part = vec![T::ZERO; qn * d];
+        let n_keys = dm.keys_before(qi + qn);
+        for kj in (0..n_keys).step_by(K_BLOCK) {
+            let kn = K_BLOCK.min(n_keys - kj);
+            grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
+            mm(qn, kn, d, &ds, (kn, 1), &kv[(b * tk + kj) * d..], (d, 1), &mut part);
+            out.iter_mut().zip(&part).for_each(|(o, &x)| *o += x * scale);
+        }
+    });
+    // dk_j = scale · Σ_i ds_ij q_i and dv_j = Σ_i p_ij dout_i, by key block: `d + dv` per key row.
+    let k_units = blocks(batch, tk, K_BLOCK);
+    let lens: Vec<usize> = k_units.iter().map(|&(_, _, n)| n * (d + dv)).collect();
+    let mut dkv = vec![T::ZERO; batch * tk * (d + dv)];
+    parallel_units(&mut dkv, &lens, |u, out| {
+        let (b, kj, kn) = k_units[u];
+        let (mut p, mut ds) = (vec![T::ZERO; Q_BLOCK * kn], vec![T::ZERO; Q_BLOCK * kn]);
+        let (mut dk, mut dvp) = (vec![T::ZERO; kn * d], vec![T::ZERO; kn * dv]);
+        // Causal: queries before `kj` see none of these keys.
+        let first = if causal { (kj / Q_BLOCK) * Q_BLOCK } else { 0 };
+        for qi in (first..tq).step_by(Q_BLOCK) {
+            let qn = Q_BLOCK.min(tq - qi);
+            grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
+            // dsᵀ · q and pᵀ · dout: the block matrices read transposed by stride.
+            mm(kn, qn, d, &ds, (1, kn), &qv[(b * tq + qi) * d..], (d, 1), &mut dk);
+            mm(kn, qn, dv, &p, (1, kn), &gv[(b * tq + qi) * width..], (width, 1), &mut dvp);
+            for j in 0..kn {
+                let row = &mut out[j * (d + dv)..(j + 1) * (d + dv)];
+                row[..d].iter_mut().zip(&dk[j * d..(j + 1) * d]).for_each(|(o, &x)| *o += x * scale);
+                row[d..].iter_mut().zip(&dvp[j * dv..(j + 1) * dv]).for_each(|(o, &x)| *o += x);
+            }
+        }
+    });
+    let per = tq * d + tk * d + tk * dv;
+    let mut out = Vec::with_capacity(batch * per);
+    for b in 0..batch {
+        out.extend_from_slice(&dq[b * tq * d..][..tq * d]);
+        let rows = &dkv[b * tk * (d + dv)..][..tk * (d + dv)];
+        out.extend(rows.chunks_exact(d + dv).flat_map(|r| r[..d].iter().copied()));
+        out.extend(rows.chunks_exact(d + dv).flat_map(|r| r[d..].iter().copied()));
+    }
+    if out.len() != batch * per {
+        return Err(node_err(call, "attention gradient has the wrong size"));
+    }
+    finish(call, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use crate::op::Op;
+
+    /// The unfused reference: softmax(q·kᵀ·scale + mask)·v and the row log-sum-exp.
+    fn reference(q: &[f64], k: &[f64], v: &[f64], t: usize, d: usize, causal: bool, scale: f64) -> Vec<f64> {
+        let mut out = Vec::new();
+        for i in 0..t {
+            let n = if causal { i + 1 } else { t };
+            let s: Vec<f64> =
+                (0..n).map(|j| (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum::<f64>() * scale).collect();
+            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let l: f64 = s.iter().map(|x| (x - m).exp()).sum();
+            for c in 0..d {
+                out.push((0..n).map(|j| (s[j] - m).exp() / l * v[j * d + c]).sum());
+            }
+            out.push(m + l.ln());
+        }
+        out
+    }
+
+    #[test]
+    fn matches_the_unfused_composition_across_key_blocks() {
+        // 150 keys: two full blocks and a partial one.
+        let (t, d) = (150, 4);
+        let (q, k, v) = (values(t * d, 1), values(t * d, 2), values(t * d, 3));
+        for causal in [false, true] {
+            let op = Op::Sdpa { causal, scale: 0.5 };
+            let y = run(&op, &[&t64(&[1, t, d], &q), &t64(&[1, t, d], &k), &t64(&[1, t, d], &v)]).unwrap();
+            assert_eq!(y.shape(), &[1, t, d + 1]);
+            assert_close(&y.to_f64_vec(), &reference(&q, &k, &v, t, d, causal, 0.5), 1e-12);
+        }
+    }
+}

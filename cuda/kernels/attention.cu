@@ -1,0 +1,160 @@
+// Fused scaled dot-product attention (the flash-attention scheme): one warp per query row
+// streams over the keys with an online softmax, so the scores are never stored; the output row
+// is followed by the row's log-sum-exp. The backward recomputes probabilities from it:
+// `sdpa_dq` (a warp per query row) and `sdpa_dkv` (a warp per key row) write disjoint outputs,
+// so no atomics are needed and results are deterministic.
+
+// Most head dims a warp keeps in registers: 32 lanes × 8.
+#define ATT_MAXD 256
+#define ATT_PER_LANE (ATT_MAXD / 32)
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Lane-strided dot product of two rows of length d (every lane gets the sum).
+template <typename T, typename C>
+__device__ __forceinline__ C row_dot(const T* a, u64 ia, const T* b, u64 ib, u64 d) {
+    C s = 0;
+    for (u64 c = threadIdx.x & 31; c < d; c += 32) s += (C)ld(a, ia + c) * (C)ld(b, ib + c);
+    return warp_sum(s);
+}
+
+// q [B, tq, d], k [B, tk, d], v [B, tk, dv] -> y [B, tq, dv + 1].
+template <typename T>
+__device__ void sdpa_fwd(const T* q, const T* k, const T* v, T* y, u64 batch, u64 tq, u64 tk, u64 d, u64 dv,
+                         int causal, double scale_) {
+    typedef typename Acc<T>::type C;
+    C scale = (C)scale_;
+    int lane = threadIdx.x & 31;
+    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+    for (u64 row = (((u64)blockIdx.x * blockDim.x) + threadIdx.x) >> 5; row < batch * tq; row += warps) {
+        u64 b = row / tq, i = row % tq;
+        u64 n = causal ? (i + 1 < tk ? i + 1 : tk) : tk;
+        C acc[ATT_PER_LANE];
+        for (int c = 0; c < ATT_PER_LANE; ++c) acc[c] = 0;
+        C m = neg_inf((C)0), l = 0;
+        for (u64 j = 0; j < n; ++j) {
+            C s = row_dot<T, C>(q, row * d, k, (b * tk + j) * d, d) * scale;
+            C m_new = s > m ? s : m;
+            C corr = m_exp(m - m_new);
+            C p = m_exp(s - m_new);
+            l = l * corr + p;
+            for (int c = 0; c < ATT_PER_LANE; ++c) {
+                u64 col = (u64)lane + 32 * c;
+                C vj = col < dv ? (C)ld(v, (b * tk + j) * dv + col) : (C)0;
+                acc[c] = acc[c] * corr + p * vj;
+            }
+            m = m_new;
+        }
+        u64 base = row * (dv + 1);
+        for (int c = 0; c < ATT_PER_LANE; ++c) {
+            u64 col = (u64)lane + 32 * c;
+            if (col < dv) st(y, base + col, n ? acc[c] / l : (C)0);
+        }
+        if (lane == 0) st(y, base + dv, n ? m + m_log(l) : neg_inf((C)0));
+    }
+}
+
+// delta[row] = dout·out − dlse, from the saved [out | lse] and its gradient.
+template <typename T>
+__device__ void sdpa_delta(const T* o, const T* g, typename Acc<T>::type* delta, u64 rows, u64 dv) {
+    typedef typename Acc<T>::type C;
+    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+    for (u64 row = (((u64)blockIdx.x * blockDim.x) + threadIdx.x) >> 5; row < rows; row += warps) {
+        C s = row_dot<T, C>(o, row * (dv + 1), g, row * (dv + 1), dv);
+        if ((threadIdx.x & 31) == 0) delta[row] = s - (C)ld(g, row * (dv + 1) + dv);
+    }
+}
+
+// dq rows: dq_i = scale · Σ_j p_ij (dp_ij − delta_i) k_j, written at out[b·per + i·d + c].
+template <typename T>
+__device__ void sdpa_dq(const T* q, const T* k, const T* v, const T* o, const T* g,
+                        const typename Acc<T>::type* delta, T* out, u64 batch, u64 tq, u64 tk, u64 d, u64 dv,
+                        int causal, double scale_) {
+    typedef typename Acc<T>::type C;
+    C scale = (C)scale_;
+    int lane = threadIdx.x & 31;
+    u64 per = tq * d + tk * d + tk * dv;
+    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+    for (u64 row = (((u64)blockIdx.x * blockDim.x) + threadIdx.x) >> 5; row < batch * tq; row += warps) {
+        u64 b = row / tq, i = row % tq;
+        u64 n = causal ? (i + 1 < tk ? i + 1 : tk) : tk;
+        C lse = (C)ld(o, row * (dv + 1) + dv);
+        C acc[ATT_PER_LANE];
+        for (int c = 0; c < ATT_PER_LANE; ++c) acc[c] = 0;
+        for (u64 j = 0; j < n; ++j) {
+            C p = m_exp(row_dot<T, C>(q, row * d, k, (b * tk + j) * d, d) * scale - lse);
+            C dp = row_dot<T, C>(g, row * (dv + 1), v, (b * tk + j) * dv, dv);
+            C ds = p * (dp - delta[row]) * scale;
+            for (int c = 0; c < ATT_PER_LANE; ++c) {
+                u64 col = (u64)lane + 32 * c;
+                if (col < d) acc[c] += ds * (C)ld(k, (b * tk + j) * d + col);
+            }
+        }
+        for (int c = 0; c < ATT_PER_LANE; ++c) {
+            u64 col = (u64)lane + 32 * c;
+            if (col < d) st(out, b * per + i * d + col, acc[c]);
+        }
+    }
+}
+
+// dk and dv rows: dk_j = scale · Σ_i ds_ij q_i, dv_j = Σ_i p_ij dout_i.
+template <typename T>
+__device__ void sdpa_dkv(const T* q, const T* k, const T* v, const T* o, const T* g,
+                         const typename Acc<T>::type* delta, T* out, u64 batch, u64 tq, u64 tk, u64 d, u64 dv,
+                         int causal, double scale_) {
+    typedef typename Acc<T>::type C;
+    C scale = (C)scale_;
+    int lane = threadIdx.x & 31;
+    u64 per = tq * d + tk * d + tk * dv;
+    u64 warps = ((u64)gridDim.x * blockDim.x) >> 5;
+    for (u64 row = (((u64)blockIdx.x * blockDim.x) + threadIdx.x) >> 5; row < batch * tk; row += warps) {
+        u64 b = row / tk, j = row % tk;
+        C dk[ATT_PER_LANE], dvv[ATT_PER_LANE];
+        for (int c = 0; c < ATT_PER_LANE; ++c) dk[c] = dvv[c] = 0;
+        for (u64 i = causal ? j : 0; i < tq; ++i) {
+            u64 qr = b * tq + i;
+            C lse = (C)ld(o, qr * (dv + 1) + dv);
+            C p = m_exp(row_dot<T, C>(q, qr * d, k, row * d, d) * scale - lse);
+            C dp = row_dot<T, C>(g, qr * (dv + 1), v, row * dv, dv);
+            C ds = p * (dp - delta[qr]) * scale;
+            for (int c = 0; c < ATT_PER_LANE; ++c) {
+                u64 col = (u64)lane + 32 * c;
+                if (col < d) dk[c] += ds * (C)ld(q, qr * d + col);
+                if (col < dv) dvv[c] += p * (C)ld(g, qr * (dv + 1) + col);
+            }
+        }
+        for (int c = 0; c < ATT_PER_LANE; ++c) {
+            u64 col = (u64)lane + 32 * c;
+            if (col < d) st(out, b * per + tq * d + j * d + col, dk[c]);
+            if (col < dv) st(out, b * per + tq * d + tk * d + j * dv + col, dvv[c]);
+        }
+    }
+}
+
+#define INST(T, s)                                                                                             \
+    extern "C" __global__ void sdpa_fwd_##s(const T* q, const T* k, const T* v, T* y, u64 batch, u64 tq,      \
+                                            u64 tk, u64 d, u64 dv, int causal, double scale) {                \
+        sdpa_fwd<T>(q, k, v, y, batch, tq, tk, d, dv, causal, scale);                                         \
+    }                                                                                                         \
+    extern "C" __global__ void sdpa_delta_##s(const T* o, const T* g, Acc<T>::type* delta, u64 rows, u64 dv) { \
+        sdpa_delta<T>(o, g, delta, rows, dv);                                                                 \
+    }                                                                                                         \
+    extern "C" __global__ void sdpa_dq_##s(const T* q, const T* k, const T* v, const T* o, const T* g,         \
+                                           const Acc<T>::type* delta, T* out, u64 batch, u64 tq, u64 tk,      \
+                                           u64 d, u64 dv, int causal, double scale) {                         \
+        sdpa_dq<T>(q, k, v, o, g, delta, out, batch, tq, tk, d, dv, causal, scale);                           \
+    }                                                                                                         \
+    extern "C" __global__ void sdpa_dkv_##s(const T* q, const T* k, const T* v, const T* o, const T* g,        \
+                                            const Acc<T>::type* delta, T* out, u64 batch, u64 tq, u64 tk,     \
+                                            u64 d, u64 dv, int causal, double scale) {                        \
+        sdpa_dkv<T>(q, k, v, o, g, delta, out, batch, tq, tk, d, dv, causal, scale);                          \
+    }
+FOR_FLOATS(INST)
+#undef INST
