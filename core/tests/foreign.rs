@@ -361,3 +361,21 @@ fn region_storage_is_sized_by_the_regions_that_exist() {
     let e = partition(&g, Strategy::Budget(Budget::Bytes(0))).unwrap_err().to_string();
     assert!(e.starts_with("\"b\" (sin): the graph's bytes add up past 2^64"), "{e}");
 }
+
+#[test]
+fn remat_graph_accepts_bool_masks() {
+    let text = r#"{"format": "remat.graph", "version": 1, "nodes": [
+        {"id": "x", "op": "input", "shape": [2, 3], "dtype": "f32"},
+        {"id": "mask", "op": "input", "shape": [2, 3], "dtype": "bool"},
+        {"id": "w", "op": "param", "shape": [2, 3], "dtype": "f32"},
+        {"id": "h", "op": "mul", "inputs": ["x", "w"]},
+        {"id": "z", "op": "constant", "shape": [], "dtype": "f32", "attrs": {"value": 0.0}},
+        {"id": "kept", "op": "where", "inputs": ["mask", "h", "z"]},
+        {"id": "loss", "op": "sum", "inputs": ["kept"], "attrs": {"axes": [0, 1]}}
+    ], "outputs": ["loss"]}"#;
+    let g = json::read_graph(text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(g.node(remat_core::NodeId(1)).dtype, remat_core::DType::Bool);
+    let pg = PGraph::from_joint(&remat_core::JointGraph::new(&g).unwrap());
+    assert_eq!(pg.nodes[1].dtype, Some(StorageType::Bool));
+    assert_eq!(pg.nodes[1].bytes, 6);
+}
