@@ -59,7 +59,7 @@ fn show(title: &str, graph: Graph, strategy: Strategy, rows: usize, width: usize
 
 fn run(rows: usize, width: usize) -> Result<(), remat::Error> {
     show(
-        "no region, MinCut: a free min-cut keeps the cheapest bytes",
+        "no region, MinCut on bytes alone (for contrast)",
         graph(false, rows, width)?,
         Strategy::MinCut,
         rows,
