@@ -206,3 +206,32 @@ fn bad_flags_are_usage_errors() {
         assert!(err.contains("Usage: remat") || err.contains("try '--help'"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn pytorchs_exported_graphs_partition_as_they_are() {
+    let dir = format!("{}/../shared/fixtures/torch", env!("CARGO_MANIFEST_DIR"));
+    let fp8 = format!("{dir}/seed_fp8_scaled_mm-inductor__sac_save_mm.json");
+    for strategy in ["respect", "mincut", "budget=0.0", "budget=131072"] {
+        let o = remat(&["partition", &fp8, "--strategy", strategy, "--json"]);
+        assert!(o.status.success(), "{strategy}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let saved: Vec<&str> = v["saved"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        assert!(
+            saved.iter().all(|id| !id.starts_with("convert_element_type") && !id.starts_with("amax") && !id.starts_with("mul")),
+            "{strategy}: {saved:?}"
+        );
+    }
+    let o = remat(&["partition", &fp8, "--strategy", "mincut"]);
+    let text = stdout(&o);
+    assert!(text.contains("primals_1") && text.contains("aten.le.Scalar"), "{text}");
+    let o = remat(&["dot", &fp8, "--strategy", "mincut"]);
+    assert!(o.status.success() && stdout(&o).contains("_scaled_mm"));
+}
+
+#[test]
+fn a_byte_order_mark_is_read() {
+    let text = std::fs::read_to_string(example("small.joint.json")).unwrap();
+    let path = scratch("bom.json", &format!("\u{feff}{text}"));
+    let o = remat(&["partition", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
