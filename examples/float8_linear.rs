@@ -58,13 +58,7 @@ fn show(title: &str, graph: Graph, strategy: Strategy, rows: usize, width: usize
 }
 
 fn run(rows: usize, width: usize) -> Result<(), remat::Error> {
-    show(
-        "no region, MinCut on bytes alone (for contrast)",
-        graph(false, rows, width)?,
-        Strategy::MinCut,
-        rows,
-        width,
-    )?;
+    show("no region, MinCut on bytes alone (for contrast)", graph(false, rows, width)?, Strategy::MinCut, rows, width)?;
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(1.0))] {
         let title = format!("#[checkpoint(policy = save(scaled_matmul))], {strategy}");
         show(&title, graph(true, rows, width)?, strategy, rows, width)?;

@@ -217,7 +217,9 @@ fn pytorchs_exported_graphs_partition_as_they_are() {
         let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
         let saved: Vec<&str> = v["saved"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
         assert!(
-            saved.iter().all(|id| !id.starts_with("convert_element_type") && !id.starts_with("amax") && !id.starts_with("mul")),
+            saved
+                .iter()
+                .all(|id| !id.starts_with("convert_element_type") && !id.starts_with("amax") && !id.starts_with("mul")),
             "{strategy}: {saved:?}"
         );
     }

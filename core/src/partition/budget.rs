@@ -51,6 +51,16 @@ pub(super) fn refine(
         return Ok((base, chosen));
     }
     let mut problem = Problem::new(g, class, base, global.is_some(), &budgeted);
+    if global.is_some() {
+        // The min-cut's choice is one candidate point of a global budget: the path below is a
+        // heuristic on large problems, and the cut keeps the fewest bytes by construction.
+        let (cut, _) = super::mincut::solve(g, class);
+        let mut hint = problem.base.clone();
+        for &c in &problem.candidates {
+            hint[c.index()] = cut[c.index()];
+        }
+        problem.hint = Some(hint);
+    }
     if let Some(b) = global {
         let limit = match b {
             Budget::Bytes(b) => b,
@@ -100,6 +110,8 @@ struct Problem<'a> {
     /// Forward nodes the backward could reach under any choice, users before inputs.
     order: Vec<usize>,
     reads: Vec<bool>,
+    /// A further candidate point the path compares against (the min-cut's choice).
+    hint: Option<Vec<bool>>,
 }
 
 /// Why no choice fits: per limit, the fewest bytes any choice tried needed, and the fewest
@@ -166,7 +178,7 @@ impl<'a> Problem<'a> {
             }
         }
         let order = (0..g.len()).rev().filter(|&i| relevant[i]).collect();
-        Problem { g, base, candidates, limits, scopes, start, counts, innermost_budget, order, reads }
+        Problem { g, base, candidates, limits, scopes, start, counts, innermost_budget, order, reads, hint: None }
     }
 
     fn limits_of(&self, i: usize) -> &[u32] {
@@ -220,9 +232,29 @@ impl<'a> Problem<'a> {
         let c = self.candidates.len();
         let exact = c <= EXACT_CANDIDATES && (1u64 << c).saturating_mul(self.order.len() as u64) <= EXACT_WORK;
         if exact {
-            self.solve_exact()
-        } else {
-            self.solve_path()
+            return self.solve_exact();
+        }
+        let path = self.solve_path();
+        let Some(hint) = &self.hint else { return path };
+        // The hint when it fits and recomputes less (or the path found nothing). Monotone: the
+        // hint's bytes are fixed, and the path's first point within a smaller limit is the same
+        // point or a later one, with no fewer FLOPs.
+        let mut scratch = vec![false; self.g.len()];
+        let mut bytes = vec![0; self.limits.len()];
+        let hint_flops = self.eval_into(hint, &mut scratch, &mut bytes);
+        let hint_fits = self.fits(&bytes);
+        match path {
+            Ok(at_hand) if hint_fits => {
+                let mut path_bytes = vec![0; self.limits.len()];
+                let path_flops = self.eval_into(&at_hand, &mut scratch, &mut path_bytes);
+                Ok(if hint_flops < path_flops { hint.clone() } else { at_hand })
+            }
+            Ok(at_hand) => Ok(at_hand),
+            Err(_) if hint_fits => Ok(hint.clone()),
+            Err(mut e) => {
+                self.note(&bytes, &mut e);
+                Err(e)
+            }
         }
     }
 
