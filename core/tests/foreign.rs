@@ -379,3 +379,13 @@ fn remat_graph_accepts_bool_masks() {
     assert_eq!(pg.nodes[1].dtype, Some(StorageType::Bool));
     assert_eq!(pg.nodes[1].bytes, 6);
 }
+
+#[test]
+fn errors_name_the_value_too() {
+    let text = joint(
+        &[r#"{"id": "t_3", "op": "aten.t.default", "phase": "forward", "bytes": 4, "name": "w_t", "dtype": "f33"}"#],
+        "[]",
+    );
+    let e = json::read_joint(&text).unwrap_err().to_string();
+    assert!(e.starts_with(r#"node "t_3" (aten.t.default "w_t"): field "dtype": unknown dtype "f33""#), "{e}");
+}

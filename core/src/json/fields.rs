@@ -1,7 +1,7 @@
 //! Typed reading of one node object, with errors a person can act on: the node's id and op, the
 //! field, what was expected and what was found, and the nearest field for an unknown one.
 
-use super::{at, top_error};
+use super::top_error;
 use crate::error::{Error, Result};
 use crate::partition::DocId;
 use serde::de::{self, Deserializer, Visitor};
@@ -140,6 +140,7 @@ fn node_error(
         _ => DocId::Name(format!("nodes[{k}]")),
     };
     let op = value.get("op").and_then(Value::as_str).unwrap_or("?");
+    let name = value.get("name").and_then(Value::as_str);
     let inner = e.inner().to_string();
     let message = if let Some(name) = backticked(&inner).filter(|_| inner.starts_with("unknown field")) {
         super::unknown("field", &name, fields)
@@ -151,7 +152,7 @@ fn node_error(
     } else {
         crate::text::shorten(&inner, 200)
     };
-    at(&id, op, message)
+    super::at_named(&id, op, name, message)
 }
 
 /// What one element of a field holds when the error is inside it (`inputs[2]`).

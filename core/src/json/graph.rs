@@ -131,7 +131,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
 
 /// Reads node `k` (document id `id`), checking it against the graph so far.
 fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<RegionId>, d: NodeIn<'_>) -> Result<Node> {
-    let err = |m: String| at(id, &d.op, m);
+    let err = |m: String| super::at_named(id, &d.op, d.name.as_deref(), m);
     let kind = op_kind(&d.op).map_err(&err)?;
     let op = attrs::read(kind, &d.attrs, k as u32).map_err(&err)?;
     let dtype =

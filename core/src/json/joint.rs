@@ -176,7 +176,7 @@ fn node<'a>(
     d: NodeIn<'a>,
 ) -> Result<PNode> {
     let op = d.op.as_ref();
-    let err = |m: String| at(&id, op, m);
+    let err = |m: String| super::at_named(&id, op, d.name.as_deref(), m);
     let backward = d.phase == Phase::Backward;
     let mut inputs = Vec::with_capacity(d.inputs.len());
     for input in &d.inputs {

@@ -179,11 +179,17 @@ fn top_error(message: String) -> Error {
 
 /// An error about the node with document id `id`.
 fn at(id: &DocId, op: &str, message: impl Into<String>) -> Error {
-    Error::Json {
-        node: Some(id.in_error()),
-        op: Some(crate::text::shorten(op, crate::text::CELL)),
-        message: message.into(),
+    at_named(id, op, None, message)
+}
+
+/// An error about the node with document id `id`, op `op` and value name `name`:
+/// `node "t_3" (aten.t.default "w_t"): ...`.
+fn at_named(id: &DocId, op: &str, name: Option<&str>, message: impl Into<String>) -> Error {
+    let mut op = crate::text::shorten(op, crate::text::CELL);
+    if let Some(name) = name {
+        op += &format!(" {}", crate::text::quoted(name));
     }
+    Error::Json { node: Some(id.in_error()), op: Some(op), message: message.into() }
 }
 
 /// The document ids of the nodes read so far, for resolving inputs.
