@@ -10,8 +10,10 @@
 
 #![warn(missing_docs)]
 
+pub mod forms;
 mod policy;
 
+pub use forms::PolicyError;
 pub use policy::{Policy, PolicySource};
 
 /// How many inputs an op takes.

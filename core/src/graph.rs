@@ -6,9 +6,9 @@
 //! - a tag's region exists, and a region's parent has a smaller id.
 
 use crate::dtype::DType;
-use crate::policy::{Policy, PolicySource};
 use crate::error::{Error, Result};
 use crate::op::{Meta, Op};
+use crate::policy::{Policy, PolicySource};
 use crate::region::RegionSpec;
 use crate::shape::numel;
 use std::fmt::Write as _;

@@ -10,8 +10,8 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
-use crate::policy::{Policy, PolicySource};
 use crate::op::{Init, Op};
+use crate::policy::{Policy, PolicySource};
 use crate::region::active_regions;
 use crate::shape::fmt_shape;
 use std::cell::RefCell;

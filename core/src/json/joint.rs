@@ -3,8 +3,8 @@
 use super::{at, node_doc, region_docs, regions, spaced, top, RegionDoc};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::policy::PolicySource;
 use crate::partition::{Flags, PGraph, PNode, PRegion};
+use crate::policy::PolicySource;
 use crate::shape::numel;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -24,8 +24,8 @@ mod joint;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::policy::{Policy, PolicySource};
 use crate::partition::PGraph;
+use crate::policy::{Policy, PolicySource};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

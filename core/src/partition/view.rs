@@ -4,9 +4,9 @@
 
 use crate::autodiff::JointGraph;
 use crate::dtype::DType;
-use crate::policy::{Policy, PolicySource};
 use crate::op::Op;
 use crate::plan::node_flops;
+use crate::policy::{Policy, PolicySource};
 
 /// Properties of a node that constrain how it may be kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
