@@ -210,10 +210,7 @@ pub fn resolve_policy<S: Clone>(value: &Expr<S>, diags: &mut Diagnostics<S>) -> 
 /// Resolves `budget = value`: a number in [0, 1].
 pub fn resolve_budget<S: Clone>(value: &Expr<S>, diags: &mut Diagnostics<S>) -> Option<f64> {
     match value {
-        Expr::Number(n, span) if (0.0..=1.0).contains(n) => {
-            let _ = span;
-            Some(*n)
-        }
+        Expr::Number(n, _) if (0.0..=1.0).contains(n) => Some(*n),
         Expr::Number(n, span) => {
             report(
                 diags,
@@ -430,8 +427,7 @@ fn rules<S: Clone>(args: &[Expr<S>], resolved: &mut Resolved, diags: &mut Diagno
         let policy = POLICY_ORDER[index];
         let items = match &**value {
             Expr::List(elems, _) => op_names(elems, diags),
-            Expr::Ident(op, span) => {
-                let _ = span;
+            Expr::Ident(op, _) => {
                 report(diags, value.span(), format!("expected a list; write `{name} = [{op}]`"));
                 continue;
             }
@@ -539,7 +535,10 @@ enum Tok {
     Punct(char),
 }
 
-fn lex(text: &str) -> Result<Vec<(Tok, Range<usize>)>, Diagnostic<Range<usize>>> {
+/// Tokens with their byte ranges.
+type Tokens = Vec<(Tok, Range<usize>)>;
+
+fn lex(text: &str) -> Result<Tokens, Diagnostic<Range<usize>>> {
     let mut out = Vec::new();
     let bytes = text.as_bytes();
     let mut i = 0;
