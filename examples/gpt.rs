@@ -175,6 +175,9 @@ struct Args {
     /// After training, generate this many tokens with the forward-only call (0: none).
     #[arg(long, default_value_t = 48)]
     generate: usize,
+    /// Print where the time of a step goes, per op kind (CPU), and exit after training.
+    #[arg(long)]
+    profile: bool,
     /// A short run for CI: few steps, small comparison.
     #[arg(long)]
     quick: bool,
@@ -284,6 +287,9 @@ fn train_and_compare<B: Backend>(
     for warning in model.warnings() {
         println!("warning: {warning}");
     }
+    if args.profile {
+        return profile(&model, &params, cfg);
+    }
     if args.generate > 0 {
         generate(&model, &params, &mut device, cfg, args.generate)?;
     }
@@ -327,6 +333,72 @@ fn train_and_compare<B: Backend>(
         plot(path, &rows)?;
         println!("frontier written to {}", path.display());
     }
+    Ok(())
+}
+
+/// A CPU backend that times every kernel, by op kind and output shape.
+struct Timed {
+    inner: CpuBackend,
+    times: std::collections::HashMap<String, (f64, usize)>,
+}
+
+impl Backend for Timed {
+    type Buffer = <CpuBackend as Backend>::Buffer;
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn upload(&mut self, tensor: &remat::HostTensor) -> Result<Self::Buffer, remat::Error> {
+        let start = Instant::now();
+        let b = self.inner.upload(tensor);
+        let e = self.times.entry("(upload)".into()).or_default();
+        e.0 += start.elapsed().as_secs_f64();
+        e.1 += 1;
+        b
+    }
+    fn download(&mut self, buffer: &Self::Buffer) -> Result<remat::HostTensor, remat::Error> {
+        let start = Instant::now();
+        let t = self.inner.download(buffer);
+        let e = self.times.entry("(download)".into()).or_default();
+        e.0 += start.elapsed().as_secs_f64();
+        e.1 += 1;
+        t
+    }
+    fn execute(&mut self, call: &remat::KernelCall<'_>, inputs: &[&Self::Buffer]) -> Result<Self::Buffer, remat::Error> {
+        let start = Instant::now();
+        let out = self.inner.execute(call, inputs);
+        let e = self.times.entry(call.op.name().to_string()).or_default();
+        e.0 += start.elapsed().as_secs_f64();
+        e.1 += 1;
+        out
+    }
+    fn memory(&self) -> remat::MemoryStats {
+        self.inner.memory()
+    }
+    fn reset_peak(&mut self) {
+        self.inner.reset_peak()
+    }
+}
+
+/// `--profile`: the time of a step per op kind, summed over a few steps.
+fn profile(model: &Model, params: &Params, cfg: &GptConfig) -> Result<(), Box<dyn std::error::Error>> {
+    let mut timed = Timed { inner: CpuBackend::new(), times: Default::default() };
+    let feeds = zoo::synthetic_tokens(cfg, 0)?;
+    let steps = 5;
+    let start = Instant::now();
+    for i in 0..steps {
+        model.step_seeded(&mut timed, params, &feeds, i)?;
+    }
+    let total = start.elapsed().as_secs_f64() / steps as f64;
+    let mut rows: Vec<_> = timed.times.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    println!("\nwhere a step's {:.2} ms go (mean of {steps} steps):", total * 1e3);
+    let mut kernels = 0.0;
+    for (op, (secs, count)) in &rows {
+        let ms = secs / steps as f64 * 1e3;
+        kernels += ms;
+        println!("  {op:<22} {ms:>9.3} ms {:>5.1}%  ({} calls)", 100.0 * ms / (total * 1e3), count / steps as usize);
+    }
+    println!("  {:<22} {:>9.3} ms (executor, planning, allocation)", "(outside kernels)", total * 1e3 - kernels);
     Ok(())
 }
 
