@@ -363,7 +363,11 @@ impl Backend for Timed {
         e.1 += 1;
         t
     }
-    fn execute(&mut self, call: &remat::KernelCall<'_>, inputs: &[&Self::Buffer]) -> Result<Self::Buffer, remat::Error> {
+    fn execute(
+        &mut self,
+        call: &remat::KernelCall<'_>,
+        inputs: &[&Self::Buffer],
+    ) -> Result<Self::Buffer, remat::Error> {
         let start = Instant::now();
         let out = self.inner.execute(call, inputs);
         let e = self.times.entry(call.op.name().to_string()).or_default();

@@ -1,6 +1,7 @@
 //! Elementwise kernels: broadcasting binary ops, unary ops, their pointwise gradients,
 //! dropout and casts.
 
+use super::simd;
 use super::strided::{coalesce, row_offsets};
 use super::{finish, node_err, Float, KernelCall};
 use crate::dtype::DType;
@@ -20,7 +21,7 @@ pub(super) fn broadcast_zip<T: Float>(
     f: impl Fn(T, T) -> T,
 ) -> Vec<T> {
     if a_shape == b_shape {
-        return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
+        return simd::zip(a, b, f);
     }
     let (sa, sb) = (broadcast_strides(a_shape, out_shape), broadcast_strides(b_shape, out_shape));
     let (shape, s) = coalesce(out_shape, &[&sa, &sb]);
@@ -130,7 +131,7 @@ fn gelu_grad<T: Float>(x: T) -> T {
 }
 
 fn map<T: Float>(x: &[T], f: impl Fn(T) -> T) -> Vec<T> {
-    x.iter().map(|&v| f(v)).collect()
+    simd::map(x, f)
 }
 
 /// One-input elementwise ops.
@@ -189,7 +190,7 @@ pub(super) fn pointwise_grad<T: Float>(call: &KernelCall<'_>, x: &HostTensor, g:
             pairs.map(|(&v, &g)| if lo <= v && v <= hi { g } else { T::ZERO }).collect()
         }
         Op::ReluGrad => pairs.map(|(&y, &g)| if y > T::ZERO { g } else { T::ZERO }).collect(),
-        Op::GeluGrad => pairs.map(|(&v, &g)| g * gelu_grad(v)).collect(),
+        Op::GeluGrad => simd::zip(&xv, &gv, |v, g| g * gelu_grad(v)),
         other => return Err(node_err(call, format!("{} is not a pointwise gradient op", other.name()))),
     };
     finish(call, out)
@@ -207,20 +208,33 @@ pub(super) fn dropout<T: Float>(
     key: u64,
 ) -> Result<HostTensor> {
     let xv = T::read(x.data());
+    if p == 0.0 {
+        // Keeps everything, scaled by 1: a copy (what inference runs).
+        return finish(call, xv.into_owned());
+    }
     let seed = rng::stream_seed(seed, call.run_seed);
     let threshold = rng::drop_threshold(p);
     let keep_prob = T::of(1.0 - p);
     let philox_key = [seed as u32, (seed >> 32) as u32];
-    let mut out = Vec::with_capacity(xv.len());
-    for (block, chunk) in xv.chunks(4).enumerate() {
-        let block = block as u64;
-        let counter = [block as u32, (block >> 32) as u32, key as u32, (key >> 32) as u32];
-        let words = rng::philox4x32_10(counter, philox_key);
-        for (&v, &w) in chunk.iter().zip(&words) {
-            out.push(if w as u64 >= threshold { v / keep_prob } else { T::ZERO });
-        }
-    }
+    let out = dropout_loop(&xv, key, philox_key, threshold, keep_prob);
     finish(call, out)
+}
+
+simd::wide_fn! {
+    /// The body of [`dropout`]: `rng::LANES` Philox blocks (four words each) at a time, element
+    /// `4·block + w` taking word `w` of its block.
+    fn dropout_loop<[T: Float]>[T](xv: &[T], key: u64, seed: [u32; 2], threshold: u64, keep_prob: T) -> Vec<T> {
+        const SPAN: usize = 4 * rng::LANES;
+        let mut out = vec![T::ZERO; xv.len()];
+        for (group, (src, dst)) in xv.chunks(SPAN).zip(out.chunks_mut(SPAN)).enumerate() {
+            let words = rng::philox_lanes((group * rng::LANES) as u64, key, seed);
+            for (i, (&v, o)) in src.iter().zip(dst.iter_mut()).enumerate() {
+                let w = words[i % 4][i / 4];
+                *o = if w as u64 >= threshold { v / keep_prob } else { T::ZERO };
+            }
+        }
+        out
+    }
 }
 
 /// Any float to any float (through f64 when either side is f64, else f32), i64 to float, i64

@@ -1,7 +1,7 @@
 //! Row-wise network ops over the last axis: softmax, log-softmax, layer norm, cross-entropy,
 //! their gradients, and the embedding gather and its scatter-add gradient.
 
-use super::{finish, finish_raw, ids, node_err, per_elem, Elem, Float, KernelCall};
+use super::{finish, finish_raw, ids, node_err, per_elem, simd, Elem, Float, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
@@ -30,20 +30,32 @@ fn logsumexp<T: Float>(row: &[T]) -> T {
 pub(super) fn softmax<T: Float>(call: &KernelCall<'_>, x: &HostTensor, log: bool) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let d = row_len(x.shape());
-    let mut out = Vec::with_capacity(xv.len());
-    for row in xv.chunks_exact(d) {
-        if log {
+    if log {
+        let mut out = Vec::with_capacity(xv.len());
+        for row in xv.chunks_exact(d) {
             let lse = logsumexp(row);
             out.extend(row.iter().map(|&v| v - lse));
-        } else {
-            let max = row_max(row);
-            let start = out.len();
-            out.extend(row.iter().map(|&v| (v - max).exp()));
-            let sum = out[start..].iter().fold(T::ZERO, |s, &e| s + e);
-            out[start..].iter_mut().for_each(|e| *e = *e / sum);
         }
+        return finish(call, out);
     }
-    finish(call, out)
+    simd::wide_fn! {
+    fn rows<[T: Float]>[T](xv: &[T], d: usize) -> Vec<T> {
+        let mut out = vec![T::ZERO; xv.len()];
+        for (row, o) in xv.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            let max = row_max(row);
+            for (e, &v) in o.iter_mut().zip(row) {
+                *e = (v - max).exp_fast();
+            }
+            // A sequential sum: the same order on every run and every strategy.
+            let sum = o.iter().fold(T::ZERO, |s, &e| s + e);
+            for e in o.iter_mut() {
+                *e = *e / sum;
+            }
+        }
+        out
+    }
+    }
+    finish(call, rows(&xv, d))
 }
 
 /// From the output `y` and incoming `g`: softmax `y·(g − Σ g·y)`, log-softmax `g − exp(y)·Σ g`.
