@@ -18,7 +18,7 @@ pub(super) fn broadcast_zip<T: Float>(
     out_shape: &[usize],
     (a_shape, a): (&[usize], &[T]),
     (b_shape, b): (&[usize], &[T]),
-    f: impl Fn(T, T) -> T,
+    f: impl Fn(T, T) -> T + Sync,
 ) -> Vec<T> {
     if a_shape == b_shape {
         return simd::zip(a, b, f);
@@ -27,18 +27,41 @@ pub(super) fn broadcast_zip<T: Float>(
     let (shape, s) = coalesce(out_shape, &[&sa, &sb]);
     let r = shape.len();
     let inner = shape[r - 1];
-    let mut out = Vec::with_capacity(out_shape.iter().product());
+    let mut out = vec![T::ZERO; out_shape.iter().product()];
     let rows_a = row_offsets(&shape, &s[0]);
     let rows_b = row_offsets(&shape, &s[1]);
-    for (&oa, &ob) in rows_a.iter().zip(&rows_b) {
-        match (s[0][r - 1], s[1][r - 1]) {
-            (1, 1) => out.extend(a[oa..oa + inner].iter().zip(&b[ob..ob + inner]).map(|(&x, &y)| f(x, y))),
-            (1, 0) => out.extend(a[oa..oa + inner].iter().map(|&x| f(x, b[ob]))),
-            (0, 1) => out.extend(b[ob..ob + inner].iter().map(|&y| f(a[oa], y))),
-            (ia, ib) => out.extend((0..inner).map(|j| f(a[oa + j * ia], b[ob + j * ib]))),
+    let steps = (s[0][r - 1], s[1][r - 1]);
+    simd::par_rows(&mut out, inner, |at, chunk| {
+        let first = at / inner.max(1);
+        let rows = first..first + chunk.len() / inner.max(1);
+        broadcast_rows(chunk, a, &rows_a[rows.clone()], b, &rows_b[rows], inner, steps, &f)
+    });
+    out
+}
+
+simd::wide_fn! {
+    #[allow(clippy::too_many_arguments)]
+    /// Rows of [`broadcast_zip`]: `out` holds consecutive rows of `inner` elements, row `i`
+    /// reading `a` from `rows_a[i]` and `b` from `rows_b[i]` with inner steps `steps`.
+    fn broadcast_rows<[T: Float, F: Fn(T, T) -> T]>[T, F](
+        out: &mut [T],
+        a: &[T],
+        rows_a: &[usize],
+        b: &[T],
+        rows_b: &[usize],
+        inner: usize,
+        steps: (usize, usize),
+        f: &F,
+    ) -> () {
+        for ((o, &oa), &ob) in out.chunks_exact_mut(inner.max(1)).zip(rows_a).zip(rows_b) {
+            match steps {
+                (1, 1) => o.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]).for_each(|((o, &x), &y)| *o = f(x, y)),
+                (1, 0) => o.iter_mut().zip(&a[oa..oa + inner]).for_each(|(o, &x)| *o = f(x, b[ob])),
+                (0, 1) => o.iter_mut().zip(&b[ob..ob + inner]).for_each(|(o, &y)| *o = f(a[oa], y)),
+                (ia, ib) => o.iter_mut().enumerate().for_each(|(j, o)| *o = f(a[oa + j * ia], b[ob + j * ib])),
+            }
         }
     }
-    out
 }
 
 /// NaN-propagating maximum (like `torch.maximum`).
@@ -130,7 +153,7 @@ fn gelu_grad<T: Float>(x: T) -> T {
     half * (T::ONE + t) + half * x * (T::ONE - t * t) * c * (T::ONE + T::of(3.0) * a * x * x)
 }
 
-fn map<T: Float>(x: &[T], f: impl Fn(T) -> T) -> Vec<T> {
+fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync) -> Vec<T> {
     simd::map(x, f)
 }
 

@@ -42,6 +42,7 @@ macro_rules! wide_fn {
         $vis fn $name<$($gen)*>($($arg: $ty),*) -> $ret {
             #[cfg(target_arch = "x86_64")]
             {
+                #[allow(clippy::too_many_arguments)]
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn with_avx2<$($gen)*>($($arg: $ty),*) -> $ret $body
                 if $crate::backend::cpu::kernels::simd::avx2() {
@@ -55,27 +56,74 @@ macro_rules! wide_fn {
 }
 pub(crate) use wide_fn;
 
+/// Threads the CPU kernels may use: the CPUs this process may run on (so `taskset` limits it),
+/// capped by `MATMUL_NUM_THREADS` when set (the variable `matrixmultiply` reads for its own
+/// threads). Read once.
+pub(crate) fn threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cap = std::env::var("MATMUL_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
+        cap.map_or(cpus, |c| c.min(cpus)).max(1)
+    })
+}
+
+/// Elements below which an elementwise loop stays on one thread (spawning costs more).
+const PAR_MIN: usize = 1 << 16;
+
+/// Runs `f(offset, chunk)` over `out` split into [`threads`] contiguous chunks (one chunk when
+/// `out` is small). Each element is computed by the same code whatever the split, so results do
+/// not depend on the thread count.
+pub(crate) fn par_chunks<U: Send>(out: &mut [U], f: impl Fn(usize, &mut [U]) + Sync) {
+    par_rows(out, 1, f)
+}
+
+/// [`par_chunks`] with chunk lengths a multiple of `row` (`out.len()` must be one too).
+pub(crate) fn par_rows<U: Send>(out: &mut [U], row: usize, f: impl Fn(usize, &mut [U]) + Sync) {
+    let row = row.max(1);
+    let threads = threads().min(out.len() / PAR_MIN).min(out.len() / row).max(1);
+    if threads == 1 {
+        return f(0, out);
+    }
+    let per = (out.len() / row).div_ceil(threads) * row;
+    std::thread::scope(|s| {
+        let f = &f;
+        for (i, chunk) in out.chunks_mut(per).enumerate() {
+            s.spawn(move || f(i * per, chunk));
+        }
+    });
+}
+
 wide_fn! {
-    /// `f` of every element, vectorised.
-    pub(crate) fn map<[T: Copy, U: Copy + Default, F: Fn(T) -> U]>[T, U, F](x: &[T], f: F) -> Vec<U> {
-        let mut out = vec![U::default(); x.len()];
+    fn map_into<[T: Copy, U: Copy, F: Fn(T) -> U]>[T, U, F](out: &mut [U], x: &[T], f: &F) -> () {
         for (o, &v) in out.iter_mut().zip(x) {
             *o = f(v);
         }
-        out
     }
 }
 
 wide_fn! {
-    /// `f` of every pair of elements of two slices (as long as the shorter), vectorised.
-    pub(crate) fn zip<[T: Copy, U: Copy + Default, F: Fn(T, T) -> U]>[T, U, F](a: &[T], b: &[T], f: F) -> Vec<U> {
-        let n = a.len().min(b.len());
-        let mut out = vec![U::default(); n];
-        for ((o, &x), &y) in out.iter_mut().zip(&a[..n]).zip(&b[..n]) {
+    fn zip_into<[T: Copy, U: Copy, F: Fn(T, T) -> U]>[T, U, F](out: &mut [U], a: &[T], b: &[T], f: &F) -> () {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
             *o = f(x, y);
         }
-        out
     }
+}
+
+/// `f` of every element: vectorised, and threaded for large slices.
+pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync>(x: &[T], f: F) -> Vec<U> {
+    let mut out = vec![U::default(); x.len()];
+    par_chunks(&mut out, |at, chunk| map_into(chunk, &x[at..at + chunk.len()], &f));
+    out
+}
+
+/// `f` of every pair of elements of two slices (as long as the shorter): vectorised, and
+/// threaded for large slices.
+pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + Sync>(a: &[T], b: &[T], f: F) -> Vec<U> {
+    let n = a.len().min(b.len());
+    let mut out = vec![U::default(); n];
+    par_chunks(&mut out, |at, chunk| zip_into(chunk, &a[at..at + chunk.len()], &b[at..at + chunk.len()], &f));
+    out
 }
 
 /// `e^x` in f32 without a libm call, so loops over it vectorise: Cephes' `expf` (range
