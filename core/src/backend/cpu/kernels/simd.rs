@@ -126,6 +126,75 @@ pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + S
     out
 }
 
+/// Accumulators a row reduction keeps: the loop carries eight independent sums (which the
+/// compiler keeps in one vector register) instead of one long dependency chain.
+pub(crate) const LANES: usize = 8;
+
+/// `Σ f(x[i])` over eight interleaved partial sums, combined in a fixed order: the same result
+/// on every run, every thread count and every strategy (not the left-to-right sum's bits).
+#[inline(always)]
+pub(crate) fn lane_sum<T: super::Float>(x: &[T], f: impl Fn(T) -> T) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] += f(c[l]);
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] += f(v);
+    }
+    combine(acc)
+}
+
+/// `Σ f(a[i], b[i])` as [`lane_sum`] does it.
+#[inline(always)]
+pub(crate) fn lane_sum2<T: super::Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [T::ZERO; LANES];
+    let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..LANES {
+            acc[l] += f(x[l], y[l]);
+        }
+    }
+    for (l, (&x, &y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
+        acc[l] += f(x, y);
+    }
+    combine(acc)
+}
+
+/// The NaN-propagating maximum of `x` (−∞ for an empty row), over eight lanes.
+#[inline(always)]
+pub(crate) fn lane_max<T: super::Float>(x: &[T]) -> T {
+    let pick = |m: T, v: T| if v > m || v.is_nan() { v } else { m };
+    let mut acc = [T::NEG_INFINITY; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = pick(acc[l], c[l]);
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] = pick(acc[l], v);
+    }
+    acc.into_iter().fold(T::NEG_INFINITY, |m, v| if m.is_nan() { m } else { pick(m, v) })
+}
+
+/// Pairwise: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1.
+#[inline(always)]
+fn combine<T: super::Float>(mut acc: [T; LANES]) -> T {
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] = acc[l] + acc[l + width];
+        }
+        width /= 2;
+    }
+    acc[0]
+}
+
 /// `e^x` in f32 without a libm call, so loops over it vectorise: Cephes' `expf` (range
 /// reduction by ln 2 in two parts, a degree-6 polynomial, the exponent put in by bits), within
 /// 2 ulp of libm. Below −87.3 it is 0 (as `exp` underflows there); NaN stays NaN.
@@ -177,6 +246,19 @@ mod tests {
         assert_eq!(exp_f32(-1e9), 0.0);
         assert_eq!(exp_f32(0.0), 1.0);
         assert!(exp_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn lane_reductions() {
+        let x: Vec<f64> = (0..37).map(|i| i as f64 * 0.5 - 3.0).collect();
+        let want: f64 = x.iter().sum();
+        assert!((lane_sum(&x, |v| v) - want).abs() < 1e-12);
+        assert!((lane_sum2(&x, &x, |a, b| a * b) - x.iter().map(|v| v * v).sum::<f64>()).abs() < 1e-9);
+        assert_eq!(lane_max(&x), 15.0);
+        assert_eq!(lane_max::<f64>(&[]), f64::NEG_INFINITY);
+        let mut with_nan = x.clone();
+        with_nan[3] = f64::NAN;
+        assert!(lane_max(&with_nan).is_nan());
     }
 
     #[test]
