@@ -29,6 +29,7 @@ pub const LANES: usize = 8;
 /// lane by lane so the compiler can vectorise the rounds; equal to calling the scalar function
 /// per block (a test checks).
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // indexed lanes are what vectorises
 pub fn philox_lanes(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES]; 4] {
     let mut c = [[0u32; LANES]; 4];
     for l in 0..LANES {
@@ -122,6 +123,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::needless_range_loop)]
     fn lanes_equal_the_scalar_generator() {
         for (first, key, seed) in
             [(0u64, 0u64, [0u32, 0u32]), (u32::MAX as u64 - 3, 77, [5, 9]), (1 << 40, u64::MAX, [u32::MAX; 2])]

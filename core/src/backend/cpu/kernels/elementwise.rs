@@ -249,12 +249,21 @@ simd::wide_fn! {
     fn dropout_loop<[T: Float]>[T](xv: &[T], key: u64, seed: [u32; 2], threshold: u64, keep_prob: T) -> Vec<T> {
         const SPAN: usize = 4 * rng::LANES;
         let mut out = vec![T::ZERO; xv.len()];
-        for (group, (src, dst)) in xv.chunks(SPAN).zip(out.chunks_mut(SPAN)).enumerate() {
+        let keep = |w: u32, v: T| if w as u64 >= threshold { v / keep_prob } else { T::ZERO };
+        let mut src = xv.chunks_exact(SPAN);
+        let mut dst = out.chunks_exact_mut(SPAN);
+        let mut group = 0;
+        for (s, d) in (&mut src).zip(&mut dst) {
             let words = rng::philox_lanes((group * rng::LANES) as u64, key, seed);
-            for (i, (&v, o)) in src.iter().zip(dst.iter_mut()).enumerate() {
-                let w = words[i % 4][i / 4];
-                *o = if w as u64 >= threshold { v / keep_prob } else { T::ZERO };
+            // Full groups: constant indices, so the word transpose becomes shuffles.
+            for i in 0..SPAN {
+                d[i] = keep(words[i % 4][i / 4], s[i]);
             }
+            group += 1;
+        }
+        let words = rng::philox_lanes((group * rng::LANES) as u64, key, seed);
+        for (i, (&v, o)) in src.remainder().iter().zip(dst.into_remainder()).enumerate() {
+            *o = keep(words[i % 4][i / 4], v);
         }
         out
     }

@@ -126,6 +126,7 @@ pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + S
     out
 }
 
+// The lane loops index on purpose: fixed-size indexed loops are what the compiler vectorises.
 /// Accumulators a row reduction keeps: the loop carries eight independent sums (which the
 /// compiler keeps in one vector register) instead of one long dependency chain.
 pub(crate) const LANES: usize = 8;
@@ -133,6 +134,7 @@ pub(crate) const LANES: usize = 8;
 /// `Σ f(x[i])` over eight interleaved partial sums, combined in a fixed order: the same result
 /// on every run, every thread count and every strategy (not the left-to-right sum's bits).
 #[inline(always)]
+#[allow(clippy::needless_range_loop)]
 pub(crate) fn lane_sum<T: super::Float>(x: &[T], f: impl Fn(T) -> T) -> T {
     let mut acc = [T::ZERO; LANES];
     let mut chunks = x.chunks_exact(LANES);
@@ -149,6 +151,7 @@ pub(crate) fn lane_sum<T: super::Float>(x: &[T], f: impl Fn(T) -> T) -> T {
 
 /// `Σ f(a[i], b[i])` as [`lane_sum`] does it.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)]
 pub(crate) fn lane_sum2<T: super::Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
@@ -167,6 +170,7 @@ pub(crate) fn lane_sum2<T: super::Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T
 
 /// The NaN-propagating maximum of `x` (−∞ for an empty row), over eight lanes.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)]
 pub(crate) fn lane_max<T: super::Float>(x: &[T]) -> T {
     let pick = |m: T, v: T| if v > m || v.is_nan() { v } else { m };
     let mut acc = [T::NEG_INFINITY; LANES];
@@ -188,7 +192,7 @@ fn combine<T: super::Float>(mut acc: [T; LANES]) -> T {
     let mut width = LANES / 2;
     while width > 0 {
         for l in 0..width {
-            acc[l] = acc[l] + acc[l + width];
+            acc[l] += acc[l + width];
         }
         width /= 2;
     }
