@@ -13,7 +13,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
 use crate::shape::{matrix_offsets, numel};
-use std::thread;
+use std::mem::MaybeUninit;
 
 /// Below this many multiply-adds per product (`matrixmultiply`'s own threading threshold is of
 /// the same order), a batch is parallelised across products rather than within them.
@@ -69,13 +69,16 @@ fn batched_on<T: Float>(
     let (rsb, csb) = if t.b { (1, k as isize) } else { (n as isize, 1) };
     let batch = &out_shape[..r - 2];
     let batches = numel(batch);
-    let mut out = vec![T::ZERO; batches * m * n];
-    if out.is_empty() {
-        return out;
+    let total = batches * m * n;
+    if total == 0 {
+        return Vec::new();
     }
+    // The products write every element (β = 0: `matrixmultiply` does not read C, and a k = 0
+    // product writes zeros), so the output starts uninitialised rather than memset.
+    let mut out: Vec<T> = Vec::with_capacity(total);
     let (oa, ob) = (matrix_offsets(a_shape, batch), matrix_offsets(b_shape, batch));
     // Rows `r0..r0 + c.len() / n` of product `q` into `c`.
-    let rows = |q: usize, r0: usize, c: &mut [T]| {
+    let rows = |q: usize, r0: usize, c: &mut [MaybeUninit<T>]| {
         let (pa, pb) = (&a[oa[q]..], &b[ob[q]..]);
         debug_assert!(pa.len() >= m * k && pb.len() >= k * n);
         let rows = c.len() / n;
@@ -85,10 +88,10 @@ fn batched_on<T: Float>(
         // and lie inside it. `c` is an exclusive rows×n row-major buffer.
         unsafe {
             let pa = pa.as_ptr().offset(r0 as isize * rsa);
-            T::gemm(rows, k, n, alpha, pa, rsa, csa, pb.as_ptr(), rsb, csb, c.as_mut_ptr(), n as isize, 1)
+            T::gemm(rows, k, n, alpha, pa, rsa, csa, pb.as_ptr(), rsb, csb, c.as_mut_ptr().cast(), n as isize, 1)
         };
     };
-    let run = |first: usize, chunk: &mut [T]| {
+    let run = |first: usize, chunk: &mut [MaybeUninit<T>]| {
         for (j, c) in chunk.chunks_exact_mut(m * n).enumerate() {
             rows(first + j, 0, c);
         }
@@ -97,33 +100,36 @@ fn batched_on<T: Float>(
     // output element is summed in the same order however the rows are split.
     if cpus > 1 && m * n * k >= SMALL_PRODUCT {
         let threads = cpus.min(m).min((m * n * k) / PAR_WORK).max(1);
-        let per = m.div_ceil(threads);
-        for (q, c) in out.chunks_exact_mut(m * n).enumerate() {
-            if threads == 1 {
-                rows(q, 0, c);
-                continue;
-            }
-            thread::scope(|s| {
-                for (t, part) in c.chunks_mut(per * n).enumerate() {
-                    let rows = &rows;
-                    s.spawn(move || rows(q, t * per, part));
+        let spare = &mut out.spare_capacity_mut()[..total];
+        if threads == 1 {
+            run(0, spare);
+        } else {
+            // Row blocks of every product, a few per thread, claimed as threads get free.
+            let blocks = (threads * 4).min(m.div_ceil(16)).max(threads);
+            let per = m.div_ceil(blocks);
+            let mut tasks = Vec::new();
+            for (q, c) in spare.chunks_exact_mut(m * n).enumerate() {
+                for (b, part) in c.chunks_mut(per * n).enumerate() {
+                    tasks.push((q, b * per, part));
                 }
-            });
+            }
+            super::simd::par_tasks(tasks, threads, |(q, r0, part)| rows(q, r0, part));
         }
+        // SAFETY: every product wrote all its rows into the `total` reserved elements.
+        unsafe { out.set_len(total) };
         return out;
     }
     let threads = cpus.min(batches).min((batches * m * n * k) / PAR_WORK).max(1);
+    let spare = &mut out.spare_capacity_mut()[..total];
     if threads <= 1 || m * n * k >= SMALL_PRODUCT {
-        run(0, &mut out);
+        run(0, spare);
     } else {
-        let per = batches.div_ceil(threads);
-        thread::scope(|s| {
-            for (t, chunk) in out.chunks_mut(per * m * n).enumerate() {
-                let run = &run;
-                s.spawn(move || run(t * per, chunk));
-            }
-        });
+        let per = batches.div_ceil(threads * 4).max(1);
+        let tasks: Vec<_> = spare.chunks_mut(per * m * n).enumerate().map(|(t, c)| (t * per, c)).collect();
+        super::simd::par_tasks(tasks, threads, |(first, chunk)| run(first, chunk));
     }
+    // SAFETY: every product wrote all its elements into the `total` reserved ones.
+    unsafe { out.set_len(total) };
     out
 }
 

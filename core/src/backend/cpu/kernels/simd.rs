@@ -85,12 +85,38 @@ pub(crate) fn par_rows<U: Send>(out: &mut [U], row: usize, f: impl Fn(usize, &mu
     if threads == 1 {
         return f(0, out);
     }
-    let per = (out.len() / row).div_ceil(threads) * row;
-    std::thread::scope(|s| {
-        let f = &f;
-        for (i, chunk) in out.chunks_mut(per).enumerate() {
-            s.spawn(move || f(i * per, chunk));
+    // A few tasks per thread, claimed as threads get free: on a shared machine one thread may
+    // be descheduled, and a static split would make everyone wait for it.
+    let rows = out.len() / row;
+    let tasks = (threads * 4).min(rows).min(out.len() / PAR_MIN).max(threads);
+    let per = rows.div_ceil(tasks) * row;
+    let parts: Vec<(usize, &mut [U])> = out.chunks_mut(per).enumerate().map(|(i, c)| (i * per, c)).collect();
+    par_tasks(parts, threads, |(at, chunk)| f(at, chunk));
+}
+
+/// Runs `f` on every task, on `threads` threads (this one included), each claiming the next
+/// unclaimed task. Which thread runs a task never changes what it computes.
+pub(crate) fn par_tasks<T: Send>(tasks: Vec<T>, threads: usize, f: impl Fn(T) + Sync) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let n = tasks.len();
+    let slots: Vec<Mutex<Option<T>>> = tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
         }
+        let task = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            f(task);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads.min(n) {
+            s.spawn(work);
+        }
+        work();
     });
 }
 
