@@ -55,14 +55,7 @@ pub struct CpuBackend {
 
 impl CpuBackend {
     /// A CPU backend with nothing allocated.
-    ///
-    /// On glibc, the first backend also asks `malloc` to keep freed memory for reuse
-    /// (`mallopt`: no `mmap` for large blocks, no trimming of the heap): a step allocates and
-    /// frees the same few-megabyte buffers hundreds of times, and fresh `mmap`ed pages cost a
-    /// page fault each on first touch — a quarter of a memory-bound kernel's time. Set
-    /// `REMAT_KEEP_MALLOC=1` to leave `malloc` as it is.
     pub fn new() -> Self {
-        reuse_freed_memory();
         Self::default()
     }
 
@@ -104,26 +97,3 @@ impl Backend for CpuBackend {
     }
 }
 
-/// See [`CpuBackend::new`].
-fn reuse_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            if std::env::var_os("REMAT_KEEP_MALLOC").is_some() {
-                return;
-            }
-            extern "C" {
-                fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
-            }
-            const M_TRIM_THRESHOLD: std::ffi::c_int = -1;
-            const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
-            // SAFETY: `mallopt` only tunes glibc's allocator; both parameters take any int, and
-            // a refusal (return value 0) leaves the defaults in place.
-            unsafe {
-                mallopt(M_MMAP_THRESHOLD, 1 << 30);
-                mallopt(M_TRIM_THRESHOLD, i32::MAX);
-            }
-        });
-    }
-}
