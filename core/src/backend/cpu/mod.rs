@@ -96,4 +96,3 @@ impl Backend for CpuBackend {
         self.meter.peak.set(self.meter.live.get());
     }
 }
-

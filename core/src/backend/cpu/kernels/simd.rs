@@ -112,12 +112,76 @@ pub(crate) fn par_tasks<T: Send>(tasks: Vec<T>, threads: usize, f: impl Fn(T) + 
             f(task);
         }
     };
-    std::thread::scope(|s| {
-        for _ in 1..threads.min(n) {
-            s.spawn(work);
+    pool::run(threads.min(n).saturating_sub(1), &work);
+}
+
+/// A few long-lived helper threads. Fresh threads per kernel would each start with a cold
+/// allocator arena, and `matrixmultiply`'s packing buffers would page-fault on every call.
+mod pool {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+    /// A job borrowed for the duration of [`run`], which waits for every helper before
+    /// returning; the `'static` is a lie [`run`] makes true by waiting.
+    struct Job {
+        work: &'static (dyn Fn() + Sync),
+        done: Arc<(Mutex<(usize, bool)>, Condvar)>,
+    }
+
+    fn helpers() -> &'static Mutex<Vec<Sender<Job>>> {
+        static HELPERS: OnceLock<Mutex<Vec<Sender<Job>>>> = OnceLock::new();
+        HELPERS.get_or_init(|| Mutex::new(Vec::new()))
+    }
+
+    /// Runs `work` on this thread and on `extra` helper threads, returning when all are done.
+    pub(super) fn run(extra: usize, work: &(dyn Fn() + Sync)) {
+        if extra == 0 {
+            return work();
         }
-        work();
-    });
+        let done = Arc::new((Mutex::new((0usize, false)), Condvar::new()));
+        // SAFETY: the reference is only used by helpers until they report done below, and this
+        // function does not return (or unwind) before every helper has reported.
+        let work_static: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(work) };
+        let mut sent = 0;
+        {
+            let mut list = helpers().lock().unwrap_or_else(|e| e.into_inner());
+            while list.len() < extra {
+                let (tx, rx) = channel::<Job>();
+                let spawned = std::thread::Builder::new().name("remat-cpu".into()).spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        let panicked = catch_unwind(AssertUnwindSafe(job.work)).is_err();
+                        let (lock, cvar) = &*job.done;
+                        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+                        state.0 += 1;
+                        state.1 |= panicked;
+                        cvar.notify_all();
+                    }
+                });
+                if spawned.is_err() {
+                    break;
+                }
+                list.push(tx);
+            }
+            for tx in list.iter().take(extra) {
+                if tx.send(Job { work: work_static, done: done.clone() }).is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+        let mine = catch_unwind(AssertUnwindSafe(work));
+        let (lock, cvar) = &*done;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while state.0 < sent {
+            state = cvar.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        let helper_panicked = state.1;
+        drop(state);
+        if let Err(payload) = mine {
+            std::panic::resume_unwind(payload);
+        }
+        assert!(!helper_panicked, "a CPU kernel thread panicked");
+    }
 }
 
 wide_fn! {
