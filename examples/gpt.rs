@@ -22,11 +22,11 @@ use std::time::Instant;
 // norms, dropout and residuals.
 use zoo::{attention, feed_forward};
 
-// ---- One region wrapper per policy: the attribute is all that differs ----
+// ---- The regions: each takes its policy as an argument, chosen when the program runs ----
 
-/// Classic checkpointing: a whole block is one region; only its input is kept.
-#[checkpoint]
-fn block_full(x: &Tensor, p: &BlockParams, cfg: &GptConfig, layer: usize) -> Tensor {
+/// A whole block as one region (classic checkpointing when `policy` is `recompute_all`).
+#[checkpoint(policy = arg(policy))]
+fn block_region(policy: &RegionPolicy, x: &Tensor, p: &BlockParams, cfg: &GptConfig, layer: usize) -> Tensor {
     zoo::block(x, p, cfg, layer, &plain_parts)
 }
 
@@ -37,41 +37,35 @@ fn plain_parts(part: Part, x: &Tensor, p: &BlockParams, heads: usize) -> Tensor 
     }
 }
 
-#[checkpoint(policy = save(matmul))]
-fn attention_save_matmuls(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
+/// The attention sub-block as a region.
+#[checkpoint(policy = arg(policy))]
+fn attention_region(policy: &RegionPolicy, x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
     attention(x, p, heads)
 }
 
-#[checkpoint(policy = save_names("attn_ctx"))]
-fn attention_names(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
-    attention(x, p, heads)
-}
-
-#[checkpoint(policy = save(matmul))]
-fn feed_forward_save_matmuls(x: &Tensor, p: &BlockParams) -> Tensor {
-    feed_forward(x, p)
-}
-
-#[checkpoint(policy = save_names("ffn_pre"))]
-fn feed_forward_names(x: &Tensor, p: &BlockParams) -> Tensor {
+/// The MLP sub-block as a region.
+#[checkpoint(policy = arg(policy))]
+fn feed_forward_region(policy: &RegionPolicy, x: &Tensor, p: &BlockParams) -> Tensor {
     feed_forward(x, p)
 }
 
 // ---- Command line ----
 
-/// Which checkpointing policy the model's sub-blocks use.
+/// Which checkpointing policy the model's regions use.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum PolicyChoice {
     /// No regions: every value the backward reads is saved.
     None,
-    /// `#[checkpoint]` (recompute_all) on each whole block: only block inputs are kept.
+    /// Each whole block one `recompute_all` region: only block inputs are kept.
     Full,
-    /// `#[checkpoint(policy = save(matmul))]`.
+    /// `save(matmul)` on the attention and MLP sub-blocks.
     SaveMatmuls,
-    /// `#[checkpoint(policy = save_names(..))]` on the attention context and MLP pre-activation.
+    /// `save_names("attn_ctx")` on attention and `save_names("ffn_pre")` on the MLP.
     Names,
     /// Full-recompute block regions, partitioned under a byte budget (Prefer tags become soft).
     Budget(Budget),
+    /// Any policy form, given on the command line, on the attention and MLP sub-blocks.
+    Parts(RegionPolicy),
 }
 
 impl std::fmt::Display for PolicyChoice {
@@ -83,6 +77,7 @@ impl std::fmt::Display for PolicyChoice {
             PolicyChoice::Names => f.write_str("names"),
             PolicyChoice::Budget(Budget::Fraction(x)) => write!(f, "budget={x}"),
             PolicyChoice::Budget(Budget::Bytes(b)) => write!(f, "budget={b}B"),
+            PolicyChoice::Parts(p) => write!(f, "{p}"),
         }
     }
 }
@@ -95,10 +90,33 @@ fn parse_policy(text: &str) -> Result<PolicyChoice, String> {
         "names" => Ok(PolicyChoice::Names),
         _ => match text.strip_prefix("budget=") {
             Some(b) => b.parse().map(PolicyChoice::Budget),
+            // Anything else is a policy form, read with the grammar of `#[checkpoint]`.
+            None if text.contains('(') || text.contains('_') => {
+                text.parse::<RegionPolicy>().map(PolicyChoice::Parts).map_err(|e| e.to_string())
+            }
             None => Err(format!(
-                "unknown policy `{text}`; expected none, full, save-matmuls, names, budget=FRACTION or budget=BYTES"
+                "unknown policy `{text}`; expected none, full, save-matmuls, names, budget=FRACTION, budget=BYTES \
+                 or a policy form such as `save(matmul, softmax)`"
             )),
         },
+    }
+}
+
+/// The policies of the attention and MLP regions, or of the block regions, for `choice`.
+enum Regions {
+    None,
+    Blocks(RegionPolicy),
+    Parts(RegionPolicy, RegionPolicy),
+}
+
+fn regions(choice: PolicyChoice) -> Regions {
+    const SAVE_MATMULS: RegionPolicy = policy!(save(matmul));
+    match choice {
+        PolicyChoice::None => Regions::None,
+        PolicyChoice::Full | PolicyChoice::Budget(_) => Regions::Blocks(policy!(recompute_all)),
+        PolicyChoice::SaveMatmuls => Regions::Parts(SAVE_MATMULS, SAVE_MATMULS),
+        PolicyChoice::Names => Regions::Parts(policy!(save_names("attn_ctx")), policy!(save_names("ffn_pre"))),
+        PolicyChoice::Parts(p) => Regions::Parts(p, p),
     }
 }
 
@@ -112,7 +130,9 @@ enum Device {
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// Checkpointing policy: none, full, save-matmuls, names, budget=FRACTION or budget=BYTES.
+    /// Checkpointing policy: none, full, save-matmuls, names, budget=FRACTION, budget=BYTES, or
+    /// any policy form for the attention and MLP regions (`'save(matmul, softmax)'`,
+    /// `'save_names("ffn_pre"), budget = 0.5'`).
     #[arg(long, default_value = "save-matmuls", value_parser = parse_policy)]
     policy: PolicyChoice,
     /// Partition strategy: respect, mincut, or budget=B (bytes, KiB/MiB/GiB, or a fraction).
@@ -145,6 +165,12 @@ struct Args {
     /// Draw the memory/compute frontier with each policy marked to this SVG file.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+    /// After training, generate this many tokens with the forward-only call (0: none).
+    #[arg(long, default_value_t = 48)]
+    generate: usize,
+    /// Print where the time of a step goes, per op kind (CPU), and exit after training.
+    #[arg(long)]
+    profile: bool,
     /// A short run for CI: few steps, small comparison.
     #[arg(long)]
     quick: bool,
@@ -168,18 +194,13 @@ fn config(args: &Args) -> Result<GptConfig, String> {
 
 /// The model traced with `policy`'s regions, and the strategy to partition it with.
 fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Model, remat::Error> {
-    let parts = |part: Part, x: &Tensor, p: &BlockParams, heads: usize| match (policy, part) {
-        (PolicyChoice::SaveMatmuls, Part::Attention) => attention_save_matmuls(x, p, heads),
-        (PolicyChoice::SaveMatmuls, Part::FeedForward) => feed_forward_save_matmuls(x, p),
-        (PolicyChoice::Names, Part::Attention) => attention_names(x, p, heads),
-        (PolicyChoice::Names, Part::FeedForward) => feed_forward_names(x, p),
-        _ => plain_parts(part, x, p, heads),
-    };
-    let graph: Graph = match policy {
-        PolicyChoice::Full | PolicyChoice::Budget(_) => {
-            zoo::gpt_blocks(cfg, &|x, p, layer| block_full(x, p, cfg, layer))?
-        }
-        _ => zoo::gpt_with(cfg, &parts)?,
+    let graph: Graph = match regions(policy) {
+        Regions::None => zoo::gpt(cfg)?,
+        Regions::Blocks(p) => zoo::gpt_blocks(cfg, &|x, bp, layer| block_region(&p, x, bp, cfg, layer))?,
+        Regions::Parts(a, f) => zoo::gpt_with(cfg, &|part, x, bp, heads| match part {
+            Part::Attention => attention_region(&a, x, bp, heads),
+            Part::FeedForward => feed_forward_region(&f, x, bp),
+        })?,
     };
     let strategy = match policy {
         PolicyChoice::Budget(b) => Strategy::Budget(b),
@@ -256,6 +277,15 @@ fn train_and_compare<B: Backend>(
     }
     bar.finish();
     println!("loss: {:.4} at the start, {:.4} at the end", first_loss.unwrap_or(f64::NAN), last_loss);
+    for warning in model.warnings() {
+        println!("warning: {warning}");
+    }
+    if args.profile {
+        return profile(&model, &params, cfg);
+    }
+    if args.generate > 0 {
+        generate(&model, &params, &mut device, cfg, args.generate)?;
+    }
 
     let choices = [
         PolicyChoice::None,
@@ -297,6 +327,139 @@ fn train_and_compare<B: Backend>(
         println!("frontier written to {}", path.display());
     }
     Ok(())
+}
+
+/// A CPU backend that times every kernel, by op kind and output shape.
+struct Timed {
+    inner: CpuBackend,
+    times: std::collections::HashMap<String, (f64, usize)>,
+}
+
+impl Backend for Timed {
+    type Buffer = <CpuBackend as Backend>::Buffer;
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn upload(&mut self, tensor: &remat::HostTensor) -> Result<Self::Buffer, remat::Error> {
+        let start = Instant::now();
+        let b = self.inner.upload(tensor);
+        let e = self.times.entry("(upload)".into()).or_default();
+        e.0 += start.elapsed().as_secs_f64();
+        e.1 += 1;
+        b
+    }
+    fn download(&mut self, buffer: &Self::Buffer) -> Result<remat::HostTensor, remat::Error> {
+        let start = Instant::now();
+        let t = self.inner.download(buffer);
+        let e = self.times.entry("(download)".into()).or_default();
+        e.0 += start.elapsed().as_secs_f64();
+        e.1 += 1;
+        t
+    }
+    fn execute(
+        &mut self,
+        call: &remat::KernelCall<'_>,
+        inputs: &[&Self::Buffer],
+    ) -> Result<Self::Buffer, remat::Error> {
+        let start = Instant::now();
+        let out = self.inner.execute(call, inputs);
+        let e = self.times.entry(call.op.name().to_string()).or_default();
+        e.0 += start.elapsed().as_secs_f64();
+        e.1 += 1;
+        out
+    }
+    fn memory(&self) -> remat::MemoryStats {
+        self.inner.memory()
+    }
+    fn reset_peak(&mut self) {
+        self.inner.reset_peak()
+    }
+}
+
+/// `--profile`: the time of a step per op kind, summed over a few steps.
+fn profile(model: &Model, params: &Params, cfg: &GptConfig) -> Result<(), Box<dyn std::error::Error>> {
+    let mut timed = Timed { inner: CpuBackend::new(), times: Default::default() };
+    let feeds = zoo::synthetic_tokens(cfg, 0)?;
+    let steps = 5;
+    let start = Instant::now();
+    for i in 0..steps {
+        model.step_seeded(&mut timed, params, &feeds, i)?;
+    }
+    let total = start.elapsed().as_secs_f64() / steps as f64;
+    let mut rows: Vec<_> = timed.times.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    println!("\nwhere a step's {:.2} ms go (mean of {steps} steps):", total * 1e3);
+    let mut kernels = 0.0;
+    for (op, (secs, count)) in &rows {
+        let ms = secs / steps as f64 * 1e3;
+        kernels += ms;
+        println!("  {op:<22} {ms:>9.3} ms {:>5.1}%  ({} calls)", 100.0 * ms / (total * 1e3), count / steps as usize);
+    }
+    println!("  {:<22} {:>9.3} ms (executor, planning, allocation)", "(outside kernels)", total * 1e3 - kernels);
+    Ok(())
+}
+
+/// The synthetic language's 32 tokens as characters.
+const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz.,;:!?";
+
+/// Greedy generation with the forward-only call: the prompt is the first half of a held-out
+/// sequence; each new token is the argmax of the logits at the last position of the window.
+fn generate<B: Backend>(
+    model: &Model,
+    params: &Params,
+    device: &mut B,
+    cfg: &GptConfig,
+    n: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let infer = model.inference(&["logits"])?;
+    let (b, t, v) = (cfg.batch, cfg.seq, cfg.vocab);
+    let held_out = zoo::synthetic_tokens(cfg, 1 << 40)?;
+    let mut text = prompt(cfg)?;
+    let prompt_len = text.len();
+    let mut peak = 0;
+    for _ in 0..n {
+        // The last `t` tokens, left-aligned: the causal mask keeps the padding after them out.
+        let window = &text[text.len().saturating_sub(t)..];
+        let mut tokens = vec![0i64; b * t];
+        for row in 0..b {
+            tokens[row * t..row * t + window.len()].copy_from_slice(window);
+        }
+        let feeds = held_out.clone().with("tokens", remat::HostTensor::i64([b, t], tokens)?);
+        let out = infer.run(device, params, &feeds)?;
+        peak = out.measured_peak;
+        let logits = out.values[0].to_f32_vec();
+        let last = &logits[(window.len() - 1) * v..window.len() * v];
+        let next = (0..v).max_by(|&i, &j| last[i].total_cmp(&last[j])).unwrap_or(0);
+        text.push(next as i64);
+    }
+    let show = |toks: &[i64]| toks.iter().map(|&k| ALPHABET[k as usize % 32] as char).collect::<String>();
+    let (a, c) = rule_of(&text[..prompt_len], v as i64);
+    let follows = text.windows(2).skip(prompt_len - 1).filter(|w| w[1] == (a * w[0] + c) % v as i64).count();
+    println!(
+        "generated (forward only, peak {:.1} KiB vs {:.1} KiB for a training step): {}|{}",
+        peak as f64 / 1024.0,
+        model.plan().predicted_peak() as f64 / 1024.0,
+        show(&text[..prompt_len]),
+        show(&text[prompt_len..])
+    );
+    println!("  {follows}/{n} generated tokens follow the prompt's rule next = ({a}·prev + {c}) mod {v}");
+    Ok(())
+}
+
+/// The first half of row 0 of a held-out batch.
+fn prompt(cfg: &GptConfig) -> Result<Vec<i64>, remat::Error> {
+    let feeds = zoo::synthetic_tokens(&GptConfig { batch: 1, ..*cfg }, 1 << 40)?;
+    let tokens = match feeds.get("tokens").map(|t| t.data()) {
+        Some(remat::HostData::I64(tokens)) => tokens,
+        _ => return Err(remat::Error::Invalid("synthetic_tokens gave no i64 `tokens`".into())),
+    };
+    Ok(tokens[..(cfg.seq / 2).max(1)].to_vec())
+}
+
+/// Which of the synthetic language's rules (a, c) the prompt follows most often.
+fn rule_of(prompt: &[i64], v: i64) -> (i64, i64) {
+    let score = |&(a, c): &(i64, i64)| prompt.windows(2).filter(|w| w[1] == (a * w[0] + c) % v).count();
+    [(1, 1), (1, 3), (3, 1)].into_iter().max_by_key(score).unwrap_or((1, 1))
 }
 
 fn print_table(rows: &[Row]) {
@@ -354,6 +517,7 @@ mod tests {
             PolicyChoice::SaveMatmuls,
             PolicyChoice::Names,
             PolicyChoice::Budget(Budget::Fraction(0.5)),
+            parse_policy("rules(must_save = [softmax], default = prefer_save)").unwrap(),
         ];
         for policy in policies {
             let model = build(&cfg, policy, Strategy::Respect).unwrap();
@@ -402,5 +566,20 @@ mod tests {
         assert!(run(&args).unwrap_err().to_string().contains("--d-model 30 is not a multiple of --heads 4"));
         assert_eq!("64KiB".parse::<Budget>(), Ok(Budget::Bytes(65536)));
         assert_eq!(parse_policy("budget=0.25"), Ok(PolicyChoice::Budget(Budget::Fraction(0.25))));
+        // Any policy form, with the messages `#[checkpoint]` gives at compile time.
+        assert_eq!(parse_policy("save(matmul, softmax)").unwrap().to_string(), "save(matmul, softmax)");
+        assert!(
+            err(&["gpt", "--policy", "save(matmull)"]).contains("unknown op kind `matmull`; did you mean `matmul`?")
+        );
+    }
+
+    #[test]
+    fn a_policy_form_from_the_command_line_equals_the_named_choice() {
+        let cfg =
+            GptConfig { batch: 2, seq: 4, d_model: 8, heads: 2, layers: 1, vocab: 32, dropout: 0.1, dtype: DType::F32 };
+        let named = build(&cfg, PolicyChoice::SaveMatmuls, Strategy::Respect).unwrap();
+        let form = build(&cfg, parse_policy("save(matmul)").unwrap(), Strategy::Respect).unwrap();
+        assert_eq!(named.partition().unwrap().saved, form.partition().unwrap().saved);
+        assert_eq!(named.plan().predicted_peak(), form.plan().predicted_peak());
     }
 }

@@ -101,6 +101,38 @@ pub use remat_core::*;
 /// ```
 pub use remat_macros::checkpoint;
 
+/// A region policy as a value ([`RegionPolicy`]), checked at compile time like `#[checkpoint]`;
+/// pass it to a function checkpointed with `#[checkpoint(policy = arg(p))]` to choose a region's
+/// policy when the program runs.
+///
+/// ```rust
+/// use remat::prelude::*;
+/// use remat::{OpKind, RegionPolicy};
+///
+/// // The region's policy is whatever the caller passes.
+/// #[checkpoint(policy = arg(policy))]
+/// fn ffn(policy: &RegionPolicy, x: &Tensor, w: &Tensor) -> Tensor {
+///     x.matmul(w).gelu()
+/// }
+///
+/// const SAVE_MATMULS: RegionPolicy = policy!(save(matmul));
+/// let chosen = [SAVE_MATMULS, policy!(recompute_all), policy!(save_all, budget = 0.5)];
+/// // ... or from a flag or a config file, with the same grammar and the same messages:
+/// let from_flag: RegionPolicy = "recompute(gelu)".parse().unwrap();
+/// assert!("save(gelo)".parse::<RegionPolicy>().unwrap_err().to_string().contains("did you mean `gelu`?"));
+///
+/// let trace = Trace::new();
+/// let x = trace.input("x", &[4, 3], DType::F32);
+/// let w = trace.param("w", &[3, 3], DType::F32);
+/// let tags: Vec<Policy> = chosen.iter().chain([&from_flag]).map(|p| ffn(p, &x, &w).tag().unwrap().policy).collect();
+/// assert_eq!(tags, [Policy::PreferRecompute, Policy::PreferRecompute, Policy::PreferSave, Policy::MustRecompute]);
+/// let graph = trace.snapshot();
+/// let matmul = graph.nodes().iter().find(|n| n.op.kind() == OpKind::Matmul).unwrap();
+/// assert_eq!(matmul.tag.unwrap().policy, Policy::MustSave);
+/// assert_eq!(graph.regions()[2].budget, Some(0.5));
+/// ```
+pub use remat_macros::policy;
+
 /// The CUDA backend.
 pub use remat_cuda as cuda;
 
@@ -109,15 +141,39 @@ pub mod plot;
 /// What model code needs: `use remat::prelude::*;`.
 pub mod prelude {
     pub use remat_core::{AdamW, Backend, CpuBackend, DType, Feeds, HostTensor, Init, Model, Optimizer, Params, Sgd};
-    pub use remat_core::{Budget, Policy, Strategy, Tensor, Trace};
-    pub use remat_macros::checkpoint;
+    pub use remat_core::{Budget, Policy, RegionPolicy, Strategy, Tensor, Trace};
+    pub use remat_macros::{checkpoint, policy};
 }
 
 /// Items the `#[checkpoint]` expansion refers to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use remat_core::region::{enter_region, PolicyTable, RegionGuard, RegionSpec};
+    pub use remat_core::region::{enter_region, enter_region_with, PolicyTable, RegionGuard, RegionPolicy, RegionSpec};
     pub use remat_core::{OpKind, Policy, Tensor};
+
+    /// What `#[checkpoint(policy = arg(p))]` reads its policy from: a `RegionPolicy` or a
+    /// reference to one.
+    #[diagnostic::on_unimplemented(
+        message = "`policy = arg(..)` takes a `RegionPolicy`, not `{Self}`",
+        label = "this parameter is a `{Self}`",
+        note = "give the parameter the type `RegionPolicy` or `&RegionPolicy` (built by `policy!(..)` or `RegionPolicy::parse`)"
+    )]
+    pub trait PolicyArg {
+        /// The policy.
+        fn region_policy(&self) -> RegionPolicy;
+    }
+
+    impl PolicyArg for RegionPolicy {
+        fn region_policy(&self) -> RegionPolicy {
+            *self
+        }
+    }
+
+    impl<T: PolicyArg + ?Sized> PolicyArg for &T {
+        fn region_policy(&self) -> RegionPolicy {
+            (**self).region_policy()
+        }
+    }
 
     /// What `#[save]` / `#[recompute]` apply their policy to: the value their `let` binds.
     #[diagnostic::on_unimplemented(

@@ -15,8 +15,10 @@
 
 #![warn(missing_docs)]
 
+pub mod forms;
 mod policy;
 
+pub use forms::PolicyError;
 pub use policy::{Policy, PolicySource};
 
 /// How many inputs an op takes.

@@ -5,7 +5,7 @@ use crate::backend::{Backend, KernelCall};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::host::HostTensor;
-use crate::op::Meta;
+use crate::op::{Meta, Op};
 use crate::plan::{Plan, Step};
 use crate::shape::fmt_shape;
 
@@ -36,7 +36,34 @@ pub fn run<B: Backend>(
         )));
     }
     // An out-of-memory error says what the plan needed.
-    run_steps(backend, joint, plan, resident, run_seed).map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
+    run_steps(backend, joint, plan, resident, run_seed, Mode::Train)
+        .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
+}
+
+/// Runs a forward-only `plan` ([`Plan::forward_only`]) in evaluation mode: dropout passes its
+/// input through unchanged.
+pub fn run_inference<B: Backend>(
+    backend: &mut B,
+    joint: &JointGraph,
+    plan: &Plan,
+    resident: &[&HostTensor],
+) -> Result<RunOutput> {
+    if resident.len() != plan.resident().len() {
+        return Err(Error::Invalid(format!(
+            "{} resident values given, the plan needs {}",
+            resident.len(),
+            plan.resident().len()
+        )));
+    }
+    run_steps(backend, joint, plan, resident, 0, Mode::Eval)
+        .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
+}
+
+/// Training (random ops draw) or evaluation (dropout is the identity).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Train,
+    Eval,
 }
 
 fn run_steps<B: Backend>(
@@ -45,6 +72,7 @@ fn run_steps<B: Backend>(
     plan: &Plan,
     resident: &[&HostTensor],
     run_seed: u64,
+    mode: Mode,
 ) -> Result<RunOutput> {
     let graph = joint.graph();
     let baseline = backend.memory().live_bytes;
@@ -57,7 +85,7 @@ fn run_steps<B: Backend>(
     for step in plan.steps() {
         match *step {
             Step::Compute(id) | Step::Recompute(id) => {
-                let buffer = compute(backend, joint, &slots, id, run_seed)?;
+                let buffer = compute(backend, joint, &slots, id, run_seed, mode)?;
                 slots[id.index()] = Some(buffer);
             }
             Step::Free(id) => slots[id.index()] = None,
@@ -78,17 +106,26 @@ fn compute<B: Backend>(
     slots: &[Option<B::Buffer>],
     id: NodeId,
     run_seed: u64,
+    mode: Mode,
 ) -> Result<B::Buffer> {
     let graph = joint.graph();
     let node = graph.node(id);
+    // In evaluation, dropout keeps every element unscaled: p = 0 is an exact copy.
+    let eval_op;
+    let op = match (&node.op, mode) {
+        (Op::Dropout { seed, key, .. }, Mode::Eval) => {
+            eval_op = Op::Dropout { p: 0.0, seed: *seed, key: *key };
+            &eval_op
+        }
+        (op, _) => op,
+    };
     let mut inputs = Vec::with_capacity(node.inputs.len());
     let mut metas: Vec<Meta<'_>> = Vec::with_capacity(node.inputs.len());
     for &i in &node.inputs {
         inputs.push(slots[i.index()].as_ref().ok_or_else(|| missing(joint, i))?);
         metas.push(graph.node(i).meta());
     }
-    let call =
-        KernelCall { node: id, op: &node.op, inputs: &metas, out_shape: &node.shape, out_dtype: node.dtype, run_seed };
+    let call = KernelCall { node: id, op, inputs: &metas, out_shape: &node.shape, out_dtype: node.dtype, run_seed };
     backend.execute(&call, &inputs).map_err(|e| match (e, node.loc) {
         // Name the user's line that recorded the op, so a bad id points at its embedding call.
         (Error::Node { node, op, message }, Some(loc)) => {

@@ -209,6 +209,62 @@ impl Graph {
         &self.regions
     }
 
+    /// Names a region's `save_names` lists that no value computed in it carries — a typo such
+    /// as `save_names("ffn_akt")` for a value named `"ffn_act"` would otherwise save nothing and
+    /// say nothing. One line per region function and name (its instances counted together),
+    /// with the names the region's values do carry. Values of nested regions follow their own
+    /// region's policy, so only values whose innermost region is the listing one count.
+    pub fn unknown_save_names(&self) -> Vec<String> {
+        // One entry per distinct spec: the spec, and the names its instances' values carry.
+        let mut specs: Vec<(&'static RegionSpec, Vec<&str>)> = Vec::new();
+        let entry = |specs: &mut Vec<(&'static RegionSpec, Vec<&str>)>, spec: &'static RegionSpec| match specs
+            .iter()
+            .position(|(s, _)| std::ptr::eq(*s, spec))
+        {
+            Some(i) => i,
+            None => {
+                specs.push((spec, Vec::new()));
+                specs.len() - 1
+            }
+        };
+        for region in &self.regions {
+            if let Some(spec) = region.spec.filter(|s| !s.policy.save_names.is_empty()) {
+                entry(&mut specs, spec);
+            }
+        }
+        if specs.is_empty() {
+            return Vec::new();
+        }
+        for node in &self.nodes {
+            let (Some(tag), Some(name)) = (node.tag, node.name.as_deref()) else { continue };
+            let Some(spec) = self.region(tag.region).spec.filter(|s| !s.policy.save_names.is_empty()) else { continue };
+            let i = entry(&mut specs, spec);
+            if !specs[i].1.contains(&name) {
+                specs[i].1.push(name);
+            }
+        }
+        let mut warnings = Vec::new();
+        for (spec, seen) in &specs {
+            for &listed in spec.policy.save_names.iter().filter(|n| !seen.contains(n)) {
+                let hint = remat_catalog::closest(listed, seen.iter().copied())
+                    .map_or(String::new(), |close| format!("; did you mean \"{close}\"?"));
+                let known = if seen.is_empty() {
+                    "no value in it is named".to_string()
+                } else {
+                    format!(
+                        "its values are named {}",
+                        seen.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
+                    )
+                };
+                warnings.push(format!(
+                    "region `{}` ({}:{}): `save_names(\"{listed}\")` matches no value of the region, so it saves nothing{hint} ({known})",
+                    spec.name, spec.file, spec.line
+                ));
+            }
+        }
+        warnings
+    }
+
     /// Whether region `inner` is `outer` or nested inside it.
     pub fn region_within(&self, inner: RegionId, outer: RegionId) -> bool {
         let mut r = Some(inner);

@@ -45,6 +45,11 @@ impl Feeds {
     pub fn insert(&mut self, name: &str, value: HostTensor) {
         self.values.insert(name.to_string(), value);
     }
+
+    /// The value of input `name`, if given.
+    pub fn get(&self, name: &str) -> Option<&HostTensor> {
+        self.values.get(name)
+    }
 }
 
 /// What one training step returns.
@@ -72,7 +77,9 @@ impl Model {
     /// Differentiates `forward`, partitions it with `strategy` and plans it.
     pub fn with_strategy(forward: Graph, strategy: Strategy) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
-        let partition = partition(&PGraph::from_joint(&joint), strategy)?;
+        let mut partition = partition(&PGraph::from_joint(&joint), strategy)?;
+        // What tracing found (names in `save_names` no value carries) leads the warnings.
+        partition.warnings.splice(0..0, forward.unknown_save_names());
         let plan = Plan::new(&joint, &partition.saved[..joint.n_forward()])?;
         Ok(Model { forward, joint, partition: Some(partition), plan })
     }
@@ -100,6 +107,68 @@ impl Model {
             report = report.with_measured_peak(peak as u64);
         }
         Some(report.text())
+    }
+
+    /// What the model's author should know: names in a region's `save_names` that no value of
+    /// the region carries (found when the model was traced), then the partition's warnings.
+    pub fn warnings(&self) -> Vec<String> {
+        match &self.partition {
+            Some(p) => p.warnings.clone(),
+            None => self.forward.unknown_save_names(),
+        }
+    }
+
+    /// A forward-only program computing the values named `names` (with `.name(..)` when the
+    /// model was traced), for inference on a trained model: no backward, nothing saved for one,
+    /// dropout off (as in evaluation), every value freed after its last use — the peak is the
+    /// forward's own. Only the inputs and parameters those values depend on are needed (a
+    /// model's `targets` need not be fed to get its logits).
+    ///
+    /// ```
+    /// use remat_core::{CpuBackend, DType, Feeds, HostTensor, Model, Trace};
+    /// let trace = Trace::new();
+    /// let x = trace.input("x", &[2, 3], DType::F32);
+    /// let y = trace.input("y", &[2], DType::I64);
+    /// let w = trace.param("w", &[3, 4], DType::F32);
+    /// let logits = x.matmul(&w).relu().name("logits");
+    /// let model = Model::new(trace.finish(&logits.cross_entropy(&y)).unwrap()).unwrap();
+    /// let params = model.init_params(0);
+    /// let infer = model.inference(&["logits"]).unwrap();
+    /// let feeds = Feeds::new().with("x", HostTensor::f32([2, 3], vec![1.0; 6]).unwrap());
+    /// let out = infer.run(&mut CpuBackend::new(), &params, &feeds).unwrap();
+    /// assert_eq!(out.values[0].shape(), &[2, 4]);
+    /// assert_eq!(out.measured_peak, out.predicted_peak);
+    /// assert!(out.predicted_peak < model.plan().predicted_peak());
+    /// ```
+    pub fn inference(&self, names: &[&str]) -> Result<Inference<'_>> {
+        let graph = &self.forward;
+        let mut outputs = Vec::with_capacity(names.len());
+        for &name in names {
+            let found: Vec<NodeId> =
+                (0..graph.len() as u32).map(NodeId).filter(|&i| graph.node(i).name.as_deref() == Some(name)).collect();
+            match found.as_slice() {
+                [id] => outputs.push(*id),
+                [] => {
+                    let mut known: Vec<&str> = graph.nodes().iter().filter_map(|n| n.name.as_deref()).collect();
+                    known.dedup();
+                    let hint = remat_catalog::closest(name, known.iter().copied())
+                        .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
+                    return Err(Error::Invalid(format!(
+                        "no value of the model is named `{name}`{hint} (named values: {}); name one with `.name(\"{name}\")` when tracing",
+                        known.join(", ")
+                    )));
+                }
+                many => {
+                    return Err(Error::Invalid(format!(
+                        "`{name}` names {} values of the model ({}); give the one to compute a name of its own",
+                        many.len(),
+                        many.iter().map(|&i| graph.describe(i)).collect::<Vec<_>>().join(", ")
+                    )))
+                }
+            }
+        }
+        let plan = Plan::forward_only(&self.joint, &outputs)?;
+        Ok(Inference { model: self, plan })
     }
 
     /// The forward graph.
@@ -135,7 +204,7 @@ impl Model {
         feeds: &Feeds,
         run_seed: u64,
     ) -> Result<StepOutput> {
-        let resident = self.resident_values(params, feeds)?;
+        let resident = self.resident_values(&self.plan, params, feeds)?;
         let out = exec::run(backend, &self.joint, &self.plan, &resident, run_seed)?;
         let n_outputs = self.joint.forward_outputs().len();
         let mut kept = out.kept.into_iter();
@@ -150,7 +219,7 @@ impl Model {
         })
     }
 
-    fn resident_values<'a>(&'a self, params: &'a Params, feeds: &'a Feeds) -> Result<Vec<&'a HostTensor>> {
+    fn resident_values<'a>(&'a self, plan: &Plan, params: &'a Params, feeds: &'a Feeds) -> Result<Vec<&'a HostTensor>> {
         let graph = &self.forward;
         let input_names: Vec<&str> = graph.inputs().iter().filter_map(|&i| graph.node(i).name.as_deref()).collect();
         if let Some(unknown) = feeds.values.keys().find(|k| !input_names.contains(&k.as_str())) {
@@ -164,7 +233,7 @@ impl Model {
             return Err(Error::Invalid("these parameters belong to another graph (use Model::init_params)".into()));
         }
         let mut values = Vec::new();
-        for &id in self.plan.resident() {
+        for &id in plan.resident() {
             let node = graph.node(id);
             let name = node.name.clone().unwrap_or_else(|| id.to_string());
             let value = match node.op {
@@ -179,6 +248,42 @@ impl Model {
             })?);
         }
         Ok(values)
+    }
+}
+
+/// A forward-only program over a [`Model`] (see [`Model::inference`]).
+#[derive(Clone, Debug)]
+pub struct Inference<'m> {
+    model: &'m Model,
+    plan: Plan,
+}
+
+/// What one forward-only run returns.
+#[derive(Clone, Debug)]
+pub struct InferenceOutput {
+    /// The values asked for, in the order named.
+    pub values: Vec<HostTensor>,
+    /// The plan's predicted peak bytes (the inputs and parameters it reads included).
+    pub predicted_peak: usize,
+    /// The peak bytes the backend measured during the run.
+    pub measured_peak: usize,
+}
+
+impl Inference<'_> {
+    /// The forward-only plan (its backward program is empty; nothing is saved).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Runs the forward pass once with `params`, dropout off.
+    pub fn run<B: Backend>(&self, backend: &mut B, params: &Params, feeds: &Feeds) -> Result<InferenceOutput> {
+        let resident = self.model.resident_values(&self.plan, params, feeds)?;
+        let out = exec::run_inference(backend, &self.model.joint, &self.plan, &resident)?;
+        Ok(InferenceOutput {
+            values: out.kept,
+            predicted_peak: self.plan.predicted_peak(),
+            measured_peak: out.measured_peak,
+        })
     }
 }
 

@@ -109,6 +109,43 @@ impl Plan {
         Ok(plan)
     }
 
+    /// A forward-only plan computing the forward nodes `outputs` (for inference): the
+    /// ancestors of `outputs` in order, each freed after its last use; no backward program,
+    /// nothing saved. Only the inputs and parameters `outputs` depend on are resident.
+    pub fn forward_only(joint: &JointGraph, outputs: &[NodeId]) -> Result<Plan> {
+        let graph = joint.graph();
+        let n_fwd = joint.n_forward();
+        if let Some(bad) = outputs.iter().find(|o| o.index() >= n_fwd) {
+            return Err(Error::Invalid(format!(
+                "{bad} is not a forward value; a forward-only plan computes forward values"
+            )));
+        }
+        let live = ancestors(graph, outputs, n_fwd);
+        let resident: Vec<NodeId> =
+            (0..n_fwd as u32).map(NodeId).filter(|&i| live[i.index()] && is_resident(graph, i)).collect();
+        let seq: Vec<(NodeId, bool)> = (0..n_fwd as u32)
+            .map(NodeId)
+            .filter(|&i| live[i.index()] && !is_resident(graph, i))
+            .map(|i| (i, false))
+            .collect();
+        let kept = outputs.to_vec();
+        let (forward, backward) = with_frees(graph, &seq, seq.len(), &at_hand_never_freed(graph, &resident, &kept));
+        let resident_bytes = resident.iter().map(|&i| graph.node(i).bytes()).sum();
+        let mut plan = Plan {
+            forward,
+            backward,
+            saved: Vec::new(),
+            recomputed: Vec::new(),
+            resident,
+            kept,
+            resident_bytes,
+            saved_bytes: 0,
+            predicted_peak: 0,
+        };
+        plan.predicted_peak = plan.simulate_peak(graph);
+        Ok(plan)
+    }
+
     /// The forward program.
     pub fn forward(&self) -> &[Step] {
         &self.forward

@@ -9,10 +9,13 @@
 
 use crate::op::OpKind;
 use crate::policy::{Policy, PolicySource};
+use remat_catalog::forms::{self, PolicyError, Resolved};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
-/// The per-op policy of a region, resolved at compile time by the macro.
+/// The per-op policy of a region, resolved at compile time by the macro (or at run time by
+/// [`RegionPolicy::parse`]).
 ///
 /// Precedence: a listed name (`save_names`), then a listed op kind (must lists before prefer
 /// lists), then the default.
@@ -70,6 +73,153 @@ impl PolicyTable {
     }
 }
 
+impl PolicyTable {
+    /// The table of a resolved form, interned: equal tables share one `'static` copy, so parsing
+    /// a policy many times does not grow memory.
+    fn intern(resolved: &Resolved) -> &'static PolicyTable {
+        static TABLES: Mutex<Vec<&'static PolicyTable>> = Mutex::new(Vec::new());
+        let leak = |kinds: &[OpKind]| -> &'static [OpKind] { Box::leak(kinds.to_vec().into_boxed_slice()) };
+        let same = |t: &PolicyTable| {
+            t.must_save == resolved.lists[0].as_slice()
+                && t.prefer_save == resolved.lists[1].as_slice()
+                && t.must_recompute == resolved.lists[2].as_slice()
+                && t.prefer_recompute == resolved.lists[3].as_slice()
+                && t.save_names.iter().copied().eq(resolved.save_names.iter().map(String::as_str))
+                && t.default == resolved.default
+        };
+        let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = tables.iter().find(|t| same(t)) {
+            return t;
+        }
+        let names: Vec<&'static str> =
+            resolved.save_names.iter().map(|n| &*Box::leak(n.clone().into_boxed_str())).collect();
+        let table = Box::leak(Box::new(PolicyTable {
+            must_save: leak(&resolved.lists[0]),
+            prefer_save: leak(&resolved.lists[1]),
+            must_recompute: leak(&resolved.lists[2]),
+            prefer_recompute: leak(&resolved.lists[3]),
+            save_names: Box::leak(names.into_boxed_slice()),
+            default: resolved.default,
+        }));
+        tables.push(table);
+        table
+    }
+}
+
+impl std::fmt::Display for PolicyTable {
+    /// The form that builds this table (`save(matmul)`), in the policy grammar; a table with
+    /// both names and op lists (only written by hand) shows as `rules(..)` followed by its names.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |kinds: &[OpKind]| kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
+        let lists = [self.must_save, self.prefer_save, self.must_recompute, self.prefer_recompute];
+        let nonempty: Vec<usize> = (0..4).filter(|&i| !lists[i].is_empty()).collect();
+        let names = self.save_names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
+        match (nonempty.as_slice(), self.save_names.is_empty(), self.default) {
+            ([], true, Policy::PreferRecompute) => f.write_str(forms::kw::RECOMPUTE_ALL),
+            ([], true, Policy::PreferSave) => f.write_str(forms::kw::SAVE_ALL),
+            ([0], true, Policy::PreferRecompute) => write!(f, "save({})", list(self.must_save)),
+            ([2], true, Policy::PreferSave) => write!(f, "recompute({})", list(self.must_recompute)),
+            ([], false, Policy::PreferRecompute) => write!(f, "save_names({names})"),
+            _ => {
+                let mut parts: Vec<String> =
+                    nonempty.iter().map(|&i| format!("{} = [{}]", forms::kw::POLICIES[i], list(lists[i]))).collect();
+                parts.push(format!("default = {}", self.default));
+                write!(f, "rules({})", parts.join(", "))?;
+                if !self.save_names.is_empty() {
+                    write!(f, " + save_names({names})")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A region's policy as a value, to choose at run time (from a flag, a config file) and pass to
+/// a function checkpointed with `#[checkpoint(policy = arg(p))]`.
+///
+/// Built by the `policy!` macro (checked at compile time, like `#[checkpoint]`) or parsed from
+/// the same text at run time ([`RegionPolicy::parse`], or `str::parse`), with the same messages
+/// as a [`PolicyError`]. The text is one policy form, optionally followed by `, budget = f`:
+///
+/// ```
+/// use remat_core::region::RegionPolicy;
+/// use remat_core::{OpKind, Policy};
+/// let p: RegionPolicy = "save(matmul), budget = 0.5".parse().unwrap();
+/// assert_eq!(p.table().must_save, &[OpKind::Matmul]);
+/// assert_eq!(p.budget(), Some(0.5));
+/// assert_eq!(p.to_string(), "save(matmul), budget = 0.5");
+/// let err = RegionPolicy::parse("save(matmull)").unwrap_err();
+/// assert!(err.to_string().contains("unknown op kind `matmull`; did you mean `matmul`?"));
+/// ```
+///
+/// Cheap to copy: the table is `'static` (interned when parsed).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RegionPolicy {
+    table: &'static PolicyTable,
+    budget: Option<f64>,
+}
+
+impl RegionPolicy {
+    /// `recompute_all`.
+    pub const RECOMPUTE_ALL: RegionPolicy = RegionPolicy::from_static(&PolicyTable::RECOMPUTE_ALL, None);
+    /// `save_all`.
+    pub const SAVE_ALL: RegionPolicy = RegionPolicy::from_static(&PolicyTable::SAVE_ALL, None);
+
+    /// A policy from a table known at compile time (what `policy!` expands to).
+    pub const fn from_static(table: &'static PolicyTable, budget: Option<f64>) -> RegionPolicy {
+        RegionPolicy { table, budget }
+    }
+
+    /// Reads a policy written as in `#[checkpoint(policy = ..)]`: a form, optionally preceded by
+    /// `policy =` and followed by `, budget = f`. Every problem is reported, each with its
+    /// place in `text` and the message the macro gives for it at compile time.
+    pub fn parse(text: &str) -> Result<RegionPolicy, PolicyError> {
+        let spec = forms::parse(text)?;
+        Ok(RegionPolicy { table: PolicyTable::intern(&spec.policy), budget: spec.budget })
+    }
+
+    /// The per-op table.
+    pub fn table(&self) -> &'static PolicyTable {
+        self.table
+    }
+
+    /// `budget = f`, if given.
+    pub fn budget(&self) -> Option<f64> {
+        self.budget
+    }
+
+    /// This policy with another budget (`None`: no budget).
+    pub const fn with_budget(self, budget: Option<f64>) -> RegionPolicy {
+        RegionPolicy { budget, ..self }
+    }
+}
+
+impl Default for RegionPolicy {
+    /// `recompute_all`, as a bare `#[checkpoint]`.
+    fn default() -> Self {
+        RegionPolicy::RECOMPUTE_ALL
+    }
+}
+
+impl std::str::FromStr for RegionPolicy {
+    type Err = PolicyError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        RegionPolicy::parse(text)
+    }
+}
+
+impl std::fmt::Display for RegionPolicy {
+    /// The text [`RegionPolicy::parse`] reads back to this policy.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.table)?;
+        if let Some(b) = self.budget {
+            write!(f, ", budget = {b}")?;
+        }
+        Ok(())
+    }
+}
+
 /// What the `#[checkpoint]` macro knows of a function at compile time.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RegionSpec {
@@ -94,6 +244,31 @@ impl RegionSpec {
         let loc = std::panic::Location::caller();
         RegionSpec { name, module: "", file: loc.file(), line: loc.line(), policy, budget: None }
     }
+}
+
+/// Opens a fresh instance of the function `site` describes with `policy` in place of the spec's
+/// own policy and budget (what `#[checkpoint(policy = arg(p))]` expands to).
+///
+/// Region specs are `'static` (reports and graphs refer to them); one spec per distinct
+/// (site, policy) pair is kept for the life of the process.
+pub fn enter_region_with(site: &'static RegionSpec, policy: RegionPolicy) -> RegionGuard {
+    if site.policy == *policy.table && site.budget == policy.budget {
+        return enter_region(site);
+    }
+    static SPECS: Mutex<Vec<&'static RegionSpec>> = Mutex::new(Vec::new());
+    let wanted = RegionSpec { policy: *policy.table, budget: policy.budget, ..*site };
+    let spec = {
+        let mut specs = SPECS.lock().unwrap_or_else(|e| e.into_inner());
+        match specs.iter().find(|s| ***s == wanted) {
+            Some(s) => *s,
+            None => {
+                let s: &'static RegionSpec = Box::leak(Box::new(wanted));
+                specs.push(s);
+                s
+            }
+        }
+    };
+    enter_region(spec)
 }
 
 /// An open region instance on this thread's stack.
@@ -174,6 +349,45 @@ mod tests {
         assert_eq!(p.resolve(OpKind::Gelu, Some("attn")), (Policy::MustSave, PolicySource::Name));
         assert_eq!(p.resolve(OpKind::Gelu, None), (Policy::MustRecompute, PolicySource::OpKind));
         assert_eq!(p.resolve(OpKind::Add, None), (Policy::PreferRecompute, PolicySource::Default));
+    }
+
+    #[test]
+    fn runtime_policies_round_trip_and_share_tables() {
+        for text in [
+            "recompute_all",
+            "save_all",
+            "save(matmul, gelu)",
+            "recompute(gelu)",
+            "save_names(\"attn\")",
+            "rules(must_save = [matmul], must_recompute = [softmax], default = prefer_save)",
+            "save_all, budget = 0.25",
+        ] {
+            let p = RegionPolicy::parse(text).unwrap();
+            assert_eq!(p.to_string(), text);
+            assert_eq!(RegionPolicy::parse(&p.to_string()).unwrap(), p);
+        }
+        let a = RegionPolicy::parse("save(matmul)").unwrap();
+        let b: RegionPolicy = "policy = save(matmul)".parse().unwrap();
+        assert!(std::ptr::eq(a.table(), b.table()));
+        assert_eq!(a.table().resolve(OpKind::Matmul, None), (Policy::MustSave, PolicySource::OpKind));
+    }
+
+    #[test]
+    fn a_runtime_policy_tags_like_the_spec_it_replaces() {
+        static SITE: RegionSpec = RegionSpec::new("site", PolicyTable::RECOMPUTE_ALL);
+        let p = RegionPolicy::parse("save(matmul), budget = 0.5").unwrap();
+        let guard = enter_region_with(&SITE, p);
+        let open = active_regions();
+        let spec = open.last().unwrap().spec;
+        assert_eq!((spec.name, spec.line, spec.budget), ("site", SITE.line, Some(0.5)));
+        assert_eq!(spec.policy.must_save, &[OpKind::Matmul]);
+        drop(guard);
+        let again = enter_region_with(&SITE, p);
+        assert!(std::ptr::eq(active_regions().last().unwrap().spec, spec));
+        drop(again);
+        let plain = enter_region_with(&SITE, RegionPolicy::RECOMPUTE_ALL);
+        assert!(std::ptr::eq(active_regions().last().unwrap().spec, &SITE));
+        drop(plain);
     }
 
     #[test]

@@ -169,6 +169,10 @@ impl Trace {
         }
         state.graph.set_outputs(outputs);
         let graph = std::mem::take(&mut state.graph);
+        // Reported here, where the model is traced; `Model` repeats them in its warnings.
+        for warning in graph.unknown_save_names() {
+            log::warn!("{warning}");
+        }
         debug_assert!(graph.validate().is_ok(), "traced graph violates its invariants");
         Ok(graph)
     }

@@ -225,7 +225,8 @@ pub fn gpt_blocks(cfg: &GptConfig, run: &BlockFn<'_>) -> Result<Graph> {
         trace.param_with("lnf.b", &[d], cfg.dtype, Init::Zeros),
     );
     let head = trace.param("head", &[d, cfg.vocab], cfg.dtype);
-    let logits = layer_norm(&x, &lnf).matmul(&head);
+    // Named so a forward-only call ([`crate::Model::inference`]) can ask for it.
+    let logits = layer_norm(&x, &lnf).matmul(&head).name("logits");
     let loss = logits.cast(DType::F32).cross_entropy(&targets);
     trace.finish(&loss)
 }

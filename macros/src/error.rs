@@ -31,11 +31,3 @@ impl Errors {
         self.0.map_or(Ok(()), Err)
     }
 }
-
-/// `"; did you mean `x`?"` when `word` is close to one of `candidates`, else an empty string.
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
-    match remat_catalog::closest(word, candidates) {
-        Some(close) => format!("; did you mean `{close}`?"),
-        None => String::new(),
-    }
-}

@@ -1,30 +1,51 @@
-//! Emitting the checkpointed function: a static `RegionSpec` and a region guard around the body.
+//! Emitting the checkpointed function (a static `RegionSpec` and a region guard around the body)
+//! and `policy!` values.
 
-use crate::attr::PolicyKw;
+use crate::attr::{Args, PolicyArg};
 use crate::error::Errors;
-use crate::valid::Table;
-use crate::{attr, item, stmt, valid};
+use crate::{attr, item, stmt};
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
-use syn::{Block, Ident, ItemFn};
+use remat_catalog::forms::{self, did_you_mean, Resolved};
+use remat_catalog::Policy;
+use syn::{Block, FnArg, Ident, ItemFn, Pat};
 
 /// `#[checkpoint(args)] input`: the expanded function, or every error plus the input with its
 /// statement attributes removed (so the user sees our errors, not the compiler's about them).
 pub fn checkpoint(args: TokenStream, input: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let parsed = attr::parse(args, &mut errors);
-    let table = valid::validate(&parsed, &mut errors);
     let Some(mut function) = item::function(input.clone(), &mut errors) else {
         return fallback(errors, input);
     };
+    if let Some(PolicyArg::Arg(param)) = &parsed.policy {
+        check_param(&function, param, &mut errors);
+    }
     let mut stripped = function.clone();
     stmt::walk(&mut stripped.block, false, &mut errors);
     if !errors.is_empty() {
         return fallback(errors, stripped.into_token_stream());
     }
     stmt::walk(&mut function.block, true, &mut errors);
-    emit(&mut function, &table);
+    emit(&mut function, &parsed);
     function.into_token_stream()
+}
+
+/// `policy!(input)`: a `RegionPolicy` value, or the errors and a placeholder value (so the user
+/// sees our errors, not type errors).
+pub fn policy(input: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let spec = attr::parse_policy_macro(input, &mut errors);
+    if let Err(error) = errors.finish() {
+        let error = error.into_compile_error();
+        return quote!({ #error ::remat::__private::RegionPolicy::RECOMPUTE_ALL });
+    }
+    let table = table(&spec.policy);
+    let budget = budget(spec.budget);
+    quote!({
+        const __REMAT_TABLE: ::remat::__private::PolicyTable = #table;
+        ::remat::__private::RegionPolicy::from_static(&__REMAT_TABLE, #budget)
+    })
 }
 
 fn fallback(errors: Errors, item: TokenStream) -> TokenStream {
@@ -32,49 +53,105 @@ fn fallback(errors: Errors, item: TokenStream) -> TokenStream {
     quote!(#error #item)
 }
 
+/// `policy = arg(p)` names a parameter bound by a plain identifier.
+fn check_param(function: &ItemFn, param: &Ident, errors: &mut Errors) {
+    let names: Vec<String> = function
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            FnArg::Typed(t) => match &*t.pat {
+                Pat::Ident(p) => Some(p.ident.to_string()),
+                _ => None,
+            },
+            FnArg::Receiver(_) => None,
+        })
+        .collect();
+    let name = param.to_string();
+    if names.contains(&name) {
+        return;
+    }
+    let function = &function.sig.ident;
+    // One- and two-letter names are all "close" to each other: list the parameters instead.
+    let hint =
+        if name.chars().count() > 2 { did_you_mean(&name, names.iter().map(String::as_str)) } else { String::new() };
+    let hint = match (hint.is_empty(), names.is_empty()) {
+        (false, _) => hint,
+        (true, true) => "; it has none: add `policy: &RegionPolicy` and write `policy = arg(policy)`".to_string(),
+        (true, false) => format!(
+            " (its parameters: {}); add `policy: &RegionPolicy` and write `policy = arg(policy)`",
+            names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    errors.spanned(param, format!("`{name}` is not a parameter of `{function}`{hint}"));
+}
+
+/// `PolicyTable { .. }` for `policy`.
+fn table(policy: &Resolved) -> TokenStream {
+    let lists = policy.lists.iter().map(|list| {
+        let kinds = list.iter().map(|kind| Ident::new(&format!("{kind:?}"), Span::call_site()));
+        quote!(&[#(::remat::__private::OpKind::#kinds),*])
+    });
+    let fields = forms::kw::POLICIES.iter().map(|p| Ident::new(p, Span::call_site()));
+    let names = &policy.save_names;
+    let default = Ident::new(&format!("{:?}", policy.default), Span::call_site());
+    quote! {
+        ::remat::__private::PolicyTable {
+            #(#fields: #lists,)*
+            save_names: &[#(#names),*],
+            default: ::remat::__private::Policy::#default,
+        }
+    }
+}
+
+fn budget(budget: Option<f64>) -> TokenStream {
+    match budget {
+        Some(b) => quote!(::core::option::Option::Some(#b)),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
 /// Opens the region at the start of the body. The guard is the body's first local, so it drops
 /// last: after the value of the body (or of a `return`, or of `?`) has been computed.
-fn emit(function: &mut ItemFn, table: &Table) {
+fn emit(function: &mut ItemFn, args: &Args) {
     let ident = &function.sig.ident;
     let name = ident.to_string();
     let span = ident.span();
-    let lists = table.lists.iter().map(|list| {
-        let kinds = list.iter().map(|info| Ident::new(&format!("{:?}", info.kind), Span::call_site()));
-        quote!(&[#(::remat::__private::OpKind::#kinds),*])
-    });
-    let fields = crate::kw::POLICIES.iter().map(|p| Ident::new(p, Span::call_site()));
-    let names = &table.save_names;
-    let default = policy_variant(table.default);
-    let budget = match table.budget {
-        Some(b) => quote!(::core::option::Option::Some(#b)),
-        None => quote!(::core::option::Option::None),
+    let default = Resolved::default();
+    let (policy, param) = match &args.policy {
+        None => (&default, None),
+        Some(PolicyArg::Static(policy)) => (policy, None),
+        Some(PolicyArg::Arg(param)) => (&default, Some(param)),
     };
+    debug_assert_eq!(default.default, Policy::PreferRecompute);
+    let table = table(policy);
+    let budget = budget(args.budget);
     let location = quote_spanned!(span=> module: ::core::module_path!(), file: ::core::file!(), line: ::core::line!(),);
     let guard = Ident::new("__remat_region", Span::mixed_site());
+    let spec = quote! {
+        static SPEC: ::remat::__private::RegionSpec = ::remat::__private::RegionSpec {
+            name: #name,
+            #location
+            policy: #table,
+            budget: #budget,
+        };
+    };
+    let enter = match param {
+        None => quote!(::remat::__private::enter_region(&SPEC)),
+        Some(param) => {
+            let arg = quote_spanned!(param.span()=> ::remat::__private::PolicyArg::region_policy(&#param));
+            // `budget = ..` beside `arg(..)` overrides the value's own budget.
+            match args.budget {
+                Some(_) => quote!(::remat::__private::enter_region_with(&SPEC, #arg.with_budget(#budget))),
+                None => quote!(::remat::__private::enter_region_with(&SPEC, #arg)),
+            }
+        }
+    };
     let open: Block = syn::parse_quote! {{
         let #guard = {
-            static SPEC: ::remat::__private::RegionSpec = ::remat::__private::RegionSpec {
-                name: #name,
-                #location
-                policy: ::remat::__private::PolicyTable {
-                    #(#fields: #lists,)*
-                    save_names: &[#(#names),*],
-                    default: ::remat::__private::Policy::#default,
-                },
-                budget: #budget,
-            };
-            ::remat::__private::enter_region(&SPEC)
+            #spec
+            #enter
         };
     }};
     function.block.stmts.splice(0..0, open.stmts);
-}
-
-fn policy_variant(policy: PolicyKw) -> Ident {
-    let name = match policy {
-        PolicyKw::MUST_SAVE => "MustSave",
-        PolicyKw::PREFER_SAVE => "PreferSave",
-        PolicyKw::MUST_RECOMPUTE => "MustRecompute",
-        _ => "PreferRecompute",
-    };
-    Ident::new(name, Span::call_site())
 }

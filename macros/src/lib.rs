@@ -7,7 +7,6 @@ mod expand;
 mod item;
 mod kw;
 mod stmt;
-mod valid;
 
 use proc_macro::TokenStream;
 
@@ -28,6 +27,8 @@ use proc_macro::TokenStream;
 ///                                                   every key optional; default prefer_recompute
 /// #[checkpoint(.., budget = 0.5)]                   keep at most this fraction of the region's
 ///                                                   save-everything bytes
+/// #[checkpoint(policy = arg(p))]                    the policy is the value of parameter `p`
+///                                                   (a `RegionPolicy`, chosen at run time)
 /// ```
 ///
 /// Inside the function, `#[save] let v = ..;` and `#[recompute] let v = ..;` make the value the
@@ -48,6 +49,8 @@ use proc_macro::TokenStream;
 /// Each spans the offending token and, where one exists, suggests a fix; every error of one
 /// attribute is reported at once:
 ///
+/// - `policy = arg(p)` where `p` is not a parameter of the function (or is not a
+///   `RegionPolicy`: a type error on `p`);
 /// - an unknown policy (`policy = sav_all`: did you mean `save_all`?), or a form without its key
 ///   (`#[checkpoint(save(matmul))]`);
 /// - an unknown key (`polcy`: did you mean `policy`?), in `#[checkpoint(..)]` or in `rules(..)`;
@@ -70,4 +73,15 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn checkpoint(args: TokenStream, input: TokenStream) -> TokenStream {
     expand::checkpoint(args.into(), input.into()).into()
+}
+
+/// A policy value, checked at compile time like `#[checkpoint]`: `policy!(save(matmul))`,
+/// `policy!(save_all, budget = 0.5)`. It is a `remat::RegionPolicy`, usable in a `const`, to
+/// pass to a function checkpointed with `#[checkpoint(policy = arg(p))]`. The same text parses
+/// at run time with `RegionPolicy::parse`, with the same messages.
+///
+/// Compiled examples are on `remat::policy`.
+#[proc_macro]
+pub fn policy(input: TokenStream) -> TokenStream {
+    expand::policy(input.into()).into()
 }

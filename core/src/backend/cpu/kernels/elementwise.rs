@@ -1,6 +1,7 @@
 //! Elementwise kernels: broadcasting binary ops, unary ops, their pointwise gradients,
 //! dropout and casts.
 
+use super::simd;
 use super::strided::{coalesce, row_offsets};
 use super::{finish, node_err, Float, KernelCall};
 use crate::dtype::DType;
@@ -17,27 +18,50 @@ pub(super) fn broadcast_zip<T: Float>(
     out_shape: &[usize],
     (a_shape, a): (&[usize], &[T]),
     (b_shape, b): (&[usize], &[T]),
-    f: impl Fn(T, T) -> T,
+    f: impl Fn(T, T) -> T + Sync,
 ) -> Vec<T> {
     if a_shape == b_shape {
-        return a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect();
+        return simd::zip(a, b, f);
     }
     let (sa, sb) = (broadcast_strides(a_shape, out_shape), broadcast_strides(b_shape, out_shape));
     let (shape, s) = coalesce(out_shape, &[&sa, &sb]);
     let r = shape.len();
     let inner = shape[r - 1];
-    let mut out = Vec::with_capacity(out_shape.iter().product());
+    let mut out = vec![T::ZERO; out_shape.iter().product()];
     let rows_a = row_offsets(&shape, &s[0]);
     let rows_b = row_offsets(&shape, &s[1]);
-    for (&oa, &ob) in rows_a.iter().zip(&rows_b) {
-        match (s[0][r - 1], s[1][r - 1]) {
-            (1, 1) => out.extend(a[oa..oa + inner].iter().zip(&b[ob..ob + inner]).map(|(&x, &y)| f(x, y))),
-            (1, 0) => out.extend(a[oa..oa + inner].iter().map(|&x| f(x, b[ob]))),
-            (0, 1) => out.extend(b[ob..ob + inner].iter().map(|&y| f(a[oa], y))),
-            (ia, ib) => out.extend((0..inner).map(|j| f(a[oa + j * ia], b[ob + j * ib]))),
+    let steps = (s[0][r - 1], s[1][r - 1]);
+    simd::par_rows(&mut out, inner, |at, chunk| {
+        let first = at / inner.max(1);
+        let rows = first..first + chunk.len() / inner.max(1);
+        broadcast_rows(chunk, a, &rows_a[rows.clone()], b, &rows_b[rows], inner, steps, &f)
+    });
+    out
+}
+
+simd::wide_fn! {
+    #[allow(clippy::too_many_arguments)]
+    /// Rows of [`broadcast_zip`]: `out` holds consecutive rows of `inner` elements, row `i`
+    /// reading `a` from `rows_a[i]` and `b` from `rows_b[i]` with inner steps `steps`.
+    fn broadcast_rows<[T: Float, F: Fn(T, T) -> T]>[T, F](
+        out: &mut [T],
+        a: &[T],
+        rows_a: &[usize],
+        b: &[T],
+        rows_b: &[usize],
+        inner: usize,
+        steps: (usize, usize),
+        f: &F,
+    ) -> () {
+        for ((o, &oa), &ob) in out.chunks_exact_mut(inner.max(1)).zip(rows_a).zip(rows_b) {
+            match steps {
+                (1, 1) => o.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]).for_each(|((o, &x), &y)| *o = f(x, y)),
+                (1, 0) => o.iter_mut().zip(&a[oa..oa + inner]).for_each(|(o, &x)| *o = f(x, b[ob])),
+                (0, 1) => o.iter_mut().zip(&b[ob..ob + inner]).for_each(|(o, &y)| *o = f(a[oa], y)),
+                (ia, ib) => o.iter_mut().enumerate().for_each(|(j, o)| *o = f(a[oa + j * ia], b[ob + j * ib])),
+            }
         }
     }
-    out
 }
 
 /// NaN-propagating maximum (like `torch.maximum`).
@@ -166,8 +190,8 @@ pub(super) fn pow<T: Float>(x: T, p: f64) -> T {
     (T::of(p) * x.ln()).exp()
 }
 
-fn map<T: Float>(x: &[T], f: impl Fn(T) -> T) -> Vec<T> {
-    x.iter().map(|&v| f(v)).collect()
+fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync) -> Vec<T> {
+    simd::map(x, f)
 }
 
 /// One-input elementwise ops.
@@ -234,8 +258,8 @@ pub(super) fn pointwise_grad<T: Float>(call: &KernelCall<'_>, x: &HostTensor, g:
             pairs.map(|(&v, &g)| if lo <= v && v <= hi { g } else { T::ZERO }).collect()
         }
         Op::ReluGrad => pairs.map(|(&y, &g)| if y > T::ZERO { g } else { T::ZERO }).collect(),
-        Op::GeluGrad => pairs.map(|(&v, &g)| g * gelu_grad(v)).collect(),
-        Op::SiluGrad => pairs.map(|(&v, &g)| g * silu_grad(v)).collect(),
+        Op::GeluGrad => simd::zip(&xv, &gv, |v, g| g * gelu_grad(v)),
+        Op::SiluGrad => simd::zip(&xv, &gv, |v, g| g * silu_grad(v)),
         other => return Err(node_err(call, format!("{} is not a pointwise gradient op", other.name()))),
     };
     finish(call, out)
@@ -253,20 +277,42 @@ pub(super) fn dropout<T: Float>(
     key: u64,
 ) -> Result<HostTensor> {
     let xv = T::read(x.data());
+    if p == 0.0 {
+        // Keeps everything, scaled by 1: a copy (what inference runs).
+        return finish(call, xv.into_owned());
+    }
     let seed = rng::stream_seed(seed, call.run_seed);
     let threshold = rng::drop_threshold(p);
     let keep_prob = T::of(1.0 - p);
     let philox_key = [seed as u32, (seed >> 32) as u32];
-    let mut out = Vec::with_capacity(xv.len());
-    for (block, chunk) in xv.chunks(4).enumerate() {
-        let block = block as u64;
-        let counter = [block as u32, (block >> 32) as u32, key as u32, (key >> 32) as u32];
-        let words = rng::philox4x32_10(counter, philox_key);
-        for (&v, &w) in chunk.iter().zip(&words) {
-            out.push(if w as u64 >= threshold { v / keep_prob } else { T::ZERO });
-        }
-    }
+    let out = dropout_loop(&xv, key, philox_key, threshold, keep_prob);
     finish(call, out)
+}
+
+simd::wide_fn! {
+    /// The body of [`dropout`]: `rng::LANES` Philox blocks (four words each) at a time, element
+    /// `4·block + w` taking word `w` of its block.
+    fn dropout_loop<[T: Float]>[T](xv: &[T], key: u64, seed: [u32; 2], threshold: u64, keep_prob: T) -> Vec<T> {
+        const SPAN: usize = 4 * rng::LANES;
+        let mut out = vec![T::ZERO; xv.len()];
+        let keep = |w: u32, v: T| if w as u64 >= threshold { v / keep_prob } else { T::ZERO };
+        let mut src = xv.chunks_exact(SPAN);
+        let mut dst = out.chunks_exact_mut(SPAN);
+        let mut group = 0;
+        for (s, d) in (&mut src).zip(&mut dst) {
+            let words = rng::philox_lanes((group * rng::LANES) as u64, key, seed);
+            // Full groups: constant indices, so the word transpose becomes shuffles.
+            for i in 0..SPAN {
+                d[i] = keep(words[i % 4][i / 4], s[i]);
+            }
+            group += 1;
+        }
+        let words = rng::philox_lanes((group * rng::LANES) as u64, key, seed);
+        for (i, (&v, o)) in src.remainder().iter().zip(dst.into_remainder()).enumerate() {
+            *o = keep(words[i % 4][i / 4], v);
+        }
+        out
+    }
 }
 
 /// Any float to any float (through f64 when either side is f64, else f32), i64 to float, i64

@@ -1,9 +1,11 @@
 //! Batched matrix products through `matrixmultiply`.
 //!
-//! Threading: one large product is split by `matrixmultiply` itself, over
-//! `MATMUL_NUM_THREADS` threads (read once per process; default the number of physical cores,
-//! capped at 4 by the crate). Batches of small products, which `matrixmultiply` would run on
-//! one thread, are spread over [`std::thread::available_parallelism`] threads here instead.
+//! Threading is remat's own (`matrixmultiply` is built without its `threading` feature): one
+//! large product is split by rows of the output over the kernels' threads (`simd::threads`:
+//! the CPUs the process may use, capped by `MATMUL_NUM_THREADS`), when each thread gets enough
+//! work. Batches of small products, which `matrixmultiply` would run on
+//! one thread, are spread over the kernels' threads (`simd::threads`) here instead, when each
+//! thread gets enough work.
 //! Broadcast batch operands are never copied: their batch stride is 0.
 
 use super::{finish, node_err, Float, KernelCall};
@@ -11,11 +13,14 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
 use crate::shape::{matrix_offsets, numel};
-use std::thread;
+use std::mem::MaybeUninit;
 
 /// Below this many multiply-adds per product (`matrixmultiply`'s own threading threshold is of
 /// the same order), a batch is parallelised across products rather than within them.
 const SMALL_PRODUCT: usize = 1 << 16;
+
+/// Multiply-adds a thread must get before a batch of small products is split across threads.
+const PAR_WORK: usize = 1 << 22;
 
 /// Which operands a product reads transposed (last two axes swapped). Reading through strides
 /// is free in `matrixmultiply`, and its packing makes the result bit-identical to multiplying a
@@ -41,6 +46,21 @@ fn batched<T: Float>(
     alpha: T,
     t: Trans,
 ) -> Vec<T> {
+    batched_on(super::simd::threads(), a, b, a_shape, b_shape, out_shape, alpha, t)
+}
+
+/// [`batched`] on up to `cpus` threads.
+#[allow(clippy::too_many_arguments)]
+fn batched_on<T: Float>(
+    cpus: usize,
+    a: &[T],
+    b: &[T],
+    a_shape: &[usize],
+    b_shape: &[usize],
+    out_shape: &[usize],
+    alpha: T,
+    t: Trans,
+) -> Vec<T> {
     let r = out_shape.len();
     let (m, n) = (out_shape[r - 2], out_shape[r - 1]);
     let k = a_shape[a_shape.len() - if t.a { 2 } else { 1 }];
@@ -49,35 +69,67 @@ fn batched<T: Float>(
     let (rsb, csb) = if t.b { (1, k as isize) } else { (n as isize, 1) };
     let batch = &out_shape[..r - 2];
     let batches = numel(batch);
-    let mut out = vec![T::ZERO; batches * m * n];
-    if out.is_empty() {
-        return out;
+    let total = batches * m * n;
+    if total == 0 {
+        return Vec::new();
     }
+    // The products write every element (β = 0: `matrixmultiply` does not read C, and a k = 0
+    // product writes zeros), so the output starts uninitialised rather than memset.
+    let mut out: Vec<T> = Vec::with_capacity(total);
     let (oa, ob) = (matrix_offsets(a_shape, batch), matrix_offsets(b_shape, batch));
-    let run = |first: usize, chunk: &mut [T]| {
+    // Rows `r0..r0 + c.len() / n` of product `q` into `c`.
+    let rows = |q: usize, r0: usize, c: &mut [MaybeUninit<T>]| {
+        let (pa, pb) = (&a[oa[q]..], &b[ob[q]..]);
+        debug_assert!(pa.len() >= m * k && pb.len() >= k * n);
+        let rows = c.len() / n;
+        // SAFETY: `pa` holds the m×k elements of op(a) at steps (rsa, csa) and `pb` the k×n of
+        // op(b) at (rsb, csb): the offsets come from the operands' own shapes, and the shape
+        // rule guarantees their inner dims; rows r0..r0 + rows of op(a) start r0·rsa further
+        // and lie inside it. `c` is an exclusive rows×n row-major buffer.
+        unsafe {
+            let pa = pa.as_ptr().offset(r0 as isize * rsa);
+            T::gemm(rows, k, n, alpha, pa, rsa, csa, pb.as_ptr(), rsb, csb, c.as_mut_ptr().cast(), n as isize, 1)
+        };
+    };
+    let run = |first: usize, chunk: &mut [MaybeUninit<T>]| {
         for (j, c) in chunk.chunks_exact_mut(m * n).enumerate() {
-            let (pa, pb) = (&a[oa[first + j]..], &b[ob[first + j]..]);
-            debug_assert!(pa.len() >= m * k && pb.len() >= k * n);
-            // SAFETY: `pa` holds the m×k elements of op(a) at steps (rsa, csa) and `pb` the k×n
-            // of op(b) at (rsb, csb): the offsets come from the operands' own shapes, and the
-            // shape rule guarantees their inner dims. `c` is an exclusive m×n row-major buffer.
-            unsafe {
-                T::gemm(m, k, n, alpha, pa.as_ptr(), rsa, csa, pb.as_ptr(), rsb, csb, c.as_mut_ptr(), n as isize, 1)
-            };
+            rows(first + j, 0, c);
         }
     };
-    let threads = thread::available_parallelism().map_or(1, |t| t.get()).min(batches);
-    if threads <= 1 || m * n * k >= SMALL_PRODUCT {
-        run(0, &mut out);
-    } else {
-        let per = batches.div_ceil(threads);
-        thread::scope(|s| {
-            for (t, chunk) in out.chunks_mut(per * m * n).enumerate() {
-                let run = &run;
-                s.spawn(move || run(t * per, chunk));
+    // Threads only pay for themselves with enough work each (spawning costs tens of µs). Every
+    // output element is summed in the same order however the rows are split.
+    if cpus > 1 && m * n * k >= SMALL_PRODUCT {
+        let threads = cpus.min(m).min((m * n * k) / PAR_WORK).max(1);
+        let spare = &mut out.spare_capacity_mut()[..total];
+        if threads == 1 {
+            run(0, spare);
+        } else {
+            // Row blocks of every product, a few per thread, claimed as threads get free.
+            let blocks = (threads * 4).min(m.div_ceil(16)).max(threads);
+            let per = m.div_ceil(blocks);
+            let mut tasks = Vec::new();
+            for (q, c) in spare.chunks_exact_mut(m * n).enumerate() {
+                for (b, part) in c.chunks_mut(per * n).enumerate() {
+                    tasks.push((q, b * per, part));
+                }
             }
-        });
+            super::simd::par_tasks(tasks, threads, |(q, r0, part)| rows(q, r0, part));
+        }
+        // SAFETY: every product wrote all its rows into the `total` reserved elements.
+        unsafe { out.set_len(total) };
+        return out;
     }
+    let threads = cpus.min(batches).min((batches * m * n * k) / PAR_WORK).max(1);
+    let spare = &mut out.spare_capacity_mut()[..total];
+    if threads <= 1 || m * n * k >= SMALL_PRODUCT {
+        run(0, spare);
+    } else {
+        let per = batches.div_ceil(threads * 4).max(1);
+        let tasks: Vec<_> = spare.chunks_mut(per * m * n).enumerate().map(|(t, c)| (t * per, c)).collect();
+        super::simd::par_tasks(tasks, threads, |(first, chunk)| run(first, chunk));
+    }
+    // SAFETY: every product wrote all its elements into the `total` reserved ones.
+    unsafe { out.set_len(total) };
     out
 }
 
@@ -243,6 +295,26 @@ mod tests {
         let want = run(&Op::Matmul, &[&swap(&x2), &g2]).unwrap();
         assert_eq!(folded.shape(), &[33, 20]);
         assert_eq!(folded.to_f32_vec(), want.to_f32_vec());
+    }
+
+    /// However a product or a batch is split across threads, every element is summed in the
+    /// same order: the results are bit-identical.
+    #[test]
+    fn threads_do_not_change_a_bit() {
+        let f = |n: usize, seed| -> Vec<f32> { values(n, seed).iter().map(|&x| x as f32).collect() };
+        let t = super::Trans { a: true, b: false };
+        for (a_shape, b_shape, out, tr) in [
+            (vec![300, 200], vec![200, 170], vec![300, 170], super::Trans::NONE),
+            (vec![200, 300], vec![200, 170], vec![300, 170], t),
+            (vec![64, 20, 16], vec![64, 16, 20], vec![64, 20, 20], super::Trans::NONE),
+        ] {
+            let (a, b) = (f(a_shape.iter().product(), 1), f(b_shape.iter().product(), 2));
+            let one = super::batched_on(1, &a, &b, &a_shape, &b_shape, &out, 1.0f32, tr);
+            for cpus in [2, 3, 7] {
+                let many = super::batched_on(cpus, &a, &b, &a_shape, &b_shape, &out, 1.0f32, tr);
+                assert!(one.iter().zip(&many).all(|(x, y)| x.to_bits() == y.to_bits()), "{cpus} threads, {out:?}");
+            }
+        }
     }
 
     #[test]

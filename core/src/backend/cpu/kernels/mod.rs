@@ -18,6 +18,7 @@ mod matmul;
 mod nn;
 mod norm;
 mod reduce;
+mod simd;
 mod strided;
 
 use crate::backend::KernelCall;
@@ -34,6 +35,7 @@ use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
 /// The arithmetic the kernels need, implemented for f32 and f64 so both share one code path.
 pub(crate) trait Float:
     Copy
+    + Default
     + Send
     + Sync
     + PartialOrd
@@ -54,6 +56,9 @@ pub(crate) trait Float:
     /// Nearest value of this type (exact for f64, rounded for f32).
     fn of(x: f64) -> Self;
     fn exp(self) -> Self;
+    /// `exp` for the hot loops (softmax): exact libm in f64; in f32 a branch-free polynomial
+    /// (Cephes' `expf`, within 2 ulp of libm) that vectorises.
+    fn exp_fast(self) -> Self;
     fn ln(self) -> Self;
     fn sin(self) -> Self;
     fn cos(self) -> Self;
@@ -89,7 +94,7 @@ pub(crate) trait Float:
 }
 
 macro_rules! impl_float {
-    ($t:ty, $variant:ident, $to_vec:ident, $from:ident, $gemm:ident) => {
+    ($t:ty, $variant:ident, $to_vec:ident, $from:ident, $gemm:ident, $exp_fast:path) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -102,6 +107,10 @@ macro_rules! impl_float {
             #[inline]
             fn exp(self) -> Self {
                 <$t>::exp(self)
+            }
+            #[inline(always)]
+            fn exp_fast(self) -> Self {
+                $exp_fast(self)
             }
             #[inline]
             fn ln(self) -> Self {
@@ -165,8 +174,8 @@ macro_rules! impl_float {
     };
 }
 
-impl_float!(f32, F32, to_f32_vec, from_f32, sgemm);
-impl_float!(f64, F64, to_f64_vec, from_f64, dgemm);
+impl_float!(f32, F32, to_f32_vec, from_f32, sgemm, simd::exp_f32);
+impl_float!(f64, F64, to_f64_vec, from_f64, dgemm, f64::exp);
 
 /// An element moved verbatim by layout ops (fp8 travels as its raw byte).
 pub(crate) trait Elem: Copy + Send + Sync + 'static {

@@ -1,7 +1,7 @@
 //! Row-wise network ops over the last axis: softmax, log-softmax, layer norm, cross-entropy,
 //! their gradients, and the embedding gather and its scatter-add gradient.
 
-use super::{finish, finish_raw, ids, node_err, per_elem, Elem, Float, KernelCall};
+use super::{finish, finish_raw, ids, node_err, per_elem, simd, Elem, Float, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
@@ -30,19 +30,31 @@ fn logsumexp<T: Float>(row: &[T]) -> T {
 pub(super) fn softmax<T: Float>(call: &KernelCall<'_>, x: &HostTensor, log: bool) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let d = row_len(x.shape());
-    let mut out = Vec::with_capacity(xv.len());
-    for row in xv.chunks_exact(d) {
-        if log {
+    if log {
+        let mut out = Vec::with_capacity(xv.len());
+        for row in xv.chunks_exact(d) {
             let lse = logsumexp(row);
             out.extend(row.iter().map(|&v| v - lse));
-        } else {
-            let max = row_max(row);
-            let start = out.len();
-            out.extend(row.iter().map(|&v| (v - max).exp()));
-            let sum = out[start..].iter().fold(T::ZERO, |s, &e| s + e);
-            out[start..].iter_mut().for_each(|e| *e = *e / sum);
+        }
+        return finish(call, out);
+    }
+    simd::wide_fn! {
+    fn rows<[T: Float]>[T](out: &mut [T], xv: &[T], d: usize) -> () {
+        for (row, o) in xv.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            let max = simd::lane_max(row);
+            for (e, &v) in o.iter_mut().zip(row) {
+                *e = (v - max).exp_fast();
+            }
+            // In a fixed order: the same on every run, thread count and strategy.
+            let sum = simd::lane_sum(o, |e| e);
+            for e in o.iter_mut() {
+                *e = *e / sum;
+            }
         }
     }
+    }
+    let mut out = vec![T::ZERO; xv.len()];
+    simd::par_rows(&mut out, d, |at, o| rows(o, &xv[at..at + o.len()], d));
     finish(call, out)
 }
 
@@ -55,24 +67,38 @@ pub(super) fn softmax_grad<T: Float>(
 ) -> Result<HostTensor> {
     let (yv, gv) = (T::read(y.data()), T::read(g.data()));
     let d = row_len(y.shape());
-    let mut out = Vec::with_capacity(yv.len());
-    for (yr, gr) in yv.chunks_exact(d).zip(gv.chunks_exact(d)) {
-        if log {
+    if log {
+        let mut out = Vec::with_capacity(yv.len());
+        for (yr, gr) in yv.chunks_exact(d).zip(gv.chunks_exact(d)) {
             let sum = gr.iter().fold(T::ZERO, |s, &v| s + v);
             out.extend(yr.iter().zip(gr).map(|(&y, &g)| g - y.exp() * sum));
-        } else {
-            let dot = yr.iter().zip(gr).fold(T::ZERO, |s, (&y, &g)| s + y * g);
-            out.extend(yr.iter().zip(gr).map(|(&y, &g)| y * (g - dot)));
+        }
+        return finish(call, out);
+    }
+    simd::wide_fn! {
+        fn rows<[T: Float]>[T](out: &mut [T], yv: &[T], gv: &[T], d: usize) -> () {
+            for ((yr, gr), o) in yv.chunks_exact(d).zip(gv.chunks_exact(d)).zip(out.chunks_exact_mut(d)) {
+                let dot = simd::lane_sum2(yr, gr, |y, g| y * g);
+                for ((o, &y), &g) in o.iter_mut().zip(yr).zip(gr) {
+                    *o = y * (g - dot);
+                }
+            }
         }
     }
+    let mut out = vec![T::ZERO; yv.len()];
+    simd::par_rows(&mut out, d, |at, o| {
+        let span = at..at + o.len();
+        rows(o, &yv[span.clone()], &gv[span], d)
+    });
     finish(call, out)
 }
 
 /// Mean and `1/sqrt(var + eps)` of a row (biased variance, two passes for accuracy).
+#[inline(always)]
 fn moments<T: Float>(row: &[T], eps: T) -> (T, T) {
     let n = T::of(row.len() as f64);
-    let mean = row.iter().fold(T::ZERO, |s, &v| s + v) / n;
-    let var = row.iter().fold(T::ZERO, |s, &v| s + (v - mean) * (v - mean)) / n;
+    let mean = simd::lane_sum(row, |v| v) / n;
+    let var = simd::lane_sum(row, |v| (v - mean) * (v - mean)) / n;
     (mean, T::ONE / (var + eps).sqrt())
 }
 
@@ -80,11 +106,18 @@ fn moments<T: Float>(row: &[T], eps: T) -> (T, T) {
 pub(super) fn layer_norm<T: Float>(call: &KernelCall<'_>, x: &HostTensor, eps: f64) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let d = row_len(x.shape());
-    let mut out = Vec::with_capacity(xv.len());
-    for row in xv.chunks_exact(d) {
-        let (mean, rstd) = moments(row, T::of(eps));
-        out.extend(row.iter().map(|&v| (v - mean) * rstd));
+    simd::wide_fn! {
+        fn rows<[T: Float]>[T](out: &mut [T], xv: &[T], d: usize, eps: T) -> () {
+            for (row, o) in xv.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+                let (mean, rstd) = moments(row, eps);
+                for (o, &v) in o.iter_mut().zip(row) {
+                    *o = (v - mean) * rstd;
+                }
+            }
+        }
     }
+    let mut out = vec![T::ZERO; xv.len()];
+    simd::par_rows(&mut out, d, |at, o| rows(o, &xv[at..at + o.len()], d, T::of(eps)));
     finish(call, out)
 }
 
@@ -97,14 +130,24 @@ pub(super) fn layer_norm_grad<T: Float>(
 ) -> Result<HostTensor> {
     let (xv, gv) = (T::read(x.data()), T::read(g.data()));
     let d = row_len(x.shape());
-    let n = T::of(d as f64);
-    let mut out = Vec::with_capacity(xv.len());
-    for (xr, gr) in xv.chunks_exact(d).zip(gv.chunks_exact(d)) {
-        let (mean, rstd) = moments(xr, T::of(eps));
-        let g_mean = gr.iter().fold(T::ZERO, |s, &v| s + v) / n;
-        let gx_mean = xr.iter().zip(gr).fold(T::ZERO, |s, (&v, &g)| s + g * (v - mean) * rstd) / n;
-        out.extend(xr.iter().zip(gr).map(|(&v, &g)| rstd * (g - g_mean - (v - mean) * rstd * gx_mean)));
+    simd::wide_fn! {
+        fn rows<[T: Float]>[T](out: &mut [T], xv: &[T], gv: &[T], d: usize, eps: T) -> () {
+            let n = T::of(d as f64);
+            for ((xr, gr), o) in xv.chunks_exact(d).zip(gv.chunks_exact(d)).zip(out.chunks_exact_mut(d)) {
+                let (mean, rstd) = moments(xr, eps);
+                let g_mean = simd::lane_sum(gr, |v| v) / n;
+                let gx_mean = simd::lane_sum2(xr, gr, |v, g| g * (v - mean) * rstd) / n;
+                for ((o, &v), &g) in o.iter_mut().zip(xr).zip(gr) {
+                    *o = rstd * (g - g_mean - (v - mean) * rstd * gx_mean);
+                }
+            }
+        }
     }
+    let mut out = vec![T::ZERO; xv.len()];
+    simd::par_rows(&mut out, d, |at, o| {
+        let span = at..at + o.len();
+        rows(o, &xv[span.clone()], &gv[span], d, T::of(eps))
+    });
     finish(call, out)
 }
 

@@ -1,0 +1,364 @@
+//! Wider vectors for the elementwise loops, chosen at run time.
+//!
+//! The crate is compiled for baseline x86-64 (SSE2), so plain loops vectorise four f32 lanes
+//! wide at most. [`wide_fn!`] compiles a loop a second time with AVX2 and FMA enabled and calls
+//! that copy when the CPU has them, eight lanes wide. Results are bit-identical either way: Rust never contracts `a * b + c` into
+//! a fused multiply-add by itself, and every lane computes what the scalar loop computes.
+
+use std::sync::OnceLock;
+
+/// Whether the CPU has AVX2 and FMA (checked once).
+#[inline]
+pub(crate) fn avx2() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// Defines `fn name<generics>(args) -> ret { body }` compiled twice: once with AVX2 + FMA,
+/// called when the CPU has them, and once at baseline width. The body is written once; the
+/// generic names are repeated in brackets for the call:
+///
+/// ```ignore
+/// wide_fn! {
+///     fn double<[T: Float]>[T](x: &[T]) -> Vec<T> { x.iter().map(|&v| v + v).collect() }
+/// }
+/// ```
+///
+/// (A closure passed to a `#[target_feature]` function is not inlined into it, and would run at
+/// baseline width: hence a macro that duplicates the body.)
+macro_rules! wide_fn {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident<[$($gen:tt)*]>[$($g:ident),*]($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+        $(#[$meta])*
+        #[inline]
+        $vis fn $name<$($gen)*>($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[allow(clippy::too_many_arguments)]
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn with_avx2<$($gen)*>($($arg: $ty),*) -> $ret $body
+                if $crate::backend::cpu::kernels::simd::avx2() {
+                    // SAFETY: the CPU supports AVX2 and FMA (checked at run time just above).
+                    return unsafe { with_avx2::<$($g),*>($($arg),*) };
+                }
+            }
+            $body
+        }
+    };
+}
+pub(crate) use wide_fn;
+
+/// Threads the CPU kernels may use: the CPUs this process may run on (so `taskset` limits it),
+/// capped by `MATMUL_NUM_THREADS` when set (the variable `matrixmultiply` reads for its own
+/// threads). Read once.
+pub(crate) fn threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cap = std::env::var("MATMUL_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
+        cap.map_or(cpus, |c| c.min(cpus)).max(1)
+    })
+}
+
+/// Elements below which an elementwise loop stays on one thread (spawning costs more).
+const PAR_MIN: usize = 1 << 16;
+
+/// Runs `f(offset, chunk)` over `out` split into [`threads`] contiguous chunks (one chunk when
+/// `out` is small). Each element is computed by the same code whatever the split, so results do
+/// not depend on the thread count.
+pub(crate) fn par_chunks<U: Send>(out: &mut [U], f: impl Fn(usize, &mut [U]) + Sync) {
+    par_rows(out, 1, f)
+}
+
+/// [`par_chunks`] with chunk lengths a multiple of `row` (`out.len()` must be one too).
+pub(crate) fn par_rows<U: Send>(out: &mut [U], row: usize, f: impl Fn(usize, &mut [U]) + Sync) {
+    let row = row.max(1);
+    let threads = threads().min(out.len() / PAR_MIN).min(out.len() / row).max(1);
+    if threads == 1 {
+        return f(0, out);
+    }
+    // A few tasks per thread, claimed as threads get free: on a shared machine one thread may
+    // be descheduled, and a static split would make everyone wait for it.
+    let rows = out.len() / row;
+    let tasks = (threads * 4).min(rows).min(out.len() / PAR_MIN).max(threads);
+    let per = rows.div_ceil(tasks) * row;
+    let parts: Vec<(usize, &mut [U])> = out.chunks_mut(per).enumerate().map(|(i, c)| (i * per, c)).collect();
+    par_tasks(parts, threads, |(at, chunk)| f(at, chunk));
+}
+
+/// Runs `f` on every task, on `threads` threads (this one included), each claiming the next
+/// unclaimed task. Which thread runs a task never changes what it computes.
+pub(crate) fn par_tasks<T: Send>(tasks: Vec<T>, threads: usize, f: impl Fn(T) + Sync) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let n = tasks.len();
+    let slots: Vec<Mutex<Option<T>>> = tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
+        }
+        let task = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            f(task);
+        }
+    };
+    pool::run(threads.min(n).saturating_sub(1), &work);
+}
+
+/// A few long-lived helper threads. Fresh threads per kernel would each start with a cold
+/// allocator arena, and `matrixmultiply`'s packing buffers would page-fault on every call.
+mod pool {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+    /// A job borrowed for the duration of [`run`], which waits for every helper before
+    /// returning; the `'static` is a lie [`run`] makes true by waiting.
+    struct Job {
+        work: &'static (dyn Fn() + Sync),
+        done: Arc<(Mutex<(usize, bool)>, Condvar)>,
+    }
+
+    fn helpers() -> &'static Mutex<Vec<Sender<Job>>> {
+        static HELPERS: OnceLock<Mutex<Vec<Sender<Job>>>> = OnceLock::new();
+        HELPERS.get_or_init(|| Mutex::new(Vec::new()))
+    }
+
+    /// Runs `work` on this thread and on `extra` helper threads, returning when all are done.
+    pub(super) fn run(extra: usize, work: &(dyn Fn() + Sync)) {
+        if extra == 0 {
+            return work();
+        }
+        let done = Arc::new((Mutex::new((0usize, false)), Condvar::new()));
+        // SAFETY: the reference is only used by helpers until they report done below, and this
+        // function does not return (or unwind) before every helper has reported.
+        let work_static: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(work) };
+        let mut sent = 0;
+        {
+            let mut list = helpers().lock().unwrap_or_else(|e| e.into_inner());
+            while list.len() < extra {
+                let (tx, rx) = channel::<Job>();
+                let spawned = std::thread::Builder::new().name("remat-cpu".into()).spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        let panicked = catch_unwind(AssertUnwindSafe(job.work)).is_err();
+                        let (lock, cvar) = &*job.done;
+                        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+                        state.0 += 1;
+                        state.1 |= panicked;
+                        cvar.notify_all();
+                    }
+                });
+                if spawned.is_err() {
+                    break;
+                }
+                list.push(tx);
+            }
+            for tx in list.iter().take(extra) {
+                if tx.send(Job { work: work_static, done: done.clone() }).is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+        let mine = catch_unwind(AssertUnwindSafe(work));
+        let (lock, cvar) = &*done;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while state.0 < sent {
+            state = cvar.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        let helper_panicked = state.1;
+        drop(state);
+        if let Err(payload) = mine {
+            std::panic::resume_unwind(payload);
+        }
+        assert!(!helper_panicked, "a CPU kernel thread panicked");
+    }
+}
+
+wide_fn! {
+    fn map_into<[T: Copy, U: Copy, F: Fn(T) -> U]>[T, U, F](out: &mut [U], x: &[T], f: &F) -> () {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = f(v);
+        }
+    }
+}
+
+wide_fn! {
+    fn zip_into<[T: Copy, U: Copy, F: Fn(T, T) -> U]>[T, U, F](out: &mut [U], a: &[T], b: &[T], f: &F) -> () {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    }
+}
+
+/// `f` of every element: vectorised, and threaded for large slices.
+pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync>(x: &[T], f: F) -> Vec<U> {
+    let mut out = vec![U::default(); x.len()];
+    par_chunks(&mut out, |at, chunk| map_into(chunk, &x[at..at + chunk.len()], &f));
+    out
+}
+
+/// `f` of every pair of elements of two slices (as long as the shorter): vectorised, and
+/// threaded for large slices.
+pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + Sync>(a: &[T], b: &[T], f: F) -> Vec<U> {
+    let n = a.len().min(b.len());
+    let mut out = vec![U::default(); n];
+    par_chunks(&mut out, |at, chunk| zip_into(chunk, &a[at..at + chunk.len()], &b[at..at + chunk.len()], &f));
+    out
+}
+
+// The lane loops index on purpose: fixed-size indexed loops are what the compiler vectorises.
+/// Accumulators a row reduction keeps: the loop carries eight independent sums (which the
+/// compiler keeps in one vector register) instead of one long dependency chain.
+pub(crate) const LANES: usize = 8;
+
+/// `Σ f(x[i])` over eight interleaved partial sums, combined in a fixed order: the same result
+/// on every run, every thread count and every strategy (not the left-to-right sum's bits).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn lane_sum<T: super::Float>(x: &[T], f: impl Fn(T) -> T) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] += f(c[l]);
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] += f(v);
+    }
+    combine(acc)
+}
+
+/// `Σ f(a[i], b[i])` as [`lane_sum`] does it.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn lane_sum2<T: super::Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [T::ZERO; LANES];
+    let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..LANES {
+            acc[l] += f(x[l], y[l]);
+        }
+    }
+    for (l, (&x, &y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
+        acc[l] += f(x, y);
+    }
+    combine(acc)
+}
+
+/// The NaN-propagating maximum of `x` (−∞ for an empty row), over eight lanes.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn lane_max<T: super::Float>(x: &[T]) -> T {
+    let pick = |m: T, v: T| if v > m || v.is_nan() { v } else { m };
+    let mut acc = [T::NEG_INFINITY; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = pick(acc[l], c[l]);
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] = pick(acc[l], v);
+    }
+    acc.into_iter().fold(T::NEG_INFINITY, |m, v| if m.is_nan() { m } else { pick(m, v) })
+}
+
+/// Pairwise: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1.
+#[inline(always)]
+fn combine<T: super::Float>(mut acc: [T; LANES]) -> T {
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+        width /= 2;
+    }
+    acc[0]
+}
+
+/// `e^x` in f32 without a libm call, so loops over it vectorise: Cephes' `expf` (range
+/// reduction by ln 2 in two parts, a degree-6 polynomial, the exponent put in by bits), within
+/// 2 ulp of libm. Below −87.3 it is 0 (as `exp` underflows there); NaN stays NaN.
+#[inline(always)]
+pub(crate) fn exp_f32(x: f32) -> f32 {
+    const HI: f32 = 88.3;
+    const LO: f32 = -87.3;
+    let under = x < LO;
+    let xc = if x > HI {
+        HI
+    } else if under {
+        LO
+    } else {
+        x
+    };
+    // Round x·log2(e) to the nearest integer (1.5·2^23 pushes the fraction out of the mantissa).
+    let magic = 12_582_912.0f32;
+    let n = (xc * std::f32::consts::LOG2_E + magic) - magic;
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = 1.987_569_1e-4f32;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 0.166_666_65;
+    let p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+    let e = y * scale;
+    if under {
+        0.0
+    } else {
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_f32_is_within_two_ulp_of_libm() {
+        let mut worst = 0u32;
+        for i in -87_000..88_000 {
+            let x = i as f32 * 1e-3 + 0.000_123;
+            let (got, want) = (exp_f32(x), x.exp());
+            worst = worst.max(got.to_bits().abs_diff(want.to_bits()));
+        }
+        assert!(worst <= 2, "{worst} ulp");
+        assert_eq!(exp_f32(-1e9), 0.0);
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn lane_reductions() {
+        let x: Vec<f64> = (0..37).map(|i| i as f64 * 0.5 - 3.0).collect();
+        let want: f64 = x.iter().sum();
+        assert!((lane_sum(&x, |v| v) - want).abs() < 1e-12);
+        assert!((lane_sum2(&x, &x, |a, b| a * b) - x.iter().map(|v| v * v).sum::<f64>()).abs() < 1e-9);
+        assert_eq!(lane_max(&x), 15.0);
+        assert_eq!(lane_max::<f64>(&[]), f64::NEG_INFINITY);
+        let mut with_nan = x.clone();
+        with_nan[3] = f64::NAN;
+        assert!(lane_max(&with_nan).is_nan());
+    }
+
+    #[test]
+    fn map_and_zip_are_the_scalar_loops() {
+        let x: Vec<f32> = (0..1000).map(|i| i as f32 * 0.37 - 100.0).collect();
+        assert_eq!(map(&x, |v| v * 2.0 + 1.0), x.iter().map(|v| v * 2.0 + 1.0).collect::<Vec<_>>());
+        assert_eq!(zip(&x, &x[1..], |a, b| a - b).len(), 999);
+    }
+}
