@@ -41,7 +41,7 @@ pub use host::{HostData, HostTensor};
 pub use model::{Feeds, Model, Params, StepOutput};
 pub use op::{BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
 pub use optim::{AdamW, Optimizer, Sgd};
-pub use partition::{Action, Budget, Decision, Partition, Reason, Strategy};
+pub use partition::{Action, Budget, CostModel, Decision, OffloadReason, Partition, Reason, Strategy};
 pub use plan::{Plan, Step};
 pub use policy::{Policy, PolicySource};
 pub use region::{enter_region, PolicyTable, RegionGuard, RegionSpec};

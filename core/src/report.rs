@@ -169,6 +169,7 @@ impl<'a> Report<'a> {
             let action = match d.action {
                 Action::Save => "save",
                 Action::Recompute => "recompute",
+                Action::Offload => "offload",
             };
             let _ = write!(
                 decisions,
@@ -255,6 +256,8 @@ pub fn reason_code(reason: Reason) -> &'static str {
         Reason::NotRecomputable => "not_recomputable",
         Reason::RandomSource => "random_source",
         Reason::MustSave => "must_save",
+        Reason::MustOffload => "must_offload",
+        Reason::PreferOffload => "prefer_offload",
         Reason::ReadByRegion(_) | Reason::ReadByGradient(_) => "boundary",
         Reason::ViewBase(_) => "view_base",
         Reason::PreferSave => "prefer_save",
