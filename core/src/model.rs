@@ -7,7 +7,7 @@ use crate::exec;
 use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Init, Op};
-use crate::partition::{partition, PGraph, Partition, Strategy};
+use crate::partition::{partition, CostModel, PGraph, Partition, Strategy};
 use crate::plan::Plan;
 use crate::report::Report;
 use crate::rng;
@@ -60,6 +60,10 @@ pub struct StepOutput {
     pub predicted_peak: usize,
     /// The peak bytes the backend measured during the step.
     pub measured_peak: usize,
+    /// The plan's predicted peak of host memory (offloaded values).
+    pub predicted_host_peak: usize,
+    /// The peak host bytes the backend measured during the step.
+    pub measured_host_peak: usize,
 }
 
 impl Model {
@@ -73,7 +77,8 @@ impl Model {
     pub fn with_strategy(forward: Graph, strategy: Strategy) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
         let partition = partition(&PGraph::from_joint(&joint), strategy)?;
-        let plan = Plan::new(&joint, &partition.saved[..joint.n_forward()])?;
+        let n = joint.n_forward();
+        let plan = Plan::with_offload(&joint, &partition.saved[..n], &partition.offloaded[..n], &CostModel::default())?;
         Ok(Model { forward, joint, partition: Some(partition), plan })
     }
 
@@ -147,6 +152,8 @@ impl Model {
             grads: kept.collect(),
             predicted_peak: self.plan.predicted_peak(),
             measured_peak: out.measured_peak,
+            predicted_host_peak: self.plan.predicted_host_peak(),
+            measured_host_peak: out.measured_host_peak,
         })
     }
 

@@ -345,11 +345,9 @@ fn random_graphs_exercise_every_outcome() {
                     ok += 1;
                     recomputed += (!p.recomputed.is_empty()) as usize;
                     offloaded += p.offloaded.contains(&true) as usize;
-                    chosen_offloads += p
-                        .decisions
-                        .iter()
-                        .any(|d| d.offload == Some(remat_core::partition::OffloadReason::Solver))
-                        as usize;
+                    chosen_offloads +=
+                        p.decisions.iter().any(|d| d.offload == Some(remat_core::partition::OffloadReason::Solver))
+                            as usize;
                 }
                 Err(Error::Conflict(_)) => conflicts += 1,
                 Err(_) => budgets += 1,

@@ -317,11 +317,8 @@ impl<'a> Problem<'a> {
         const TWO: &[Choice] = &[Choice::Recompute, Choice::Save];
         const THREE: &[Choice] = &[Choice::Recompute, Choice::Save, Choice::Offload];
         const KEEP: &[Choice] = &[Choice::Save, Choice::Offload];
-        let mut vars: Vec<(NodeId, &'static [Choice])> = self
-            .candidates
-            .iter()
-            .map(|&c| (c, if self.off.optional[c.index()] { THREE } else { TWO }))
-            .collect();
+        let mut vars: Vec<(NodeId, &'static [Choice])> =
+            self.candidates.iter().map(|&c| (c, if self.off.optional[c.index()] { THREE } else { TWO })).collect();
         vars.extend(self.optional.iter().map(|&o| (o, KEEP)));
         vars
     }

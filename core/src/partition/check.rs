@@ -82,7 +82,10 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
     let mut kept_base = vec![false; n];
     for i in 0..n {
         let v = &g.nodes[i];
-        if !v.backward && v.flags.view && (matches!(v.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i]) {
+        if !v.backward
+            && v.flags.view
+            && (matches!(v.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i])
+        {
             kept_base[base(i)] = true;
         }
     }
@@ -131,7 +134,10 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
                 bad.push(format!("{}: offloaded but not kept", describe(i)));
             }
             if node.backward || node.flags.view || !leaves(i) {
-                bad.push(format!("{}: offloaded, but it is a backward node, a view, resident or an output", describe(i)));
+                bad.push(format!(
+                    "{}: offloaded, but it is a backward node, a view, resident or an output",
+                    describe(i)
+                ));
             }
             if node.policy == Some(Policy::MustSave) || must_save_base[i] {
                 bad.push(format!("{}: must_save (or the base of a must_save view) but offloaded", describe(i)));
@@ -184,7 +190,8 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         if recomputed[i] && node.inputs.is_empty() && f.random {
             bad.push(format!("{}: a random value without inputs is recomputed", describe(i)));
         }
-        let must_keep = needed[i] && (matches!(node.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i]);
+        let must_keep =
+            needed[i] && (matches!(node.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i]);
         if must_keep && !kept(base(i)) {
             bad.push(format!("{}: must_save or a boundary value, needed, but not kept", describe(i)));
         }

@@ -61,9 +61,11 @@ impl CostModel {
 
     /// Checks the rates are positive and finite.
     pub fn validate(&self) -> Result<()> {
-        for (what, r) in
-            [("d2h bandwidth", self.d2h_bytes_per_s), ("h2d bandwidth", self.h2d_bytes_per_s), ("compute rate", self.flops_per_s)]
-        {
+        for (what, r) in [
+            ("d2h bandwidth", self.d2h_bytes_per_s),
+            ("h2d bandwidth", self.h2d_bytes_per_s),
+            ("compute rate", self.flops_per_s),
+        ] {
             if !(r.is_finite() && r > 0.0) {
                 return Err(Error::Invalid(format!("cost model: the {what} must be positive and finite, got {r}")));
             }
@@ -184,7 +186,10 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
                     super::classify::source_text(g, i)
                 )));
             }
-            warnings.push(format!("{}: {p} falls back to the other rules: {whose} {what}, kept on the device", g.describe(i)));
+            warnings.push(format!(
+                "{}: {p} falls back to the other rules: {whose} {what}, kept on the device",
+                g.describe(i)
+            ));
             continue;
         }
         if let Some(v) = must_save_view[base.index()].filter(|&v| v != i) {
