@@ -75,10 +75,16 @@ impl Model {
 
     /// Differentiates `forward`, partitions it with `strategy` and plans it.
     pub fn with_strategy(forward: Graph, strategy: Strategy) -> Result<Model> {
+        Self::with_cost_model(forward, strategy, &CostModel::default())
+    }
+
+    /// [`Model::with_strategy`] with the transfer and compute rates of `model`, which the
+    /// offload solver and the prefetches use.
+    pub fn with_cost_model(forward: Graph, strategy: Strategy, model: &CostModel) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
-        let partition = partition(&PGraph::from_joint(&joint), strategy)?;
+        let partition = crate::partition::partition_with(&PGraph::from_joint(&joint), strategy, model)?;
         let n = joint.n_forward();
-        let plan = Plan::with_offload(&joint, &partition.saved[..n], &partition.offloaded[..n], &CostModel::default())?;
+        let plan = Plan::with_offload(&joint, &partition.saved[..n], &partition.offloaded[..n], model)?;
         Ok(Model { forward, joint, partition: Some(partition), plan })
     }
 
