@@ -57,6 +57,21 @@ fn feed_forward_names(x: &Tensor, p: &BlockParams) -> Tensor {
     feed_forward(x, p)
 }
 
+/// Save matmuls, offload everything else the region keeps to host memory. Written with the
+/// runtime region API: the `#[checkpoint(policy = offload(..))]` DSL form is not built yet.
+static SAVE_MATMULS_OFFLOAD_REST: remat::region::RegionSpec = remat::region::RegionSpec::new(
+    "part_offload",
+    remat::region::PolicyTable {
+        must_save: &[remat::OpKind::Matmul],
+        ..remat::region::PolicyTable::uniform(Policy::PreferOffload)
+    },
+);
+
+fn part_offload(part: Part, x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
+    let _region = remat::region::enter_region(&SAVE_MATMULS_OFFLOAD_REST);
+    plain_parts(part, x, p, heads)
+}
+
 // ---- Command line ----
 
 /// Which checkpointing policy the model's sub-blocks use.
@@ -72,6 +87,10 @@ enum PolicyChoice {
     Names,
     /// Full-recompute block regions, partitioned under a byte budget (Prefer tags become soft).
     Budget(Budget),
+    /// Matmuls saved, the rest of what the regions keep offloaded to host memory.
+    SaveMatmulsOffload,
+    /// As `Budget`, the solver choosing save, offload or recompute under a device budget.
+    BudgetOffload(Budget),
 }
 
 impl std::fmt::Display for PolicyChoice {
@@ -83,6 +102,9 @@ impl std::fmt::Display for PolicyChoice {
             PolicyChoice::Names => f.write_str("names"),
             PolicyChoice::Budget(Budget::Fraction(x)) => write!(f, "budget={x}"),
             PolicyChoice::Budget(Budget::Bytes(b)) => write!(f, "budget={b}B"),
+            PolicyChoice::SaveMatmulsOffload => f.write_str("save-mm+offload"),
+            PolicyChoice::BudgetOffload(Budget::Fraction(x)) => write!(f, "budget+offl={x}"),
+            PolicyChoice::BudgetOffload(Budget::Bytes(b)) => write!(f, "budget+offl={b}B"),
         }
     }
 }
@@ -93,10 +115,13 @@ fn parse_policy(text: &str) -> Result<PolicyChoice, String> {
         "full" => Ok(PolicyChoice::Full),
         "save-matmuls" => Ok(PolicyChoice::SaveMatmuls),
         "names" => Ok(PolicyChoice::Names),
-        _ => match text.strip_prefix("budget=") {
-            Some(b) => b.parse().map(PolicyChoice::Budget),
-            None => Err(format!(
-                "unknown policy `{text}`; expected none, full, save-matmuls, names, budget=FRACTION or budget=BYTES"
+        "save-matmuls+offload" => Ok(PolicyChoice::SaveMatmulsOffload),
+        _ => match (text.strip_prefix("budget="), text.strip_prefix("budget+offload=")) {
+            (Some(b), _) => b.parse().map(PolicyChoice::Budget),
+            (_, Some(b)) => b.parse().map(PolicyChoice::BudgetOffload),
+            _ => Err(format!(
+                "unknown policy `{text}`; expected none, full, save-matmuls, names, save-matmuls+offload, \
+                 budget=FRACTION, budget=BYTES or budget+offload=.."
             )),
         },
     }
@@ -173,16 +198,18 @@ fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Mo
         (PolicyChoice::SaveMatmuls, Part::FeedForward) => feed_forward_save_matmuls(x, p),
         (PolicyChoice::Names, Part::Attention) => attention_names(x, p, heads),
         (PolicyChoice::Names, Part::FeedForward) => feed_forward_names(x, p),
+        (PolicyChoice::SaveMatmulsOffload, _) => part_offload(part, x, p, heads),
         _ => plain_parts(part, x, p, heads),
     };
     let graph: Graph = match policy {
-        PolicyChoice::Full | PolicyChoice::Budget(_) => {
+        PolicyChoice::Full | PolicyChoice::Budget(_) | PolicyChoice::BudgetOffload(_) => {
             zoo::gpt_blocks(cfg, &|x, p, layer| block_full(x, p, cfg, layer))?
         }
         _ => zoo::gpt_with(cfg, &parts)?,
     };
     let strategy = match policy {
         PolicyChoice::Budget(b) => Strategy::Budget(b),
+        PolicyChoice::BudgetOffload(b) => Strategy::BudgetOffload(b),
         _ => strategy,
     };
     Model::with_strategy(graph, strategy)
@@ -215,6 +242,8 @@ struct Row {
     activation_peak: usize,
     recompute_flops: u64,
     step_seconds: f64,
+    /// Host bytes held at once (offloaded values), measured.
+    host_peak: usize,
 }
 
 fn train_and_compare<B: Backend>(
@@ -264,6 +293,8 @@ fn train_and_compare<B: Backend>(
         PolicyChoice::Names,
         PolicyChoice::Budget(Budget::Fraction(0.5)),
         PolicyChoice::Budget(Budget::Fraction(0.2)),
+        PolicyChoice::SaveMatmulsOffload,
+        PolicyChoice::BudgetOffload(Budget::Fraction(0.2)),
     ];
     let timed_steps = if args.quick { 2 } else { 7 };
     let mut rows = Vec::new();
@@ -289,6 +320,7 @@ fn train_and_compare<B: Backend>(
             activation_peak: out.measured_peak - model.plan().resident_bytes(),
             recompute_flops: p.recompute_flops,
             step_seconds: times[times.len() / 2],
+            host_peak: out.measured_host_peak,
         });
     }
     print_table(&rows);
@@ -304,24 +336,35 @@ fn print_table(rows: &[Row]) {
     let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".to_string() };
     let kib = |b: f64| format!("{:.1}", b / 1024.0);
     println!(
-        "\n{:<14} {:>10} {:>11} {:>11} {:>11} {:>7} {:>10} {:>9} {:>7}",
-        "policy", "saved KiB", "pred. peak", "meas. peak", "act. peak", "act.", "recompute", "step ms", "time"
+        "\n{:<16} {:>10} {:>11} {:>11} {:>11} {:>7} {:>9} {:>10} {:>9} {:>7}",
+        "policy",
+        "saved KiB",
+        "pred. peak",
+        "meas. peak",
+        "act. peak",
+        "act.",
+        "host peak",
+        "recompute",
+        "step ms",
+        "time"
     );
     for r in rows {
         println!(
-            "{:<14} {:>10} {:>11} {:>11} {:>11} {:>7} {:>7.2}MFL {:>9.2} {:>7}",
+            "{:<16} {:>10} {:>11} {:>11} {:>11} {:>7} {:>9} {:>7.2}MFL {:>9.2} {:>7}",
             r.policy.to_string(),
             kib(r.saved_bytes as f64),
             kib(r.predicted_peak as f64),
             kib(r.measured_peak as f64),
             kib(r.activation_peak as f64),
             ratio(r.activation_peak as f64, base.activation_peak as f64),
+            kib(r.host_peak as f64),
             r.recompute_flops as f64 / 1e6,
             r.step_seconds * 1e3,
             ratio(r.step_seconds, base.step_seconds),
         );
     }
-    println!("(peaks in KiB; act. peak = measured peak less inputs and parameters; ratios against `none`,");
+    println!("(peaks in KiB; act. peak = measured device peak less inputs and parameters; host peak = offloaded");
+    println!(" copies held at once; ratios against `none`,");
     println!(" measured in this run; step time is the median of the timed steps)");
 }
 
@@ -368,12 +411,15 @@ mod tests {
         let cfg =
             GptConfig { batch: 2, seq: 4, d_model: 8, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype: DType::F32 };
         let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
-        for policy in [PolicyChoice::Full, PolicyChoice::SaveMatmuls, PolicyChoice::Names] {
+        for policy in
+            [PolicyChoice::Full, PolicyChoice::SaveMatmuls, PolicyChoice::Names, PolicyChoice::SaveMatmulsOffload]
+        {
             let mut reference = None;
             for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
                 let model = build(&cfg, policy, strategy).unwrap();
                 let out = model.step_seeded(&mut CpuBackend::new(), &model.init_params(1), &feeds, 5).unwrap();
                 assert_eq!(out.measured_peak, out.predicted_peak, "{policy} {strategy}");
+                assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{policy} {strategy}");
                 let grads = out.grads;
                 match &reference {
                     None => reference = Some(grads),

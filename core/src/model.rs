@@ -7,7 +7,7 @@ use crate::exec;
 use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Init, Op};
-use crate::partition::{partition, CostModel, PGraph, Partition, Strategy};
+use crate::partition::{CostModel, PGraph, Partition, Strategy};
 use crate::plan::Plan;
 use crate::report::Report;
 use crate::rng;
