@@ -30,7 +30,7 @@ fn build(specs: &[(usize, usize, u8, u8, u8)], reads: &[usize]) -> PGraph {
     g.nodes.push(x);
     for (k, &(a, b, bytes, flops, policy)) in specs.iter().enumerate() {
         let id = k + 1;
-        let mut ins = vec![a % id as usize, b % id as usize];
+        let mut ins = vec![a % id, b % id];
         ins.dedup();
         let ins: Vec<u32> = ins.into_iter().map(|i| i as u32).collect();
         let mut n = PNode::new(id as u64, "op", &ins, false, [1, 2, 4, 8][bytes as usize % 4]);

@@ -117,10 +117,10 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         if let (false, Some(pol @ (Policy::MustOffload | Policy::PreferOffload))) = (v.backward, v.policy) {
             let b = base(i);
             let factory = b != i && g.nodes[b].inputs.is_empty() && !g.nodes[b].flags.random;
-            if leaves(b) && !factory && !must_save_base[b] && !(b != i && g.nodes[b].policy == Some(Policy::MustSave)) {
-                if wish[b] != Some(Policy::MustOffload) {
-                    wish[b] = Some(pol);
-                }
+            let base_must_save = b != i && g.nodes[b].policy == Some(Policy::MustSave);
+            let stays = !leaves(b) || factory || must_save_base[b] || base_must_save;
+            if !stays && wish[b] != Some(Policy::MustOffload) {
+                wish[b] = Some(pol);
             }
         }
     }
