@@ -2,7 +2,7 @@
 //! after it is produced and fetched back before its first use in the backward.
 //!
 //! This module holds what every strategy shares about it: which values the tags ask to offload
-//! ([`wishes`]: a value's own `must_offload` / `prefer_offload` tag, or the tag of a view of it —
+//! (a value's own `must_offload` / `prefer_offload` tag, or the tag of a view of it —
 //! offloading a view offloads its base), which values may be offloaded at all (not what must stay
 //! on the device: inputs, parameters, forward outputs, must_save values), and the [`CostModel`]
 //! that estimates what a transfer costs.
