@@ -86,6 +86,15 @@ impl Loaded {
     }
 }
 
+/// `--offload` turns a budget into `budget+offload`; without it the strategy is as written.
+fn with_offload(strategy: Strategy, offload: bool) -> Strategy {
+    if offload {
+        strategy.with_offload(true)
+    } else {
+        strategy
+    }
+}
+
 /// A failure: exit code and one line.
 struct Failure(u8, String);
 
@@ -110,9 +119,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Partition { file, strategy, offload, json } => {
             let loaded = load(&file)?;
             let bad = |e: remat::Error| Failure(2, format!("{}: {e}", file.display()));
-            let p = loaded.partition(strategy.with_offload(offload)).map_err(bad)?;
+            let p = loaded.partition(with_offload(strategy, offload)).map_err(bad)?;
             let plan = loaded.plan(&p).map_err(bad)?;
-            let windows = plan.as_ref().map(Plan::transfer_windows).unwrap_or_default();
+            let windows = match (&plan, &loaded.joint) {
+                (Some(plan), Some(joint)) => plan.transfer_windows(joint.graph()),
+                _ => Vec::new(),
+            };
             let mut report = Report::new(&loaded.pg, &p).with_transfer_windows(&windows);
             if let Some(plan) = &plan {
                 report = report
@@ -124,7 +136,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Dot { file, strategy, offload, out } => {
             let loaded = load(&file)?;
             let p = loaded
-                .partition(strategy.with_offload(offload))
+                .partition(with_offload(strategy, offload))
                 .map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
             let dot = Report::new(&loaded.pg, &p).dot();
             match out {

@@ -213,13 +213,19 @@ impl Plan {
 
     /// For each offloaded value: (value, index of its `Offload` in the forward program, index of
     /// its `Fetch` and of its first use in the backward program) — its transfer windows.
-    pub fn transfer_windows(&self) -> Vec<(NodeId, usize, usize, usize)> {
+    /// `graph` is the joint graph the plan was made for.
+    pub fn transfer_windows(&self, graph: &Graph) -> Vec<(NodeId, usize, usize, usize)> {
         self.offloaded
             .iter()
             .map(|&v| {
                 let out = self.forward.iter().position(|s| *s == Step::Offload(v)).unwrap_or(0);
                 let fetch = self.backward.iter().position(|s| *s == Step::Fetch(v)).unwrap_or(0);
-                (v, out, fetch, fetch + 1)
+                let reads = |s: &Step| match *s {
+                    Step::Compute(id) | Step::Recompute(id) => graph.node(id).inputs.contains(&v),
+                    _ => false,
+                };
+                let first = self.backward.iter().skip(fetch).position(reads).map_or(fetch, |k| fetch + k);
+                (v, out, fetch, first)
             })
             .collect()
     }

@@ -113,8 +113,8 @@ impl<'a> Report<'a> {
         if let Some(d) = self.decision(i) {
             why += &format!("; kept because: {}", self.why(d));
         }
-        if let Some(&(_, out, fetch, _)) = self.windows.and_then(|w| w.iter().find(|w| w.0 == i)) {
-            why += &format!("; out at forward step {out}, fetched at backward step {fetch}");
+        if let Some(&(_, out, fetch, first)) = self.windows.and_then(|w| w.iter().find(|w| w.0 == i)) {
+            why += &format!("; out at forward step {out}, fetched at backward step {fetch}, first used at {first}");
         }
         why
     }

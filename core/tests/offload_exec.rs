@@ -67,10 +67,16 @@ fn offload_keeps_gradients_bitwise_and_peaks_exact() {
             assert!(out.measured_host_peak > 0);
             assert!(out.measured_peak < want.measured_peak, "{what}: device peak falls");
         }
-        // Every offloaded value is copied out in the forward and fetched once in the backward.
+        // Every offloaded value is copied out in the forward and fetched once in the backward,
+        // before its first backward use.
         for &v in plan.offloaded() {
             assert_eq!(plan.forward().iter().filter(|s| **s == Step::Offload(v)).count(), 1);
             assert_eq!(plan.backward().iter().filter(|s| **s == Step::Fetch(v)).count(), 1);
+        }
+        for (v, out, fetch, first) in plan.transfer_windows(model.joint().graph()) {
+            assert_eq!(plan.forward()[out], Step::Offload(v));
+            assert_eq!(plan.backward()[fetch], Step::Fetch(v));
+            assert!(fetch < first, "{what}: {v} fetched at {fetch}, first used at {first}");
         }
     }
 }
