@@ -49,6 +49,21 @@ fn feed_forward_region(policy: &RegionPolicy, x: &Tensor, p: &BlockParams) -> Te
     feed_forward(x, p)
 }
 
+/// Save matmuls, offload everything else the region keeps to host memory. Written with the
+/// runtime region API: the `#[checkpoint(policy = offload(..))]` DSL form is not built yet.
+static SAVE_MATMULS_OFFLOAD_REST: remat::region::RegionSpec = remat::region::RegionSpec::new(
+    "part_offload",
+    remat::region::PolicyTable {
+        must_save: &[remat::OpKind::Matmul],
+        ..remat::region::PolicyTable::uniform(Policy::PreferOffload)
+    },
+);
+
+fn part_offload(part: Part, x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
+    let _region = remat::region::enter_region(&SAVE_MATMULS_OFFLOAD_REST);
+    plain_parts(part, x, p, heads)
+}
+
 // ---- Command line ----
 
 /// Which checkpointing policy the model's regions use.
@@ -66,6 +81,10 @@ enum PolicyChoice {
     Budget(Budget),
     /// Any policy form, given on the command line, on the attention and MLP sub-blocks.
     Parts(RegionPolicy),
+    /// Matmuls saved, the rest of what the regions keep offloaded to host memory.
+    SaveMatmulsOffload,
+    /// As `Budget`, the solver choosing save, offload or recompute under a device budget.
+    BudgetOffload(Budget),
 }
 
 impl std::fmt::Display for PolicyChoice {
@@ -78,6 +97,9 @@ impl std::fmt::Display for PolicyChoice {
             PolicyChoice::Budget(Budget::Fraction(x)) => write!(f, "budget={x}"),
             PolicyChoice::Budget(Budget::Bytes(b)) => write!(f, "budget={b}B"),
             PolicyChoice::Parts(p) => write!(f, "{p}"),
+            PolicyChoice::SaveMatmulsOffload => f.write_str("save-mm+offload"),
+            PolicyChoice::BudgetOffload(Budget::Fraction(x)) => write!(f, "budget+offl={x}"),
+            PolicyChoice::BudgetOffload(Budget::Bytes(b)) => write!(f, "budget+offl={b}B"),
         }
     }
 }
@@ -88,15 +110,17 @@ fn parse_policy(text: &str) -> Result<PolicyChoice, String> {
         "full" => Ok(PolicyChoice::Full),
         "save-matmuls" => Ok(PolicyChoice::SaveMatmuls),
         "names" => Ok(PolicyChoice::Names),
-        _ => match text.strip_prefix("budget=") {
-            Some(b) => b.parse().map(PolicyChoice::Budget),
+        "save-matmuls+offload" => Ok(PolicyChoice::SaveMatmulsOffload),
+        _ => match (text.strip_prefix("budget="), text.strip_prefix("budget+offload=")) {
+            (Some(b), _) => b.parse().map(PolicyChoice::Budget),
+            (_, Some(b)) => b.parse().map(PolicyChoice::BudgetOffload),
             // Anything else is a policy form, read with the grammar of `#[checkpoint]`.
-            None if text.contains('(') || text.contains('_') => {
+            _ if text.contains('(') || text.contains('_') => {
                 text.parse::<RegionPolicy>().map(PolicyChoice::Parts).map_err(|e| e.to_string())
             }
-            None => Err(format!(
-                "unknown policy `{text}`; expected none, full, save-matmuls, names, budget=FRACTION, budget=BYTES \
-                 or a policy form such as `save(matmul, softmax)`"
+            _ => Err(format!(
+                "unknown policy `{text}`; expected none, full, save-matmuls, names, save-matmuls+offload, \
+                 budget=FRACTION, budget=BYTES, budget+offload=.. or a policy form such as `save(matmul, softmax)`"
             )),
         },
     }
@@ -107,13 +131,18 @@ enum Regions {
     None,
     Blocks(RegionPolicy),
     Parts(RegionPolicy, RegionPolicy),
+    /// Matmuls saved, the rest offloaded (the DSL has no offload forms yet: a static spec).
+    Offload,
 }
 
 fn regions(choice: PolicyChoice) -> Regions {
     const SAVE_MATMULS: RegionPolicy = policy!(save(matmul));
     match choice {
         PolicyChoice::None => Regions::None,
-        PolicyChoice::Full | PolicyChoice::Budget(_) => Regions::Blocks(policy!(recompute_all)),
+        PolicyChoice::Full | PolicyChoice::Budget(_) | PolicyChoice::BudgetOffload(_) => {
+            Regions::Blocks(policy!(recompute_all))
+        }
+        PolicyChoice::SaveMatmulsOffload => Regions::Offload,
         PolicyChoice::SaveMatmuls => Regions::Parts(SAVE_MATMULS, SAVE_MATMULS),
         PolicyChoice::Names => Regions::Parts(policy!(save_names("attn_ctx")), policy!(save_names("ffn_pre"))),
         PolicyChoice::Parts(p) => Regions::Parts(p, p),
@@ -201,9 +230,11 @@ fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Mo
             Part::Attention => attention_region(&a, x, bp, heads),
             Part::FeedForward => feed_forward_region(&f, x, bp),
         })?,
+        Regions::Offload => zoo::gpt_with(cfg, &part_offload)?,
     };
     let strategy = match policy {
         PolicyChoice::Budget(b) => Strategy::Budget(b),
+        PolicyChoice::BudgetOffload(b) => Strategy::BudgetOffload(b),
         _ => strategy,
     };
     Model::with_strategy(graph, strategy)
@@ -236,6 +267,8 @@ struct Row {
     activation_peak: usize,
     recompute_flops: u64,
     step_seconds: f64,
+    /// Host bytes held at once (offloaded values), measured.
+    host_peak: usize,
 }
 
 fn train_and_compare<B: Backend>(
@@ -294,6 +327,8 @@ fn train_and_compare<B: Backend>(
         PolicyChoice::Names,
         PolicyChoice::Budget(Budget::Fraction(0.5)),
         PolicyChoice::Budget(Budget::Fraction(0.2)),
+        PolicyChoice::SaveMatmulsOffload,
+        PolicyChoice::BudgetOffload(Budget::Fraction(0.2)),
     ];
     let timed_steps = if args.quick { 2 } else { 7 };
     let mut rows = Vec::new();
@@ -319,6 +354,7 @@ fn train_and_compare<B: Backend>(
             activation_peak: out.measured_peak - model.plan().resident_bytes(),
             recompute_flops: p.recompute_flops,
             step_seconds: times[times.len() / 2],
+            host_peak: out.measured_host_peak,
         });
     }
     print_table(&rows);
@@ -337,6 +373,16 @@ struct Timed {
 
 impl Backend for Timed {
     type Buffer = <CpuBackend as Backend>::Buffer;
+    type Host = <CpuBackend as Backend>::Host;
+    fn offload(&mut self, buffer: &Self::Buffer) -> Result<Self::Host, remat::Error> {
+        self.inner.offload(buffer)
+    }
+    fn fetch(&mut self, host: Self::Host) -> Result<Self::Buffer, remat::Error> {
+        self.inner.fetch(host)
+    }
+    fn host_memory(&self) -> remat::MemoryStats {
+        self.inner.host_memory()
+    }
     fn name(&self) -> String {
         self.inner.name()
     }
@@ -467,24 +513,35 @@ fn print_table(rows: &[Row]) {
     let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".to_string() };
     let kib = |b: f64| format!("{:.1}", b / 1024.0);
     println!(
-        "\n{:<14} {:>10} {:>11} {:>11} {:>11} {:>7} {:>10} {:>9} {:>7}",
-        "policy", "saved KiB", "pred. peak", "meas. peak", "act. peak", "act.", "recompute", "step ms", "time"
+        "\n{:<16} {:>10} {:>11} {:>11} {:>11} {:>7} {:>9} {:>10} {:>9} {:>7}",
+        "policy",
+        "saved KiB",
+        "pred. peak",
+        "meas. peak",
+        "act. peak",
+        "act.",
+        "host peak",
+        "recompute",
+        "step ms",
+        "time"
     );
     for r in rows {
         println!(
-            "{:<14} {:>10} {:>11} {:>11} {:>11} {:>7} {:>7.2}MFL {:>9.2} {:>7}",
+            "{:<16} {:>10} {:>11} {:>11} {:>11} {:>7} {:>9} {:>7.2}MFL {:>9.2} {:>7}",
             r.policy.to_string(),
             kib(r.saved_bytes as f64),
             kib(r.predicted_peak as f64),
             kib(r.measured_peak as f64),
             kib(r.activation_peak as f64),
             ratio(r.activation_peak as f64, base.activation_peak as f64),
+            kib(r.host_peak as f64),
             r.recompute_flops as f64 / 1e6,
             r.step_seconds * 1e3,
             ratio(r.step_seconds, base.step_seconds),
         );
     }
-    println!("(peaks in KiB; act. peak = measured peak less inputs and parameters; ratios against `none`,");
+    println!("(peaks in KiB; act. peak = measured device peak less inputs and parameters; host peak = offloaded");
+    println!(" copies held at once; ratios against `none`,");
     println!(" measured in this run; step time is the median of the timed steps)");
 }
 
@@ -532,12 +589,15 @@ mod tests {
         let cfg =
             GptConfig { batch: 2, seq: 4, d_model: 8, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype: DType::F32 };
         let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
-        for policy in [PolicyChoice::Full, PolicyChoice::SaveMatmuls, PolicyChoice::Names] {
+        for policy in
+            [PolicyChoice::Full, PolicyChoice::SaveMatmuls, PolicyChoice::Names, PolicyChoice::SaveMatmulsOffload]
+        {
             let mut reference = None;
             for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
                 let model = build(&cfg, policy, strategy).unwrap();
                 let out = model.step_seeded(&mut CpuBackend::new(), &model.init_params(1), &feeds, 5).unwrap();
                 assert_eq!(out.measured_peak, out.predicted_peak, "{policy} {strategy}");
+                assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{policy} {strategy}");
                 let grads = out.grads;
                 match &reference {
                     None => reference = Some(grads),

@@ -1,8 +1,8 @@
 //! `remat`: partition graph documents (`remat.graph`, `remat.joint`) and explain the result.
 //!
 //! ```text
-//! remat partition FILE [--strategy respect|mincut|budget=B] [--json]
-//! remat dot FILE [--strategy ..] [--out F]
+//! remat partition FILE [--strategy respect|mincut|budget=B|budget+offload=B] [--offload] [--json]
+//! remat dot FILE [--strategy ..] [--offload] [--out F]
 //! remat pareto FILE --out frontier.svg
 //! ```
 //!
@@ -34,6 +34,10 @@ enum Command {
         /// `2MiB`, `1GiB`), a fraction when it has a decimal point (`0.5`, `1.0`).
         #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
         strategy: Strategy,
+        /// Let a budget choose offload (host memory) besides save and recompute: `budget=B`
+        /// becomes `budget+offload=B`. Tags asking for offload are honoured either way.
+        #[arg(long)]
+        offload: bool,
         /// Print the partition as JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -45,6 +49,9 @@ enum Command {
         /// The strategy, as for `partition`.
         #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
         strategy: Strategy,
+        /// As for `partition`.
+        #[arg(long)]
+        offload: bool,
         /// Write to this file instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -71,11 +78,20 @@ impl Loaded {
         partition(&self.pg, strategy)
     }
 
-    /// The plan's predicted peak, for `remat.graph` files.
-    fn planned_peak(&self, p: &Partition) -> remat::Result<Option<u64>> {
+    /// The plan, for `remat.graph` files.
+    fn plan(&self, p: &Partition) -> remat::Result<Option<Plan>> {
         let Some(joint) = &self.joint else { return Ok(None) };
-        let plan = Plan::new(joint, &p.saved[..joint.n_forward()])?;
-        Ok(Some(plan.predicted_peak() as u64))
+        let n = joint.n_forward();
+        Plan::with_offload(joint, &p.saved[..n], &p.offloaded[..n], &Default::default()).map(Some)
+    }
+}
+
+/// `--offload` turns a budget into `budget+offload`; without it the strategy is as written.
+fn with_offload(strategy: Strategy, offload: bool) -> Strategy {
+    if offload {
+        strategy.with_offload(true)
+    } else {
+        strategy
     }
 }
 
@@ -100,19 +116,28 @@ fn write_out(out: &Path, text: &str) -> Result<(), Failure> {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
-        Command::Partition { file, strategy, json } => {
+        Command::Partition { file, strategy, offload, json } => {
             let loaded = load(&file)?;
             let bad = |e: remat::Error| Failure(2, format!("{}: {e}", file.display()));
-            let p = loaded.partition(strategy).map_err(bad)?;
-            let mut report = Report::new(&loaded.pg, &p);
-            if let Some(peak) = loaded.planned_peak(&p).map_err(bad)? {
-                report = report.with_planned_peak(peak);
+            let p = loaded.partition(with_offload(strategy, offload)).map_err(bad)?;
+            let plan = loaded.plan(&p).map_err(bad)?;
+            let windows = match (&plan, &loaded.joint) {
+                (Some(plan), Some(joint)) => plan.transfer_windows(joint.graph()),
+                _ => Vec::new(),
+            };
+            let mut report = Report::new(&loaded.pg, &p).with_transfer_windows(&windows);
+            if let Some(plan) = &plan {
+                report = report
+                    .with_planned_peak(plan.predicted_peak() as u64)
+                    .with_host_peaks(plan.predicted_host_peak() as u64, None);
             }
             print!("{}", if json { report.json() } else { report.text() });
         }
-        Command::Dot { file, strategy, out } => {
+        Command::Dot { file, strategy, offload, out } => {
             let loaded = load(&file)?;
-            let p = loaded.partition(strategy).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
+            let p = loaded
+                .partition(with_offload(strategy, offload))
+                .map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
             let dot = Report::new(&loaded.pg, &p).dot();
             match out {
                 Some(out) => write_out(&out, &dot)?,

@@ -237,3 +237,24 @@ fn a_byte_order_mark_is_read() {
     let o = remat(&["partition", path.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn offload_turns_a_budget_into_a_three_way_choice() {
+    let file = example("two_regions.graph.json");
+    let plain = remat(&["partition", &file, "--strategy", "budget=0.0", "--json"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(stdout(&plain).contains("\"strategy\": \"budget=0.0\""), "{}", stdout(&plain));
+    let o = remat(&["partition", &file, "--strategy", "budget=0.0", "--offload", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(json["strategy"], "budget+offload=0.0");
+    for key in
+        ["offloaded", "host_bytes", "bytes_to_host", "bytes_to_device", "exposed_transfer_s", "planned_host_peak"]
+    {
+        assert!(json.get(key).is_some(), "`{key}` missing from {json}");
+    }
+    let same = remat(&["partition", &file, "--strategy", "budget+offload=0.0", "--json"]);
+    assert_eq!(stdout(&same), stdout(&o), "the flag and the strategy form agree");
+    let text = stdout(&remat(&["partition", &file, "--strategy", "budget+offload=0.0"]));
+    assert!(text.contains("offload:") && text.contains("exposed transfer"), "{text}");
+}

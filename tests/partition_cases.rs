@@ -65,7 +65,7 @@ fn backward_count(model: &Model, kind: &str) -> usize {
         .iter()
         .filter(|s| match s {
             Step::Compute(id) | Step::Recompute(id) => g.node(*id).op.name() == kind,
-            Step::Free(_) => false,
+            Step::Free(_) | Step::Offload(_) | Step::Fetch(_) => false,
         })
         .count()
 }

@@ -14,11 +14,25 @@ pub enum Policy {
     MustRecompute,
     /// Recomputed under `Respect`; a budget may save it instead.
     PreferRecompute,
+    /// Kept in host memory between the forward and the backward (copied out after it is
+    /// produced, fetched back before its first backward use); never saved on the device nor
+    /// recomputed. An error on a value that cannot leave the device (input, parameter, output).
+    MustOffload,
+    /// Offloaded under `Respect` when kept; a budget may save it on the device or recompute it.
+    /// On a value that cannot leave the device it falls back to the other rules.
+    PreferOffload,
 }
 
 impl Policy {
     /// All policies.
-    pub const ALL: [Policy; 4] = [Policy::MustSave, Policy::PreferSave, Policy::MustRecompute, Policy::PreferRecompute];
+    pub const ALL: [Policy; 6] = [
+        Policy::MustSave,
+        Policy::PreferSave,
+        Policy::MustRecompute,
+        Policy::PreferRecompute,
+        Policy::MustOffload,
+        Policy::PreferOffload,
+    ];
 
     /// The snake_case name (`"must_save"`), as in policies and JSON.
     pub fn name(self) -> &'static str {
@@ -27,6 +41,8 @@ impl Policy {
             Policy::PreferSave => "prefer_save",
             Policy::MustRecompute => "must_recompute",
             Policy::PreferRecompute => "prefer_recompute",
+            Policy::MustOffload => "must_offload",
+            Policy::PreferOffload => "prefer_offload",
         }
     }
 
@@ -42,7 +58,12 @@ impl Policy {
 
     /// Whether the policy is a hard constraint.
     pub fn is_must(self) -> bool {
-        matches!(self, Policy::MustSave | Policy::MustRecompute)
+        matches!(self, Policy::MustSave | Policy::MustRecompute | Policy::MustOffload)
+    }
+
+    /// Whether the policy asks for the value to be kept in host memory.
+    pub fn is_offload(self) -> bool {
+        matches!(self, Policy::MustOffload | Policy::PreferOffload)
     }
 }
 

@@ -17,6 +17,8 @@ pub struct RunOutput {
     /// The most bytes the backend held at once during the run (resident values included),
     /// measured by the backend's own counters.
     pub measured_peak: usize,
+    /// The most bytes of host memory (offloaded copies) the backend held at once.
+    pub measured_host_peak: usize,
 }
 
 /// Runs `plan` over `joint` on `backend`. `resident` gives the value of every input and
@@ -76,8 +78,10 @@ fn run_steps<B: Backend>(
 ) -> Result<RunOutput> {
     let graph = joint.graph();
     let baseline = backend.memory().live_bytes;
+    let host_baseline = backend.host_memory().live_bytes;
     backend.reset_peak();
     let mut slots: Vec<Option<B::Buffer>> = (0..graph.len()).map(|_| None).collect();
+    let mut host: Vec<Option<B::Host>> = (0..graph.len()).map(|_| None).collect();
     for (&id, &value) in plan.resident().iter().zip(resident) {
         check_feed(joint, id, value)?;
         slots[id.index()] = Some(backend.upload(value)?);
@@ -89,15 +93,24 @@ fn run_steps<B: Backend>(
                 slots[id.index()] = Some(buffer);
             }
             Step::Free(id) => slots[id.index()] = None,
+            Step::Offload(id) => {
+                let buffer = slots[id.index()].as_ref().ok_or_else(|| missing(joint, id))?;
+                host[id.index()] = Some(backend.offload(buffer).map_err(|e| e.at_node(id, graph.node(id).op.name()))?);
+            }
+            Step::Fetch(id) => {
+                let copy = host[id.index()].take().ok_or_else(|| missing(joint, id))?;
+                slots[id.index()] = Some(backend.fetch(copy).map_err(|e| e.at_node(id, graph.node(id).op.name()))?);
+            }
         }
     }
     let measured_peak = backend.memory().peak_bytes - baseline;
+    let measured_host_peak = backend.host_memory().peak_bytes - host_baseline;
     let mut kept = Vec::with_capacity(plan.kept().len());
     for &id in plan.kept() {
         let buffer = slots[id.index()].as_ref().ok_or_else(|| missing(joint, id))?;
         kept.push(backend.download(buffer)?);
     }
-    Ok(RunOutput { kept, measured_peak })
+    Ok(RunOutput { kept, measured_peak, measured_host_peak })
 }
 
 fn compute<B: Backend>(

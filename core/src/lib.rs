@@ -31,7 +31,7 @@ mod trace;
 pub mod zoo;
 
 pub use autodiff::JointGraph;
-pub use backend::cpu::{CpuBackend, CpuBuffer};
+pub use backend::cpu::{CpuBackend, CpuBuffer, CpuHostBuffer};
 pub use backend::{Backend, KernelCall, MemoryStats};
 pub use dtype::DType;
 pub use error::{Error, Result};
@@ -41,7 +41,7 @@ pub use host::{HostData, HostTensor};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
 pub use op::{BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
 pub use optim::{AdamW, Optimizer, Sgd};
-pub use partition::{Action, Budget, Decision, Partition, Reason, Strategy};
+pub use partition::{Action, Budget, CostModel, Decision, OffloadReason, Partition, Reason, Strategy};
 pub use plan::{Plan, Step};
 pub use policy::{Policy, PolicySource};
 pub use region::{enter_region, enter_region_with, PolicyTable, RegionGuard, RegionPolicy, RegionSpec};

@@ -7,7 +7,7 @@ use crate::exec;
 use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Init, Op};
-use crate::partition::{partition, PGraph, Partition, Strategy};
+use crate::partition::{CostModel, PGraph, Partition, Strategy};
 use crate::plan::Plan;
 use crate::report::Report;
 use crate::rng;
@@ -65,6 +65,10 @@ pub struct StepOutput {
     pub predicted_peak: usize,
     /// The peak bytes the backend measured during the step.
     pub measured_peak: usize,
+    /// The plan's predicted peak of host memory (offloaded values).
+    pub predicted_host_peak: usize,
+    /// The peak host bytes the backend measured during the step.
+    pub measured_host_peak: usize,
 }
 
 impl Model {
@@ -76,11 +80,18 @@ impl Model {
 
     /// Differentiates `forward`, partitions it with `strategy` and plans it.
     pub fn with_strategy(forward: Graph, strategy: Strategy) -> Result<Model> {
+        Self::with_cost_model(forward, strategy, &CostModel::default())
+    }
+
+    /// [`Model::with_strategy`] with the transfer and compute rates of `model`, which the
+    /// offload solver and the prefetches use.
+    pub fn with_cost_model(forward: Graph, strategy: Strategy, model: &CostModel) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
-        let mut partition = partition(&PGraph::from_joint(&joint), strategy)?;
+        let mut partition = crate::partition::partition_with(&PGraph::from_joint(&joint), strategy, model)?;
         // What tracing found (names in `save_names` no value carries) leads the warnings.
         partition.warnings.splice(0..0, forward.unknown_save_names());
-        let plan = Plan::new(&joint, &partition.saved[..joint.n_forward()])?;
+        let n = joint.n_forward();
+        let plan = Plan::with_offload(&joint, &partition.saved[..n], &partition.offloaded[..n], model)?;
         Ok(Model { forward, joint, partition: Some(partition), plan })
     }
 
@@ -216,6 +227,8 @@ impl Model {
             grads: kept.collect(),
             predicted_peak: self.plan.predicted_peak(),
             measured_peak: out.measured_peak,
+            predicted_host_peak: self.plan.predicted_host_peak(),
+            measured_host_peak: out.measured_host_peak,
         })
     }
 

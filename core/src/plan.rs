@@ -6,10 +6,19 @@
 //! value is recomputed from what is (saved values, inputs, parameters) just before that first
 //! use. Every buffer is freed right after its last use. The planner then predicts the peak by
 //! walking the programs with each value's bytes — the executor must measure the same number.
+//!
+//! **Two memories.** An offloaded value is copied to host memory right after the forward
+//! computes it ([`Step::Offload`], asynchronous on a device with copy engines); its device copy is
+//! freed after its last forward use (once the transfer is done); the backward fetches it back
+//! ([`Step::Fetch`], which frees the host copy) early enough that the compute before its first
+//! backward use covers the host-to-device transfer at the [`CostModel`]'s rates, as far as the
+//! device peak of fetching just in time allows — never earlier than the start of the backward.
+//! The plan predicts both peaks: device and host.
 
 use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
+use crate::partition::CostModel;
 
 /// One instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +29,19 @@ pub enum Step {
     Recompute(NodeId),
     /// Free a value after its last use.
     Free(NodeId),
+    /// Start copying a value to host memory (forward program, right after it is computed).
+    Offload(NodeId),
+    /// Copy an offloaded value back into a new device buffer and free its host copy (backward
+    /// program, ahead of its first use).
+    Fetch(NodeId),
+}
+
+/// What a sequence entry does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Compute,
+    Recompute,
+    Fetch,
 }
 
 /// A forward program and a backward program over one joint graph.
@@ -28,12 +50,15 @@ pub struct Plan {
     forward: Vec<Step>,
     backward: Vec<Step>,
     saved: Vec<NodeId>,
+    offloaded: Vec<NodeId>,
     recomputed: Vec<NodeId>,
     resident: Vec<NodeId>,
     kept: Vec<NodeId>,
     resident_bytes: usize,
     saved_bytes: usize,
+    host_bytes: usize,
     predicted_peak: usize,
+    predicted_host_peak: usize,
 }
 
 impl Plan {
@@ -42,10 +67,42 @@ impl Plan {
     /// Inputs, parameters and the forward outputs are always at hand; every other value the
     /// backward reads is recomputed.
     pub fn new(joint: &JointGraph, saved: &[bool]) -> Result<Plan> {
+        Self::with_offload(joint, saved, &vec![false; saved.len()], &CostModel::default())
+    }
+
+    /// Plans `joint` keeping the values with `saved[id]`, those with `offloaded[id]` too in host
+    /// memory between the passes; `model` times the prefetches. Offloading an input, a parameter
+    /// or a forward output is an error naming it; an offloaded value the backward never reads is
+    /// kept on the device (there is nothing to fetch it for).
+    pub fn with_offload(joint: &JointGraph, saved: &[bool], offloaded: &[bool], model: &CostModel) -> Result<Plan> {
         let graph = joint.graph();
         let n_fwd = joint.n_forward();
-        if saved.len() != n_fwd {
-            return Err(Error::Invalid(format!("saved set covers {} nodes, the forward has {n_fwd}", saved.len())));
+        if saved.len() != n_fwd || offloaded.len() != n_fwd {
+            return Err(Error::Invalid(format!(
+                "saved and offloaded sets cover {} and {} nodes, the forward has {n_fwd}",
+                saved.len(),
+                offloaded.len()
+            )));
+        }
+        model.validate()?;
+        for i in (0..n_fwd).filter(|&i| offloaded[i]) {
+            let id = NodeId(i as u32);
+            let why = if !saved[i] {
+                Some("it is not saved")
+            } else if is_resident(graph, id) {
+                Some("it is an input or a parameter, which stays on the device")
+            } else if joint.forward_outputs().contains(&id) {
+                Some("it is a forward output, which the caller holds on the device")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::Node {
+                    node: id,
+                    op: graph.node(id).op.name(),
+                    message: format!("cannot be offloaded: {why}"),
+                });
+            }
         }
         let resident: Vec<NodeId> = (0..n_fwd as u32).map(NodeId).filter(|&i| is_resident(graph, i)).collect();
         let kept: Vec<NodeId> = graph.outputs().to_vec();
@@ -62,10 +119,10 @@ impl Plan {
             .chain((0..n_fwd as u32).map(NodeId).filter(|i| saved[i.index()]))
             .collect();
         let live_fwd = ancestors(graph, &roots, n_fwd);
-        let mut seq: Vec<(NodeId, bool)> = (0..n_fwd as u32)
+        let mut seq: Vec<(NodeId, Kind)> = (0..n_fwd as u32)
             .map(NodeId)
             .filter(|&i| live_fwd[i.index()] && !is_resident(graph, i))
-            .map(|i| (i, false))
+            .map(|i| (i, Kind::Compute))
             .collect();
         let n_forward_steps = seq.len();
         let saved_ids: Vec<NodeId> = (0..n_fwd as u32)
@@ -86,26 +143,35 @@ impl Plan {
                     recompute(graph, input, &mut at_hand, &mut seq, &mut recomputed);
                 }
             }
-            seq.push((id, false));
+            seq.push((id, Kind::Compute));
             at_hand[id.index()] = true;
         }
 
-        let (forward, backward) =
-            with_frees(graph, &seq, n_forward_steps, &at_hand_never_freed(graph, &resident, &kept));
+        let never_free = at_hand_never_freed(graph, &resident, &kept);
+        let (seq, offloaded_ids) = with_fetches(graph, seq, n_forward_steps, &saved_ids, offloaded, &never_free, model);
+        let mut is_offloaded = vec![false; graph.len()];
+        for &i in &offloaded_ids {
+            is_offloaded[i.index()] = true;
+        }
+        let (forward, backward) = with_frees(graph, &seq, n_forward_steps, &never_free, &is_offloaded);
         let resident_bytes = resident.iter().map(|&i| graph.node(i).bytes()).sum();
-        let saved_bytes = saved_ids.iter().map(|&i| graph.node(i).bytes()).sum();
+        let saved_bytes = saved_ids.iter().filter(|&&i| !is_offloaded[i.index()]).map(|&i| graph.node(i).bytes()).sum();
+        let host_bytes = offloaded_ids.iter().map(|&i| graph.node(i).bytes()).sum();
         let mut plan = Plan {
             forward,
             backward,
             saved: saved_ids,
+            offloaded: offloaded_ids,
             recomputed,
             resident,
             kept,
             resident_bytes,
             saved_bytes,
+            host_bytes,
             predicted_peak: 0,
+            predicted_host_peak: 0,
         };
-        plan.predicted_peak = plan.simulate_peak(graph);
+        (plan.predicted_peak, plan.predicted_host_peak) = plan.simulate_peaks(graph);
         Ok(plan)
     }
 
@@ -123,26 +189,30 @@ impl Plan {
         let live = ancestors(graph, outputs, n_fwd);
         let resident: Vec<NodeId> =
             (0..n_fwd as u32).map(NodeId).filter(|&i| live[i.index()] && is_resident(graph, i)).collect();
-        let seq: Vec<(NodeId, bool)> = (0..n_fwd as u32)
+        let seq: Vec<(NodeId, Kind)> = (0..n_fwd as u32)
             .map(NodeId)
             .filter(|&i| live[i.index()] && !is_resident(graph, i))
-            .map(|i| (i, false))
+            .map(|i| (i, Kind::Compute))
             .collect();
         let kept = outputs.to_vec();
-        let (forward, backward) = with_frees(graph, &seq, seq.len(), &at_hand_never_freed(graph, &resident, &kept));
+        let never_free = at_hand_never_freed(graph, &resident, &kept);
+        let (forward, backward) = with_frees(graph, &seq, seq.len(), &never_free, &vec![false; graph.len()]);
         let resident_bytes = resident.iter().map(|&i| graph.node(i).bytes()).sum();
         let mut plan = Plan {
             forward,
             backward,
             saved: Vec::new(),
+            offloaded: Vec::new(),
             recomputed: Vec::new(),
             resident,
             kept,
             resident_bytes,
             saved_bytes: 0,
+            host_bytes: 0,
             predicted_peak: 0,
+            predicted_host_peak: 0,
         };
-        plan.predicted_peak = plan.simulate_peak(graph);
+        (plan.predicted_peak, plan.predicted_host_peak) = plan.simulate_peaks(graph);
         Ok(plan)
     }
 
@@ -162,9 +232,43 @@ impl Plan {
     }
 
     /// Forward values computed by the forward program and kept for the backward (inputs and
-    /// parameters, resident anyway, are not listed).
+    /// parameters, resident anyway, are not listed; offloaded values are).
     pub fn saved(&self) -> &[NodeId] {
         &self.saved
+    }
+
+    /// Saved values kept in host memory between the passes, in id order.
+    pub fn offloaded(&self) -> &[NodeId] {
+        &self.offloaded
+    }
+
+    /// Bytes of the offloaded values: host memory, and the bytes moved each way.
+    pub fn host_bytes(&self) -> usize {
+        self.host_bytes
+    }
+
+    /// The most bytes of host memory held at once (offloaded copies).
+    pub fn predicted_host_peak(&self) -> usize {
+        self.predicted_host_peak
+    }
+
+    /// For each offloaded value: (value, index of its `Offload` in the forward program, index of
+    /// its `Fetch` and of its first use in the backward program) — its transfer windows.
+    /// `graph` is the joint graph the plan was made for.
+    pub fn transfer_windows(&self, graph: &Graph) -> Vec<(NodeId, usize, usize, usize)> {
+        self.offloaded
+            .iter()
+            .map(|&v| {
+                let out = self.forward.iter().position(|s| *s == Step::Offload(v)).unwrap_or(0);
+                let fetch = self.backward.iter().position(|s| *s == Step::Fetch(v)).unwrap_or(0);
+                let reads = |s: &Step| match *s {
+                    Step::Compute(id) | Step::Recompute(id) => graph.node(id).inputs.contains(&v),
+                    _ => false,
+                };
+                let first = self.backward.iter().skip(fetch).position(reads).map_or(fetch, |k| fetch + k);
+                (v, out, fetch, first)
+            })
+            .collect()
     }
 
     /// Forward nodes the backward recomputes, each once.
@@ -187,12 +291,12 @@ impl Plan {
         self.resident_bytes
     }
 
-    /// Bytes of the saved values.
+    /// Bytes of the values saved on the device (offloaded ones excluded).
     pub fn saved_bytes(&self) -> usize {
         self.saved_bytes
     }
 
-    /// The most bytes live at once while the programs run, resident values included.
+    /// The most device bytes live at once while the programs run, resident values included.
     pub fn predicted_peak(&self) -> usize {
         self.predicted_peak
     }
@@ -202,9 +306,11 @@ impl Plan {
         self.recomputed.iter().map(|&i| node_flops(graph, i)).sum()
     }
 
-    fn simulate_peak(&self, graph: &Graph) -> usize {
+    /// Device and host peaks, walking the programs.
+    fn simulate_peaks(&self, graph: &Graph) -> (usize, usize) {
         let mut live = self.resident_bytes;
         let mut peak = live;
+        let (mut host, mut host_peak) = (0usize, 0usize);
         for step in self.steps() {
             match *step {
                 Step::Compute(id) | Step::Recompute(id) => {
@@ -212,9 +318,18 @@ impl Plan {
                     peak = peak.max(live);
                 }
                 Step::Free(id) => live -= graph.node(id).bytes(),
+                Step::Offload(id) => {
+                    host += graph.node(id).bytes();
+                    host_peak = host_peak.max(host);
+                }
+                Step::Fetch(id) => {
+                    live += graph.node(id).bytes();
+                    peak = peak.max(live);
+                    host -= graph.node(id).bytes();
+                }
             }
         }
-        peak
+        (peak, host_peak)
     }
 }
 
@@ -258,7 +373,7 @@ fn recompute(
     graph: &Graph,
     value: NodeId,
     at_hand: &mut [bool],
-    seq: &mut Vec<(NodeId, bool)>,
+    seq: &mut Vec<(NodeId, Kind)>,
     recomputed: &mut Vec<NodeId>,
 ) {
     // Iterative post-order: deep chains must not overflow the stack.
@@ -268,7 +383,7 @@ fn recompute(
             continue;
         }
         if inputs_done {
-            seq.push((id, true));
+            seq.push((id, Kind::Recompute));
             recomputed.push(id);
             at_hand[id.index()] = true;
             continue;
@@ -282,19 +397,107 @@ fn recompute(
     }
 }
 
+/// Inserts a fetch of each offloaded value into the backward part of `seq`: first just before
+/// its first backward use, then — value by value, in order of first use — earlier, one step at a
+/// time, while the compute it would hide behind is shorter than the host-to-device transfer and
+/// the device peak of the just-in-time plan is not exceeded (never before the backward starts).
+/// Returns the sequence and the offloaded values it fetches; an offloaded value the backward
+/// never reads stays on the device.
+fn with_fetches(
+    graph: &Graph,
+    seq: Vec<(NodeId, Kind)>,
+    n_forward_steps: usize,
+    saved_ids: &[NodeId],
+    offloaded: &[bool],
+    never_free: &[bool],
+    model: &CostModel,
+) -> (Vec<(NodeId, Kind)>, Vec<NodeId>) {
+    let mut first_use = vec![usize::MAX; graph.len()];
+    for (pos, &(id, _)) in seq.iter().enumerate().skip(n_forward_steps) {
+        for &input in &graph.node(id).inputs {
+            first_use[input.index()] = first_use[input.index()].min(pos);
+        }
+    }
+    let mut fetch_at: Vec<(usize, NodeId)> = saved_ids
+        .iter()
+        .filter(|v| offloaded[v.index()] && first_use[v.index()] != usize::MAX)
+        .map(|&v| (first_use[v.index()], v))
+        .collect();
+    fetch_at.sort();
+    let ids = {
+        let mut ids: Vec<NodeId> = fetch_at.iter().map(|&(_, v)| v).collect();
+        ids.sort();
+        ids
+    };
+    let mut is_offloaded = vec![false; graph.len()];
+    for &v in &ids {
+        is_offloaded[v.index()] = true;
+    }
+    // The just-in-time plan's device bytes live at each base entry (after it computes).
+    let jit = insert_fetches(&seq, &fetch_at);
+    let (forward, backward) = with_frees(graph, &jit, n_forward_steps, never_free, &is_offloaded);
+    let mut live_at = Vec::with_capacity(seq.len());
+    let mut live = 0usize;
+    for step in forward.iter().chain(&backward) {
+        match *step {
+            Step::Compute(id) | Step::Recompute(id) => {
+                live += graph.node(id).bytes();
+                live_at.push(live);
+            }
+            Step::Fetch(id) => live += graph.node(id).bytes(),
+            Step::Free(id) => live -= graph.node(id).bytes(),
+            Step::Offload(_) => {}
+        }
+    }
+    let peak = live_at.iter().copied().max().unwrap_or(0);
+    for (at, v) in fetch_at.iter_mut() {
+        let bytes = graph.node(*v).bytes();
+        let transfer = model.h2d_s(bytes as u64);
+        let mut hidden = 0.0;
+        while *at > n_forward_steps && hidden < transfer && live_at[*at - 1] + bytes <= peak {
+            *at -= 1;
+            live_at[*at] += bytes;
+            hidden += model.compute_s(graph.node_flops(seq[*at].0));
+        }
+    }
+    fetch_at.sort();
+    (insert_fetches(&seq, &fetch_at), ids)
+}
+
+/// `seq` with a fetch of `v` before base entry `at` for each `(at, v)` (sorted).
+fn insert_fetches(seq: &[(NodeId, Kind)], fetch_at: &[(usize, NodeId)]) -> Vec<(NodeId, Kind)> {
+    let mut out = Vec::with_capacity(seq.len() + fetch_at.len());
+    let mut next = fetch_at.iter().peekable();
+    for (pos, &entry) in seq.iter().enumerate() {
+        while let Some(&&(at, v)) = next.peek() {
+            if at != pos {
+                break;
+            }
+            out.push((v, Kind::Fetch));
+            next.next();
+        }
+        out.push(entry);
+    }
+    out
+}
+
 /// Turns a compute sequence into the two programs with a free after each value's last use.
-/// A node computed twice (forward, then recomputed) is two values, each freed on its own.
+/// A node computed twice (forward, then recomputed or fetched) is two values, each freed on its
+/// own; an offloaded value is copied out right after it is computed.
 fn with_frees(
     graph: &Graph,
-    seq: &[(NodeId, bool)],
+    seq: &[(NodeId, Kind)],
     n_forward_steps: usize,
     never_free: &[bool],
+    offloaded: &[bool],
 ) -> (Vec<Step>, Vec<Step>) {
     const NONE: usize = usize::MAX;
     let mut current = vec![NONE; graph.len()]; // node → index in `defs` of its live value
     let mut last_use: Vec<usize> = Vec::with_capacity(seq.len()); // per definition
-    for (pos, &(id, _)) in seq.iter().enumerate() {
-        for &input in &graph.node(id).inputs {
+    for (pos, &(id, kind)) in seq.iter().enumerate() {
+        // A fetch reads the host copy, not the value's inputs.
+        let inputs: &[NodeId] = if kind == Kind::Fetch { &[] } else { &graph.node(id).inputs };
+        for &input in inputs {
             let def = current[input.index()];
             if def != NONE {
                 last_use[def] = pos;
@@ -311,9 +514,17 @@ fn with_frees(
     }
     let mut forward = Vec::new();
     let mut backward = Vec::new();
-    for (pos, &(id, is_recompute)) in seq.iter().enumerate() {
-        let program = if pos < n_forward_steps { &mut forward } else { &mut backward };
-        program.push(if is_recompute { Step::Recompute(id) } else { Step::Compute(id) });
+    for (pos, &(id, kind)) in seq.iter().enumerate() {
+        let in_forward = pos < n_forward_steps;
+        let program = if in_forward { &mut forward } else { &mut backward };
+        program.push(match kind {
+            Kind::Compute => Step::Compute(id),
+            Kind::Recompute => Step::Recompute(id),
+            Kind::Fetch => Step::Fetch(id),
+        });
+        if in_forward && offloaded[id.index()] {
+            program.push(Step::Offload(id));
+        }
         program.extend(frees_at[pos].iter().map(|&f| Step::Free(f)));
     }
     (forward, backward)

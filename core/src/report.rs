@@ -28,12 +28,37 @@ pub struct Report<'a> {
     partition: &'a Partition,
     planned_peak: Option<u64>,
     measured_peak: Option<u64>,
+    planned_host_peak: Option<u64>,
+    measured_host_peak: Option<u64>,
+    windows: Option<&'a [(NodeId, usize, usize, usize)]>,
 }
 
 impl<'a> Report<'a> {
     /// A report of `partition`, which was computed over `graph`.
     pub fn new(graph: &'a PGraph, partition: &'a Partition) -> Self {
-        Report { graph, partition, planned_peak: None, measured_peak: None }
+        Report {
+            graph,
+            partition,
+            planned_peak: None,
+            measured_peak: None,
+            planned_host_peak: None,
+            measured_host_peak: None,
+            windows: None,
+        }
+    }
+
+    /// Adds the plan's predicted and a measured host peak (offloaded copies), when known.
+    pub fn with_host_peaks(mut self, planned: u64, measured: Option<u64>) -> Self {
+        self.planned_host_peak = Some(planned);
+        self.measured_host_peak = measured;
+        self
+    }
+
+    /// Adds each offloaded value's transfer window ([`crate::Plan::transfer_windows`]): the
+    /// forward step that copies it out, and the backward steps that fetch it and first use it.
+    pub fn with_transfer_windows(mut self, windows: &'a [(NodeId, usize, usize, usize)]) -> Self {
+        self.windows = Some(windows);
+        self
     }
 
     /// Adds the plan's predicted peak bytes ([`crate::Plan::predicted_peak`]).
@@ -63,11 +88,35 @@ impl<'a> Report<'a> {
         why
     }
 
-    /// Saved values, what is held anyway apart: (counted, held), each in id order.
+    /// Values saved on the device, what is held anyway apart: (counted, held), each in id order.
     fn kept(&self) -> (Vec<NodeId>, Vec<NodeId>) {
         let (g, p) = (self.graph, self.partition);
-        let kept = g.ids().filter(|&i| p.saved.get(i.index()).copied().unwrap_or(false));
+        let kept = g.ids().filter(|&i| p.saved.get(i.index()).copied().unwrap_or(false) && !self.is_offloaded(i));
         kept.partition(|&i| counts_bytes(g, i))
+    }
+
+    fn is_offloaded(&self, i: NodeId) -> bool {
+        self.partition.offloaded.get(i.index()).copied().unwrap_or(false)
+    }
+
+    /// Offloaded values, in id order.
+    fn offloaded(&self) -> Vec<NodeId> {
+        self.graph.ids().filter(|&i| self.is_offloaded(i)).collect()
+    }
+
+    /// Why a value is offloaded, with its transfer window when the plan's is known.
+    fn offload_why(&self, i: NodeId) -> String {
+        let mut why = self
+            .decision(i)
+            .and_then(|d| d.offload)
+            .map_or_else(|| "offloaded".to_string(), |o| o.describe(self.graph));
+        if let Some(d) = self.decision(i) {
+            why += &format!("; kept because: {}", self.why(d));
+        }
+        if let Some(&(_, out, fetch, first)) = self.windows.and_then(|w| w.iter().find(|w| w.0 == i)) {
+            why += &format!("; out at forward step {out}, fetched at backward step {fetch}, first used at {first}");
+        }
+        why
     }
 
     /// The table: saved values with shape, dtype, bytes, location and reason; residents the
@@ -99,6 +148,20 @@ impl<'a> Report<'a> {
         let size = |i: NodeId| fmt_bytes(g.node(i).bytes);
         out += "\nsaved for the backward:\n";
         out += &table_or_nothing(&header, &rows(&saved, &size));
+        let offloaded = self.offloaded();
+        if !offloaded.is_empty() {
+            out += "\noffloaded to host memory (copied out after the forward computes it, fetched before the backward uses it):\n";
+            let rows: Vec<Vec<String>> = offloaded
+                .iter()
+                .map(|&i| {
+                    let mut row = self.columns(i);
+                    row.insert(4, size(i));
+                    row.push(self.offload_why(i));
+                    row
+                })
+                .collect();
+            out += &table(&header, &rows);
+        }
         out += "\nheld anyway (inputs, parameters and forward outputs the backward reads; not counted):\n";
         out += &table_or_nothing(&header, &rows(&resident, &size));
         let header = ["id", "op", "shape", "dtype", "flops", "region", "name", "location", "why"];
@@ -113,6 +176,16 @@ impl<'a> Report<'a> {
             p.held_bytes,
             p.recompute_flops
         );
+        let _ = writeln!(
+            out,
+            "offload: {} value(s), host {} ({} B), moved {} B each way (device to host, host to device), estimated \
+             exposed transfer {:.3} ms",
+            offloaded.len(),
+            fmt_bytes(p.host_bytes),
+            p.host_bytes,
+            p.host_bytes,
+            p.exposed_transfer_s * 1e3
+        );
         if !p.warnings.is_empty() {
             out += "\nwarnings:\n";
             for w in &p.warnings {
@@ -125,6 +198,12 @@ impl<'a> Report<'a> {
         }
         if let Some(b) = self.measured_peak {
             peaks.push(format!("measured {} ({b} B)", fmt_bytes(b)));
+        }
+        if let Some(b) = self.planned_host_peak {
+            peaks.push(format!("host planned {} ({b} B)", fmt_bytes(b)));
+        }
+        if let Some(b) = self.measured_host_peak {
+            peaks.push(format!("host measured {} ({b} B)", fmt_bytes(b)));
         }
         if !peaks.is_empty() {
             let _ = writeln!(out, "peak memory: {}", peaks.join(", "));
@@ -169,6 +248,7 @@ impl<'a> Report<'a> {
             let action = match d.action {
                 Action::Save => "save",
                 Action::Recompute => "recompute",
+                Action::Offload => "offload",
             };
             let _ = write!(
                 decisions,
@@ -192,14 +272,22 @@ impl<'a> Report<'a> {
             if let Some(o) = d.overrode {
                 let _ = write!(decisions, ", \"overrode\": \"{}\"", o.name());
             }
+            if let Some(o) = d.offload {
+                let _ = write!(decisions, ", \"offload\": {}", json_string(&o.describe(g)));
+            }
             decisions.push('}');
         }
         let mut out = format!("{{\n  \"strategy\": {}", json_string(&p.strategy.to_string()));
         let _ = write!(out, ",\n  \"saved\": {}", ids(&saved));
         let _ = write!(out, ",\n  \"held\": {}", ids(&resident));
+        let _ = write!(out, ",\n  \"offloaded\": {}", ids(&self.offloaded()));
         let _ = write!(out, ",\n  \"recomputed\": {}", ids(&p.recomputed));
         let _ = write!(out, ",\n  \"saved_bytes\": {}", p.saved_bytes);
         let _ = write!(out, ",\n  \"held_bytes\": {}", p.held_bytes);
+        let _ = write!(out, ",\n  \"host_bytes\": {}", p.host_bytes);
+        let _ = write!(out, ",\n  \"bytes_to_host\": {}", p.host_bytes);
+        let _ = write!(out, ",\n  \"bytes_to_device\": {}", p.host_bytes);
+        let _ = write!(out, ",\n  \"exposed_transfer_s\": {:e}", p.exposed_transfer_s);
         let _ = write!(out, ",\n  \"recompute_flops\": {}", p.recompute_flops);
         if decisions.is_empty() {
             out += ",\n  \"decisions\": []";
@@ -212,6 +300,12 @@ impl<'a> Report<'a> {
         }
         if let Some(b) = self.measured_peak {
             let _ = write!(out, ",\n  \"measured_peak\": {b}");
+        }
+        if let Some(b) = self.planned_host_peak {
+            let _ = write!(out, ",\n  \"planned_host_peak\": {b}");
+        }
+        if let Some(b) = self.measured_host_peak {
+            let _ = write!(out, ",\n  \"measured_host_peak\": {b}");
         }
         out + "\n}\n"
     }
@@ -255,6 +349,8 @@ pub fn reason_code(reason: Reason) -> &'static str {
         Reason::NotRecomputable => "not_recomputable",
         Reason::RandomSource => "random_source",
         Reason::MustSave => "must_save",
+        Reason::MustOffload => "must_offload",
+        Reason::PreferOffload => "prefer_offload",
         Reason::ReadByRegion(_) | Reason::ReadByGradient(_) => "boundary",
         Reason::ViewBase(_) => "view_base",
         Reason::PreferSave => "prefer_save",
@@ -277,10 +373,11 @@ const MAX_NESTING: usize = 256;
 const SAVED: &str = "#8fd18f";
 const RESIDENT: &str = "#cfe3f7";
 const RECOMPUTED: &str = "#f7c06b";
+const OFFLOADED: &str = "#b9a3e3";
 
 /// Graphviz DOT of a joint graph: forward nodes are boxes, backward nodes grey ellipses; with a
-/// partition, saved values are filled green (resident ones light blue) and recomputed ones
-/// orange; regions are `subgraph cluster_r<index>` clusters, nested as the regions are. Every
+/// partition, saved values are filled green (resident ones light blue), offloaded ones purple
+/// (dotted outline) and recomputed ones orange; regions are `subgraph cluster_r<index>` clusters, nested as the regions are. Every
 /// label is escaped (backslashes, quotes, newlines, NULs) and shortened, and regions nest
 /// without recursion, so any graph — 10^5 nested regions included — renders in linear output.
 pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
@@ -303,8 +400,11 @@ pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
             _ => format!("{} B", n.bytes),
         };
         let saved = partition.is_some_and(|p| p.saved.get(i).copied().unwrap_or(false));
+        let offloaded = partition.is_some_and(|p| p.offloaded.get(i).copied().unwrap_or(false));
         let style = if n.backward {
             "shape=ellipse, color=gray50, fontcolor=gray30".to_string()
+        } else if offloaded {
+            format!("shape=box, style=\"filled,dotted\", fillcolor=\"{OFFLOADED}\"")
         } else if saved {
             let fill = if n.flags.resident { RESIDENT } else { SAVED };
             format!("shape=box, style=filled, fillcolor=\"{fill}\"")

@@ -137,6 +137,7 @@ fn recompute_is_placed_before_first_use_and_values_are_freed() {
                 assert!(live[id.index()], "{id} freed twice");
                 live[id.index()] = false;
             }
+            Step::Offload(_) | Step::Fetch(_) => unreachable!("this plan offloads nothing"),
         }
     }
     let still_live: Vec<usize> = (0..g.len()).filter(|&i| live[i]).collect();

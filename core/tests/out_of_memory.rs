@@ -32,6 +32,19 @@ impl Limited {
 
 impl Backend for Limited {
     type Buffer = CpuBuffer;
+    type Host = <CpuBackend as Backend>::Host;
+
+    fn offload(&mut self, buffer: &CpuBuffer) -> Result<Self::Host> {
+        self.inner.offload(buffer)
+    }
+
+    fn fetch(&mut self, host: Self::Host) -> Result<CpuBuffer> {
+        self.inner.fetch(host)
+    }
+
+    fn host_memory(&self) -> MemoryStats {
+        self.inner.host_memory()
+    }
 
     fn name(&self) -> String {
         format!("cpu (limited to {} bytes)", self.limit)

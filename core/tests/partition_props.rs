@@ -24,13 +24,21 @@ enum Instr {
 fn instr() -> impl proptest::strategy::Strategy<Value = Instr> {
     prop_oneof![
         6 => (0u8..12, 0usize..64, 0usize..64).prop_map(|(op, a, b)| Instr::Op { op, a, b }),
-        1 => (0u8..4, 0u8..4, 0u8..4, proptest::option::weighted(0.3, 0u8..=10))
+        1 => (0u8..6, 0u8..4, 0u8..4, proptest::option::weighted(0.3, 0u8..=10))
             .prop_map(|(default, listed, list_policy, budget)| Instr::Open { default, listed, list_policy, budget }),
         1 => Just(Instr::Close),
     ]
 }
 
-const POLICIES: [Policy; 4] = [Policy::MustSave, Policy::PreferSave, Policy::MustRecompute, Policy::PreferRecompute];
+/// Region defaults: every policy (the offload ones have no op-kind list in a `PolicyTable`).
+const POLICIES: [Policy; 6] = [
+    Policy::MustSave,
+    Policy::PreferSave,
+    Policy::MustRecompute,
+    Policy::PreferRecompute,
+    Policy::MustOffload,
+    Policy::PreferOffload,
+];
 const LISTABLE: [OpKind; 4] = [OpKind::Matmul, OpKind::Sin, OpKind::Mul, OpKind::Tanh];
 
 fn leak_spec(default: u8, listed: u8, list_policy: u8, budget: Option<u8>) -> &'static RegionSpec {
@@ -41,6 +49,7 @@ fn leak_spec(default: u8, listed: u8, list_policy: u8, budget: Option<u8>) -> &'
         Policy::PreferSave => policy.prefer_save = list,
         Policy::MustRecompute => policy.must_recompute = list,
         Policy::PreferRecompute => policy.prefer_recompute = list,
+        Policy::MustOffload | Policy::PreferOffload => unreachable!("list policies are the first four"),
     }
     let mut spec = RegionSpec::new("random", policy);
     spec.budget = budget.map(|b| b as f64 / 10.0);
@@ -91,13 +100,15 @@ fn feeds() -> Feeds {
         .with("x", remat_core::HostTensor::f32([3, 3], (0..9).map(|i| (i as f32 * 0.7).sin()).collect()).unwrap())
 }
 
-const STRATEGIES: [Strategy; 6] = [
+const STRATEGIES: [Strategy; 8] = [
     Strategy::Respect,
     Strategy::MinCut,
     Strategy::Budget(Budget::Fraction(0.0)),
     Strategy::Budget(Budget::Fraction(0.3)),
     Strategy::Budget(Budget::Fraction(1.0)),
     Strategy::Budget(Budget::Bytes(200)),
+    Strategy::BudgetOffload(Budget::Fraction(0.0)),
+    Strategy::BudgetOffload(Budget::Bytes(200)),
 ];
 
 /// Errors a random program may legitimately produce: tag conflicts and infeasible budgets.
@@ -128,6 +139,7 @@ proptest! {
             let params = model.init_params(1);
             let out = model.step_seeded(&mut CpuBackend::new(), &params, &feeds(), 3).unwrap();
             prop_assert_eq!(out.measured_peak, out.predicted_peak, "{}", strategy);
+            prop_assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{} (host)", strategy);
             let pg = PGraph::from_joint(model.joint());
             prop_assert!(remat_core::partition::check(&pg, model.partition().unwrap()).is_ok(), "{}", strategy);
             let mut planned: Vec<remat_core::NodeId> = model.plan().recomputed().to_vec();

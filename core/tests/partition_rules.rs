@@ -9,7 +9,7 @@ use proptest::strategy::Strategy as _;
 use remat_core::partition::{check, partition, Flags, PGraph, PNode, PRegion};
 use remat_core::{Budget, Error, NodeId, Policy, RegionId, Strategy};
 
-const STRATEGIES: [Strategy; 9] = [
+const STRATEGIES: [Strategy; 13] = [
     Strategy::Respect,
     Strategy::MinCut,
     Strategy::Budget(Budget::Fraction(0.0)),
@@ -19,6 +19,10 @@ const STRATEGIES: [Strategy; 9] = [
     Strategy::Budget(Budget::Bytes(100)),
     Strategy::Budget(Budget::Bytes(1 << 20)),
     Strategy::Budget(Budget::Bytes(u64::MAX)),
+    Strategy::BudgetOffload(Budget::Fraction(0.0)),
+    Strategy::BudgetOffload(Budget::Fraction(0.5)),
+    Strategy::BudgetOffload(Budget::Bytes(0)),
+    Strategy::BudgetOffload(Budget::Bytes(100)),
 ];
 
 /// Sizes, from empty to near the limits (the huge ones make totals overflow, which must be an
@@ -44,7 +48,7 @@ fn node_spec() -> impl proptest::strategy::Strategy<Value = NodeSpec> {
         0u8..8,
         0u8..4,
         0u8..32,
-        0u8..5,
+        0u8..7,
         0u8..6,
         proptest::option::of(0usize..64),
     )
@@ -65,12 +69,14 @@ fn regions_spec() -> impl proptest::strategy::Strategy<Value = Vec<(u8, Option<u
     proptest::collection::vec((0u8..5, proptest::option::weighted(0.3, 0u8..=10)), 0..5)
 }
 
-const POLICIES: [Option<Policy>; 5] = [
+const POLICIES: [Option<Policy>; 7] = [
     None,
     Some(Policy::MustSave),
     Some(Policy::PreferSave),
     Some(Policy::MustRecompute),
     Some(Policy::PreferRecompute),
+    Some(Policy::MustOffload),
+    Some(Policy::PreferOffload),
 ];
 
 /// Builds a joint graph: `fwd` forward specs (the first two are an input and a parameter),
@@ -135,7 +141,7 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
     // The last forward value that is not a view is the output; outputs never carry
     // must_recompute (a document saying so is refused).
     let out = (0..n_fwd).rev().find(|&i| !g.nodes[i].flags.view).unwrap_or(0);
-    if g.nodes[out].policy == Some(Policy::MustRecompute) {
+    if matches!(g.nodes[out].policy, Some(Policy::MustRecompute | Policy::MustOffload)) {
         g.nodes[out].policy = Some(Policy::PreferRecompute);
     }
     g.forward_outputs.push(NodeId(out as u32));
@@ -326,6 +332,7 @@ fn random_graphs_exercise_every_outcome() {
     let spec =
         (proptest::collection::vec(node_spec(), 2..18), proptest::collection::vec(node_spec(), 1..8), regions_spec());
     let (mut ok, mut conflicts, mut budgets, mut recomputed, mut region_budgets) = (0, 0, 0, 0, 0);
+    let (mut offloaded, mut chosen_offloads) = (0, 0);
     let total = 1500;
     for _ in 0..total {
         let (fwd, bwd, regions) = spec.new_tree(&mut runner).unwrap().current();
@@ -337,6 +344,10 @@ fn random_graphs_exercise_every_outcome() {
                     check(&g, &p).unwrap();
                     ok += 1;
                     recomputed += (!p.recomputed.is_empty()) as usize;
+                    offloaded += p.offloaded.contains(&true) as usize;
+                    chosen_offloads +=
+                        p.decisions.iter().any(|d| d.offload == Some(remat_core::partition::OffloadReason::Solver))
+                            as usize;
                 }
                 Err(Error::Conflict(_)) => conflicts += 1,
                 Err(_) => budgets += 1,
@@ -347,5 +358,7 @@ fn random_graphs_exercise_every_outcome() {
     println!("{runs} partitions: {ok} checked ({recomputed} recomputing), {conflicts} conflicts, {budgets} infeasible budgets; {region_budgets} graphs with region budgets");
     assert!(ok * 2 > runs, "most partitions succeed");
     assert!(recomputed * 4 > ok, "recomputation is common");
+    println!("{offloaded} partitions offload, {chosen_offloads} with offloads the solver chose");
     assert!(conflicts > 0 && budgets > 0 && region_budgets > 100);
+    assert!(offloaded * 10 > ok && chosen_offloads > 100, "offloads are common");
 }

@@ -70,6 +70,7 @@ fn exec(g: &mut CudaBackend, op: &Op, inputs: &[&CudaBuffer], seed: u64) -> Resu
 fn device_step(g: &mut CudaBackend, model: &Model, resident: &[CudaBuffer], seed: u64) -> Result<()> {
     let graph = model.joint().graph();
     let mut slots: Vec<Option<CudaBuffer>> = (0..graph.len()).map(|_| None).collect();
+    let mut host: Vec<Option<remat_cuda::CudaHostBuffer>> = (0..graph.len()).map(|_| None).collect();
     let mut borrowed: Vec<Option<usize>> = vec![None; graph.len()];
     for (i, &id) in model.plan().resident().iter().enumerate() {
         borrowed[id.index()] = Some(i);
@@ -99,6 +100,14 @@ fn device_step(g: &mut CudaBackend, model: &Model, resident: &[CudaBuffer], seed
                 slots[id.index()] = Some(out);
             }
             Step::Free(id) => slots[id.index()] = None,
+            Step::Offload(id) => {
+                let buffer = slots[id.index()].as_ref().expect("plan offloads a live value");
+                host[id.index()] = Some(g.offload(buffer)?);
+            }
+            Step::Fetch(id) => {
+                let copy = host[id.index()].take().expect("plan fetches an offloaded value");
+                slots[id.index()] = Some(g.fetch(copy)?);
+            }
         }
     }
     Ok(())

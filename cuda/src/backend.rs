@@ -58,6 +58,35 @@ impl Drop for CudaBuffer {
     }
 }
 
+/// An offloaded value in pinned (page-locked) host memory; its bytes count in the host meter
+/// until it is dropped.
+#[derive(Debug)]
+pub struct CudaHostBuffer {
+    ptr: *mut u8,
+    shape: Vec<usize>,
+    dtype: DType,
+    dev: Rc<Device>,
+}
+
+impl CudaHostBuffer {
+    /// Bytes of pinned host memory held.
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size()
+    }
+}
+
+impl Drop for CudaHostBuffer {
+    fn drop(&mut self) {
+        let m = &self.dev.host_meter;
+        m.live.set(m.live.get() - self.bytes());
+        if !self.ptr.is_null() {
+            // SAFETY: `ptr` came from `malloc_host` and every copy into or out of it was
+            // synchronised before this buffer could be dropped (`offload` and `fetch` wait).
+            let _ = unsafe { result::free_host(self.ptr as *mut std::ffi::c_void) };
+        }
+    }
+}
+
 /// The raw little-endian bytes of a host tensor's elements.
 pub(crate) fn host_bytes(t: &HostTensor) -> &[u8] {
     fn raw<T>(v: &[T]) -> &[u8] {
@@ -103,6 +132,12 @@ impl CudaBackend {
     /// Why no GPU backend can be opened here, or `None` when device 0 is usable.
     pub fn unavailable_reason() -> Option<String> {
         crate::probe::unavailable_reason()
+    }
+
+    /// The transfer and compute rates the planner assumes for this backend: documented H200
+    /// figures ([`remat_core::CostModel::H200`]); override with measured ones.
+    pub fn cost_model(&self) -> remat_core::CostModel {
+        remat_core::CostModel::H200
     }
 
     /// The device's name (`"NVIDIA H200"`).
@@ -295,6 +330,55 @@ fn run_promoted(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'
 
 impl Backend for CudaBackend {
     type Buffer = CudaBuffer;
+    type Host = CudaHostBuffer;
+
+    /// Copies `buffer` into pinned host memory. The copy is issued on the backend's stream
+    /// (ordered after the kernel that produced the value) and waited for, so the device copy may
+    /// be freed at once; a second copy stream with events, overlapping the copy with compute, is
+    /// not built yet.
+    fn offload(&mut self, buffer: &CudaBuffer) -> Result<CudaHostBuffer> {
+        let bytes = buffer.bytes();
+        let ptr = if bytes == 0 {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: a fresh page-locked allocation of `bytes` bytes, freed by `CudaHostBuffer`.
+            unsafe { result::malloc_host(bytes, 0) }
+                .map_err(|e| self.dev.err(format!("pinned host allocation of {bytes} bytes: {e:?}")))?
+                as *mut u8
+        };
+        let host = CudaHostBuffer { ptr, shape: buffer.shape.clone(), dtype: buffer.dtype, dev: self.dev.clone() };
+        let m = &self.dev.host_meter;
+        m.live.set(m.live.get() + bytes);
+        m.peak.set(m.peak.get().max(m.live.get()));
+        if bytes > 0 {
+            // SAFETY: `ptr` holds `bytes` bytes and outlives the copy, which is synchronised below.
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr, bytes) };
+            // SAFETY: `buffer` holds `bytes` bytes on this device; the stream orders the copy
+            // after the kernel that wrote it.
+            unsafe { result::memcpy_dtoh_async(dst, buffer.ptr, self.dev.stream.cu_stream()) }
+                .map_err(|e| self.dev.err(format!("offload of {bytes} bytes: {e:?}")))?;
+            self.dev.stream.synchronize().map_err(|e| self.dev.err(format!("offload: {e:?}")))?;
+        }
+        Ok(host)
+    }
+
+    fn fetch(&mut self, host: CudaHostBuffer) -> Result<CudaBuffer> {
+        let buf = self.alloc(&host.shape, host.dtype)?;
+        let bytes = host.bytes();
+        if bytes > 0 {
+            // SAFETY: `host.ptr` holds `bytes` initialised bytes (written by `offload`).
+            let src = unsafe { std::slice::from_raw_parts(host.ptr as *const u8, bytes) };
+            // SAFETY: `buf` holds exactly `bytes` bytes; synchronised below, before `host` drops.
+            unsafe { result::memcpy_htod_async(buf.ptr, src, self.dev.stream.cu_stream()) }
+                .map_err(|e| self.dev.err(format!("fetch of {bytes} bytes: {e:?}")))?;
+            self.dev.stream.synchronize().map_err(|e| self.dev.err(format!("fetch: {e:?}")))?;
+        }
+        Ok(buf)
+    }
+
+    fn host_memory(&self) -> MemoryStats {
+        MemoryStats { live_bytes: self.dev.host_meter.live.get(), peak_bytes: self.dev.host_meter.peak.get() }
+    }
 
     fn name(&self) -> String {
         format!("cuda:{}", self.dev.ordinal)
@@ -344,5 +428,6 @@ impl Backend for CudaBackend {
 
     fn reset_peak(&mut self) {
         self.dev.meter.peak.set(self.dev.meter.live.get());
+        self.dev.host_meter.peak.set(self.dev.host_meter.live.get());
     }
 }

@@ -42,6 +42,8 @@ pub struct Device {
     pub(crate) stream: Arc<CudaStream>,
     pool: sys::CUmemoryPool,
     pub(crate) meter: Meter,
+    /// Live and peak bytes of pinned host copies (offloaded values).
+    pub(crate) host_meter: Meter,
     modules: RefCell<HashMap<&'static str, Arc<CudaModule>>>,
     functions: RefCell<HashMap<String, CudaFunction>>,
     pub(crate) blas: cublas_sys::cublasHandle_t,
@@ -111,6 +113,7 @@ impl Device {
             stream,
             pool,
             meter: Meter::default(),
+            host_meter: Meter::default(),
             modules: RefCell::new(HashMap::new()),
             functions: RefCell::new(HashMap::new()),
             blas,

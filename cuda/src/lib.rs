@@ -36,7 +36,7 @@ mod kernels;
 mod ops;
 mod probe;
 
-pub use backend::{CudaBackend, CudaBuffer};
+pub use backend::{CudaBackend, CudaBuffer, CudaHostBuffer};
 pub use compile::{compile, nvrtc_version, Image, Target, OPTIONS};
 pub use device::CUBLAS_WORKSPACE;
 pub use kernels::{Source, PRELUDE, SOURCES};

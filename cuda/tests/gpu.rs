@@ -590,3 +590,34 @@ fn compare_reports_differences() {
     let other = HostTensor::f32(vec![2, 2], vec![1.0; 4]).unwrap();
     assert!(compare(&other, &a, false, false).unwrap_err().contains("[2, 2]"));
 }
+
+#[test]
+fn offload_keeps_gradients_bitwise_and_both_peaks_exact_on_the_gpu() {
+    let Some(mut g) = gpu() else { return };
+    let cfg = small_gpt(DType::F32, 0.1);
+    let graph = zoo::gpt(&cfg).unwrap();
+    let feeds = zoo::synthetic_tokens(&cfg, 1).unwrap();
+    let cost = g.cost_model();
+    let save = Model::with_cost_model(graph.clone(), Strategy::Respect, &cost).unwrap();
+    let params = save.init_params(2);
+    let want = save.step_seeded(&mut g, &params, &feeds, 9).unwrap();
+    for strategy in [Strategy::BudgetOffload(Budget::Fraction(0.0)), Strategy::BudgetOffload(Budget::Fraction(0.5))] {
+        let model = Model::with_cost_model(graph.clone(), strategy, &cost).unwrap();
+        let start = std::time::Instant::now();
+        let out = model.step_seeded(&mut g, &params, &feeds, 9).unwrap();
+        let elapsed = start.elapsed();
+        assert_eq!(out.measured_peak, out.predicted_peak, "{strategy}: device peak");
+        assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{strategy}: host peak");
+        assert_eq!(out.grads, want.grads, "{strategy}: gradients bitwise identical to saving");
+        println!(
+            "{strategy}: device peak {} B (save-all {} B), host peak {} B, {} offloaded, step {:?}",
+            out.measured_peak,
+            want.measured_peak,
+            out.measured_host_peak,
+            model.plan().offloaded().len(),
+            elapsed
+        );
+    }
+    assert_eq!(g.memory().live_bytes, 0);
+    assert_eq!(g.host_memory().live_bytes, 0);
+}

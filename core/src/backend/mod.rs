@@ -1,7 +1,8 @@
 //! The backend trait: what a device must do to run a plan.
 //!
 //! Backends know nothing of tags, regions or partitions: they allocate, compute one op at a
-//! time, and count the bytes they hold. A buffer is freed by dropping it.
+//! time, and count the bytes they hold. A buffer is freed by dropping it. Each backend also has
+//! a host tier for offloaded values ([`Backend::Host`]), metered apart from device memory.
 
 pub mod cpu;
 
@@ -43,6 +44,9 @@ pub trait Backend {
     /// A tensor's storage on this device; dropping it frees the memory.
     type Buffer;
 
+    /// A tensor's copy in host memory (the offload tier); dropping it frees the host memory.
+    type Host;
+
     /// A short name for reports and errors (`"cpu"`, `"cuda:0"`).
     fn name(&self) -> String;
 
@@ -58,6 +62,17 @@ pub trait Backend {
     /// Live and peak bytes of the buffers this backend holds.
     fn memory(&self) -> MemoryStats;
 
-    /// Starts a new peak measurement from the bytes live now.
+    /// Starts a new peak measurement from the bytes live now (device and host).
     fn reset_peak(&mut self);
+
+    /// Starts copying `buffer` to host memory. The copy is complete, and the device buffer may
+    /// be dropped, once this returns or — on an asynchronous backend — once the backend's own
+    /// ordering says so (the device copy's memory is not reused before the transfer ends).
+    fn offload(&mut self, buffer: &Self::Buffer) -> Result<Self::Host>;
+
+    /// Copies an offloaded value back into a new device buffer, freeing the host copy.
+    fn fetch(&mut self, host: Self::Host) -> Result<Self::Buffer>;
+
+    /// Live and peak bytes of the host copies this backend holds.
+    fn host_memory(&self) -> MemoryStats;
 }

@@ -15,14 +15,84 @@
 //! saved bytes never rise when the global limit shrinks.
 
 use super::classify::{closure, counts_bytes, Class};
+use super::offload::{can_leave, CostModel};
 use super::{Budget, PGraph, Reason};
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, RegionId};
+use crate::policy::Policy;
+
+/// What the search knows of offloading.
+pub(super) struct Offload {
+    /// Offloaded whenever kept (by tag).
+    fixed: Vec<bool>,
+    /// May be offloaded at the solver's choice (`BudgetOffload` only).
+    optional: Vec<bool>,
+    /// Exposed seconds if offloaded.
+    exposed: Vec<f64>,
+    /// Seconds per FLOP.
+    s_per_flop: f64,
+    /// Whether the solver chooses offloads (`BudgetOffload`).
+    choose: bool,
+}
+
+impl Offload {
+    pub fn new(
+        g: &PGraph,
+        class: &[Class],
+        wish: &[Option<Policy>],
+        exposed: &[f64],
+        model: &CostModel,
+        choose: bool,
+    ) -> Offload {
+        let fixed: Vec<bool> = g
+            .ids()
+            .map(|i| match wish[i.index()] {
+                Some(Policy::MustOffload) => true,
+                Some(_) => !choose,
+                None => false,
+            })
+            .collect();
+        // Bases of must_save views stay on the device.
+        let mut must_save_base = vec![false; g.len()];
+        for v in g.ids() {
+            let n = g.node(v);
+            if !n.backward && n.flags.view && n.policy == Some(Policy::MustSave) {
+                must_save_base[g.view_base(v).index()] = true;
+            }
+        }
+        let optional = g
+            .ids()
+            .map(|i| {
+                let n = g.node(i);
+                let allowed = match class[i.index()] {
+                    Class::Soft(_) => true,
+                    Class::Forced(r) => {
+                        r.is_boundary()
+                            || matches!(r, Reason::NotRecomputable | Reason::RandomSource | Reason::ViewBase(_))
+                    }
+                    Class::Forbidden(_) => false,
+                };
+                choose
+                    && allowed
+                    && !fixed[i.index()]
+                    && !n.backward
+                    && !n.flags.view
+                    && n.policy != Some(Policy::MustSave)
+                    && can_leave(g, i)
+                    && !must_save_base[i.index()]
+            })
+            .collect();
+        Offload { fixed, optional, exposed: exposed.to_vec(), s_per_flop: 1.0 / model.flops_per_s, choose }
+    }
+}
 
 /// Exact search for up to this many candidates...
 const EXACT_CANDIDATES: usize = 20;
 /// ...when `2^candidates × relevant nodes` stays below this (well under a second).
 const EXACT_WORK: u64 = 1 << 26;
+
+/// What is at hand, the reason for each value the search decided, and what is offloaded.
+pub(super) type Solution = (Vec<bool>, Vec<Option<Reason>>, Vec<bool>);
 
 /// Solves the budgets over `base` (the strategy's choice; with a global budget, only the forced
 /// values matter). Returns what is at hand and the reason for each value the search decided.
@@ -32,8 +102,9 @@ pub(super) fn solve(
     base: Vec<bool>,
     respect: &[bool],
     global: Option<Budget>,
-) -> Result<(Vec<bool>, Vec<Option<Reason>>)> {
-    refine(g, class, base, vec![None; g.len()], respect, global)
+    off: &Offload,
+) -> Result<Solution> {
+    refine(g, class, base, vec![None; g.len()], respect, global, off)
 }
 
 /// [`solve`], keeping `chosen` for values the search does not decide.
@@ -44,14 +115,15 @@ pub(super) fn refine(
     mut chosen: Vec<Option<Reason>>,
     respect: &[bool],
     global: Option<Budget>,
-) -> Result<(Vec<bool>, Vec<Option<Reason>>)> {
+    off: &Offload,
+) -> Result<Solution> {
     let budgeted: Vec<RegionId> =
         (0..g.regions.len() as u32).map(RegionId).filter(|&r| g.regions[r.index()].budget.is_some()).collect();
     if global.is_none() && budgeted.is_empty() {
-        return Ok((base, chosen));
+        return Ok((base, chosen, off.fixed.clone()));
     }
-    let mut problem = Problem::new(g, class, base, global.is_some(), &budgeted);
-    if global.is_some() {
+    let mut problem = Problem::new(g, class, base, global.is_some(), &budgeted, off);
+    if global.is_some() && !off.choose {
         // The min-cut's choice is one candidate point of a global budget: the path below is a
         // heuristic on large problems, and the cut keeps the fewest bytes by construction.
         let (cut, _) = super::mincut::solve(g, class);
@@ -71,26 +143,26 @@ pub(super) fn refine(
                 // 0.0 is the fewest bytes any choice within the region budgets keeps.
                 problem.limits[0] = 0;
                 let lo = match problem.solve() {
-                    Ok(at_hand) => problem.global_bytes(&at_hand),
+                    Ok((at_hand, offloaded)) => problem.global_bytes(&at_hand, &offloaded),
                     Err(e) => match e.least_global_within_regions {
                         Some(lo) => lo,
                         None => return Err(problem.error(g, e)),
                     },
                 };
-                let hi = problem.global_bytes(respect).max(lo);
+                let hi = problem.global_bytes(respect, &off.fixed).max(lo);
                 lo + ((hi - lo) as f64 * f).floor() as u64
             }
         };
         problem.limits[0] = limit;
     }
-    let at_hand = problem.solve().map_err(|e| problem.error(g, e))?;
+    let (at_hand, offloaded) = problem.solve().map_err(|e| problem.error(g, e))?;
     for &c in &problem.candidates {
         chosen[c.index()] = Some(match problem.innermost_budget[c.index()] {
             Some(r) => Reason::RegionBudget(r),
             None => Reason::Budget,
         });
     }
-    Ok((at_hand, chosen))
+    Ok((at_hand, chosen, offloaded))
 }
 
 /// A budget problem: which candidates to keep, the rest of `base` fixed, within every limit.
@@ -98,6 +170,9 @@ struct Problem<'a> {
     g: &'a PGraph,
     base: Vec<bool>,
     candidates: Vec<NodeId>,
+    /// Kept values the solver may offload that are not candidates (forced ones).
+    optional: Vec<NodeId>,
+    off: &'a Offload,
     /// Limits: the global one first when there is one, then one per budgeted region.
     limits: Vec<u64>,
     /// What each limit is: `None` for the global one.
@@ -122,7 +197,14 @@ struct Infeasible {
 }
 
 impl<'a> Problem<'a> {
-    fn new(g: &'a PGraph, class: &[Class], mut base: Vec<bool>, global: bool, budgeted: &[RegionId]) -> Self {
+    fn new(
+        g: &'a PGraph,
+        class: &[Class],
+        mut base: Vec<bool>,
+        global: bool,
+        budgeted: &[RegionId],
+        off: &'a Offload,
+    ) -> Self {
         let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
         let relevant = closure(g, &forced);
         let mut innermost_budget = vec![None; g.len()];
@@ -140,6 +222,10 @@ impl<'a> Problem<'a> {
             .ids()
             .filter(|&i| relevant[i.index()] && matches!(class[i.index()], Class::Soft(_)))
             .filter(|&i| global || innermost_budget[i.index()].is_some())
+            .collect();
+        let optional: Vec<NodeId> = g
+            .ids()
+            .filter(|&i| relevant[i.index()] && off.optional[i.index()] && class[i.index()].is_forced())
             .collect();
         if global {
             base = forced;
@@ -178,27 +264,45 @@ impl<'a> Problem<'a> {
             }
         }
         let order = (0..g.len()).rev().filter(|&i| relevant[i]).collect();
-        Problem { g, base, candidates, limits, scopes, start, counts, innermost_budget, order, reads, hint: None }
+        Problem {
+            g,
+            base,
+            candidates,
+            optional,
+            off,
+            limits,
+            scopes,
+            start,
+            counts,
+            innermost_budget,
+            order,
+            reads,
+            hint: None,
+        }
     }
 
     fn limits_of(&self, i: usize) -> &[u32] {
         &self.counts[self.start[i] as usize..self.start[i + 1] as usize]
     }
 
-    /// Bytes counted against every limit, and recompute FLOPs, with `at_hand`; `reached` is
-    /// scratch (any contents): the closure of an evaluation never leaves the relevant nodes.
-    fn eval_into(&self, at_hand: &[bool], reached: &mut [bool], bytes: &mut [u64]) -> u64 {
+    /// Device bytes counted against every limit, recompute FLOPs and exposed transfer seconds,
+    /// with `at_hand` and `offloaded`; `reached` is scratch (any contents): the closure of an
+    /// evaluation never leaves the relevant nodes.
+    fn eval_into(&self, at_hand: &[bool], offloaded: &[bool], reached: &mut [bool], bytes: &mut [u64]) -> (u64, f64) {
         for &i in &self.order {
             reached[i] = self.reads[i];
         }
         bytes.fill(0);
         let mut flops = 0u64;
+        let mut exposed = 0f64;
         for &i in &self.order {
             if !reached[i] {
                 continue;
             }
             let n = &self.g.nodes[i];
-            if at_hand[i] {
+            if at_hand[i] && offloaded[i] {
+                exposed += self.off.exposed[i];
+            } else if at_hand[i] {
                 for &k in self.limits_of(i) {
                     bytes[k as usize] += n.bytes;
                 }
@@ -209,16 +313,21 @@ impl<'a> Problem<'a> {
                 }
             }
         }
-        flops
+        (flops, exposed)
     }
 
-    /// Saved bytes with `at_hand` (the global limit's count, or all counted bytes).
-    fn global_bytes(&self, at_hand: &[bool]) -> u64 {
+    /// Device-saved bytes with `at_hand` and `offloaded` (the global limit's count, or all
+    /// counted bytes).
+    fn global_bytes(&self, at_hand: &[bool], offloaded: &[bool]) -> u64 {
         let reached = closure(self.g, at_hand);
         self.g
             .ids()
             .filter(|&i| {
-                reached[i.index()] && at_hand[i.index()] && counts_bytes(self.g, i) && !self.g.node(i).backward
+                reached[i.index()]
+                    && at_hand[i.index()]
+                    && !offloaded[i.index()]
+                    && counts_bytes(self.g, i)
+                    && !self.g.node(i).backward
             })
             .map(|i| self.g.node(i).bytes)
             .sum()
@@ -228,33 +337,62 @@ impl<'a> Problem<'a> {
         self.scopes.first() == Some(&None)
     }
 
-    fn solve(&self) -> std::result::Result<Vec<bool>, Infeasible> {
-        let c = self.candidates.len();
-        let exact = c <= EXACT_CANDIDATES && (1u64 << c).saturating_mul(self.order.len() as u64) <= EXACT_WORK;
+    /// The options of each decision variable: candidates first (recompute, save, and offload
+    /// when allowed), then the optional offloads (save, offload).
+    fn variables(&self) -> Vec<(NodeId, &'static [Choice])> {
+        const TWO: &[Choice] = &[Choice::Recompute, Choice::Save];
+        const THREE: &[Choice] = &[Choice::Recompute, Choice::Save, Choice::Offload];
+        const KEEP: &[Choice] = &[Choice::Save, Choice::Offload];
+        let mut vars: Vec<(NodeId, &'static [Choice])> =
+            self.candidates.iter().map(|&c| (c, if self.off.optional[c.index()] { THREE } else { TWO })).collect();
+        vars.extend(self.optional.iter().map(|&o| (o, KEEP)));
+        vars
+    }
+
+    fn solve(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+        let vars = self.variables();
+        let combos = vars.iter().try_fold(1u64, |acc, (_, o)| acc.checked_mul(o.len() as u64));
+        let exact = self.candidates.len() <= EXACT_CANDIDATES
+            && combos.is_some_and(|c| c.saturating_mul(self.order.len() as u64) <= EXACT_WORK);
         if exact {
-            return self.solve_exact();
+            return self.solve_exact(&vars);
         }
         let path = self.solve_path();
         let Some(hint) = &self.hint else { return path };
-        // The hint when it fits and recomputes less (or the path found nothing). Monotone: the
+        // The hint when it fits and costs less (or the path found nothing). Monotone: the
         // hint's bytes are fixed, and the path's first point within a smaller limit is the same
-        // point or a later one, with no fewer FLOPs.
+        // point or a later one, which costs no less.
+        let offloaded = self.off.fixed.clone();
         let mut scratch = vec![false; self.g.len()];
         let mut bytes = vec![0; self.limits.len()];
-        let hint_flops = self.eval_into(hint, &mut scratch, &mut bytes);
+        let (hint_flops, hint_exposed) = self.eval_into(hint, &offloaded, &mut scratch, &mut bytes);
         let hint_fits = self.fits(&bytes);
         match path {
-            Ok(at_hand) if hint_fits => {
+            Ok((at_hand, off)) if hint_fits => {
                 let mut path_bytes = vec![0; self.limits.len()];
-                let path_flops = self.eval_into(&at_hand, &mut scratch, &mut path_bytes);
-                Ok(if hint_flops < path_flops { hint.clone() } else { at_hand })
+                let (flops, exposed) = self.eval_into(&at_hand, &off, &mut scratch, &mut path_bytes);
+                let hint_cost = self.cost(hint_flops, hint_exposed);
+                if hint_cost.lt(&self.cost(flops, exposed), 0, 0) {
+                    Ok((hint.clone(), offloaded))
+                } else {
+                    Ok((at_hand, off))
+                }
             }
-            Ok(at_hand) => Ok(at_hand),
-            Err(_) if hint_fits => Ok(hint.clone()),
+            Ok(found) => Ok(found),
+            Err(_) if hint_fits => Ok((hint.clone(), offloaded)),
             Err(mut e) => {
                 self.note(&bytes, &mut e);
                 Err(e)
             }
+        }
+    }
+
+    /// The cost of an evaluation: FLOPs outside `BudgetOffload`; recompute plus exposed seconds in it.
+    fn cost(&self, flops: u64, exposed: f64) -> Cost {
+        if self.off.choose {
+            Cost::Time(flops as f64 * self.off.s_per_flop + exposed)
+        } else {
+            Cost::Flops(flops)
         }
     }
 
@@ -274,58 +412,108 @@ impl<'a> Problem<'a> {
         bytes.iter().zip(&self.limits).all(|(b, l)| b <= l)
     }
 
-    /// Every subset of candidates: least FLOPs, then least bytes, then the first in enumeration
-    /// order — deterministic, so equal problems give equal answers.
-    fn solve_exact(&self) -> std::result::Result<Vec<bool>, Infeasible> {
+    /// Every combination of choices: least cost, then least device bytes, then the first in
+    /// enumeration order — deterministic, so equal problems give equal answers.
+    fn solve_exact(&self, vars: &[(NodeId, &[Choice])]) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
         let mut at_hand = self.base.clone();
-        let mut best: Option<((u64, u64), u64)> = None;
+        let mut offloaded = self.off.fixed.clone();
+        let mut best: Option<((Cost, u64), Vec<u8>)> = None;
         let mut least = Infeasible { least: vec![u64::MAX; self.limits.len()], least_global_within_regions: None };
         let mut scratch = vec![false; self.g.len()];
         let mut bytes = vec![0; self.limits.len()];
-        for mask in 0u64..(1 << self.candidates.len()) {
-            for (k, &c) in self.candidates.iter().enumerate() {
-                at_hand[c.index()] = mask & (1 << k) != 0;
+        let mut digits = vec![0u8; vars.len()];
+        let fixed = &self.off.fixed;
+        let apply = |digits: &[u8], at_hand: &mut [bool], offloaded: &mut [bool]| {
+            for (&(v, options), &d) in vars.iter().zip(digits) {
+                let choice = options[d as usize];
+                at_hand[v.index()] = choice != Choice::Recompute;
+                offloaded[v.index()] = choice == Choice::Offload || fixed[v.index()];
             }
-            let flops = self.eval_into(&at_hand, &mut scratch, &mut bytes);
+        };
+        loop {
+            apply(&digits, &mut at_hand, &mut offloaded);
+            let (flops, exposed) = self.eval_into(&at_hand, &offloaded, &mut scratch, &mut bytes);
             self.note(&bytes, &mut least);
             let total: u64 = bytes.first().copied().unwrap_or(0);
-            if self.fits(&bytes) && best.is_none_or(|(key, _)| (flops, total) < key) {
-                best = Some(((flops, total), mask));
+            let key = (self.cost(flops, exposed), total);
+            if self.fits(&bytes) && best.as_ref().is_none_or(|(b, _)| key.0.lt(&b.0, key.1, b.1)) {
+                best = Some((key, digits.clone()));
+            }
+            // Mixed-radix increment, least significant first (the first candidate).
+            let mut k = 0;
+            loop {
+                if k == vars.len() {
+                    let (_, digits) = best.ok_or(least)?;
+                    apply(&digits, &mut at_hand, &mut offloaded);
+                    return Ok((at_hand, offloaded));
+                }
+                digits[k] += 1;
+                if (digits[k] as usize) < vars[k].1.len() {
+                    break;
+                }
+                digits[k] = 0;
+                k += 1;
             }
         }
-        let (_, mask) = best.ok_or(least)?;
-        for (k, &c) in self.candidates.iter().enumerate() {
-            at_hand[c.index()] = mask & (1 << k) != 0;
-        }
-        Ok(at_hand)
     }
 
     /// The eviction path, evaluated incrementally: evicting a value can only add to what the
     /// backward reaches, so each node is reached once over the whole path.
-    fn solve_path(&self) -> std::result::Result<Vec<bool>, Infeasible> {
+    fn solve_path(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
         let g = self.g;
-        let mut order = self.candidates.clone();
-        // Cheapest recompute per byte first; later nodes first among equals.
+        let off = self.off;
+        // Each value is evicted the cheaper way: offloaded when allowed and its exposed time is
+        // below its recompute time (outside `BudgetOffload`, FLOPs alone rank recomputes).
+        let recompute_s = |i: NodeId| g.node(i).flops as f64 * off.s_per_flop;
+        let mut forced_optional = vec![false; g.len()];
+        for &o in &self.optional {
+            forced_optional[o.index()] = true;
+        }
+        let offload_first = |i: NodeId| {
+            off.optional[i.index()] && (forced_optional[i.index()] || off.exposed[i.index()] <= recompute_s(i))
+        };
+        let mut order: Vec<NodeId> = self.candidates.iter().chain(&self.optional).copied().collect();
+        // Cheapest eviction per byte first; later nodes first among equals.
         order.sort_by(|&a, &b| {
-            let cost = |i: NodeId| g.node(i).flops as f64 / g.node(i).bytes.max(1) as f64;
+            let cost = |i: NodeId| {
+                let c = if !off.choose {
+                    g.node(i).flops as f64
+                } else if offload_first(i) {
+                    off.exposed[i.index()]
+                } else {
+                    recompute_s(i)
+                };
+                c / g.node(i).bytes.max(1) as f64
+            };
             cost(a).total_cmp(&cost(b)).then(b.cmp(&a))
         });
         let mut at_hand = self.base.clone();
+        let mut offloaded = off.fixed.clone();
         for &c in &order {
             at_hand[c.index()] = true;
         }
         let mut reached = vec![false; g.len()];
         let mut bytes = vec![0; self.limits.len()];
-        self.eval_into(&at_hand, &mut reached, &mut bytes);
+        self.eval_into(&at_hand, &offloaded, &mut reached, &mut bytes);
         let mut least = Infeasible { least: vec![u64::MAX; self.limits.len()], least_global_within_regions: None };
         self.note(&bytes, &mut least);
         let mut stack = Vec::new();
         for &v in &order {
             if self.fits(&bytes) {
-                return Ok(at_hand);
+                return Ok((at_hand, offloaded));
             }
             let helps = self.limits_of(v.index()).iter().any(|&k| bytes[k as usize] > self.limits[k as usize]);
-            if !helps {
+            if !helps || offloaded[v.index()] {
+                continue;
+            }
+            if offload_first(v) {
+                offloaded[v.index()] = true;
+                if reached[v.index()] {
+                    for &k in self.limits_of(v.index()) {
+                        bytes[k as usize] -= g.node(v).bytes;
+                    }
+                }
+                self.note(&bytes, &mut least);
                 continue;
             }
             at_hand[v.index()] = false;
@@ -340,7 +528,9 @@ impl<'a> Problem<'a> {
                     continue;
                 }
                 reached[u.index()] = true;
-                if at_hand[u.index()] {
+                if at_hand[u.index()] && offloaded[u.index()] {
+                    // In host memory: no device bytes.
+                } else if at_hand[u.index()] {
                     for &k in self.limits_of(u.index()) {
                         bytes[k as usize] += g.node(u).bytes;
                     }
@@ -351,7 +541,7 @@ impl<'a> Problem<'a> {
             self.note(&bytes, &mut least);
         }
         if self.fits(&bytes) {
-            Ok(at_hand)
+            Ok((at_hand, offloaded))
         } else {
             Err(least)
         }
@@ -385,6 +575,32 @@ impl<'a> Problem<'a> {
                  values, region boundaries and other forced saves)",
                 e.least_global_within_regions.unwrap_or(e.least[0])
             )),
+        }
+    }
+}
+
+/// A decision variable's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Choice {
+    Recompute,
+    Save,
+    Offload,
+}
+
+/// The search's cost: FLOPs (plain budgets) or seconds (`BudgetOffload`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cost {
+    Flops(u64),
+    Time(f64),
+}
+
+impl Cost {
+    /// Whether (self, bytes) comes strictly before (other, other_bytes).
+    fn lt(&self, other: &Cost, bytes: u64, other_bytes: u64) -> bool {
+        match (self, other) {
+            (Cost::Flops(a), Cost::Flops(b)) => (a, bytes) < (b, other_bytes),
+            (Cost::Time(a), Cost::Time(b)) => a.total_cmp(b).then(bytes.cmp(&other_bytes)).is_lt(),
+            _ => false,
         }
     }
 }

@@ -16,10 +16,17 @@ use crate::policy::Policy;
 /// recomputed; PreferRecompute values are never saved under `Respect` and `MinCut`; everything
 /// the backward or a recompute reads is saved or recomputed, and nothing else is; a byte budget
 /// is met; `saved_bytes` is the sum of the saved values other than residents and outputs; each decision matches.
+///
+/// Offload: offloaded values are kept (they count for every keeping rule above) and never views,
+/// inputs, parameters or forward outputs; a needed must_offload value (a view through its base)
+/// is offloaded, never saved on the device nor recomputed; a must_save value (or the base of a
+/// must_save view) is never offloaded; outside `BudgetOffload` exactly the kept values whose own
+/// or whose view's offload tag can be met are offloaded; device bytes (`saved_bytes`, and the
+/// budget) exclude offloaded values, `host_bytes` adds them up.
 pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
     let mut bad: Vec<String> = Vec::new();
     let n = g.len();
-    if p.saved.len() != n {
+    if p.saved.len() != n || p.offloaded.len() != n {
         return Err(Error::Invalid(format!("partition covers {} nodes, the graph has {n}", p.saved.len())));
     }
     let mut recomputed = vec![false; n];
@@ -75,7 +82,10 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
     let mut kept_base = vec![false; n];
     for i in 0..n {
         let v = &g.nodes[i];
-        if !v.backward && v.flags.view && (v.policy == Some(Policy::MustSave) || boundary[i]) {
+        if !v.backward
+            && v.flags.view
+            && (matches!(v.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i])
+        {
             kept_base[base(i)] = true;
         }
     }
@@ -91,6 +101,62 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         false
     };
     let describe = |i: usize| g.describe(NodeId(i as u32));
+    // Offload wishes, restated: a node's own offload tag or that of a view of it, where the value
+    // can leave the device (not resident, not an output, not the base of a must_save view).
+    let leaves = |i: usize| !g.nodes[i].flags.resident && !is_output(i);
+    let mut must_save_base = vec![false; n];
+    let mut wish = vec![None; n];
+    for i in 0..n {
+        let v = &g.nodes[i];
+        if !v.backward && v.flags.view && v.policy == Some(Policy::MustSave) {
+            must_save_base[base(i)] = true;
+        }
+    }
+    for i in 0..n {
+        let v = &g.nodes[i];
+        if let (false, Some(pol @ (Policy::MustOffload | Policy::PreferOffload))) = (v.backward, v.policy) {
+            let b = base(i);
+            let factory = b != i && g.nodes[b].inputs.is_empty() && !g.nodes[b].flags.random;
+            let base_must_save = b != i && g.nodes[b].policy == Some(Policy::MustSave);
+            let stays = !leaves(b) || factory || must_save_base[b] || base_must_save;
+            if !stays && wish[b] != Some(Policy::MustOffload) {
+                wish[b] = Some(pol);
+            }
+        }
+    }
+    let choose = matches!(p.strategy, Strategy::BudgetOffload(_));
+    let mut host = 0u128;
+    for i in 0..n {
+        let node = &g.nodes[i];
+        if p.offloaded[i] {
+            host += node.bytes as u128;
+            if !p.saved[i] {
+                bad.push(format!("{}: offloaded but not kept", describe(i)));
+            }
+            if node.backward || node.flags.view || !leaves(i) {
+                bad.push(format!(
+                    "{}: offloaded, but it is a backward node, a view, resident or an output",
+                    describe(i)
+                ));
+            }
+            if node.policy == Some(Policy::MustSave) || must_save_base[i] {
+                bad.push(format!("{}: must_save (or the base of a must_save view) but offloaded", describe(i)));
+            }
+            if !choose && wish[i].is_none() {
+                bad.push(format!("{}: offloaded without an offload tag under {}", describe(i), p.strategy));
+            }
+        } else if p.saved[i] && wish[i] == Some(Policy::MustOffload) {
+            bad.push(format!("{}: must_offload but saved on the device", describe(i)));
+        } else if p.saved[i] && wish[i].is_some() && !choose {
+            bad.push(format!("{}: offload tag, kept, but not offloaded under {}", describe(i), p.strategy));
+        }
+        if wish[i] == Some(Policy::MustOffload) && recomputed[i] {
+            bad.push(format!("{}: must_offload but recomputed", describe(i)));
+        }
+    }
+    if host != p.host_bytes as u128 {
+        bad.push(format!("host_bytes is {} but the offloaded values add up to {host}", p.host_bytes));
+    }
     let mut bytes = 0u128;
     for i in 0..n {
         let node = &g.nodes[i];
@@ -124,7 +190,8 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         if recomputed[i] && node.inputs.is_empty() && f.random {
             bad.push(format!("{}: a random value without inputs is recomputed", describe(i)));
         }
-        let must_keep = needed[i] && (node.policy == Some(Policy::MustSave) || boundary[i]);
+        let must_keep =
+            needed[i] && (matches!(node.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i]);
         if must_keep && !kept(base(i)) {
             bad.push(format!("{}: must_save or a boundary value, needed, but not kept", describe(i)));
         }
@@ -136,27 +203,31 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
                 bad.push(format!("{}: prefer_recompute saved under {}", describe(i), p.strategy));
             }
         }
-        if p.saved[i] && !f.resident && !is_output(i) {
+        if p.saved[i] && !p.offloaded[i] && !f.resident && !is_output(i) {
             bytes += node.bytes as u128;
         }
     }
     if bytes != p.saved_bytes as u128 {
         bad.push(format!("saved_bytes is {} but the saved values add up to {bytes}", p.saved_bytes));
     }
-    if let Strategy::Budget(Budget::Bytes(limit)) = p.strategy {
+    if let Strategy::Budget(Budget::Bytes(limit)) | Strategy::BudgetOffload(Budget::Bytes(limit)) = p.strategy {
         if bytes > limit as u128 {
             bad.push(format!("saved {bytes} bytes, over the budget of {limit}"));
         }
     }
     for d in &p.decisions {
         let i = d.node.index();
-        let action = if p.saved[i] { Action::Save } else { Action::Recompute };
+        let action = match (p.saved[i], p.offloaded[i]) {
+            (true, true) => Action::Offload,
+            (true, false) => Action::Save,
+            (false, _) => Action::Recompute,
+        };
         if d.action != action {
             bad.push(format!("{}: decision says {:?} but the partition says {action:?}", describe(i), d.action));
         }
         let recompute_reason =
             matches!(d.reason, Reason::View | Reason::Factory | Reason::MustRecompute | Reason::PreferRecompute);
-        if recompute_reason && d.action == Action::Save {
+        if recompute_reason && d.action != Action::Recompute {
             bad.push(format!("{}: saved with the reason \"{}\"", describe(i), d.reason));
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! In order of precedence: residents (inputs, parameters, constants) and forward outputs are
 //! held anyway; `not_recomputable` values are kept; views are replayed from their base;
-//! MustRecompute values are never saved; MustSave values are kept; random nodes without inputs
+//! MustRecompute values are never saved; MustSave and MustOffload values are kept; random nodes without inputs
 //! are kept (nothing to replay them from), other nodes without inputs (factories such as
 //! `arange` or `full`) are recomputed for their FLOPs; boundary values and the bases of kept
 //! views are kept; everything else is up to the strategy.
@@ -43,7 +43,7 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
     let mut kept_view_of = vec![None; g.len()];
     for i in g.ids().filter(|&i| !g.node(i).backward && g.node(i).flags.view) {
         let n = g.node(i);
-        if n.policy == Some(Policy::MustSave) || boundary[i.index()].is_some() {
+        if matches!(n.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i.index()].is_some() {
             let base = g.view_base(i);
             if base != i {
                 kept_view_of[base.index()].get_or_insert(i);
@@ -69,6 +69,8 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
                 Class::Forbidden(Reason::MustRecompute)
             } else if n.policy == Some(Policy::MustSave) {
                 Class::Forced(Reason::MustSave)
+            } else if n.policy == Some(Policy::MustOffload) {
+                Class::Forced(Reason::MustOffload)
             } else if n.inputs.is_empty() && f.random {
                 Class::Forced(Reason::RandomSource)
             } else if n.inputs.is_empty() {
@@ -80,6 +82,7 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
             } else {
                 Class::Soft(match n.policy {
                     Some(Policy::PreferSave) => Reason::PreferSave,
+                    Some(Policy::PreferOffload) => Reason::PreferOffload,
                     Some(_) => Reason::PreferRecompute,
                     None => Reason::Untagged,
                 })
@@ -139,7 +142,7 @@ fn check_conflicts(
             ))
         } else if let Some(v) = kept_view_of[i.index()] {
             let why = match g.node(v).policy {
-                Some(Policy::MustSave) => format!("must_save ({})", source_text(g, v)),
+                Some(p @ (Policy::MustSave | Policy::MustOffload)) => format!("{p} ({})", source_text(g, v)),
                 _ => "a boundary value".to_string(),
             };
             Some(format!("it is the base of {}, which is {why}: a view is kept through its base", g.describe(v)))

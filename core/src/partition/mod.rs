@@ -24,11 +24,13 @@ mod check;
 mod classify;
 mod maxflow;
 mod mincut;
+pub mod offload;
 mod view;
 
 pub use check::check;
 pub use classify::counts_bytes;
 pub use maxflow::FlowNetwork;
+pub use offload::{exposed_times, CostModel};
 pub use view::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
 
 use crate::error::Result;
@@ -45,6 +47,9 @@ pub enum Strategy {
     MinCut,
     /// Fewest recompute FLOPs within a byte budget; Prefer tags become soft.
     Budget(Budget),
+    /// A device-byte budget where the solver chooses, per open value, save, offload or
+    /// recompute: the least recompute time plus exposed transfer time ([`CostModel`]).
+    BudgetOffload(Budget),
 }
 
 /// A byte budget for saved values (inputs, parameters and constants excluded).
@@ -64,6 +69,8 @@ impl std::fmt::Display for Strategy {
             Strategy::MinCut => f.write_str("mincut"),
             Strategy::Budget(Budget::Bytes(b)) => write!(f, "budget={b}"),
             Strategy::Budget(Budget::Fraction(x)) => write!(f, "budget={x:?}"),
+            Strategy::BudgetOffload(Budget::Bytes(b)) => write!(f, "budget+offload={b}"),
+            Strategy::BudgetOffload(Budget::Fraction(x)) => write!(f, "budget+offload={x:?}"),
         }
     }
 }
@@ -94,15 +101,38 @@ impl std::str::FromStr for Budget {
 impl std::str::FromStr for Strategy {
     type Err = String;
 
-    /// `respect`, `mincut` or `budget=B` (see [`Budget`]'s `from_str`).
+    /// `respect`, `mincut`, `budget=B` or `budget+offload=B` (see [`Budget`]'s `from_str`).
     fn from_str(s: &str) -> Result<Strategy, String> {
         match s {
             "respect" => Ok(Strategy::Respect),
             "mincut" => Ok(Strategy::MinCut),
-            _ => match s.strip_prefix("budget=") {
-                Some(b) => b.parse().map(Strategy::Budget),
-                None => Err(format!("unknown strategy `{s}`: expected `respect`, `mincut` or `budget=B`")),
+            _ => match (s.strip_prefix("budget="), s.strip_prefix("budget+offload=")) {
+                (Some(b), _) => b.parse().map(Strategy::Budget),
+                (_, Some(b)) => b.parse().map(Strategy::BudgetOffload),
+                _ => Err(format!(
+                    "unknown strategy `{s}`: expected `respect`, `mincut`, `budget=B` or `budget+offload=B`"
+                )),
             },
+        }
+    }
+}
+
+impl Strategy {
+    /// The same strategy with the solver's offload choice on (`Budget` becomes `BudgetOffload`)
+    /// or off; `Respect` and `MinCut` are unchanged (they offload what the tags ask either way).
+    pub fn with_offload(self, on: bool) -> Strategy {
+        match (self, on) {
+            (Strategy::Budget(b), true) => Strategy::BudgetOffload(b),
+            (Strategy::BudgetOffload(b), false) => Strategy::Budget(b),
+            (s, _) => s,
+        }
+    }
+
+    /// The budget, for `Budget` and `BudgetOffload`.
+    pub fn budget(self) -> Option<Budget> {
+        match self {
+            Strategy::Budget(b) | Strategy::BudgetOffload(b) => Some(b),
+            _ => None,
         }
     }
 }
@@ -114,6 +144,9 @@ pub enum Action {
     Save,
     /// Computed again in the backward pass.
     Recompute,
+    /// Kept in host memory: copied out after the forward produces it, fetched back before its
+    /// first backward use.
+    Offload,
 }
 
 /// Why a value is saved or recomputed.
@@ -129,6 +162,8 @@ pub enum Reason {
     RandomSource,
     /// Tagged MustSave.
     MustSave,
+    /// Tagged MustOffload.
+    MustOffload,
     /// A boundary value read by this region instance, which recomputes from it.
     ReadByRegion(RegionId),
     /// A boundary value read by the gradient of this forward node, which lies elsewhere.
@@ -137,6 +172,8 @@ pub enum Reason {
     ViewBase(NodeId),
     /// Tagged PreferSave (Respect).
     PreferSave,
+    /// Tagged PreferOffload (Respect offloads it).
+    PreferOffload,
     /// Outside any region (Respect saves what the backward needs).
     Untagged,
     /// A compute-intensive op outside any region: min-cut does not recompute it.
@@ -181,17 +218,41 @@ impl Reason {
     }
 }
 
-/// One decision: a forward node the backward needs, saved or recomputed, and why.
+/// One decision: a forward node the backward needs, saved, offloaded or recomputed, and why.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Decision {
     /// The node.
     pub node: NodeId,
-    /// Saved or recomputed.
+    /// Saved, offloaded or recomputed.
     pub action: Action,
     /// Why.
     pub reason: Reason,
     /// The node's Prefer tag the decision went against (budgets and min-cut only).
     pub overrode: Option<Policy>,
+    /// Offloaded: why in host memory (the tag, a view's tag, or the solver), else `None`.
+    pub offload: Option<OffloadReason>,
+}
+
+/// Why a kept value lives in host memory between the passes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OffloadReason {
+    /// Its own must_offload / prefer_offload tag.
+    Tag(Policy),
+    /// The must_offload / prefer_offload tag of this view of it.
+    View(Policy, NodeId),
+    /// The budget solver chose it: cheaper than recomputing, or the only way to fit.
+    Solver,
+}
+
+impl OffloadReason {
+    /// The reason in words.
+    pub fn describe(self, g: &PGraph) -> String {
+        match self {
+            OffloadReason::Tag(p) => format!("{p} tag"),
+            OffloadReason::View(p, v) => format!("{p} tag of view {}", g.node(v).id),
+            OffloadReason::Solver => "the budget solver: less exposed transfer time than recomputing".to_string(),
+        }
+    }
 }
 
 /// The outcome of partitioning: per forward node, saved or recomputed, with reasons.
@@ -200,8 +261,10 @@ pub struct Partition {
     /// The strategy used.
     pub strategy: Strategy,
     /// Per node: kept from the forward for the backward (residents and outputs the backward
-    /// needs included).
+    /// needs included; offloaded values included — see `offloaded`).
     pub saved: Vec<bool>,
+    /// Per node: kept in host memory between the passes (a subset of `saved`).
+    pub offloaded: Vec<bool>,
     /// Forward nodes the backward recomputes, in id order.
     pub recomputed: Vec<NodeId>,
     /// One decision per forward node the backward needs, in id order.
@@ -209,8 +272,13 @@ pub struct Partition {
     /// Things the user should know (unneeded MustSave values, grouped by region and op), one line
     /// each.
     pub warnings: Vec<String>,
-    /// Bytes of saved values, what is held anyway excluded ([`counts_bytes`]).
+    /// Bytes of values saved on the device, what is held anyway and what is offloaded excluded
+    /// ([`counts_bytes`]).
     pub saved_bytes: u64,
+    /// Bytes of offloaded values: the host memory they take, and the bytes moved each way.
+    pub host_bytes: u64,
+    /// Estimated seconds of transfer no compute hides ([`offload`]'s cost model).
+    pub exposed_transfer_s: f64,
     /// Bytes of what the backward reads that is held anyway — residents (inputs and parameters)
     /// and forward outputs — listed apart, never counted.
     pub held_bytes: u64,
@@ -218,20 +286,35 @@ pub struct Partition {
     pub recompute_flops: u64,
 }
 
-/// Partitions `g` with `strategy`; regions with their own budget are solved together with it.
+/// Partitions `g` with `strategy` and the default [`CostModel`] (the CPU backend's); regions
+/// with their own budget are solved together with it.
 pub fn partition(g: &PGraph, strategy: Strategy) -> Result<Partition> {
+    partition_with(g, strategy, &CostModel::default())
+}
+
+/// [`partition`] with the transfer and compute rates of `model` (used by `BudgetOffload`'s
+/// solver and for the exposed-transfer estimate).
+pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
     g.validate()?;
+    model.validate()?;
+    let wishes = offload::wishes(g)?;
     let class = classify(g)?;
     let respect = respect_at_hand(&class);
-    let (at_hand, chosen) = match strategy {
-        Strategy::Respect => budget::solve(g, &class, respect.clone(), &respect, None)?,
+    let exposed = offload::exposed_times(g, model);
+    let choose = matches!(strategy, Strategy::BudgetOffload(_));
+    let ctx = budget::Offload::new(g, &class, &wishes.wish, &exposed, model, choose);
+    let (at_hand, chosen, off) = match strategy {
+        Strategy::Respect => budget::solve(g, &class, respect.clone(), &respect, None, &ctx)?,
         Strategy::MinCut => {
             let (at_hand, chosen) = mincut::solve(g, &class);
-            budget::refine(g, &class, at_hand, chosen, &respect, None)?
+            budget::refine(g, &class, at_hand, chosen, &respect, None, &ctx)?
         }
-        Strategy::Budget(b) => budget::solve(g, &class, respect.clone(), &respect, Some(b))?,
+        Strategy::Budget(b) | Strategy::BudgetOffload(b) => {
+            budget::solve(g, &class, respect.clone(), &respect, Some(b), &ctx)?
+        }
     };
-    let p = finish(g, strategy, &class, &at_hand, &chosen);
+    let mut p = finish(g, strategy, &class, &at_hand, &chosen, &off, &wishes, &exposed);
+    p.warnings.extend(wishes.warnings);
     debug_assert!(check(g, &p).is_ok(), "partition breaks a rule: {:?}", check(g, &p).err());
     Ok(p)
 }
@@ -248,12 +331,24 @@ fn respect_at_hand(class: &[Class]) -> Vec<bool> {
         .collect()
 }
 
-fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], chosen: &[Option<Reason>]) -> Partition {
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    g: &PGraph,
+    strategy: Strategy,
+    class: &[Class],
+    at_hand: &[bool],
+    chosen: &[Option<Reason>],
+    off: &[bool],
+    wishes: &offload::Wishes,
+    exposed: &[f64],
+) -> Partition {
     let reached = closure(g, at_hand);
     let mut saved = vec![false; g.len()];
+    let mut offloaded = vec![false; g.len()];
+    let (mut host_bytes, mut exposed_transfer_s) = (0u64, 0f64);
     let mut recomputed = Vec::new();
     let mut decisions = Vec::new();
-    let mut unneeded: Vec<(Option<RegionId>, &str, u32)> = Vec::new();
+    let mut unneeded: Vec<(Option<RegionId>, &str, Policy, u32)> = Vec::new();
     let (mut saved_bytes, mut held_bytes, mut recompute_flops) = (0u64, 0u64, 0u64);
     for i in g.ids() {
         let n = g.node(i);
@@ -261,26 +356,43 @@ fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], cho
             continue;
         }
         if !reached[i.index()] {
-            if n.policy == Some(Policy::MustSave) {
-                match unneeded.iter_mut().find(|(r, op, _)| *r == n.region && *op == n.op) {
-                    Some(entry) => entry.2 += 1,
-                    None => unneeded.push((n.region, &n.op, 1)),
+            if let Some(p @ (Policy::MustSave | Policy::MustOffload)) = n.policy {
+                match unneeded.iter_mut().find(|(r, op, q, _)| *r == n.region && *op == n.op && *q == p) {
+                    Some(entry) => entry.3 += 1,
+                    None => unneeded.push((n.region, &n.op, p, 1)),
                 }
             }
             continue;
         }
-        let action = if at_hand[i.index()] { Action::Save } else { Action::Recompute };
+        let action = match (at_hand[i.index()], off[i.index()]) {
+            (true, true) => Action::Offload,
+            (true, false) => Action::Save,
+            (false, _) => Action::Recompute,
+        };
         let reason = chosen[i.index()].unwrap_or(match class[i.index()] {
             Class::Forced(r) | Class::Forbidden(r) | Class::Soft(r) => r,
         });
         // Only a soft decision can go against a Prefer tag; forced ones follow the rules.
         let overrode = match (class[i.index()], action, n.policy) {
-            (Class::Soft(_), Action::Save, Some(p @ Policy::PreferRecompute))
-            | (Class::Soft(_), Action::Recompute, Some(p @ Policy::PreferSave)) => Some(p),
+            (Class::Soft(_), Action::Save | Action::Offload, Some(p @ Policy::PreferRecompute))
+            | (Class::Soft(_), Action::Recompute | Action::Offload, Some(p @ Policy::PreferSave))
+            | (Class::Soft(_), Action::Recompute | Action::Save, Some(p @ Policy::PreferOffload)) => Some(p),
             _ => None,
         };
+        let offload = (action == Action::Offload).then(|| match (wishes.wish[i.index()], wishes.via_view[i.index()]) {
+            (Some(p), Some(v)) => OffloadReason::View(p, v),
+            (Some(p), None) if !matches!(strategy, Strategy::BudgetOffload(_)) || p == Policy::MustOffload => {
+                OffloadReason::Tag(p)
+            }
+            _ => OffloadReason::Solver,
+        });
         // Sums cannot overflow: `PGraph::validate` checked the graph's totals.
-        if action == Action::Save {
+        if action == Action::Offload {
+            saved[i.index()] = true;
+            offloaded[i.index()] = true;
+            host_bytes += n.bytes;
+            exposed_transfer_s += exposed[i.index()];
+        } else if action == Action::Save {
             saved[i.index()] = true;
             if counts_bytes(g, i) {
                 saved_bytes += n.bytes;
@@ -291,20 +403,33 @@ fn finish(g: &PGraph, strategy: Strategy, class: &[Class], at_hand: &[bool], cho
             recomputed.push(i);
             recompute_flops += n.flops;
         }
-        decisions.push(Decision { node: i, action, reason, overrode });
+        decisions.push(Decision { node: i, action, reason, overrode, offload });
     }
     let warnings = unneeded
         .into_iter()
-        .map(|(region, op, count)| {
+        .map(|(region, op, policy, count)| {
             let region = region
                 .map_or_else(|| "outside any region".to_string(), |r| format!("in region `{}`", g.region_label(r)));
             let op = crate::text::shorten(op, crate::text::CELL);
             let (values, them) =
                 if count == 1 { ("1 value is".to_string(), "it") } else { (format!("{count} values are"), "them") };
-            format!("{region}: {values} must_save ({op}) but the backward never needs {them}: not saved")
+            let not = if policy == Policy::MustSave { "not saved" } else { "not offloaded" };
+            format!("{region}: {values} {policy} ({op}) but the backward never needs {them}: {not}")
         })
         .collect();
-    Partition { strategy, saved, recomputed, decisions, warnings, saved_bytes, held_bytes, recompute_flops }
+    Partition {
+        strategy,
+        saved,
+        offloaded,
+        recomputed,
+        decisions,
+        warnings,
+        saved_bytes,
+        host_bytes,
+        exposed_transfer_s,
+        held_bytes,
+        recompute_flops,
+    }
 }
 
 impl std::fmt::Display for Reason {
@@ -315,6 +440,8 @@ impl std::fmt::Display for Reason {
             Reason::NotRecomputable => f.write_str("needed and not recomputable"),
             Reason::RandomSource => f.write_str("random without inputs: nothing to replay it from"),
             Reason::MustSave => f.write_str("must_save tag"),
+            Reason::MustOffload => f.write_str("must_offload tag"),
+            Reason::PreferOffload => f.write_str("prefer_offload tag"),
             Reason::ReadByRegion(r) => write!(f, "read by region instance {}, which recomputes from it", r.0),
             Reason::ReadByGradient(u) => write!(f, "read by the gradient of {u}, which lies elsewhere"),
             Reason::ViewBase(v) => write!(f, "base of view {v}, which must be kept (must_save or boundary)"),

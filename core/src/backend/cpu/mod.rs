@@ -2,7 +2,9 @@
 //!
 //! Values are stored in their own dtype (2 bytes for bf16/f16, 1 for fp8) and computed in f32,
 //! or in f64 when the result is f64. Matrix products go through `matrixmultiply` on all cores.
-//! Every buffer is metered: [`Backend::memory`] reports exactly the bytes of live buffers.
+//! Every buffer is metered: [`Backend::memory`] reports exactly the bytes of live buffers. The
+//! host tier for offloaded values is a second pool with its own meter ([`Backend::host_memory`]);
+//! an offload copies the tensor into it synchronously, a fetch copies it back.
 
 mod kernels;
 
@@ -47,10 +49,24 @@ impl Drop for CpuBuffer {
     }
 }
 
+/// An offloaded tensor in the CPU backend's host pool; its bytes count until it is dropped.
+#[derive(Debug)]
+pub struct CpuHostBuffer {
+    tensor: HostTensor,
+    meter: Rc<Meter>,
+}
+
+impl Drop for CpuHostBuffer {
+    fn drop(&mut self) {
+        self.meter.live.set(self.meter.live.get() - self.tensor.bytes());
+    }
+}
+
 /// The CPU backend.
 #[derive(Debug, Default)]
 pub struct CpuBackend {
     meter: Rc<Meter>,
+    host: Rc<Meter>,
 }
 
 impl CpuBackend {
@@ -67,6 +83,7 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
+    type Host = CpuHostBuffer;
 
     fn name(&self) -> String {
         "cpu".to_string()
@@ -94,5 +111,20 @@ impl Backend for CpuBackend {
 
     fn reset_peak(&mut self) {
         self.meter.peak.set(self.meter.live.get());
+        self.host.peak.set(self.host.live.get());
+    }
+
+    fn offload(&mut self, buffer: &CpuBuffer) -> Result<CpuHostBuffer> {
+        let tensor = buffer.tensor.clone();
+        self.host.add(tensor.bytes());
+        Ok(CpuHostBuffer { tensor, meter: self.host.clone() })
+    }
+
+    fn fetch(&mut self, host: CpuHostBuffer) -> Result<CpuBuffer> {
+        Ok(self.hold(host.tensor.clone()))
+    }
+
+    fn host_memory(&self) -> MemoryStats {
+        MemoryStats { live_bytes: self.host.live.get(), peak_bytes: self.host.peak.get() }
     }
 }
