@@ -331,3 +331,18 @@ fn a_view_asked_to_be_saved_saves_its_base() {
 fn named_view(x: &Tensor) -> Tensor {
     x.sin().reshape(&[24]).name("flat")
 }
+
+#[test]
+fn unneeded_must_save_warnings_group_instances_of_one_function() {
+    let trace = Trace::new();
+    let x = trace.param("x", &[4, 4], DType::F32);
+    let mut h = x.clone();
+    for _ in 0..3 {
+        h = &c_save_plus(&h) + &x;
+    }
+    let model = Model::new(trace.finish(&h.sum_all()).unwrap()).unwrap();
+    assert_eq!(
+        model.partition().unwrap().warnings,
+        ["in region `c_save_plus` (3 instances): 3 values are must_save (matmul) but the backward never needs them: not saved"]
+    );
+}

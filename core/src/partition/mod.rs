@@ -348,7 +348,9 @@ fn finish(
     let (mut host_bytes, mut exposed_transfer_s) = (0u64, 0f64);
     let mut recomputed = Vec::new();
     let mut decisions = Vec::new();
-    let mut unneeded: Vec<(Option<RegionId>, &str, Policy, u32)> = Vec::new();
+    // Grouped by region function (not instance: a model calls one function per layer), op and
+    // policy: (function, op, policy, values, instances).
+    let mut unneeded: Vec<(Option<&str>, &str, Policy, u32, Vec<RegionId>)> = Vec::new();
     let (mut saved_bytes, mut held_bytes, mut recompute_flops) = (0u64, 0u64, 0u64);
     for i in g.ids() {
         let n = g.node(i);
@@ -357,9 +359,17 @@ fn finish(
         }
         if !reached[i.index()] {
             if let Some(p @ (Policy::MustSave | Policy::MustOffload)) = n.policy {
-                match unneeded.iter_mut().find(|(r, op, q, _)| *r == n.region && *op == n.op && *q == p) {
-                    Some(entry) => entry.3 += 1,
-                    None => unneeded.push((n.region, &n.op, p, 1)),
+                let function = n.region.map(|r| g.regions[r.index()].name.as_str());
+                let entry = match unneeded.iter().position(|(f, op, q, ..)| *f == function && *op == n.op && *q == p) {
+                    Some(k) => &mut unneeded[k],
+                    None => {
+                        unneeded.push((function, &n.op, p, 0, Vec::new()));
+                        unneeded.last_mut().expect("just pushed")
+                    }
+                };
+                entry.3 += 1;
+                if let Some(r) = n.region.filter(|r| !entry.4.contains(r)) {
+                    entry.4.push(r);
                 }
             }
             continue;
@@ -407,9 +417,14 @@ fn finish(
     }
     let warnings = unneeded
         .into_iter()
-        .map(|(region, op, policy, count)| {
-            let region = region
-                .map_or_else(|| "outside any region".to_string(), |r| format!("in region `{}`", g.region_label(r)));
+        .map(|(function, op, policy, count, instances)| {
+            let region = match (function, instances.as_slice()) {
+                (None, _) => "outside any region".to_string(),
+                (Some(_), [one]) => format!("in region `{}`", g.region_label(*one)),
+                (Some(f), many) => {
+                    format!("in region `{}` ({} instances)", crate::text::shorten(f, crate::text::CELL), many.len())
+                }
+            };
             let op = crate::text::shorten(op, crate::text::CELL);
             let (values, them) =
                 if count == 1 { ("1 value is".to_string(), "it") } else { (format!("{count} values are"), "them") };
