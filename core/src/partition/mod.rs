@@ -332,6 +332,10 @@ fn respect_at_hand(class: &[Class]) -> Vec<bool> {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// Unneeded Must values of one region function, op and policy: (function, op, policy, values,
+/// instances).
+type Unneeded<'a> = (Option<&'a str>, &'a str, Policy, u32, Vec<RegionId>);
+
 fn finish(
     g: &PGraph,
     strategy: Strategy,
@@ -350,7 +354,7 @@ fn finish(
     let mut decisions = Vec::new();
     // Grouped by region function (not instance: a model calls one function per layer), op and
     // policy: (function, op, policy, values, instances).
-    let mut unneeded: Vec<(Option<&str>, &str, Policy, u32, Vec<RegionId>)> = Vec::new();
+    let mut unneeded: Vec<Unneeded<'_>> = Vec::new();
     let (mut saved_bytes, mut held_bytes, mut recompute_flops) = (0u64, 0u64, 0u64);
     for i in g.ids() {
         let n = g.node(i);
