@@ -331,11 +331,11 @@ fn respect_at_hand(class: &[Class]) -> Vec<bool> {
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
 /// Unneeded Must values of one region function, op and policy: (function, op, policy, values,
 /// instances).
 type Unneeded<'a> = (Option<&'a str>, &'a str, Policy, u32, Vec<RegionId>);
 
+#[allow(clippy::too_many_arguments)]
 fn finish(
     g: &PGraph,
     strategy: Strategy,
