@@ -329,8 +329,7 @@ impl Graph {
                     return Err(err(format!("region {} does not exist", tag.region)));
                 }
             }
-            let elements = node.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-            if elements.and_then(|n| n.checked_mul(node.dtype.size())).is_none() {
+            if crate::shape::checked_bytes(&node.shape, node.dtype.size()).is_none() {
                 return Err(err(format!("{:?} {} is more than 2^64 bytes", node.shape, node.dtype)));
             }
             if node.op.info().leaf {

@@ -3,7 +3,17 @@
 /// Number of elements of a shape (1 for a scalar `[]`).
 pub fn numel(shape: &[usize]) -> usize {
     // Saturating: a shape too large to count is caught by `Graph::validate`, never wrapped.
-    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX)
+    checked_numel(shape).unwrap_or(usize::MAX)
+}
+
+/// The element count of `shape`, or `None` when it overflows `usize`.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
+/// The bytes of `shape` elements of `size` bytes each, or `None` when they overflow `usize`.
+pub fn checked_bytes(shape: &[usize], size: usize) -> Option<usize> {
+    checked_numel(shape)?.checked_mul(size)
 }
 
 /// Row-major strides of a contiguous tensor of `shape`.

@@ -113,7 +113,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|m| top_error(format!("outputs: {m}")))?;
     let loss = g.node(outputs[0]);
-    if loss.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(1) || !loss.dtype.is_float() {
+    if crate::shape::checked_numel(&loss.shape) != Some(1) || !loss.dtype.is_float() {
         let message = format!(
             "the first output is the loss and must be one floating value, got {} {}",
             fmt_shape(&loss.shape),
@@ -164,8 +164,7 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<Reg
         }
         (inferred, out)
     };
-    let elements = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
-    if elements.and_then(|n| n.checked_mul(dtype.size())).is_none() {
+    if crate::shape::checked_bytes(&shape, dtype.size()).is_none() {
         return Err(err(format!("{} {dtype} is more than 2^64 bytes", fmt_shape(&shape))));
     }
     let tag = tag_parts(region, d.policy.as_deref(), d.source.as_deref()).map_err(&err)?;
