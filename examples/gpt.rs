@@ -49,21 +49,6 @@ fn feed_forward_region(policy: &RegionPolicy, x: &Tensor, p: &BlockParams) -> Te
     feed_forward(x, p)
 }
 
-/// Save matmuls, offload everything else the region keeps to host memory. Written with the
-/// runtime region API: the `#[checkpoint(policy = offload(..))]` DSL form is not built yet.
-static SAVE_MATMULS_OFFLOAD_REST: remat::region::RegionSpec = remat::region::RegionSpec::new(
-    "part_offload",
-    remat::region::PolicyTable {
-        must_save: &[remat::OpKind::Matmul],
-        ..remat::region::PolicyTable::uniform(Policy::PreferOffload)
-    },
-);
-
-fn part_offload(part: Part, x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
-    let _region = remat::region::enter_region(&SAVE_MATMULS_OFFLOAD_REST);
-    plain_parts(part, x, p, heads)
-}
-
 // ---- Command line ----
 
 /// Which checkpointing policy the model's regions use.
@@ -131,8 +116,6 @@ enum Regions {
     None,
     Blocks(RegionPolicy),
     Parts(RegionPolicy, RegionPolicy),
-    /// Matmuls saved, the rest offloaded (the DSL has no offload forms yet: a static spec).
-    Offload,
 }
 
 fn regions(choice: PolicyChoice) -> Regions {
@@ -142,7 +125,11 @@ fn regions(choice: PolicyChoice) -> Regions {
         PolicyChoice::Full | PolicyChoice::Budget(_) | PolicyChoice::BudgetOffload(_) => {
             Regions::Blocks(policy!(recompute_all))
         }
-        PolicyChoice::SaveMatmulsOffload => Regions::Offload,
+        PolicyChoice::SaveMatmulsOffload => {
+            const SAVE_MATMULS_OFFLOAD_REST: RegionPolicy =
+                policy!(rules(must_save = [matmul], default = prefer_offload));
+            Regions::Parts(SAVE_MATMULS_OFFLOAD_REST, SAVE_MATMULS_OFFLOAD_REST)
+        }
         PolicyChoice::SaveMatmuls => Regions::Parts(SAVE_MATMULS, SAVE_MATMULS),
         PolicyChoice::Names => Regions::Parts(policy!(save_names("attn_ctx")), policy!(save_names("ffn_pre"))),
         PolicyChoice::Parts(p) => Regions::Parts(p, p),
@@ -230,7 +217,6 @@ fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Mo
             Part::Attention => attention_region(&a, x, bp, heads),
             Part::FeedForward => feed_forward_region(&f, x, bp),
         })?,
-        Regions::Offload => zoo::gpt_with(cfg, &part_offload)?,
     };
     let strategy = match policy {
         PolicyChoice::Budget(b) => Strategy::Budget(b),

@@ -58,6 +58,22 @@ pub use remat_core::*;
 ///     x.matmul(w).softmax().exp()
 /// }
 ///
+/// // Matmul outputs wait in host memory between the forward and the backward.
+/// #[checkpoint(policy = offload(matmul))]
+/// fn offloaded(x: &Tensor, w: &Tensor) -> Tensor {
+///     x.matmul(w).gelu()
+/// }
+///
+/// // Values named "ctx" are offloaded; save matmuls and let the rest go to host memory when kept.
+/// #[checkpoint(policy = offload_names("ctx"))]
+/// fn named_offload(q: &Tensor, k: &Tensor) -> Tensor {
+///     q.matmul(&k.t()).softmax().name("ctx")
+/// }
+/// #[checkpoint(policy = rules(must_save = [matmul], default = prefer_offload))]
+/// fn save_matmuls_offload_rest(x: &Tensor, w: &Tensor) -> Tensor {
+///     x.matmul(w).gelu()
+/// }
+///
 /// // Statement attributes override the policy of the value their `let` binds.
 /// #[checkpoint(policy = save(matmul))]
 /// fn statements(x: &Tensor, w: &Tensor) -> Tensor {
@@ -65,7 +81,9 @@ pub use remat_core::*;
 ///     let h = x.matmul(w);
 ///     #[save]
 ///     let g = h.gelu();
-///     g.exp()
+///     #[offload]
+///     let e = g.exp();
+///     e.sin()
 /// }
 ///
 /// // Methods too.
@@ -93,6 +111,9 @@ pub use remat_core::*;
 /// assert_eq!(plain(&x).tag().unwrap().policy, Policy::PreferRecompute);
 /// assert_eq!(tagged(&x).tag().unwrap().policy, Policy::PreferSave);
 /// assert_eq!(statements(&x, &w).tag().unwrap().policy, Policy::PreferRecompute);
+/// assert_eq!(offloaded(&x, &w).tag().unwrap().policy, Policy::PreferRecompute);
+/// assert_eq!(named_offload(&x, &x).tag().unwrap().policy, Policy::MustOffload);
+/// assert_eq!(save_matmuls_offload_rest(&x, &w).tag().unwrap().policy, Policy::PreferOffload);
 /// let layer = Layer { w };
 /// assert_eq!(layer.forward(&x).tag().unwrap().policy, Policy::PreferRecompute);
 /// // Two calls, two region instances; ops outside regions are untagged.
@@ -175,9 +196,10 @@ pub mod __private {
         }
     }
 
-    /// What `#[save]` / `#[recompute]` apply their policy to: the value their `let` binds.
+    /// What `#[save]` / `#[recompute]` / `#[offload]` apply their policy to: the value their
+    /// `let` binds.
     #[diagnostic::on_unimplemented(
-        message = "`#[save]` / `#[recompute]` apply to tensors, not to `{Self}`",
+        message = "`#[save]` / `#[recompute]` / `#[offload]` apply to tensors, not to `{Self}`",
         label = "the value this statement binds is a `{Self}`",
         note = "the statement must bind a `Tensor`, or a reference, tuple, array, slice, `Vec` or `Option` of them"
     )]

@@ -183,7 +183,10 @@ fn spec_records_name_and_location() {
             prefer_save: &[],
             must_recompute: &[],
             prefer_recompute: &[],
+            must_offload: &[],
+            prefer_offload: &[],
             save_names: &[],
+            offload_names: &[],
             default: PreferRecompute,
         }
     );

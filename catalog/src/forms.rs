@@ -1,5 +1,5 @@
 //! The grammar of policy forms (`recompute_all`, `save_all`, `save(..)`, `recompute(..)`,
-//! `save_names(..)`, `rules(..)`, `budget = f`), in one place.
+//! `offload(..)`, `save_names(..)`, `offload_names(..)`, `rules(..)`, `budget = f`), in one place.
 //!
 //! Two front ends read it: the `#[checkpoint]` and `policy!` macros, which turn their tokens into
 //! an [`Expr`] spanned by the user's tokens, and [`parse`], which reads the same forms from a
@@ -25,12 +25,16 @@ pub mod kw {
     pub const SAVE: &str = "save";
     /// `policy = recompute(op, ..)`.
     pub const RECOMPUTE: &str = "recompute";
+    /// `policy = offload(op, ..)`.
+    pub const OFFLOAD: &str = "offload";
     /// `policy = save_names("a", ..)`.
     pub const SAVE_NAMES: &str = "save_names";
+    /// `policy = offload_names("a", ..)`.
+    pub const OFFLOAD_NAMES: &str = "offload_names";
     /// `policy = rules(..)`.
     pub const RULES: &str = "rules";
     /// The policy forms.
-    pub const FORMS: &[&str] = &[RECOMPUTE_ALL, SAVE_ALL, SAVE, RECOMPUTE, SAVE_NAMES, RULES];
+    pub const FORMS: &[&str] = &[RECOMPUTE_ALL, SAVE_ALL, SAVE, RECOMPUTE, OFFLOAD, SAVE_NAMES, OFFLOAD_NAMES, RULES];
     /// `must_save`, a `rules(..)` key and a `default`.
     pub const MUST_SAVE: &str = "must_save";
     /// See [`MUST_SAVE`].
@@ -39,15 +43,31 @@ pub mod kw {
     pub const MUST_RECOMPUTE: &str = "must_recompute";
     /// See [`MUST_SAVE`].
     pub const PREFER_RECOMPUTE: &str = "prefer_recompute";
+    /// See [`MUST_SAVE`].
+    pub const MUST_OFFLOAD: &str = "must_offload";
+    /// See [`MUST_SAVE`].
+    pub const PREFER_OFFLOAD: &str = "prefer_offload";
     /// The policies, in the order of [`super::Resolved::lists`].
-    pub const POLICIES: &[&str] = &[MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE, PREFER_RECOMPUTE];
+    pub const POLICIES: &[&str] =
+        &[MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE, PREFER_RECOMPUTE, MUST_OFFLOAD, PREFER_OFFLOAD];
     /// `rules(default = <policy>)`.
     pub const DEFAULT: &str = "default";
 }
 
-/// The policies in the order of [`kw::POLICIES`].
-pub const POLICY_ORDER: [Policy; 4] =
-    [Policy::MustSave, Policy::PreferSave, Policy::MustRecompute, Policy::PreferRecompute];
+/// The policies in the order of [`kw::POLICIES`] (checked by a test).
+pub const POLICY_ORDER: [Policy; 6] = Policy::ALL;
+
+/// The index of `policy` in [`Resolved::lists`] and [`kw::POLICIES`].
+pub fn list_index(policy: Policy) -> usize {
+    POLICY_ORDER.iter().position(|p| *p == policy).expect("every policy has a list")
+}
+
+/// `` `must_save`, `prefer_save`, .. or `prefer_offload` ``: the policies, for messages.
+fn policy_words() -> String {
+    let words: Vec<String> = kw::POLICIES.iter().map(|p| format!("`{p}`")).collect();
+    let (last, rest) = words.split_last().expect("policies exist");
+    format!("{} or {last}", rest.join(", "))
+}
 
 /// A piece of a policy as written; `S` says where (a token span, a byte range).
 #[derive(Clone, Debug)]
@@ -115,13 +135,15 @@ fn report<S: Clone>(diags: &mut Diagnostics<S>, span: &S, message: impl Into<Str
     diags.push(Diagnostic { span: span.clone(), message: message.into() });
 }
 
-/// A resolved policy: op kinds per policy, names that must be saved, the default.
+/// A resolved policy: op kinds per policy, names that must be saved or offloaded, the default.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resolved {
     /// Op kinds per policy, indexed like [`kw::POLICIES`] / [`POLICY_ORDER`].
-    pub lists: [Vec<OpKind>; 4],
+    pub lists: [Vec<OpKind>; 6],
     /// Value names (`.name("attn")`) that must be saved.
     pub save_names: Vec<String>,
+    /// Value names that must be offloaded.
+    pub offload_names: Vec<String>,
     /// The policy of every other op.
     pub default: Policy,
 }
@@ -129,7 +151,12 @@ pub struct Resolved {
 impl Default for Resolved {
     /// `recompute_all`.
     fn default() -> Self {
-        Resolved { lists: Default::default(), save_names: Vec::new(), default: Policy::PreferRecompute }
+        Resolved {
+            lists: Default::default(),
+            save_names: Vec::new(),
+            offload_names: Vec::new(),
+            default: Policy::PreferRecompute,
+        }
     }
 }
 
@@ -151,8 +178,8 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
 }
 
 /// The message for an unknown policy form.
-pub const EXPECTED_POLICY: &str =
-    "expected one of `recompute_all`, `save_all`, `save(..)`, `recompute(..)`, `save_names(..)`, `rules(..)`";
+pub const EXPECTED_POLICY: &str = "expected one of `recompute_all`, `save_all`, `save(..)`, `recompute(..)`, \
+     `offload(..)`, `save_names(..)`, `offload_names(..)`, `rules(..)`";
 
 /// Resolves one policy form, reporting every problem into `diags` (the result is meaningless
 /// when something was reported).
@@ -178,22 +205,27 @@ pub fn resolve_policy<S: Clone>(value: &Expr<S>, diags: &mut Diagnostics<S>) -> 
         (kw::RECOMPUTE_ALL | kw::SAVE_ALL, Some(_)) => {
             report(diags, value.span(), format!("`{form}` takes no arguments; write `policy = {form}`"));
         }
-        (kw::SAVE, Some(args)) => {
+        (kw::SAVE | kw::RECOMPUTE | kw::OFFLOAD, Some(args)) => {
+            let (policy, or_else) = match form {
+                kw::SAVE => (Policy::MustSave, "or use `policy = recompute_all`"),
+                kw::RECOMPUTE => (Policy::MustRecompute, "or use `policy = save_all`"),
+                _ => (Policy::MustOffload, "or use `policy = recompute_all`"),
+            };
             let list = OpList { key: form, items: op_names(args, diags), whole: value.span() };
-            resolved.lists[0] = kinds(list.resolve(Policy::MustSave, "or use `policy = recompute_all`", diags));
+            resolved.lists[list_index(policy)] = kinds(list.resolve(policy, or_else, diags));
+            if policy == Policy::MustRecompute {
+                resolved.default = Policy::PreferSave;
+            }
         }
-        (kw::RECOMPUTE, Some(args)) => {
-            let list = OpList { key: form, items: op_names(args, diags), whole: value.span() };
-            resolved.lists[2] = kinds(list.resolve(Policy::MustRecompute, "or use `policy = save_all`", diags));
-            resolved.default = Policy::PreferSave;
-        }
-        (kw::SAVE_NAMES, Some(args)) => resolved.save_names = save_names(args, value.span(), diags),
+        (kw::SAVE_NAMES, Some(args)) => resolved.save_names = value_names(form, args, value.span(), diags),
+        (kw::OFFLOAD_NAMES, Some(args)) => resolved.offload_names = value_names(form, args, value.span(), diags),
         (kw::RULES, Some(args)) => rules(args, &mut resolved, diags),
-        (kw::SAVE | kw::RECOMPUTE, None) => {
+        (kw::SAVE | kw::RECOMPUTE | kw::OFFLOAD, None) => {
             report(diags, form_span, format!("`{form}` needs the op kinds it applies to, as in `{form}(matmul)`"));
         }
-        (kw::SAVE_NAMES, None) => {
-            report(diags, form_span, "`save_names` needs the value names it saves, as in `save_names(\"attn\")`");
+        (kw::SAVE_NAMES | kw::OFFLOAD_NAMES, None) => {
+            let verb = if form == kw::SAVE_NAMES { "saves" } else { "offloads" };
+            report(diags, form_span, format!("`{form}` needs the value names it {verb}, as in `{form}(\"attn\")`"));
         }
         (kw::RULES, None) => {
             report(diags, form_span, "`rules` needs its lists, as in `rules(must_save = [matmul])`");
@@ -285,12 +317,12 @@ struct OpList<'a, S> {
 }
 
 impl<'a, S: Clone> OpList<'a, S> {
-    /// The op kinds, reporting unknown kinds, views in save lists, duplicates and an empty list
-    /// (`or_else` says what to write instead).
+    /// The op kinds, reporting unknown kinds, views in save and offload lists, duplicates and an
+    /// empty list (`or_else` says what to write instead).
     fn resolve(&self, policy: Policy, or_else: &str, diags: &mut Diagnostics<S>) -> Vec<(OpKind, &'a S)> {
         let key = self.key;
         if self.items.is_empty() {
-            let call_form = key == kw::SAVE || key == kw::RECOMPUTE;
+            let call_form = key == kw::SAVE || key == kw::RECOMPUTE || key == kw::OFFLOAD;
             let written = if call_form { format!("{key}()") } else { format!("{key} = []") };
             let example = if call_form { format!("{key}(matmul)") } else { format!("{key} = [matmul]") };
             report(
@@ -317,6 +349,10 @@ impl<'a, S: Clone> OpList<'a, S> {
             };
             if policy.is_save() && info.view {
                 report(diags, span, format!("`{name}` is a view op: views are never saved, their base is; save the op that produces the base instead"));
+                continue;
+            }
+            if policy.is_offload() && info.view {
+                report(diags, span, format!("`{name}` is a view op: views are never offloaded, their base is; offload the op that produces the base instead"));
                 continue;
             }
             if resolved.iter().any(|(k, _)| *k == info.kind) {
@@ -346,10 +382,11 @@ fn op_names<'a, S: Clone>(args: &'a [Expr<S>], diags: &mut Diagnostics<S>) -> Ve
     ops
 }
 
-fn save_names<S: Clone>(args: &[Expr<S>], whole: &S, diags: &mut Diagnostics<S>) -> Vec<String> {
+/// The string literals of `save_names(..)` / `offload_names(..)` (`form`).
+fn value_names<S: Clone>(form: &str, args: &[Expr<S>], whole: &S, diags: &mut Diagnostics<S>) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     if args.is_empty() {
-        report(diags, whole, "`save_names()` lists no name; name at least one, as in `save_names(\"attn\")`");
+        report(diags, whole, format!("`{form}()` lists no name; name at least one, as in `{form}(\"attn\")`"));
     }
     for arg in args {
         match arg {
@@ -357,7 +394,7 @@ fn save_names<S: Clone>(args: &[Expr<S>], whole: &S, diags: &mut Diagnostics<S>)
                 if value.is_empty() {
                     report(diags, span, "an empty name matches no value; write the name given with `.name(..)`");
                 } else if names.contains(value) {
-                    report(diags, span, format!("`\"{value}\"` is listed twice in `save_names(..)`"));
+                    report(diags, span, format!("`\"{value}\"` is listed twice in `{form}(..)`"));
                 } else {
                     names.push(value.clone());
                 }
@@ -365,12 +402,12 @@ fn save_names<S: Clone>(args: &[Expr<S>], whole: &S, diags: &mut Diagnostics<S>)
             Expr::Ident(ident, span) => report(
                 diags,
                 span,
-                format!("`save_names` takes string literals; write `\"{ident}\"` to match `.name(\"{ident}\")`"),
+                format!("`{form}` takes string literals; write `\"{ident}\"` to match `.name(\"{ident}\")`"),
             ),
             other => report(
                 diags,
                 other.span(),
-                "`save_names` takes string literals naming values, as in `save_names(\"attn\")`",
+                format!("`{form}` takes string literals naming values, as in `{form}(\"attn\")`"),
             ),
         }
     }
@@ -384,7 +421,8 @@ fn rules<S: Clone>(args: &[Expr<S>], resolved: &mut Resolved, diags: &mut Diagno
     let mut placed: Vec<(OpKind, Policy)> = Vec::new();
     for arg in args {
         let Expr::Assign { key, value, span: whole } = arg else {
-            report(diags, arg.span(), "expected `must_save = [..]`, `prefer_save = [..]`, `must_recompute = [..]`, `prefer_recompute = [..]` or `default = ..`");
+            let lists: Vec<String> = kw::POLICIES.iter().map(|p| format!("`{p} = [..]`")).collect();
+            report(diags, arg.span(), format!("expected {} or `default = ..`", lists.join(", ")));
             continue;
         };
         let Some((name, key_span)) = key.ident() else {
@@ -394,7 +432,8 @@ fn rules<S: Clone>(args: &[Expr<S>], resolved: &mut Resolved, diags: &mut Diagno
         if !keys().any(|k| k == name) {
             let hint = did_you_mean(name, keys());
             let hint = if hint.is_empty() {
-                "; expected `must_save`, `prefer_save`, `must_recompute`, `prefer_recompute` or `default`".to_string()
+                let keys: Vec<String> = kw::POLICIES.iter().map(|p| format!("`{p}`")).collect();
+                format!("; expected {} or `default`", keys.join(", "))
             } else {
                 hint
             };
@@ -412,14 +451,14 @@ fn rules<S: Clone>(args: &[Expr<S>], resolved: &mut Resolved, diags: &mut Diagno
                     Some(policy) => resolved.default = policy,
                     None => {
                         let hint = did_you_mean(ident, kw::POLICIES.iter().copied());
-                        report(diags, span, format!("unknown default policy `{ident}`{hint}; expected `must_save`, `prefer_save`, `must_recompute` or `prefer_recompute`"));
+                        report(
+                            diags,
+                            span,
+                            format!("unknown default policy `{ident}`{hint}; expected {}", policy_words()),
+                        );
                     }
                 },
-                other => report(
-                    diags,
-                    other.span(),
-                    "expected a policy: `must_save`, `prefer_save`, `must_recompute` or `prefer_recompute`",
-                ),
+                other => report(diags, other.span(), format!("expected a policy: {}", policy_words())),
             }
             continue;
         }
@@ -748,6 +787,48 @@ mod tests {
         assert!(message(r#"save_names("attn)"#).starts_with("unterminated string"));
         // Several problems at once.
         assert_eq!(parse("save(matmull, reshape), budget = 3").unwrap_err().problems().len(), 3);
+    }
+
+    #[test]
+    fn the_policy_words_follow_the_policy_order() {
+        let names: Vec<&str> = POLICY_ORDER.iter().map(|p| p.name()).collect();
+        assert_eq!(names, kw::POLICIES);
+        for (i, p) in POLICY_ORDER.iter().enumerate() {
+            assert_eq!(list_index(*p), i);
+        }
+    }
+
+    #[test]
+    fn offload_forms_parse() {
+        let o = parse("offload(matmul, gelu)").unwrap().policy;
+        assert_eq!(o.lists[list_index(Policy::MustOffload)], vec![OpKind::Matmul, OpKind::Gelu]);
+        assert_eq!(o.default, Policy::PreferRecompute);
+        assert!(o.lists.iter().enumerate().all(|(i, l)| i == list_index(Policy::MustOffload) || l.is_empty()));
+        let n = parse(r#"offload_names("attn")"#).unwrap().policy;
+        assert_eq!((n.offload_names, n.save_names), (vec!["attn".to_string()], vec![]));
+        let r = parse(
+            "rules(must_save = [matmul], must_offload = [gelu], prefer_offload = [softmax], default = prefer_offload)",
+        )
+        .unwrap()
+        .policy;
+        assert_eq!(r.lists[list_index(Policy::MustOffload)], vec![OpKind::Gelu]);
+        assert_eq!(r.lists[list_index(Policy::PreferOffload)], vec![OpKind::Softmax]);
+        assert_eq!(r.default, Policy::PreferOffload);
+    }
+
+    #[test]
+    fn offload_mistakes() {
+        assert!(message("offload(reshape)").starts_with("`reshape` is a view op: views are never offloaded"));
+        assert!(message("rules(prefer_offload = [transpose])").contains("never offloaded"));
+        let both = message("rules(must_save = [matmul], prefer_offload = [matmul])");
+        assert!(both.contains("`matmul` is in both `must_save` and `prefer_offload`"), "{both}");
+        assert!(message("offload()").starts_with("`offload()` lists no op kind"));
+        assert!(message("offload_names()").starts_with("`offload_names()` lists no name"));
+        assert!(message("offload_names(attn)").contains("`offload_names` takes string literals"));
+        assert!(message(r#"offload_names("a", "a")"#).contains("listed twice in `offload_names(..)`"));
+        assert!(message("ofload(matmul)").contains("did you mean `offload`?"));
+        assert!(message("rules(must_ofload = [matmul])").contains("did you mean `must_offload`?"));
+        assert!(message("rules(default = keep)").contains("`prefer_recompute`, `must_offload` or `prefer_offload`"));
     }
 
     #[test]

@@ -209,9 +209,9 @@ impl Graph {
         &self.regions
     }
 
-    /// Names a region's `save_names` lists that no value computed in it carries — a typo such
-    /// as `save_names("ffn_akt")` for a value named `"ffn_act"` would otherwise save nothing and
-    /// say nothing. One line per region function and name (its instances counted together),
+    /// Names a region's `save_names` (or `offload_names`) lists that no value computed in it
+    /// carries — a typo such as `save_names("ffn_akt")` for a value named `"ffn_act"` would
+    /// otherwise save nothing and say nothing. One line per region function and name (its instances counted together),
     /// with the names the region's values do carry. Values of nested regions follow their own
     /// region's policy, so only values whose innermost region is the listing one count.
     pub fn unknown_save_names(&self) -> Vec<String> {
@@ -228,7 +228,7 @@ impl Graph {
             }
         };
         for region in &self.regions {
-            if let Some(spec) = region.spec.filter(|s| !s.policy.save_names.is_empty()) {
+            if let Some(spec) = region.spec.filter(|s| s.policy.names().next().is_some()) {
                 entry(&mut specs, spec);
             }
         }
@@ -237,7 +237,9 @@ impl Graph {
         }
         for node in &self.nodes {
             let (Some(tag), Some(name)) = (node.tag, node.name.as_deref()) else { continue };
-            let Some(spec) = self.region(tag.region).spec.filter(|s| !s.policy.save_names.is_empty()) else { continue };
+            let Some(spec) = self.region(tag.region).spec.filter(|s| s.policy.names().next().is_some()) else {
+                continue;
+            };
             let i = entry(&mut specs, spec);
             if !specs[i].1.contains(&name) {
                 specs[i].1.push(name);
@@ -245,7 +247,8 @@ impl Graph {
         }
         let mut warnings = Vec::new();
         for (spec, seen) in &specs {
-            for &listed in spec.policy.save_names.iter().filter(|n| !seen.contains(n)) {
+            for (form, listed) in spec.policy.names().filter(|(_, n)| !seen.contains(n)) {
+                let verb = if form == remat_catalog::forms::kw::SAVE_NAMES { "saves" } else { "offloads" };
                 let hint = remat_catalog::closest(listed, seen.iter().copied())
                     .map_or(String::new(), |close| format!("; did you mean \"{close}\"?"));
                 let known = if seen.is_empty() {
@@ -257,7 +260,7 @@ impl Graph {
                     )
                 };
                 warnings.push(format!(
-                    "region `{}` ({}:{}): `save_names(\"{listed}\")` matches no value of the region, so it saves nothing{hint} ({known})",
+                    "region `{}` ({}:{}): `{form}(\"{listed}\")` matches no value of the region, so it {verb} nothing{hint} ({known})",
                     spec.name, spec.file, spec.line
                 ));
             }

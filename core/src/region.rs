@@ -17,8 +17,8 @@ use std::sync::Mutex;
 /// The per-op policy of a region, resolved at compile time by the macro (or at run time by
 /// [`RegionPolicy::parse`]).
 ///
-/// Precedence: a listed name (`save_names`), then a listed op kind (must lists before prefer
-/// lists), then the default.
+/// Precedence: a listed name (`save_names`, then `offload_names`), then a listed op kind (must
+/// lists before prefer lists; save, recompute, offload within each), then the default.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PolicyTable {
     /// Op kinds that must be saved.
@@ -29,8 +29,14 @@ pub struct PolicyTable {
     pub must_recompute: &'static [OpKind],
     /// Op kinds preferably recomputed.
     pub prefer_recompute: &'static [OpKind],
+    /// Op kinds that must be offloaded to host memory.
+    pub must_offload: &'static [OpKind],
+    /// Op kinds preferably offloaded.
+    pub prefer_offload: &'static [OpKind],
     /// Value names (`.name("attn")`) that must be saved.
     pub save_names: &'static [&'static str],
+    /// Value names that must be offloaded.
+    pub offload_names: &'static [&'static str],
     /// The policy of everything else.
     pub default: Policy,
 }
@@ -48,28 +54,52 @@ impl PolicyTable {
             prefer_save: &[],
             must_recompute: &[],
             prefer_recompute: &[],
+            must_offload: &[],
+            prefer_offload: &[],
             save_names: &[],
+            offload_names: &[],
             default,
         }
     }
 
+    /// The op-kind lists, in the order of [`forms::kw::POLICIES`] / [`forms::POLICY_ORDER`].
+    pub fn lists(&self) -> [&'static [OpKind]; 6] {
+        [
+            self.must_save,
+            self.prefer_save,
+            self.must_recompute,
+            self.prefer_recompute,
+            self.must_offload,
+            self.prefer_offload,
+        ]
+    }
+
     /// The policy for an op of `kind` whose value is named `name`, and which rule gave it.
     pub fn resolve(&self, kind: OpKind, name: Option<&str>) -> (Policy, PolicySource) {
-        if name.is_some_and(|n| self.save_names.contains(&n)) {
-            return (Policy::MustSave, PolicySource::Name);
+        if let Some(name) = name {
+            if self.save_names.contains(&name) {
+                return (Policy::MustSave, PolicySource::Name);
+            }
+            if self.offload_names.contains(&name) {
+                return (Policy::MustOffload, PolicySource::Name);
+            }
         }
-        let lists = [
-            (self.must_save, Policy::MustSave),
-            (self.must_recompute, Policy::MustRecompute),
-            (self.prefer_save, Policy::PreferSave),
-            (self.prefer_recompute, Policy::PreferRecompute),
-        ];
-        for (list, policy) in lists {
-            if list.contains(&kind) {
+        let lists = self.lists();
+        let musts_first = forms::POLICY_ORDER.iter().enumerate().filter(|(_, p)| p.is_must());
+        let then_prefers = forms::POLICY_ORDER.iter().enumerate().filter(|(_, p)| !p.is_must());
+        for (i, &policy) in musts_first.chain(then_prefers) {
+            if lists[i].contains(&kind) {
                 return (policy, PolicySource::OpKind);
             }
         }
         (self.default, PolicySource::Default)
+    }
+
+    /// The value names the table lists, with the form that lists them (`save_names`,
+    /// `offload_names`).
+    pub fn names(&self) -> impl Iterator<Item = (&'static str, &'static str)> {
+        let save = self.save_names.iter().map(|n| (forms::kw::SAVE_NAMES, *n));
+        save.chain(self.offload_names.iter().map(|n| (forms::kw::OFFLOAD_NAMES, *n)))
     }
 }
 
@@ -79,26 +109,32 @@ impl PolicyTable {
     fn intern(resolved: &Resolved) -> &'static PolicyTable {
         static TABLES: Mutex<Vec<&'static PolicyTable>> = Mutex::new(Vec::new());
         let leak = |kinds: &[OpKind]| -> &'static [OpKind] { Box::leak(kinds.to_vec().into_boxed_slice()) };
+        let same_names = |a: &[&str], b: &[String]| a.iter().copied().eq(b.iter().map(String::as_str));
         let same = |t: &PolicyTable| {
-            t.must_save == resolved.lists[0].as_slice()
-                && t.prefer_save == resolved.lists[1].as_slice()
-                && t.must_recompute == resolved.lists[2].as_slice()
-                && t.prefer_recompute == resolved.lists[3].as_slice()
-                && t.save_names.iter().copied().eq(resolved.save_names.iter().map(String::as_str))
+            t.lists().iter().zip(&resolved.lists).all(|(a, b)| *a == b.as_slice())
+                && same_names(t.save_names, &resolved.save_names)
+                && same_names(t.offload_names, &resolved.offload_names)
                 && t.default == resolved.default
         };
         let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = tables.iter().find(|t| same(t)) {
             return t;
         }
-        let names: Vec<&'static str> =
-            resolved.save_names.iter().map(|n| &*Box::leak(n.clone().into_boxed_str())).collect();
+        let names = |names: &[String]| -> &'static [&'static str] {
+            let leaked: Vec<&'static str> = names.iter().map(|n| &*Box::leak(n.clone().into_boxed_str())).collect();
+            Box::leak(leaked.into_boxed_slice())
+        };
+        let [must_save, prefer_save, must_recompute, prefer_recompute, must_offload, prefer_offload] =
+            resolved.lists.each_ref().map(|l| leak(l));
         let table = Box::leak(Box::new(PolicyTable {
-            must_save: leak(&resolved.lists[0]),
-            prefer_save: leak(&resolved.lists[1]),
-            must_recompute: leak(&resolved.lists[2]),
-            prefer_recompute: leak(&resolved.lists[3]),
-            save_names: Box::leak(names.into_boxed_slice()),
+            must_save,
+            prefer_save,
+            must_recompute,
+            prefer_recompute,
+            must_offload,
+            prefer_offload,
+            save_names: names(&resolved.save_names),
+            offload_names: names(&resolved.offload_names),
             default: resolved.default,
         }));
         tables.push(table);
@@ -108,25 +144,42 @@ impl PolicyTable {
 
 impl std::fmt::Display for PolicyTable {
     /// The form that builds this table (`save(matmul)`), in the policy grammar; a table with
-    /// both names and op lists (only written by hand) shows as `rules(..)` followed by its names.
+    /// both names and op lists, or with both kinds of names (only written by hand), shows as
+    /// `rules(..)` followed by its names.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use forms::kw;
         let list = |kinds: &[OpKind]| kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
-        let lists = [self.must_save, self.prefer_save, self.must_recompute, self.prefer_recompute];
-        let nonempty: Vec<usize> = (0..4).filter(|&i| !lists[i].is_empty()).collect();
-        let names = self.save_names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
-        match (nonempty.as_slice(), self.save_names.is_empty(), self.default) {
-            ([], true, Policy::PreferRecompute) => f.write_str(forms::kw::RECOMPUTE_ALL),
-            ([], true, Policy::PreferSave) => f.write_str(forms::kw::SAVE_ALL),
-            ([0], true, Policy::PreferRecompute) => write!(f, "save({})", list(self.must_save)),
-            ([2], true, Policy::PreferSave) => write!(f, "recompute({})", list(self.must_recompute)),
-            ([], false, Policy::PreferRecompute) => write!(f, "save_names({names})"),
+        let quoted = |names: &[&str]| names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
+        let lists = self.lists();
+        let nonempty: Vec<Policy> =
+            forms::POLICY_ORDER.into_iter().filter(|&p| !lists[forms::list_index(p)].is_empty()).collect();
+        let names = (!self.save_names.is_empty(), !self.offload_names.is_empty());
+        match (nonempty.as_slice(), names, self.default) {
+            ([], (false, false), Policy::PreferRecompute) => f.write_str(kw::RECOMPUTE_ALL),
+            ([], (false, false), Policy::PreferSave) => f.write_str(kw::SAVE_ALL),
+            ([Policy::MustSave], (false, false), Policy::PreferRecompute) => {
+                write!(f, "save({})", list(self.must_save))
+            }
+            ([Policy::MustRecompute], (false, false), Policy::PreferSave) => {
+                write!(f, "recompute({})", list(self.must_recompute))
+            }
+            ([Policy::MustOffload], (false, false), Policy::PreferRecompute) => {
+                write!(f, "offload({})", list(self.must_offload))
+            }
+            ([], (true, false), Policy::PreferRecompute) => write!(f, "save_names({})", quoted(self.save_names)),
+            ([], (false, true), Policy::PreferRecompute) => {
+                write!(f, "offload_names({})", quoted(self.offload_names))
+            }
             _ => {
                 let mut parts: Vec<String> =
-                    nonempty.iter().map(|&i| format!("{} = [{}]", forms::kw::POLICIES[i], list(lists[i]))).collect();
+                    nonempty.iter().map(|&p| format!("{p} = [{}]", list(lists[forms::list_index(p)]))).collect();
                 parts.push(format!("default = {}", self.default));
                 write!(f, "rules({})", parts.join(", "))?;
                 if !self.save_names.is_empty() {
-                    write!(f, " + save_names({names})")?;
+                    write!(f, " + save_names({})", quoted(self.save_names))?;
+                }
+                if !self.offload_names.is_empty() {
+                    write!(f, " + offload_names({})", quoted(self.offload_names))?;
                 }
                 Ok(())
             }
@@ -336,7 +389,10 @@ mod tests {
             prefer_save: &[],
             must_recompute: &[OpKind::Gelu],
             prefer_recompute: &[],
+            must_offload: &[OpKind::Softmax],
+            prefer_offload: &[OpKind::Add],
             save_names: &["attn"],
+            offload_names: &["ctx"],
             default: Policy::PreferRecompute,
         },
         budget: None,
@@ -348,7 +404,10 @@ mod tests {
         assert_eq!(p.resolve(OpKind::Matmul, None), (Policy::MustSave, PolicySource::OpKind));
         assert_eq!(p.resolve(OpKind::Gelu, Some("attn")), (Policy::MustSave, PolicySource::Name));
         assert_eq!(p.resolve(OpKind::Gelu, None), (Policy::MustRecompute, PolicySource::OpKind));
-        assert_eq!(p.resolve(OpKind::Add, None), (Policy::PreferRecompute, PolicySource::Default));
+        assert_eq!(p.resolve(OpKind::Gelu, Some("ctx")), (Policy::MustOffload, PolicySource::Name));
+        assert_eq!(p.resolve(OpKind::Softmax, None), (Policy::MustOffload, PolicySource::OpKind));
+        assert_eq!(p.resolve(OpKind::Add, None), (Policy::PreferOffload, PolicySource::OpKind));
+        assert_eq!(p.resolve(OpKind::Mul, None), (Policy::PreferRecompute, PolicySource::Default));
     }
 
     #[test]
@@ -359,7 +418,10 @@ mod tests {
             "save(matmul, gelu)",
             "recompute(gelu)",
             "save_names(\"attn\")",
+            "offload(matmul, gelu)",
+            "offload_names(\"ctx\")",
             "rules(must_save = [matmul], must_recompute = [softmax], default = prefer_save)",
+            "rules(must_save = [matmul], prefer_offload = [gelu], default = prefer_offload)",
             "save_all, budget = 0.25",
         ] {
             let p = RegionPolicy::parse(text).unwrap();

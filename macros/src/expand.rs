@@ -93,12 +93,14 @@ fn table(policy: &Resolved) -> TokenStream {
         quote!(&[#(::remat::__private::OpKind::#kinds),*])
     });
     let fields = forms::kw::POLICIES.iter().map(|p| Ident::new(p, Span::call_site()));
-    let names = &policy.save_names;
+    let save_names = &policy.save_names;
+    let offload_names = &policy.offload_names;
     let default = Ident::new(&format!("{:?}", policy.default), Span::call_site());
     quote! {
         ::remat::__private::PolicyTable {
             #(#fields: #lists,)*
-            save_names: &[#(#names),*],
+            save_names: &[#(#save_names),*],
+            offload_names: &[#(#offload_names),*],
             default: ::remat::__private::Policy::#default,
         }
     }

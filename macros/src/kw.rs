@@ -13,6 +13,8 @@ pub const ARG: &str = "arg";
 pub const STMT_SAVE: &str = "save";
 /// The statement attribute `#[recompute]`.
 pub const STMT_RECOMPUTE: &str = "recompute";
+/// The statement attribute `#[offload]`.
+pub const STMT_OFFLOAD: &str = "offload";
 
 /// Tensor methods that record a view under another op's name (`t()` records `transpose`).
 pub const VIEW_METHOD_ALIASES: &[(&str, &str)] = &[("t", "transpose")];

@@ -21,9 +21,15 @@ use proc_macro::TokenStream;
 /// #[checkpoint(policy = save_all)]                  every op prefer_save
 /// #[checkpoint(policy = save(matmul, ..))]          listed kinds must_save, others prefer_recompute
 /// #[checkpoint(policy = recompute(gelu, ..))]       listed kinds must_recompute, others prefer_save
+/// #[checkpoint(policy = offload(matmul, ..))]       listed kinds must_offload (kept in host memory
+///                                                   between forward and backward), others
+///                                                   prefer_recompute
 /// #[checkpoint(policy = save_names("attn", ..))]    values named so must_save, others prefer_recompute
+/// #[checkpoint(policy = offload_names("attn", ..))] values named so must_offload, others
+///                                                   prefer_recompute
 /// #[checkpoint(policy = rules(must_save = [..], prefer_save = [..], must_recompute = [..],
-///                             prefer_recompute = [..], default = <policy>))]
+///                             prefer_recompute = [..], must_offload = [..],
+///                             prefer_offload = [..], default = <policy>))]
 ///                                                   every key optional; default prefer_recompute
 /// #[checkpoint(.., budget = 0.5)]                   keep at most this fraction of the region's
 ///                                                   save-everything bytes
@@ -31,8 +37,9 @@ use proc_macro::TokenStream;
 ///                                                   (a `RegionPolicy`, chosen at run time)
 /// ```
 ///
-/// Inside the function, `#[save] let v = ..;` and `#[recompute] let v = ..;` make the value the
-/// statement binds must_save / must_recompute, whatever the region's policy and names say. They
+/// Inside the function, `#[save] let v = ..;`, `#[recompute] let v = ..;` and
+/// `#[offload] let v = ..;` make the value the statement binds must_save / must_recompute /
+/// must_offload, whatever the region's policy and names say. They
 /// apply to a `Tensor`, or a reference, tuple, array, slice, `Vec` or `Option` of tensors, and
 /// are found in nested blocks (`if`, `match`, loops, closures), not in nested items. Outside a
 /// checkpointed function they are not attributes at all: the compiler cannot find `save`.
@@ -57,19 +64,22 @@ use proc_macro::TokenStream;
 /// - a duplicate key (`policy`, `budget`, or a key of `rules(..)`);
 /// - an unknown op kind (`matmull`: did you mean `matmul`?), including internal kinds of the
 ///   backward pass (`relu_grad`), which cannot be named;
-/// - a view op (`reshape`, `transpose`, `expand`) in a save list: views are never saved, their
-///   base is;
-/// - `#[save]` on a `let` whose initializer ends with a view method (`.reshape(..)`, `.t()`);
-/// - one op kind in two lists of `rules(..)`, or twice in one list;
-/// - an empty list (`save()`, `recompute()`, `save_names()`, `must_save = []`);
+/// - a view op (`reshape`, `transpose`, `expand`) in a save or offload list: views are never
+///   saved nor offloaded, their base is;
+/// - `#[save]` or `#[offload]` on a `let` whose initializer ends with a view method
+///   (`.reshape(..)`, `.t()`);
+/// - one op kind in two lists of `rules(..)` (say `must_save` and `prefer_offload`), or twice in
+///   one list;
+/// - an empty list (`save()`, `recompute()`, `offload()`, `save_names()`, `must_save = []`);
 /// - `budget` outside [0, 1], or not a number;
-/// - `save_names` arguments that are not string literals, or are empty;
+/// - `save_names` / `offload_names` arguments that are not string literals, or are empty;
 /// - `#[checkpoint]` on something other than a function with a body, on an `async fn` or on a
 ///   `const fn`;
-/// - `#[save]` and `#[recompute]` on one statement, either one with arguments or twice, or on a
-///   statement that binds nothing (an expression, a `let` without initializer, `let .. else`);
-/// - `#[save]` / `#[recompute]` on a value that is not made of tensors (a type error pointing at
-///   the pattern).
+/// - two of `#[save]`, `#[recompute]`, `#[offload]` on one statement, one with arguments or
+///   twice, or on a statement that binds nothing (an expression, a `let` without initializer,
+///   `let .. else`);
+/// - `#[save]` / `#[recompute]` / `#[offload]` on a value that is not made of tensors (a type
+///   error pointing at the pattern).
 #[proc_macro_attribute]
 pub fn checkpoint(args: TokenStream, input: TokenStream) -> TokenStream {
     expand::checkpoint(args.into(), input.into()).into()

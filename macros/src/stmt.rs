@@ -1,4 +1,5 @@
-//! The statement attributes `#[save]` and `#[recompute]` inside a checkpointed body.
+//! The statement attributes `#[save]`, `#[recompute]` and `#[offload]` inside a checkpointed
+//! body.
 //!
 //! `#[save] let PAT: TY = EXPR;` becomes
 //!
@@ -33,29 +34,27 @@ struct Walker<'a> {
     errors: &'a mut Errors,
 }
 
-/// `#[save]` or `#[recompute]`.
+/// `#[save]`, `#[recompute]` or `#[offload]`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Save,
     Recompute,
+    Offload,
 }
 
 impl Kind {
+    const ALL: [Kind; 3] = [Kind::Save, Kind::Recompute, Kind::Offload];
+
     fn of(attr: &Attribute) -> Option<Kind> {
         let ident = attr.path().get_ident()?;
-        if ident == kw::STMT_SAVE {
-            Some(Kind::Save)
-        } else if ident == kw::STMT_RECOMPUTE {
-            Some(Kind::Recompute)
-        } else {
-            None
-        }
+        Kind::ALL.into_iter().find(|k| ident == k.name())
     }
 
     fn name(self) -> &'static str {
         match self {
             Kind::Save => kw::STMT_SAVE,
             Kind::Recompute => kw::STMT_RECOMPUTE,
+            Kind::Offload => kw::STMT_OFFLOAD,
         }
     }
 
@@ -63,7 +62,13 @@ impl Kind {
         match self {
             Kind::Save => quote!(MustSave),
             Kind::Recompute => quote!(MustRecompute),
+            Kind::Offload => quote!(MustOffload),
         }
+    }
+
+    /// Whether the value is kept (on the device or in host memory), so a view cannot carry it.
+    fn keeps(self) -> bool {
+        matches!(self, Kind::Save | Kind::Offload)
     }
 }
 
@@ -93,10 +98,15 @@ impl Walker<'_> {
                 Some(first) if first.kind == kind => {
                     self.errors.spanned(&attr, format!("duplicate `#[{name}]` on this statement; give it once"))
                 }
-                Some(_) => self.errors.spanned(
-                    &attr,
-                    "`#[save]` and `#[recompute]` on one statement: a value has one policy; keep one of them",
-                ),
+                Some(first) => {
+                    let first = first.kind.name();
+                    self.errors.spanned(
+                        &attr,
+                        format!(
+                            "`#[{first}]` and `#[{name}]` on one statement: a value has one policy; keep one of them"
+                        ),
+                    )
+                }
             }
         }
         *attrs = kept;
@@ -136,14 +146,15 @@ impl Walker<'_> {
             out.push(Stmt::Local(local));
             return;
         }
-        if marker.kind == Kind::Save {
+        if marker.kind.keeps() {
             if let Some((method, op)) = view_method(&init.expr) {
                 let records = if method == op { String::new() } else { format!(" (it records `{op}`)") };
+                let kept = if marker.kind == Kind::Save { "saved" } else { "offloaded" };
                 self.errors.spanned(
                     method,
                     format!(
-                        "`#[save]` on a view: `{method}`{records} is a view op, and views are never saved, their base is; \
-                         put `#[save]` on the statement that computes the base"
+                        "`#[{name}]` on a view: `{method}`{records} is a view op, and views are never {kept}, their base is; \
+                         put `#[{name}]` on the statement that computes the base"
                     ),
                 );
             }

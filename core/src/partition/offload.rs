@@ -135,8 +135,54 @@ pub(crate) struct Wishes {
     pub wish: Vec<Option<Policy>>,
     /// Per node: the view whose tag made the wish, when not the node's own.
     pub via_view: Vec<Option<NodeId>>,
-    /// Prefer-offload tags that fell back, one line each.
+    /// Prefer-offload tags that fell back, one line per region function, op, policy and cause.
     pub warnings: Vec<String>,
+}
+
+/// Offload tags that fell back, grouped as the must_save warnings are: a model calls one region
+/// function per layer, and one line per layer says nothing the first line did not.
+#[derive(Default)]
+struct Fallbacks<'g> {
+    groups: Vec<Fallback<'g>>,
+}
+
+/// The values of one region function and op whose tag fell back for one cause.
+struct Fallback<'g> {
+    function: Option<&'g str>,
+    op: &'g str,
+    policy: Policy,
+    cause: String,
+    /// The first value's description.
+    first: String,
+    count: usize,
+}
+
+impl<'g> Fallbacks<'g> {
+    fn add(&mut self, g: &'g PGraph, i: NodeId, policy: Policy, cause: String) {
+        let n = g.node(i);
+        let function = n.region.map(|r| g.regions[r.index()].name.as_str());
+        let same = |e: &Fallback<'_>| e.function == function && e.op == n.op && e.policy == policy && e.cause == cause;
+        match self.groups.iter_mut().find(|e| same(e)) {
+            Some(e) => e.count += 1,
+            None => self.groups.push(Fallback { function, op: &n.op, policy, cause, first: g.describe(i), count: 1 }),
+        }
+    }
+
+    fn lines(self) -> Vec<String> {
+        self.groups
+            .into_iter()
+            .map(|Fallback { function, op, policy: p, cause, first, count }| match count {
+                1 => format!("{first}: {p} falls back: {cause}"),
+                _ => {
+                    let place = function.map_or("outside any region".to_string(), |f| {
+                        format!("in region `{}`", crate::text::shorten(f, crate::text::CELL))
+                    });
+                    let op = crate::text::shorten(op, crate::text::CELL);
+                    format!("{place}: {count} values are {p} ({op}) and fall back, each because {cause} (the first: {first})")
+                }
+            })
+            .collect()
+    }
 }
 
 /// Whether `i` can leave the device: not an input, parameter or forward output.
@@ -150,7 +196,7 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
     let n = g.len();
     let mut wish: Vec<Option<Policy>> = vec![None; n];
     let mut via_view = vec![None; n];
-    let mut warnings = Vec::new();
+    let mut fallbacks = Fallbacks::default();
     // The must_save view that keeps each base on the device.
     let mut must_save_view = vec![None; n];
     for v in g.ids() {
@@ -178,18 +224,16 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
             } else {
                 "a forward output (the caller holds it)"
             };
-            let whose = if base == i { "it is".to_string() } else { format!("its base {} is", g.describe(base)) };
             if p == Policy::MustOffload && !traced_default {
+                let whose = if base == i { "it is".to_string() } else { format!("its base {} is", g.describe(base)) };
                 return Err(Error::Conflict(format!(
                     "{}: must_offload ({}) cannot be met: {whose} {what}, which stays on the device",
                     g.describe(i),
                     super::classify::source_text(g, i)
                 )));
             }
-            warnings.push(format!(
-                "{}: {p} falls back to the other rules: {whose} {what}, kept on the device",
-                g.describe(i)
-            ));
+            let whose = if base == i { "it is" } else { "its base is" };
+            fallbacks.add(g, i, p, format!("{whose} {what}, kept on the device; the other rules decide"));
             continue;
         }
         if let Some(v) = must_save_view[base.index()].filter(|&v| v != i) {
@@ -202,11 +246,9 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
                     if base == i { "it".to_string() } else { format!("the same base {}", g.describe(base)) }
                 )));
             }
-            warnings.push(format!(
-                "{}: prefer_offload falls back: {} is a must_save view of it, kept on the device",
-                g.describe(i),
-                g.describe(v)
-            ));
+            if !traced_default {
+                fallbacks.add(g, i, p, "a must_save view of it keeps it on the device".to_string());
+            }
             continue;
         }
         if g.node(base).policy == Some(Policy::MustSave) && base != i {
@@ -218,11 +260,11 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
                     g.describe(base)
                 )));
             }
-            warnings.push(format!(
-                "{}: prefer_offload falls back: its base {} is must_save, kept on the device",
-                g.describe(i),
-                g.describe(base)
-            ));
+            // A view that only the region's default tagged follows its base silently: the
+            // default speaks for the rest of the region, and the base is not the rest.
+            if !traced_default {
+                fallbacks.add(g, i, p, "its base is must_save, kept on the device".to_string());
+            }
             continue;
         }
         let b = base.index();
@@ -233,5 +275,5 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
             wish[b] = Some(if p == Policy::MustOffload { p } else { wish[b].unwrap_or(p) });
         }
     }
-    Ok(Wishes { wish, via_view, warnings })
+    Ok(Wishes { wish, via_view, warnings: fallbacks.lines() })
 }

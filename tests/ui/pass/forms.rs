@@ -42,6 +42,21 @@ fn rules(x: &Tensor, w: &Tensor) -> Tensor {
     x.matmul(w).gelu().layer_norm(1e-5).exp()
 }
 
+#[checkpoint(policy = offload(matmul, gelu))]
+fn offload(x: &Tensor, w: &Tensor) -> Tensor {
+    x.matmul(w).gelu()
+}
+
+#[checkpoint(policy = offload_names("ctx"), budget = 0.25)]
+fn offload_names(x: &Tensor) -> Tensor {
+    x.exp().name("ctx")
+}
+
+#[checkpoint(policy = rules(must_save = [matmul], must_offload = [gelu], prefer_offload = [exp], default = prefer_offload))]
+fn offload_rules(x: &Tensor, w: &Tensor) -> Tensor {
+    x.matmul(w).gelu().exp()
+}
+
 #[checkpoint(policy = rules(default = must_recompute), budget = 1.0)]
 fn rules_default(x: &Tensor) -> Tensor {
     x.exp()
@@ -51,10 +66,14 @@ fn main() {
     let trace = Trace::new();
     let x = trace.input("x", &[4, 3], DType::F32);
     let w = trace.param("w", &[3, 3], DType::F32);
-    let fs: [fn(&Tensor) -> Tensor; 6] = [bare, recompute_all, save_all, recompute, save_names, rules_default];
+    let fs: [fn(&Tensor) -> Tensor; 7] =
+        [bare, recompute_all, save_all, recompute, save_names, offload_names, rules_default];
     for f in fs {
         assert!(f(&x).tag().is_some());
     }
     assert!(save(&x, &w).tag().is_some());
     assert!(rules(&x, &w).tag().is_some());
+    assert_eq!(offload(&x, &w).tag().unwrap().policy, Policy::MustOffload);
+    assert_eq!(offload_names(&x).tag().unwrap().policy, Policy::MustOffload);
+    assert_eq!(offload_rules(&x, &w).tag().unwrap().policy, Policy::PreferOffload);
 }

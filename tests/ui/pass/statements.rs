@@ -1,4 +1,4 @@
-//! `#[save]` / `#[recompute]` on `let`s, in nested blocks, with names and patterns.
+//! `#[save]` / `#[recompute]` / `#[offload]` on `let`s, in nested blocks, with names and patterns.
 use remat::prelude::*;
 
 #[checkpoint(policy = save_names("attn"))]
@@ -17,7 +17,9 @@ fn block(x: &Tensor, w: &Tensor, flag: bool) -> Tensor {
     };
     #[recompute]
     let (p, q) = (out.exp(), &out.sin());
-    p + q
+    #[offload]
+    let o = p.gelu();
+    o + q
 }
 
 fn main() {
