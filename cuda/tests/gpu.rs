@@ -660,6 +660,7 @@ fn offload_keeps_gradients_bitwise_and_both_peaks_exact_on_the_gpu() {
         want.measured_peak,
         step_time(&mut g, &save, &params, &feeds, 5)
     );
+    let mut largest_host_peak = 0;
     for (name, model) in offload_models(&graph, &cost) {
         // Twice: the first step pins fresh host blocks, the second reuses them from the cache.
         for round in 0..2 {
@@ -670,9 +671,12 @@ fn offload_keeps_gradients_bitwise_and_both_peaks_exact_on_the_gpu() {
             assert_eq!(g.host_memory().live_bytes, 0, "{name}: every host copy was fetched");
         }
         let host_peak = model.plan().predicted_host_peak();
+        // The cache keeps at most the most pinned bytes ever in use at once, which is the
+        // largest host peak so far (no copy back is pending once a step has synchronised).
+        largest_host_peak = largest_host_peak.max(host_peak);
         assert!(
-            g.pinned_host_bytes() <= 2 * host_peak.max(1) + (1 << 20),
-            "{name}: {} B pinned for a host peak of {host_peak} B",
+            g.pinned_host_bytes() <= 2 * largest_host_peak,
+            "{name}: {} B pinned for host peaks of at most {largest_host_peak} B",
             g.pinned_host_bytes()
         );
         println!(
