@@ -1,5 +1,7 @@
 //! GPU benchmark: a GPT-style block (batch 8, sequence 1024, d_model 1024, 16 heads, bf16) per
-//! checkpointing policy and partition strategy, against ceilings measured in the same run (device
+//! checkpointing policy and partition strategy (offload included: its copies overlap with compute
+//! on the two copy streams, and the table gives its step time, device peak and host peak beside
+//! the same budget without offload), against ceilings measured in the same run (device
 //! copy bandwidth, a large bf16 GEMM, and a large fp8 `scaled_matmul` for reference) and its own
 //! GEMMs alone.
 //!
@@ -7,7 +9,7 @@
 //! why and exits 0 (exit 2 when `REMAT_REQUIRE_CUDA=1`).
 //!
 //! `--demand` prints, without a GPU, what each policy's step asks of the device (GEMM FLOPs and
-//! the bytes every other op moves), computed from its plan.
+//! the bytes every other op moves) and its predicted device and host peaks, computed from its plan.
 //!
 //! Step time is the device time of one forward + backward plan execution with parameters and
 //! inputs already resident (the plan's steps and frees, one synchronisation at the end); the
@@ -156,6 +158,9 @@ struct Row {
     peak: usize,
     predicted: usize,
     pool: u64,
+    /// Measured host peak (offloaded copies) and the number of offloaded values.
+    host: usize,
+    offloaded: usize,
 }
 
 fn run_policy(
@@ -166,7 +171,7 @@ fn run_policy(
     cfg: &zoo::GptConfig,
     reps: usize,
 ) -> Result<Row> {
-    let model = Model::with_strategy(graph, strategy)?;
+    let model = Model::with_cost_model(graph, strategy, &g.cost_model())?;
     let params = model.init_params(0);
     let feeds = zoo::synthetic_tokens(cfg, 0)?;
     let out = model.step(g, &params, &feeds)?; // warm-up: compiles kernels, fills the pool
@@ -193,7 +198,20 @@ fn run_policy(
     let gemms = gemms_alone(g, &model, reps)?;
     let strategy = strategy.to_string();
     let traffic = demand(&model).1;
-    Ok(Row { name, strategy, step, traffic, e2e, gemms, peak: out.measured_peak, predicted: out.predicted_peak, pool })
+    let offloaded = model.plan().offloaded().len();
+    Ok(Row {
+        name,
+        strategy,
+        step,
+        traffic,
+        e2e,
+        gemms,
+        peak: out.measured_peak,
+        predicted: out.predicted_peak,
+        pool,
+        host: out.measured_host_peak,
+        offloaded,
+    })
 }
 
 /// Valid random ids `[batch, seq]` (`Feeds` does not expose its values; any valid ids time alike).
@@ -219,8 +237,9 @@ fn block_config() -> zoo::GptConfig {
 }
 
 /// The policies under the default strategy (tags taken literally), then the other strategies:
-/// min-cut with the save-matmuls tags and on the untagged block, and a byte budget halfway
-/// between the smallest feasible saved set and saving everything.
+/// min-cut with the save-matmuls tags and on the untagged block, a byte budget halfway
+/// between the smallest feasible saved set and saving everything, and the offload solver at that
+/// budget and at the smallest (with the GPU's cost model).
 fn policies(cfg: &zoo::GptConfig) -> Result<Vec<(&'static str, Strategy, Graph)>> {
     let wrap = |spec: &'static RegionSpec| {
         zoo::gpt_with(cfg, &move |part, x, p, heads| {
@@ -238,6 +257,8 @@ fn policies(cfg: &zoo::GptConfig) -> Result<Vec<(&'static str, Strategy, Graph)>
         ("save matmuls", Strategy::MinCut, wrap(&SAVE_MATMULS)?),
         ("no tags", Strategy::MinCut, zoo::gpt(cfg)?),
         ("no tags", Strategy::Budget(Budget::Fraction(0.5)), zoo::gpt(cfg)?),
+        ("no tags", Strategy::BudgetOffload(Budget::Fraction(0.5)), zoo::gpt(cfg)?),
+        ("no tags", Strategy::BudgetOffload(Budget::Fraction(0.0)), zoo::gpt(cfg)?),
     ])
 }
 
@@ -266,10 +287,22 @@ fn demand(model: &Model) -> (u64, u64) {
 /// (no GPU needed).
 fn print_demand() -> Result<()> {
     let cfg = block_config();
-    println!("{:<18} {:<16} {:>12} {:>16}", "policy", "strategy", "GEMM GFLOP", "other traffic GB");
+    println!(
+        "{:<18} {:<20} {:>12} {:>16} {:>14} {:>16}",
+        "policy", "strategy", "GEMM GFLOP", "other traffic GB", "device MiB", "host MiB (n)"
+    );
     for (name, strategy, graph) in policies(&cfg)? {
-        let (flops, traffic) = demand(&Model::with_strategy(graph, strategy)?);
-        println!("{name:<18} {:<16} {:>12.1} {:>16.2}", strategy.to_string(), flops as f64 / 1e9, traffic as f64 / 1e9);
+        let model = Model::with_cost_model(graph, strategy, &remat_core::CostModel::H200)?;
+        let (flops, traffic) = demand(&model);
+        let plan = model.plan();
+        println!(
+            "{name:<18} {:<20} {:>12.1} {:>16.2} {:>14.1} {:>16}",
+            strategy.to_string(),
+            flops as f64 / 1e9,
+            traffic as f64 / 1e9,
+            plan.predicted_peak() as f64 / 1048576.0,
+            format!("{:.1} ({})", plan.predicted_host_peak() as f64 / 1048576.0, plan.offloaded().len())
+        );
     }
     Ok(())
 }
@@ -348,7 +381,7 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
         cfg.batch, cfg.seq, cfg.d_model, cfg.heads, cfg.vocab, cfg.dropout, cfg.dtype
     );
     println!(
-        "{:<18} {:<16} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12} {:>12} {:>12} {:>9}",
+        "{:<18} {:<20} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12} {:>12} {:>12} {:>9} {:>12}",
         "policy",
         "strategy",
         "step ms",
@@ -359,7 +392,8 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
         "peak MiB",
         "predicted",
         "pool MiB",
-        "vs none"
+        "vs none",
+        "host MiB (n)"
     );
     let mut base: Option<f64> = None;
     for (name, strategy, graph) in policies {
@@ -367,7 +401,7 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
         let vs = base.map_or(1.0, |b| r.step / b);
         base.get_or_insert(r.step);
         println!(
-            "{:<18} {:<16} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>8.2}x {:>12.1} {:>12.1} {:>12.1} {:>8.2}x",
+            "{:<18} {:<20} {:>10.2} {:>10.2} {:>10.2} {:>8.2}x {:>8.2}x {:>12.1} {:>12.1} {:>12.1} {:>8.2}x {:>12}",
             r.name,
             r.strategy,
             r.step * 1e3,
@@ -378,14 +412,16 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
             r.peak as f64 / 1048576.0,
             r.predicted as f64 / 1048576.0,
             r.pool as f64 / 1048576.0,
-            vs
+            vs,
+            format!("{:.1} ({})", r.host as f64 / 1048576.0, r.offloaded)
         );
     }
     println!(
         "\ntargets: no checkpointing step/GEMM <= 1.3x; elementwise/reduction >= 70% of copy; full recompute <= 1.4x and \
          save matmuls <= 1.15x no checkpointing. `bound` is the least step/GEMM op-by-op kernels can reach: (GEMM \
          time + bytes the other ops move / copy bandwidth) / GEMM time. `peak` is the metered buffers (equals \
-         `predicted`); `pool` adds the {} MiB cuBLAS workspace and transient scratch.",
+         `predicted`); `pool` adds the {} MiB cuBLAS workspace and transient scratch; `host` is the measured host \
+         peak of offloaded copies (equals the plan's) and `n` the number of offloaded values.",
         remat_cuda::CUBLAS_WORKSPACE >> 20
     );
     Ok(())

@@ -1,20 +1,46 @@
 //! [`CudaBackend`]: the `Backend` trait on one GPU.
 
-use crate::device::{backend_err, Device};
+use crate::device::{backend_err, Device, Pinned};
 use crate::kernels::compute_dtype;
 use crate::ops::{attention, elementwise as ew, index, layout, nn, reduce, Scratch, View};
 use crate::{fp8, gemm};
-use cudarc::driver::result;
+use cudarc::driver::{result, CudaEvent};
 use remat_core::shape::fmt_shape;
 use remat_core::{Backend, DType, Error, HostData, HostTensor, KernelCall, MemoryStats, Op, ReduceOp, Result};
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-/// The CUDA backend: one device, one stream, a metered memory pool.
+/// The CUDA backend: one device, a compute stream, a copy stream each way, a metered memory pool.
 ///
-/// Kernels run asynchronously on one stream; [`Backend::download`] waits for them. Ids found out
-/// of range on the device (embedding, cross-entropy) are reported at the next download or
-/// [`CudaBackend::synchronize`], naming the node, since checking at launch would need a host
+/// Kernels run asynchronously on the compute stream; [`Backend::download`] waits for them. Ids
+/// found out of range on the device (embedding, cross-entropy) are reported at the next download
+/// or [`CudaBackend::synchronize`], naming the node, since checking at launch would need a host
 /// round trip per op.
+///
+/// **Offload.** [`Backend::offload`] copies a value into pinned host memory on the
+/// device-to-host stream, and [`Backend::fetch`] copies it back on the host-to-device stream;
+/// neither blocks the host, and both overlap with the kernels on the compute stream. Events order
+/// the three streams:
+///
+/// - the copy out waits for an event recorded on the compute stream right after the value's
+///   producer, so it reads finished bytes;
+/// - the device copy, dropped by the executor after its last forward use, is freed on the
+///   device-to-host stream after the copy out and after an event marking the compute stream's
+///   point at the drop (its last readers), so the pool never hands its memory to another
+///   buffer while the copy or a kernel still reads it;
+/// - the copy back waits for the copy out's event (the host bytes are complete) and for an event
+///   after the new buffer's allocation on the compute stream (the memory is the buffer's);
+/// - the compute stream waits for the copy back's event only when a kernel (or a download, or a
+///   second offload) first reads the fetched buffer, so the compute between the plan's `Fetch`
+///   and the first use hides the transfer, as the planner assumed;
+/// - a pinned block is reused or freed only once the event of the last copy into or out of it
+///   has completed (checked without blocking at each offload, fetch and synchronisation).
+///
+/// Memory is counted as on the CPU backend, so measured peaks equal the plan's: device bytes from
+/// allocation until the executor drops the buffer (the stream-ordered free follows), host bytes
+/// from `offload` until `fetch` returns. Pinned blocks are cached by size for the next step's
+/// offloads (not metered, like the device pool's cached blocks; see
+/// [`CudaBackend::pinned_host_bytes`] and [`CudaBackend::release_pinned_cache`]).
 #[derive(Debug)]
 pub struct CudaBackend {
     dev: Rc<Device>,
@@ -27,6 +53,11 @@ pub struct CudaBuffer {
     shape: Vec<usize>,
     dtype: DType,
     dev: Rc<Device>,
+    /// The host-to-device copy that fills a fetched buffer, until the compute stream has been
+    /// made to wait for it.
+    ready: RefCell<Option<Rc<CudaEvent>>>,
+    /// A device-to-host copy on the copy stream reads this buffer: its free goes on that stream.
+    offloaded: Cell<bool>,
 }
 
 impl CudaBuffer {
@@ -54,18 +85,30 @@ impl Drop for CudaBuffer {
     fn drop(&mut self) {
         let m = &self.dev.meter;
         m.live.set(m.live.get() - self.bytes());
-        self.dev.free_raw(self.ptr);
+        // A fetched buffer never read: its free on the compute stream must follow the copy into it.
+        if let Err(e) = self.dev.wait_ready(&self.ready) {
+            log::error!("{e}");
+            let _ = self.dev.h2d.synchronize();
+        }
+        if self.offloaded.get() {
+            self.dev.free_after_copy(self.ptr);
+        } else {
+            self.dev.free_raw(self.ptr);
+        }
     }
 }
 
 /// An offloaded value in pinned (page-locked) host memory; its bytes count in the host meter
-/// until it is dropped.
+/// until it is fetched or dropped. The pinned block itself returns to the device's cache only
+/// once the last copy into or out of it has completed.
 #[derive(Debug)]
 pub struct CudaHostBuffer {
     ptr: *mut u8,
     shape: Vec<usize>,
     dtype: DType,
     dev: Rc<Device>,
+    /// The last copy into or out of the block: the copy out, then the copy back.
+    last: Option<Rc<CudaEvent>>,
 }
 
 impl CudaHostBuffer {
@@ -77,13 +120,11 @@ impl CudaHostBuffer {
 
 impl Drop for CudaHostBuffer {
     fn drop(&mut self) {
+        let bytes = self.bytes();
         let m = &self.dev.host_meter;
-        m.live.set(m.live.get() - self.bytes());
-        if !self.ptr.is_null() {
-            // SAFETY: `ptr` came from `malloc_host` and every copy into or out of it was
-            // synchronised before this buffer could be dropped (`offload` and `fetch` wait).
-            let _ = unsafe { result::free_host(self.ptr as *mut std::ffi::c_void) };
-        }
+        m.live.set(m.live.get() - bytes);
+        let block = Pinned { ptr: std::mem::replace(&mut self.ptr, std::ptr::null_mut()), bytes };
+        self.dev.pinned_release(block, self.last.take());
     }
 }
 
@@ -167,6 +208,18 @@ impl CudaBackend {
         self.dev.reset_pool_high()
     }
 
+    /// Bytes of pinned host memory allocated for offloads now: host copies, blocks a copy is
+    /// still using, and idle blocks cached for reuse (at most the most ever in use at once).
+    /// [`Backend::host_memory`] counts only the live host copies, as the plan does.
+    pub fn pinned_host_bytes(&self) -> usize {
+        self.dev.pinned_bytes()
+    }
+
+    /// Frees the idle pinned blocks cached for later offloads (blocks a copy still uses stay).
+    pub fn release_pinned_cache(&self) -> Result<()> {
+        self.dev.release_pinned_cache()
+    }
+
     /// A buffer of `shape` and `dtype` with uninitialised contents (metered).
     fn alloc(&self, shape: &[usize], dtype: DType) -> Result<CudaBuffer> {
         let bytes = shape.iter().product::<usize>() * dtype.size();
@@ -175,7 +228,14 @@ impl CudaBackend {
         let live = m.live.get() + bytes;
         m.live.set(live);
         m.peak.set(m.peak.get().max(live));
-        Ok(CudaBuffer { ptr, shape: shape.to_vec(), dtype, dev: self.dev.clone() })
+        Ok(CudaBuffer {
+            ptr,
+            shape: shape.to_vec(),
+            dtype,
+            dev: self.dev.clone(),
+            ready: RefCell::new(None),
+            offloaded: Cell::new(false),
+        })
     }
 
     /// Checks buffers against metas and metas against the shape rule (as the CPU backend does).
@@ -332,47 +392,91 @@ impl Backend for CudaBackend {
     type Buffer = CudaBuffer;
     type Host = CudaHostBuffer;
 
-    /// Copies `buffer` into pinned host memory. The copy is issued on the backend's stream
-    /// (ordered after the kernel that produced the value) and waited for, so the device copy may
-    /// be freed at once; a second copy stream with events, overlapping the copy with compute, is
-    /// not built yet.
+    /// Starts copying `buffer` into pinned host memory on the device-to-host stream, after the
+    /// kernel that produced it (an event on the compute stream), and returns at once. The host
+    /// copy is complete when its event is; [`Backend::fetch`] waits for that on the device. The
+    /// executor may drop `buffer` at any point afterwards: its memory is freed on the copy stream,
+    /// after the copy (see [`CudaBackend`]).
     fn offload(&mut self, buffer: &CudaBuffer) -> Result<CudaHostBuffer> {
+        let dev = &self.dev;
         let bytes = buffer.bytes();
-        let ptr = if bytes == 0 {
-            std::ptr::null_mut()
-        } else {
-            // SAFETY: a fresh page-locked allocation of `bytes` bytes, freed by `CudaHostBuffer`.
-            unsafe { result::malloc_host(bytes, 0) }
-                .map_err(|e| self.dev.err(format!("pinned host allocation of {bytes} bytes: {e:?}")))?
-                as *mut u8
+        // A fetched buffer offloaded again: its bytes must have arrived first.
+        dev.wait_ready(&buffer.ready)?;
+        let block = dev.pinned_alloc(bytes)?;
+        let mut host = CudaHostBuffer {
+            ptr: block.ptr,
+            shape: buffer.shape.clone(),
+            dtype: buffer.dtype,
+            dev: dev.clone(),
+            last: None,
         };
-        let host = CudaHostBuffer { ptr, shape: buffer.shape.clone(), dtype: buffer.dtype, dev: self.dev.clone() };
-        let m = &self.dev.host_meter;
+        let m = &dev.host_meter;
         m.live.set(m.live.get() + bytes);
         m.peak.set(m.peak.get().max(m.live.get()));
         if bytes > 0 {
-            // SAFETY: `ptr` holds `bytes` bytes and outlives the copy, which is synchronised below.
-            let dst = unsafe { std::slice::from_raw_parts_mut(ptr, bytes) };
-            // SAFETY: `buffer` holds `bytes` bytes on this device; the stream orders the copy
-            // after the kernel that wrote it.
-            unsafe { result::memcpy_dtoh_async(dst, buffer.ptr, self.dev.stream.cu_stream()) }
-                .map_err(|e| self.dev.err(format!("offload of {bytes} bytes: {e:?}")))?;
-            self.dev.stream.synchronize().map_err(|e| self.dev.err(format!("offload: {e:?}")))?;
+            let produced =
+                dev.stream.record_event(None).map_err(|e| dev.err(format!("offload: recording an event: {e:?}")))?;
+            dev.d2h.wait(&produced).map_err(|e| dev.err(format!("offload: ordering the copy stream: {e:?}")))?;
+            // From here the copy stream may read the buffer: its free must go there.
+            buffer.offloaded.set(true);
+            // SAFETY: `host.ptr` holds `bytes` bytes that nothing else touches until `host.last`
+            // completes (the block is released only then).
+            let dst = unsafe { std::slice::from_raw_parts_mut(host.ptr, bytes) };
+            // SAFETY: `buffer` holds `bytes` bytes on this device; the copy stream waits above for
+            // the kernel that wrote them, and the buffer's free is ordered after the copy.
+            unsafe { result::memcpy_dtoh_async(dst, buffer.ptr, dev.d2h.cu_stream()) }
+                .map_err(|e| dev.err(format!("offload of {bytes} bytes: {e:?}")))?;
+            match dev.d2h.record_event(None) {
+                Ok(copied) => host.last = Some(Rc::new(copied)),
+                Err(e) => {
+                    // Without the event nothing tells when the block is written: wait here.
+                    let _ = dev.d2h.synchronize();
+                    return Err(dev.err(format!("offload: recording the copy's event: {e:?}")));
+                }
+            }
         }
         Ok(host)
     }
 
-    fn fetch(&mut self, host: CudaHostBuffer) -> Result<CudaBuffer> {
+    /// Allocates the device buffer and starts copying the host copy into it on the host-to-device
+    /// stream, after the copy out finished and after the allocation's point on the compute
+    /// stream; returns at once. The compute stream waits for the copy (a device-side wait, no host
+    /// synchronisation) when a kernel first reads the buffer. The host copy leaves the host meter
+    /// now, as on the CPU; its pinned block is reused once the copy back has completed.
+    fn fetch(&mut self, mut host: CudaHostBuffer) -> Result<CudaBuffer> {
         let buf = self.alloc(&host.shape, host.dtype)?;
+        let dev = &self.dev;
         let bytes = host.bytes();
         if bytes > 0 {
-            // SAFETY: `host.ptr` holds `bytes` initialised bytes (written by `offload`).
+            let allocated =
+                dev.stream.record_event(None).map_err(|e| dev.err(format!("fetch: recording an event: {e:?}")))?;
+            dev.h2d.wait(&allocated).map_err(|e| dev.err(format!("fetch: ordering the copy stream: {e:?}")))?;
+            if let Some(copied) = &host.last {
+                dev.h2d.wait(copied).map_err(|e| dev.err(format!("fetch: waiting for the copy out: {e:?}")))?;
+            }
+            // SAFETY: `host.ptr` holds `bytes` bytes written by the copy out, which the stream
+            // waits for above; the block is released only after the copy back's event.
             let src = unsafe { std::slice::from_raw_parts(host.ptr as *const u8, bytes) };
-            // SAFETY: `buf` holds exactly `bytes` bytes; synchronised below, before `host` drops.
-            unsafe { result::memcpy_htod_async(buf.ptr, src, self.dev.stream.cu_stream()) }
-                .map_err(|e| self.dev.err(format!("fetch of {bytes} bytes: {e:?}")))?;
-            self.dev.stream.synchronize().map_err(|e| self.dev.err(format!("fetch: {e:?}")))?;
+            // SAFETY: `buf` holds exactly `bytes` bytes, allocated before the point the stream
+            // waits for; the compute stream reads it only after `ready`.
+            unsafe { result::memcpy_htod_async(buf.ptr, src, dev.h2d.cu_stream()) }
+                .map_err(|e| dev.err(format!("fetch of {bytes} bytes: {e:?}")))?;
+            match dev.h2d.record_event(None) {
+                Ok(fetched) => {
+                    let fetched = Rc::new(fetched);
+                    *buf.ready.borrow_mut() = Some(fetched.clone());
+                    host.last = Some(fetched);
+                }
+                Err(e) => {
+                    // Without the event nothing orders the copy before `buf`'s free or the
+                    // block's reuse: wait here.
+                    let _ = dev.h2d.synchronize();
+                    return Err(dev.err(format!("fetch: recording the copy's event: {e:?}")));
+                }
+            }
         }
+        drop(host);
+        dev.reclaim_pinned()?;
         Ok(buf)
     }
 
@@ -398,6 +502,7 @@ impl Backend for CudaBackend {
     }
 
     fn download(&mut self, buffer: &CudaBuffer) -> Result<HostTensor> {
+        self.dev.wait_ready(&buffer.ready)?;
         let mut bytes = vec![0u8; buffer.bytes()];
         if !bytes.is_empty() {
             // SAFETY: `bytes` has room for the whole buffer; synchronised below.
@@ -411,6 +516,10 @@ impl Backend for CudaBackend {
 
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&CudaBuffer]) -> Result<CudaBuffer> {
         self.check(call, inputs)?;
+        // Fetched inputs: the compute stream waits (on the device) for their copies back.
+        for b in inputs {
+            self.dev.wait_ready(&b.ready).map_err(|e| at_node(e, call))?;
+        }
         let out = self.alloc(call.out_shape, call.out_dtype).map_err(|e| at_node(e, call))?;
         let views: Vec<View<'_>> = inputs.iter().map(|b| b.view()).collect();
         let result = if mixed(call) {

@@ -1,9 +1,11 @@
-//! One device: its context and stream, the memory pool with exact byte accounting, the loaded
-//! kernel modules, the cuBLAS handle, and the device-side error flag.
+//! One device: its context, its compute stream and two copy streams, the memory pool with exact
+//! byte accounting, pinned host memory for offloaded values, the loaded kernel modules, the
+//! cuBLAS handle, and the device-side error flag.
 //!
-//! Memory comes from the device's default pool, stream-ordered (`cuMemAllocAsync`) on the one
-//! stream everything runs on, with the release threshold at `u64::MAX` so freed blocks stay in
-//! the pool. The meter counts the bytes of live [`crate::CudaBuffer`]s exactly like the CPU
+//! Memory comes from the device's default pool, stream-ordered (`cuMemAllocAsync`) on the
+//! compute stream, which runs every kernel, with the release threshold at `u64::MAX` so freed
+//! blocks stay in the pool. Offload copies run on their own streams, one each way, ordered
+//! against the compute stream by events (see [`crate::CudaBackend`]'s `offload` and `fetch`). The meter counts the bytes of live [`crate::CudaBuffer`]s exactly like the CPU
 //! backend counts its tensors; scratch space (reduction partials, casts of mixed-dtype inputs)
 //! and the cuBLAS workspace ([`CUBLAS_WORKSPACE`], shared with cuBLASLt) come from the same pool
 //! but are not metered.
@@ -11,12 +13,14 @@
 use crate::compile::{self, Target};
 use crate::kernels::{Arg, Source};
 use crate::probe;
+use crate::transfer::{Completion, HostCache, ReleaseQueue};
 use cudarc::cublas::sys as cublas_sys;
-use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use remat_core::{Error, Result};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// Bytes of the cuBLAS workspace, allocated once per backend from the pool and not metered.
@@ -39,11 +43,27 @@ pub struct Device {
     pub(crate) cc: u32,
     pub(crate) sm_count: u32,
     pub(crate) ctx: Arc<CudaContext>,
+    /// The compute stream: every kernel, cuBLAS call, allocation and (unless a copy is pending on
+    /// a copy stream) every free.
     pub(crate) stream: Arc<CudaStream>,
+    /// Device-to-host copies of offloaded values, and the frees of their device copies.
+    pub(crate) d2h: Arc<CudaStream>,
+    /// Host-to-device copies of fetched values.
+    pub(crate) h2d: Arc<CudaStream>,
     pool: sys::CUmemoryPool,
     pub(crate) meter: Meter,
-    /// Live and peak bytes of pinned host copies (offloaded values).
+    /// Live and peak bytes of offloaded values held in host memory, counted from `offload` until
+    /// the value is fetched (or its host copy dropped), as on the CPU backend and in the plan.
     pub(crate) host_meter: Meter,
+    /// Pinned blocks a copy may still read or write, released once its event completes.
+    pinned_pending: RefCell<ReleaseQueue<Rc<CudaEvent>, Pinned>>,
+    /// Idle pinned blocks, reused by later offloads of the same size.
+    pinned_cache: RefCell<HostCache<Pinned>>,
+    /// Bytes of pinned blocks in use now (held by host buffers or pending) and at most: the
+    /// cache keeps at most the high-water mark, so pinned memory stays within twice the most
+    /// ever in use at once.
+    pinned_used: Cell<usize>,
+    pinned_high: Cell<usize>,
     modules: RefCell<HashMap<&'static str, Arc<CudaModule>>>,
     functions: RefCell<HashMap<String, CudaFunction>>,
     pub(crate) blas: cublas_sys::cublasHandle_t,
@@ -70,16 +90,20 @@ pub(crate) fn backend_err(ordinal: usize, message: impl Into<String>) -> Error {
 }
 
 impl Device {
-    /// Opens device `ordinal`: context, stream (event tracking off: one stream orders everything),
-    /// pool, cuBLAS handle and workspace, error flag.
+    /// Opens device `ordinal`: context, the compute stream and the two copy streams (cudarc's
+    /// per-slice event tracking off: this backend orders the streams with its own events), pool,
+    /// cuBLAS handle and workspace, error flag.
     pub fn open(ordinal: usize) -> Result<Device> {
         let err = |m: String| backend_err(ordinal, m);
         probe::usable(ordinal).map_err(err)?;
         let ctx = CudaContext::new(ordinal).map_err(|e| err(format!("cannot create a context: {e:?}")))?;
-        // SAFETY: every buffer of this backend is used on the one stream created below, so
-        // cudarc's cross-stream events are not needed.
+        // SAFETY: this backend allocates no `CudaSlice`; its raw buffers are ordered across the
+        // compute and copy streams by the events of `CudaBackend::offload`/`fetch`, so cudarc's
+        // per-slice events are not needed.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| err(format!("cannot create a stream: {e:?}")))?;
+        let d2h = ctx.new_stream().map_err(|e| err(format!("cannot create the device-to-host stream: {e:?}")))?;
+        let h2d = ctx.new_stream().map_err(|e| err(format!("cannot create the host-to-device stream: {e:?}")))?;
         let (major, minor) = ctx.compute_capability().map_err(|e| err(format!("compute capability: {e:?}")))?;
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -111,9 +135,15 @@ impl Device {
             sm_count: sm_count.max(1) as u32,
             ctx,
             stream,
+            d2h,
+            h2d,
             pool,
             meter: Meter::default(),
             host_meter: Meter::default(),
+            pinned_pending: RefCell::new(ReleaseQueue::new()),
+            pinned_cache: RefCell::new(HostCache::new()),
+            pinned_used: Cell::new(0),
+            pinned_high: Cell::new(0),
             modules: RefCell::new(HashMap::new()),
             functions: RefCell::new(HashMap::new()),
             blas,
@@ -181,9 +211,12 @@ impl Device {
         if let Ok(p) = unsafe { result::malloc_async(stream, bytes) } {
             return Ok(p);
         }
-        // SAFETY: synchronising the stream and trimming the pool only release unused blocks.
+        // SAFETY: synchronising the streams and trimming the pool only release unused blocks
+        // (the copy streams hold the frees of offloaded values' device copies).
         unsafe {
             let _ = result::stream::synchronize(stream);
+            let _ = result::stream::synchronize(self.d2h.cu_stream());
+            let _ = result::stream::synchronize(self.h2d.cu_stream());
             let _ = sys::cuMemPoolTrimTo(self.pool, 0);
         }
         // SAFETY: as above.
@@ -214,6 +247,112 @@ impl Device {
             if let Err(e) = unsafe { result::free_async(ptr, self.stream.cu_stream()) } {
                 log::error!("cuda:{}: freeing device memory failed: {e:?}", self.ordinal);
             }
+        }
+    }
+
+    /// Frees `ptr`, whose contents a device-to-host copy on [`Device::d2h`] may still be reading,
+    /// once that copy and all compute work issued so far (its last readers) are done: the copy
+    /// stream waits for the compute stream's current point and frees there, after the copy. The
+    /// compute stream does not wait; the pool reuses the block for compute-stream allocations only
+    /// once the free has executed (its cross-stream reuse rules). Should the event fail, the copy
+    /// stream and the compute stream are synchronised and the block is freed on the compute
+    /// stream, which is safe and merely slow.
+    pub(crate) fn free_after_copy(&self, ptr: sys::CUdeviceptr) {
+        if ptr == 0 {
+            return;
+        }
+        let ordered = self.stream.record_event(None).and_then(|e| self.d2h.wait(&e));
+        let freed = match ordered {
+            // SAFETY: `ptr` came from `alloc_raw`; the d2h stream now runs the free after the copy
+            // reading it and after every compute-stream use issued so far; nothing uses it later.
+            Ok(()) => unsafe { result::free_async(ptr, self.d2h.cu_stream()) },
+            Err(e) => Err(e),
+        };
+        if let Err(e) = freed {
+            log::error!("cuda:{}: ordering the free of an offloaded buffer failed: {e:?}", self.ordinal);
+            let _ = self.d2h.synchronize();
+            let _ = self.stream.synchronize();
+            self.free_raw(ptr);
+        }
+    }
+
+    /// Makes the compute stream wait for `ready` (the host-to-device copy of a fetched value) if
+    /// it has not yet: later kernels then see the copied bytes. Non-blocking for the host.
+    pub(crate) fn wait_ready(&self, ready: &RefCell<Option<Rc<CudaEvent>>>) -> Result<()> {
+        let pending = ready.borrow_mut().take();
+        if let Some(e) = pending {
+            if let Err(err) = self.stream.wait(&e) {
+                *ready.borrow_mut() = Some(e);
+                return Err(self.err(format!("waiting for a fetched value's copy: {err:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// A pinned host block of `bytes` bytes (null for 0): an idle cached one of that size, or a
+    /// fresh page-locked allocation. Blocks whose copies have finished are reclaimed first.
+    pub(crate) fn pinned_alloc(&self, bytes: usize) -> Result<Pinned> {
+        if bytes == 0 {
+            return Ok(Pinned { ptr: std::ptr::null_mut(), bytes: 0 });
+        }
+        self.reclaim_pinned()?;
+        let cached = self.pinned_cache.borrow_mut().take(bytes);
+        let block = match cached {
+            Some(b) => b,
+            None => {
+                // SAFETY: a fresh page-locked allocation of `bytes` bytes, freed by `free_pinned`.
+                let ptr = unsafe { result::malloc_host(bytes, 0) }
+                    .map_err(|e| self.err(format!("pinned host allocation of {bytes} bytes: {e:?}")))?;
+                Pinned { ptr: ptr as *mut u8, bytes }
+            }
+        };
+        let used = self.pinned_used.get() + bytes;
+        self.pinned_used.set(used);
+        self.pinned_high.set(self.pinned_high.get().max(used));
+        Ok(block)
+    }
+
+    /// Gives `block` back once `last` (the last copy into or out of it) has completed; `None`
+    /// when no copy is pending.
+    pub(crate) fn pinned_release(&self, block: Pinned, last: Option<Rc<CudaEvent>>) {
+        if !block.ptr.is_null() {
+            self.pinned_pending.borrow_mut().push(last, block);
+        }
+    }
+
+    /// Moves the pinned blocks whose copies have finished from the pending queue to the cache
+    /// (freeing what the cache evicts). Never blocks.
+    pub(crate) fn reclaim_pinned(&self) -> Result<()> {
+        let done = self.pinned_pending.borrow_mut().take_done();
+        let done = done.map_err(|m| self.err(format!("querying a copy's event: {m}")))?;
+        for block in done {
+            self.pinned_used.set(self.pinned_used.get() - block.bytes);
+            let bytes = block.bytes;
+            let evicted = self.pinned_cache.borrow_mut().put(bytes, block, self.pinned_high.get());
+            evicted.into_iter().for_each(|b| self.free_pinned(b));
+        }
+        Ok(())
+    }
+
+    /// Frees the idle cached pinned blocks (those still in use are kept).
+    pub(crate) fn release_pinned_cache(&self) -> Result<()> {
+        self.reclaim_pinned()?;
+        let idle = self.pinned_cache.borrow_mut().drain();
+        idle.into_iter().for_each(|b| self.free_pinned(b));
+        Ok(())
+    }
+
+    /// Bytes of pinned host memory allocated now: in use (host copies, pending copies) and idle
+    /// in the cache.
+    pub(crate) fn pinned_bytes(&self) -> usize {
+        self.pinned_used.get() + self.pinned_cache.borrow().bytes()
+    }
+
+    fn free_pinned(&self, block: Pinned) {
+        // SAFETY: `block` came from `malloc_host` and no copy into or out of it is pending (its
+        // event completed, or the copy streams were synchronised).
+        if let Err(e) = unsafe { result::free_host(block.ptr as *mut std::ffi::c_void) } {
+            log::error!("cuda:{}: freeing pinned host memory failed: {e:?}", self.ordinal);
         }
     }
 
@@ -300,9 +439,11 @@ impl Device {
         self.launch(source, name, (blocks, 1, 1), (THREADS, 1, 1), args)
     }
 
-    /// Waits for the stream, then reports the first bad id a kernel flagged (and clears it).
+    /// Waits for the compute stream (and so for every fetch it has consumed), reclaims finished
+    /// pinned blocks, then reports the first bad id a kernel flagged (and clears it).
     pub(crate) fn sync_and_check(&self) -> Result<()> {
         self.stream.synchronize().map_err(|e| self.err(format!("stream synchronize: {e:?}")))?;
+        self.reclaim_pinned()?;
         let mut flag = [0u64; 4];
         // SAFETY: `flag` is 32 bytes of device memory; the stream is idle.
         unsafe { result::memcpy_dtoh_sync(&mut flag[..], self.flag) }
@@ -326,6 +467,11 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         let _ = self.stream.synchronize();
+        let _ = self.d2h.synchronize();
+        let _ = self.h2d.synchronize();
+        let (pending, _) = self.pinned_pending.get_mut().take_all();
+        let idle = self.pinned_cache.get_mut().drain();
+        pending.into_iter().chain(idle).for_each(|b| self.free_pinned(b));
         // SAFETY: the handle is live and no longer used; the workspace is freed after it.
         unsafe {
             let _ = cudarc::cublas::result::destroy_handle(self.blas);
@@ -336,5 +482,28 @@ impl Drop for Device {
         self.free_raw(self.workspace);
         self.free_raw(self.flag);
         let _ = self.stream.synchronize();
+    }
+}
+
+/// A page-locked host block (null when empty).
+#[derive(Debug)]
+pub(crate) struct Pinned {
+    pub(crate) ptr: *mut u8,
+    pub(crate) bytes: usize,
+}
+
+impl Completion for Rc<CudaEvent> {
+    fn done(&self) -> std::result::Result<bool, String> {
+        self.context().bind_to_thread().map_err(|e| format!("{e:?}"))?;
+        // SAFETY: the event is live (this Rc holds it) and was created by cudarc.
+        match unsafe { result::event::query(self.cu_event()) } {
+            Ok(()) => Ok(true),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            Err(e) => Err(format!("{e:?}")),
+        }
+    }
+
+    fn wait(&self) -> std::result::Result<(), String> {
+        self.synchronize().map_err(|e| format!("{e:?}"))
     }
 }

@@ -12,6 +12,10 @@
 //! device holds a constant [`CUBLAS_WORKSPACE`] and short-lived scratch (see
 //! [`CudaBackend::pool_peak`]).
 //!
+//! Offload: values go to pinned host memory and back on two copy streams, ordered against the
+//! compute stream by events, without host synchronisation; the host tier is metered as on the CPU
+//! (see [`CudaBackend`]).
+//!
 //! ```no_run
 //! use remat_core::{zoo, Model};
 //! use remat_cuda::CudaBackend;
@@ -35,6 +39,7 @@ mod gemm;
 mod kernels;
 mod ops;
 mod probe;
+mod transfer;
 
 pub use backend::{CudaBackend, CudaBuffer, CudaHostBuffer};
 pub use compile::{compile, nvrtc_version, Image, Target, OPTIONS};

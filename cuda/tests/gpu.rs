@@ -12,8 +12,8 @@
 
 use remat_core::rng::normal_f64;
 use remat_core::{
-    zoo, Backend, BinaryOp, Budget, CpuBackend, DType, HostData, HostTensor, KernelCall, Model, NodeId, Op, OpKind,
-    ReduceOp, Strategy, UnaryOp,
+    zoo, Backend, BinaryOp, Budget, CostModel, CpuBackend, DType, HostData, HostTensor, KernelCall, Model, NodeId, Op,
+    OpKind, ReduceOp, Strategy, UnaryOp,
 };
 use remat_cuda::CudaBackend;
 
@@ -591,6 +591,60 @@ fn compare_reports_differences() {
     assert!(compare(&other, &a, false, false).unwrap_err().contains("[2, 2]"));
 }
 
+/// Copies that cost next to nothing: at `Budget::Fraction(0.0)` the solver offloads every value
+/// it may rather than recompute it, so the offload tests move many values each way.
+const CHEAP_COPIES: CostModel = CostModel { d2h_bytes_per_s: 1e15, h2d_bytes_per_s: 1e15, flops_per_s: 50e12 };
+
+/// The offload strategies of the GPU tests: the GPU's own cost model at two budgets, and cheap
+/// copies at budget 0 (every value that may leave the device does).
+fn offload_models(graph: &remat_core::Graph, gpu_cost: &CostModel) -> Vec<(String, Model)> {
+    [
+        (Strategy::BudgetOffload(Budget::Fraction(0.0)), *gpu_cost, "gpu cost model"),
+        (Strategy::BudgetOffload(Budget::Fraction(0.5)), *gpu_cost, "gpu cost model"),
+        (Strategy::BudgetOffload(Budget::Fraction(0.0)), CHEAP_COPIES, "cheap copies"),
+    ]
+    .into_iter()
+    .map(|(s, c, what)| (format!("{s} ({what})"), Model::with_cost_model(graph.clone(), s, &c).unwrap()))
+    .collect()
+}
+
+#[test]
+fn the_offload_tests_plans_move_values_and_keep_gradients_bitwise_on_the_cpu() {
+    let cfg = small_gpt(DType::F32, 0.1);
+    let graph = zoo::gpt(&cfg).unwrap();
+    let feeds = zoo::synthetic_tokens(&cfg, 1).unwrap();
+    let save = Model::new(graph.clone()).unwrap();
+    let params = save.init_params(2);
+    let want = save.step_seeded(&mut CpuBackend::new(), &params, &feeds, 9).unwrap();
+    let models = offload_models(&graph, &CostModel::H200);
+    let (name, cheap) = models.last().unwrap();
+    assert!(cheap.plan().offloaded().len() >= 4, "{name}: {} offloaded", cheap.plan().offloaded().len());
+    for (name, model) in &models {
+        let out = model.step_seeded(&mut CpuBackend::new(), &params, &feeds, 9).unwrap();
+        assert_eq!(out.grads, want.grads, "{name}");
+        assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{name}");
+    }
+}
+
+/// Median wall time of `reps` steps of `model` (after the caller's warm-up).
+fn step_time(
+    g: &mut CudaBackend,
+    model: &Model,
+    params: &remat_core::Params,
+    feeds: &remat_core::Feeds,
+    reps: usize,
+) -> std::time::Duration {
+    let mut times: Vec<_> = (0..reps)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            model.step_seeded(g, params, feeds, 9).unwrap();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[reps / 2]
+}
+
 #[test]
 fn offload_keeps_gradients_bitwise_and_both_peaks_exact_on_the_gpu() {
     let Some(mut g) = gpu() else { return };
@@ -601,23 +655,94 @@ fn offload_keeps_gradients_bitwise_and_both_peaks_exact_on_the_gpu() {
     let save = Model::with_cost_model(graph.clone(), Strategy::Respect, &cost).unwrap();
     let params = save.init_params(2);
     let want = save.step_seeded(&mut g, &params, &feeds, 9).unwrap();
-    for strategy in [Strategy::BudgetOffload(Budget::Fraction(0.0)), Strategy::BudgetOffload(Budget::Fraction(0.5))] {
-        let model = Model::with_cost_model(graph.clone(), strategy, &cost).unwrap();
-        let start = std::time::Instant::now();
-        let out = model.step_seeded(&mut g, &params, &feeds, 9).unwrap();
-        let elapsed = start.elapsed();
-        assert_eq!(out.measured_peak, out.predicted_peak, "{strategy}: device peak");
-        assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{strategy}: host peak");
-        assert_eq!(out.grads, want.grads, "{strategy}: gradients bitwise identical to saving");
+    println!(
+        "save (no offload): device peak {} B, step {:?}",
+        want.measured_peak,
+        step_time(&mut g, &save, &params, &feeds, 5)
+    );
+    let mut largest_host_peak = 0;
+    for (name, model) in offload_models(&graph, &cost) {
+        // Twice: the first step pins fresh host blocks, the second reuses them from the cache.
+        for round in 0..2 {
+            let out = model.step_seeded(&mut g, &params, &feeds, 9).unwrap();
+            assert_eq!(out.measured_peak, out.predicted_peak, "{name} (step {round}): device peak");
+            assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{name} (step {round}): host peak");
+            assert_eq!(out.grads, want.grads, "{name} (step {round}): gradients bitwise identical to saving");
+            assert_eq!(g.host_memory().live_bytes, 0, "{name}: every host copy was fetched");
+        }
+        let host_peak = model.plan().predicted_host_peak();
+        // The cache keeps at most the most pinned bytes ever in use at once, which is the
+        // largest host peak so far (no copy back is pending once a step has synchronised).
+        largest_host_peak = largest_host_peak.max(host_peak);
+        assert!(
+            g.pinned_host_bytes() <= 2 * largest_host_peak,
+            "{name}: {} B pinned for host peaks of at most {largest_host_peak} B",
+            g.pinned_host_bytes()
+        );
         println!(
-            "{strategy}: device peak {} B (save-all {} B), host peak {} B, {} offloaded, step {:?}",
-            out.measured_peak,
+            "{name}: device peak {} B (save {} B), host peak {host_peak} B, {} offloaded, step {:?}",
+            model.plan().predicted_peak(),
             want.measured_peak,
-            out.measured_host_peak,
             model.plan().offloaded().len(),
-            elapsed
+            step_time(&mut g, &model, &params, &feeds, 5)
         );
     }
     assert_eq!(g.memory().live_bytes, 0);
     assert_eq!(g.host_memory().live_bytes, 0);
+    g.synchronize().unwrap();
+    g.release_pinned_cache().unwrap();
+    assert_eq!(g.pinned_host_bytes(), 0, "every copy back has completed after a synchronisation");
+}
+
+/// Fills `[n]` f32 on the device with `value` (a kernel on the compute stream).
+fn filled(g: &mut CudaBackend, n: usize, value: f64) -> remat_cuda::CudaBuffer {
+    let op = Op::Constant { value };
+    let call =
+        KernelCall { node: NodeId(0), op: &op, inputs: &[], out_shape: &[n], out_dtype: DType::F32, run_seed: 0 };
+    g.execute(&call, &[]).unwrap()
+}
+
+#[test]
+fn asynchronous_copies_survive_early_frees_memory_reuse_and_unused_fetches() {
+    let Some(mut g) = gpu() else { return };
+    let n = 1 << 22; // 16 MiB: long enough a copy to still run while the host goes on
+    let want = tensor(&[n], DType::F32, 3);
+    let a = g.upload(&want).unwrap();
+    // Offload, then drop the device copy at once and overwrite memory of the same size many
+    // times: the pool may not hand the block out before the copy out has read it.
+    let host = g.offload(&a).unwrap();
+    drop(a);
+    let junk: Vec<_> = (0..8).map(|i| filled(&mut g, n, i as f64)).collect();
+    assert_eq!(g.host_memory().live_bytes, 4 * n);
+    // Fetch, then at once read it with a kernel (the compute stream waits for the copy back).
+    let b = g.fetch(host).unwrap();
+    assert_eq!(g.host_memory().live_bytes, 0, "the host copy leaves the meter at fetch, as on the CPU");
+    let neg = Op::Unary(UnaryOp::Neg);
+    let metas = [(&[n][..], DType::F32)];
+    let call =
+        KernelCall { node: NodeId(1), op: &neg, inputs: &metas, out_shape: &[n], out_dtype: DType::F32, run_seed: 0 };
+    let c = g.execute(&call, &[&b]).unwrap();
+    let negated: Vec<f64> = want.to_f64_vec().iter().map(|v| -v).collect();
+    assert_eq!(g.download(&c).unwrap().to_f64_vec(), negated, "a kernel reads the fetched bytes");
+    assert_eq!(g.download(&b).unwrap(), want, "fetched bytes are the offloaded ones");
+    // A second round trip of a fetched buffer, downloaded without a kernel in between.
+    let again = g.offload(&b).unwrap();
+    drop((b, c, junk));
+    let d = g.fetch(again).unwrap();
+    assert_eq!(g.download(&d).unwrap(), want);
+    // A fetched buffer dropped unread, and a host copy dropped unfetched.
+    let copy = g.offload(&d).unwrap();
+    let e = g.fetch(copy).unwrap();
+    drop(e);
+    let lost = g.offload(&d).unwrap();
+    drop((lost, d));
+    assert_eq!((g.memory().live_bytes, g.host_memory().live_bytes), (0, 0));
+    g.synchronize().unwrap();
+    // The unfetched copy's block waits only for the copy-out stream, which nothing synchronised.
+    let start = std::time::Instant::now();
+    while g.pinned_host_bytes() > 0 && start.elapsed() < std::time::Duration::from_secs(5) {
+        g.release_pinned_cache().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(g.pinned_host_bytes(), 0, "every pinned block is reclaimed once its copies end");
 }
