@@ -5,13 +5,14 @@
 //! output rows and their log-sum-exp. The backward recomputes the probabilities block by block
 //! from that log-sum-exp: `dq` by query block, `dk` and `dv` by key block, so every output block
 //! is written by one thread and no reduction crosses threads. Within a block pair the products
-//! are small GEMMs (`matrixmultiply`). Blocks are spread over threads; each is computed in a fixed
-//! order, so results do not depend on the thread count.
+//! are small GEMMs (`matrixmultiply`); the row loops between them (mask, scale, exponentials,
+//! sums) are compiled eight lanes wide ([`simd::wide_fn!`]) with a vectorisable `exp`. Blocks are
+//! spread over the kernels' threads; each is computed in a fixed order, so results do not depend
+//! on the thread count.
 
-use super::{finish, node_err, Float, KernelCall};
+use super::{finish, node_err, simd, Float, KernelCall};
 use crate::error::Result;
 use crate::host::HostTensor;
-use std::thread;
 
 /// Query rows per block.
 const Q_BLOCK: usize = 64;
@@ -90,38 +91,70 @@ fn mm<T: Float>(
     }
 }
 
-/// Runs `f(unit, chunk)` for consecutive chunks of `out` of the given lengths, on all cores;
-/// each chunk is written by exactly one thread.
+/// Runs `f(unit, chunk)` for consecutive chunks of `out` of the given lengths, on the kernels'
+/// threads (`simd::threads`, the long-lived pool), units claimed as threads get free (causal
+/// blocks grow with their index); each chunk is written by exactly one thread.
 fn parallel_units<T: Float>(out: &mut [T], lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) {
     let mut chunks = Vec::with_capacity(lens.len());
     let mut rest = out;
-    for &len in lens {
+    for (u, &len) in lens.iter().enumerate() {
         let (head, tail) = rest.split_at_mut(len);
-        chunks.push(head);
+        chunks.push((u, head));
         rest = tail;
     }
-    let threads = thread::available_parallelism().map_or(1, |t| t.get()).min(chunks.len());
+    let threads = simd::threads().min(chunks.len());
     if threads <= 1 {
-        for (u, chunk) in chunks.into_iter().enumerate() {
-            f(u, chunk);
-        }
-        return;
+        return chunks.into_iter().for_each(|(u, chunk)| f(u, chunk));
     }
-    // Interleave units over threads (causal blocks grow with their index).
-    let mut per_thread: Vec<Vec<(usize, &mut [T])>> = (0..threads).map(|_| Vec::new()).collect();
-    for (u, chunk) in chunks.into_iter().enumerate() {
-        per_thread[u % threads].push((u, chunk));
+    simd::par_tasks(chunks, threads, |(u, chunk)| f(u, chunk));
+}
+
+/// Of query row `row` (absolute), the keys of the block starting at `kj` with `kn` keys it may
+/// attend to: `..kn`, or fewer on the causal diagonal.
+fn visible(causal: bool, row: usize, kj: usize, kn: usize) -> usize {
+    if causal {
+        (row + 1).saturating_sub(kj).min(kn)
+    } else {
+        kn
     }
-    thread::scope(|s| {
-        for work in per_thread {
-            let f = &f;
-            s.spawn(move || {
-                for (u, chunk) in work {
-                    f(u, chunk);
-                }
-            });
+}
+
+simd::wide_fn! {
+    /// One score row of the online softmax: scales the `visible` unmasked scores, replaces them by
+    /// `exp(s − m_new)` (the rest by 0) and returns `(m_new, Σ exp)`; `m_new` is the running
+    /// maximum `m` updated with this row (−∞ and an empty sum while everything is masked).
+    fn online_row<[T: Float]>[T](row: &mut [T], visible: usize, scale: T, m: T) -> (T, T) {
+        let (seen, masked) = row.split_at_mut(visible);
+        masked.iter_mut().for_each(|x| *x = T::ZERO);
+        seen.iter_mut().for_each(|x| *x = *x * scale);
+        let block_max = simd::lane_max(seen);
+        let m_new = if block_max > m { block_max } else { m };
+        if m_new == T::NEG_INFINITY {
+            seen.iter_mut().for_each(|x| *x = T::ZERO);
+            return (m_new, T::ZERO);
         }
-    });
+        seen.iter_mut().for_each(|x| *x = (*x - m_new).exp_fast());
+        (m_new, simd::lane_sum(seen, |x| x))
+    }
+}
+
+simd::wide_fn! {
+    /// One row of the backward block: `p = exp(scale·s − lse)` over the `visible` keys (0 past
+    /// them) into `p`, and `ds = p·(dp − δ)` over `dp` in place.
+    fn grad_row<[T: Float]>[T](p: &mut [T], ds: &mut [T], visible: usize, scale: T, lse: T, delta: T) -> () {
+        for (j, (x, d)) in p.iter_mut().zip(ds.iter_mut()).enumerate() {
+            let e = if j < visible { (*x * scale - lse).exp_fast() } else { T::ZERO };
+            *x = e;
+            *d = e * (*d - delta);
+        }
+    }
+}
+
+simd::wide_fn! {
+    /// `out += x · scale`.
+    fn add_scaled<[T: Float]>[T](out: &mut [T], x: &[T], scale: T) -> () {
+        out.iter_mut().zip(x).for_each(|(o, &v)| *o += v * scale);
+    }
 }
 
 /// `(batch, first row, rows)` of every block of `len` rows per batch.
@@ -139,18 +172,13 @@ struct Operands<'a, T: Float> {
 }
 
 impl<T: Float> Operands<'_, T> {
-    /// `s = scale · q[qi..qi+qn] · k[kj..kj+kn]ᵀ` of batch `b`, masked entries `-∞`.
+    /// `s = q[qi..qi+qn] · k[kj..kj+kn]ᵀ` of batch `b`, unscaled and unmasked (the row loops
+    /// scale and mask).
     fn scores(&self, b: usize, (qi, qn): (usize, usize), (kj, kn): (usize, usize), s: &mut [T]) {
         let Dims { tq, tk, d, .. } = self.dm;
         let q = &self.q[(b * tq + qi) * d..];
         let k = &self.k[(b * tk + kj) * d..];
         mm(qn, d, kn, q, (d, 1), k, (1, d), s);
-        for i in 0..qn {
-            for j in 0..kn {
-                let x = &mut s[i * kn + j];
-                *x = if self.dm.causal && kj + j > qi + i { T::NEG_INFINITY } else { *x * self.scale };
-            }
-        }
     }
 }
 
@@ -184,18 +212,11 @@ pub(super) fn sdpa<T: Float>(
             ops.scores(b, (qi, qn), (kj, kn), &mut s);
             for i in 0..qn {
                 let row = &mut s[i * kn..(i + 1) * kn];
-                let block_max = row.iter().fold(T::NEG_INFINITY, |a, &x| if x > a { x } else { a });
-                let m_new = if block_max > m[i] { block_max } else { m[i] };
+                let (m_new, sum) = online_row(row, visible(dm.causal, qi + i, kj, kn), ops.scale, m[i]);
                 if m_new == T::NEG_INFINITY {
-                    row.iter_mut().for_each(|x| *x = T::ZERO);
-                    continue; // every key of this block is masked for this row
+                    continue; // every key so far is masked for this row
                 }
                 let correction = if m[i] == T::NEG_INFINITY { T::ZERO } else { (m[i] - m_new).exp() };
-                let mut sum = T::ZERO;
-                for x in row.iter_mut() {
-                    *x = (*x - m_new).exp();
-                    sum += *x;
-                }
                 l[i] = l[i] * correction + sum;
                 acc[i * dv..(i + 1) * dv].iter_mut().for_each(|a| *a = *a * correction);
                 m[i] = m_new;
@@ -242,11 +263,8 @@ fn grad_block<T: Float>(
     for i in 0..qn {
         let r = b * tq + qi + i;
         let (lse, dl) = (saved[r * width + dv], delta[r]);
-        for j in 0..kn {
-            let x = &mut p[i * kn + j];
-            *x = if *x == T::NEG_INFINITY { T::ZERO } else { (*x - lse).exp() };
-            ds[i * kn + j] = *x * (ds[i * kn + j] - dl);
-        }
+        let seen = visible(ops.dm.causal, qi + i, kj, kn);
+        grad_row(&mut p[i * kn..(i + 1) * kn], &mut ds[i * kn..(i + 1) * kn], seen, ops.scale, lse, dl);
     }
 }
 
@@ -286,7 +304,7 @@ pub(super) fn sdpa_grad<T: Float>(
             let kn = K_BLOCK.min(n_keys - kj);
             grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
             mm(qn, kn, d, &ds, (kn, 1), &kv[(b * tk + kj) * d..], (d, 1), &mut part);
-            out.iter_mut().zip(&part).for_each(|(o, &x)| *o += x * scale);
+            add_scaled(out, &part, scale);
         }
     });
     // dk_j = scale · Σ_i ds_ij q_i and dv_j = Σ_i p_ij dout_i, by key block: `d + dv` per key row.
@@ -307,8 +325,8 @@ pub(super) fn sdpa_grad<T: Float>(
             mm(kn, qn, dv, &p, (1, kn), &gv[(b * tq + qi) * width..], (width, 1), &mut dvp);
             for j in 0..kn {
                 let row = &mut out[j * (d + dv)..(j + 1) * (d + dv)];
-                row[..d].iter_mut().zip(&dk[j * d..(j + 1) * d]).for_each(|(o, &x)| *o += x * scale);
-                row[d..].iter_mut().zip(&dvp[j * dv..(j + 1) * dv]).for_each(|(o, &x)| *o += x);
+                add_scaled(&mut row[..d], &dk[j * d..(j + 1) * d], scale);
+                add_scaled(&mut row[d..], &dvp[j * dv..(j + 1) * dv], T::ONE);
             }
         }
     });
