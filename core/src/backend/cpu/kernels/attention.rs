@@ -10,7 +10,7 @@
 //! spread over the kernels' threads; each is computed in a fixed order, so results do not depend
 //! on the thread count.
 
-use super::{finish, node_err, simd, Float, KernelCall};
+use super::{finish, simd, Float, KernelCall};
 use crate::error::Result;
 use crate::host::HostTensor;
 
@@ -142,11 +142,15 @@ simd::wide_fn! {
     /// One row of the backward block: `p = exp(scale·s − lse)` over the `visible` keys (0 past
     /// them) into `p`, and `ds = p·(dp − δ)` over `dp` in place.
     fn grad_row<[T: Float]>[T](p: &mut [T], ds: &mut [T], visible: usize, scale: T, lse: T, delta: T) -> () {
-        for (j, (x, d)) in p.iter_mut().zip(ds.iter_mut()).enumerate() {
-            let e = if j < visible { (*x * scale - lse).exp_fast() } else { T::ZERO };
+        let (p_seen, p_masked) = p.split_at_mut(visible);
+        let (ds_seen, ds_masked) = ds.split_at_mut(visible);
+        for (x, d) in p_seen.iter_mut().zip(ds_seen.iter_mut()) {
+            let e = (*x * scale - lse).exp_fast();
             *x = e;
             *d = e * (*d - delta);
         }
+        p_masked.iter_mut().for_each(|x| *x = T::ZERO);
+        ds_masked.iter_mut().for_each(|x| *x = T::ZERO);
     }
 }
 
@@ -291,56 +295,35 @@ pub(super) fn sdpa_grad<T: Float>(
         })
         .collect();
     let scale = ops.scale;
-    // dq_i = scale · Σ_j ds_ij k_j, by query block.
-    let q_units = blocks(batch, tq, Q_BLOCK);
-    let lens: Vec<usize> = q_units.iter().map(|&(_, _, n)| n * d).collect();
-    let mut dq = vec![T::ZERO; batch * tq * d];
-    parallel_units(&mut dq, &lens, |u, out| {
-        let (b, qi, qn) = q_units[u];
-        let (mut p, mut ds) = (vec![T::ZERO; qn * K_BLOCK], vec![T::ZERO; qn * K_BLOCK]);
-        let mut part = vec![T::ZERO; qn * d];
-        let n_keys = dm.keys_before(qi + qn);
-        for kj in (0..n_keys).step_by(K_BLOCK) {
-            let kn = K_BLOCK.min(n_keys - kj);
-            grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
-            mm(qn, kn, d, &ds, (kn, 1), &kv[(b * tk + kj) * d..], (d, 1), &mut part);
-            add_scaled(out, &part, scale);
-        }
-    });
-    // dk_j = scale · Σ_i ds_ij q_i and dv_j = Σ_i p_ij dout_i, by key block: `d + dv` per key row.
-    let k_units = blocks(batch, tk, K_BLOCK);
-    let lens: Vec<usize> = k_units.iter().map(|&(_, _, n)| n * (d + dv)).collect();
-    let mut dkv = vec![T::ZERO; batch * tk * (d + dv)];
-    parallel_units(&mut dkv, &lens, |u, out| {
-        let (b, kj, kn) = k_units[u];
-        let (mut p, mut ds) = (vec![T::ZERO; Q_BLOCK * kn], vec![T::ZERO; Q_BLOCK * kn]);
-        let (mut dk, mut dvp) = (vec![T::ZERO; kn * d], vec![T::ZERO; kn * dv]);
-        // Causal: queries before `kj` see none of these keys.
-        let first = if causal { (kj / Q_BLOCK) * Q_BLOCK } else { 0 };
-        for qi in (first..tq).step_by(Q_BLOCK) {
-            let qn = Q_BLOCK.min(tq - qi);
-            grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
-            // dsᵀ · q and pᵀ · dout: the block matrices read transposed by stride.
-            mm(kn, qn, d, &ds, (1, kn), &qv[(b * tq + qi) * d..], (d, 1), &mut dk);
-            mm(kn, qn, dv, &p, (1, kn), &gv[(b * tq + qi) * width..], (width, 1), &mut dvp);
-            for j in 0..kn {
-                let row = &mut out[j * (d + dv)..(j + 1) * (d + dv)];
-                add_scaled(&mut row[..d], &dk[j * d..(j + 1) * d], scale);
-                add_scaled(&mut row[d..], &dvp[j * dv..(j + 1) * dv], T::ONE);
+    // One unit per batch entry, in its own slice of the output `[dq | dk | dv]`: key blocks in
+    // order, and for each the query blocks that see it, so every block pair's probabilities are
+    // computed once, and each gradient row sums its block products in the same order on any
+    // number of threads (dq_i over key blocks ascending, dk_j and dv_j over query blocks).
+    let per = tq * d + tk * d + tk * dv;
+    let mut out = vec![T::ZERO; batch * per];
+    parallel_units(&mut out, &vec![per; batch], |b, unit| {
+        let (dq, rest) = unit.split_at_mut(tq * d);
+        let (dk, dvs) = rest.split_at_mut(tk * d);
+        let (mut p, mut ds) = (vec![T::ZERO; Q_BLOCK * K_BLOCK], vec![T::ZERO; Q_BLOCK * K_BLOCK]);
+        let mut part = vec![T::ZERO; Q_BLOCK * d.max(dv)];
+        for kj in (0..tk).step_by(K_BLOCK) {
+            let kn = K_BLOCK.min(tk - kj);
+            // Causal: queries before `kj` see none of these keys.
+            let first = if causal { (kj / Q_BLOCK) * Q_BLOCK } else { 0 };
+            for qi in (first..tq).step_by(Q_BLOCK) {
+                let qn = Q_BLOCK.min(tq - qi);
+                grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
+                // dq_i += scale · ds · k_j.
+                mm(qn, kn, d, &ds, (kn, 1), &kv[(b * tk + kj) * d..], (d, 1), &mut part);
+                add_scaled(&mut dq[qi * d..(qi + qn) * d], &part[..qn * d], scale);
+                // dk_j += scale · dsᵀ · q_i and dv_j += pᵀ · dout_i: read transposed by stride.
+                mm(kn, qn, d, &ds, (1, kn), &qv[(b * tq + qi) * d..], (d, 1), &mut part);
+                add_scaled(&mut dk[kj * d..(kj + kn) * d], &part[..kn * d], scale);
+                mm(kn, qn, dv, &p, (1, kn), &gv[(b * tq + qi) * width..], (width, 1), &mut part);
+                add_scaled(&mut dvs[kj * dv..(kj + kn) * dv], &part[..kn * dv], T::ONE);
             }
         }
     });
-    let per = tq * d + tk * d + tk * dv;
-    let mut out = Vec::with_capacity(batch * per);
-    for b in 0..batch {
-        out.extend_from_slice(&dq[b * tq * d..][..tq * d]);
-        let rows = &dkv[b * tk * (d + dv)..][..tk * (d + dv)];
-        out.extend(rows.chunks_exact(d + dv).flat_map(|r| r[..d].iter().copied()));
-        out.extend(rows.chunks_exact(d + dv).flat_map(|r| r[d..].iter().copied()));
-    }
-    if out.len() != batch * per {
-        return Err(node_err(call, "attention gradient has the wrong size"));
-    }
     finish(call, out)
 }
 

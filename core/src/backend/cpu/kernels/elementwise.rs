@@ -10,6 +10,7 @@ use crate::host::{HostData, HostTensor};
 use crate::op::{BinaryOp, Op, UnaryOp};
 use crate::rng;
 use crate::shape::broadcast_strides;
+use std::mem::MaybeUninit;
 
 /// `f(a, b)` with numpy broadcasting into `out_shape`. Same shapes zip directly; otherwise the
 /// coalesced loop runs over rows whose inner axis is contiguous or broadcast (a scalar operand,
@@ -285,33 +286,47 @@ pub(super) fn dropout<T: Float>(
     let threshold = rng::drop_threshold(p);
     let keep_prob = T::of(1.0 - p);
     let philox_key = [seed as u32, (seed >> 32) as u32];
-    let out = dropout_loop(&xv, key, philox_key, threshold, keep_prob);
+    // Chunks start on a group of Philox blocks: each element's word depends only on its index,
+    // so the mask is the same however the elements are split over threads.
+    let whole = xv.len() - xv.len() % DROPOUT_SPAN;
+    let fill = |at: usize, o: &mut [MaybeUninit<T>]| {
+        dropout_loop(&xv[at..at + o.len()], o, at / DROPOUT_SPAN, key, philox_key, threshold, keep_prob)
+    };
+    // SAFETY: `dropout_loop` writes every element of its output chunk.
+    let mut out = unsafe { simd::par_fill(whole, DROPOUT_SPAN, fill) };
+    out.reserve_exact(xv.len() - whole);
+    let tail = &mut out.spare_capacity_mut()[..xv.len() - whole];
+    dropout_loop(&xv[whole..], tail, whole / DROPOUT_SPAN, key, philox_key, threshold, keep_prob);
+    // SAFETY: the tail was just written.
+    unsafe { out.set_len(xv.len()) };
     finish(call, out)
 }
 
+/// Elements per group of `rng::LANES` Philox blocks (four words each).
+const DROPOUT_SPAN: usize = 4 * rng::LANES;
+
 simd::wide_fn! {
-    /// The body of [`dropout`]: `rng::LANES` Philox blocks (four words each) at a time, element
-    /// `4·block + w` taking word `w` of its block.
-    fn dropout_loop<[T: Float]>[T](xv: &[T], key: u64, seed: [u32; 2], threshold: u64, keep_prob: T) -> Vec<T> {
-        const SPAN: usize = 4 * rng::LANES;
-        let mut out = vec![T::ZERO; xv.len()];
+    /// The body of [`dropout`] for `xv`, which starts at group `first_group`: `rng::LANES`
+    /// Philox blocks at a time, element `4·block + w` taking word `w` of its block.
+    /// Writes every element of `out` (as long as `xv`).
+    fn dropout_loop<[T: Float]>[T](xv: &[T], out: &mut [MaybeUninit<T>], first_group: usize, key: u64, seed: [u32; 2], threshold: u64, keep_prob: T) -> () {
+        const SPAN: usize = DROPOUT_SPAN;
         let keep = |w: u32, v: T| if w as u64 >= threshold { v / keep_prob } else { T::ZERO };
         let mut src = xv.chunks_exact(SPAN);
         let mut dst = out.chunks_exact_mut(SPAN);
-        let mut group = 0;
+        let mut group = first_group;
         for (s, d) in (&mut src).zip(&mut dst) {
             let words = rng::philox_lanes((group * rng::LANES) as u64, key, seed);
             // Full groups: constant indices, so the word transpose becomes shuffles.
             for i in 0..SPAN {
-                d[i] = keep(words[i % 4][i / 4], s[i]);
+                d[i].write(keep(words[i % 4][i / 4], s[i]));
             }
             group += 1;
         }
         let words = rng::philox_lanes((group * rng::LANES) as u64, key, seed);
         for (i, (&v, o)) in src.remainder().iter().zip(dst.into_remainder()).enumerate() {
-            *o = keep(words[i % 4][i / 4], v);
+            o.write(keep(words[i % 4][i / 4], v));
         }
-        out
     }
 }
 
@@ -432,7 +447,8 @@ mod tests {
 
     #[test]
     fn dropout_masks_are_replayable() {
-        let n = 20_000;
+        // Large enough to be split over threads (and not a multiple of a Philox group).
+        let n = 300_007;
         let x = t32(&[n], &vec![1.0; n]);
         let op = Op::Dropout { p: 0.25, seed: 5, key: 9 };
         let a = run_seeded(&op, &[&x], 3).unwrap().to_f32_vec();
@@ -441,7 +457,7 @@ mod tests {
         let other = run_seeded(&Op::Dropout { p: 0.25, seed: 5, key: 10 }, &[&x], 3).unwrap().to_f32_vec();
         assert_ne!(a, other);
         let kept = a.iter().filter(|&&v| v != 0.0).count();
-        assert!((14_500..15_500).contains(&kept), "kept {kept}");
+        assert!((223_000..227_000).contains(&kept), "kept {kept}");
         assert!(a.iter().all(|&v| v == 0.0 || v == 1.0 / 0.75));
         // The per-block fast path agrees with the reference predicate element by element.
         let seed = rng::stream_seed(5, 3);

@@ -3,7 +3,7 @@
 //! These move raw elements of any dtype (fp8 as its byte, i64 as is) without converting them.
 
 use super::strided::strided_copy;
-use super::{finish_raw, node_err, per_elem, Elem, KernelCall};
+use super::{finish_raw, node_err, per_elem, simd, Elem, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
@@ -14,9 +14,12 @@ fn elems<'a, E: Elem>(call: &KernelCall<'_>, x: &'a HostTensor) -> Result<&'a [E
     E::slice(x.data()).ok_or_else(|| node_err(call, format!("unexpected input dtype {}", x.dtype())))
 }
 
-/// Same elements, the call's shape.
+/// Same elements, the call's shape (copied on the kernels' threads).
 pub(super) fn reshape(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor> {
-    HostTensor::new(call.out_shape.to_vec(), x.data().clone()).map_err(|e| node_err(call, e.to_string()))
+    fn run<E: Elem>(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor> {
+        finish_raw(call, simd::par_copy(elems::<E>(call, x)?))
+    }
+    per_elem!(x.dtype(), run(call, x))
 }
 
 fn view<E: Elem>(call: &KernelCall<'_>, x: &HostTensor, base: usize, steps: &[usize]) -> Result<HostTensor> {

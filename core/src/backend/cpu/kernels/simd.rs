@@ -5,6 +5,7 @@
 //! that copy when the CPU has them, eight lanes wide. Results are bit-identical either way: Rust never contracts `a * b + c` into
 //! a fused multiply-add by itself, and every lane computes what the scalar loop computes.
 
+use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 /// Whether the CPU has AVX2 and FMA (checked once).
@@ -71,14 +72,10 @@ pub(crate) fn threads() -> usize {
 /// Elements below which an elementwise loop stays on one thread (spawning costs more).
 const PAR_MIN: usize = 1 << 16;
 
-/// Runs `f(offset, chunk)` over `out` split into [`threads`] contiguous chunks (one chunk when
-/// `out` is small). Each element is computed by the same code whatever the split, so results do
-/// not depend on the thread count.
-pub(crate) fn par_chunks<U: Send>(out: &mut [U], f: impl Fn(usize, &mut [U]) + Sync) {
-    par_rows(out, 1, f)
-}
-
-/// [`par_chunks`] with chunk lengths a multiple of `row` (`out.len()` must be one too).
+/// Runs `f(offset, chunk)` over `out` split into up to [`threads`] chunks whose lengths are
+/// multiples of `row` (`out.len()` must be one too; one chunk when `out` is small). Each element
+/// is computed by the same code whatever the split, so results do not depend on the thread
+/// count.
 pub(crate) fn par_rows<U: Send>(out: &mut [U], row: usize, f: impl Fn(usize, &mut [U]) + Sync) {
     let row = row.max(1);
     let threads = threads().min(out.len() / PAR_MIN).min(out.len() / row).max(1);
@@ -92,6 +89,50 @@ pub(crate) fn par_rows<U: Send>(out: &mut [U], row: usize, f: impl Fn(usize, &mu
     let per = rows.div_ceil(tasks) * row;
     let parts: Vec<(usize, &mut [U])> = out.chunks_mut(per).enumerate().map(|(i, c)| (i * per, c)).collect();
     par_tasks(parts, threads, |(at, chunk)| f(at, chunk));
+}
+
+/// A vector of `n` elements that `fill(offset, chunk)` writes, over chunks whose lengths are
+/// multiples of `row` (`n` must be one too), threaded as [`par_rows`]. The output is never
+/// zeroed first: for an elementwise kernel that saves a whole pass over memory.
+///
+/// # Safety
+/// `fill` must initialise every element of every chunk it is given.
+pub(crate) unsafe fn par_fill<U: Send>(
+    n: usize,
+    row: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) -> Vec<U> {
+    let mut out: Vec<U> = Vec::with_capacity(n);
+    par_rows(&mut out.spare_capacity_mut()[..n], row, fill);
+    // SAFETY: the chunks cover `0..n` and the caller's `fill` wrote each of them.
+    unsafe { out.set_len(n) };
+    out
+}
+
+/// Elements below which a copy stays on one thread: a copy is memory-bound, and below a few
+/// MiB handing chunks to the helpers costs more than it saves (measured on the GPT step).
+pub(crate) const COPY_PAR_MIN: usize = 1 << 20;
+
+/// The chunk granularity for [`par_fill`] of a copy of `n` elements made of `row`-element units:
+/// the whole copy on one thread when it is small.
+pub(crate) fn copy_rows(n: usize, row: usize) -> usize {
+    if n < COPY_PAR_MIN {
+        n.max(1)
+    } else {
+        row
+    }
+}
+
+/// A copy of `x`, in chunks on the kernels' threads when it is large.
+pub(crate) fn par_copy<U: Copy + Send + Sync>(x: &[U]) -> Vec<U> {
+    let fill = |at: usize, chunk: &mut [MaybeUninit<U>]| {
+        let src = &x[at..at + chunk.len()];
+        for (o, &v) in chunk.iter_mut().zip(src) {
+            o.write(v);
+        }
+    };
+    // SAFETY: `fill` writes every element of its chunk (`x` has `x.len()` elements).
+    unsafe { par_fill(x.len(), copy_rows(x.len(), 1), fill) }
 }
 
 /// Runs `f` on every task, on `threads` threads (this one included), each claiming the next
@@ -185,35 +226,39 @@ mod pool {
 }
 
 wide_fn! {
-    fn map_into<[T: Copy, U: Copy, F: Fn(T) -> U]>[T, U, F](out: &mut [U], x: &[T], f: &F) -> () {
+    /// Writes every element of `out` (`x` is at least as long).
+    fn map_into<[T: Copy, U: Copy, F: Fn(T) -> U]>[T, U, F](out: &mut [MaybeUninit<U>], x: &[T], f: &F) -> () {
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = f(v);
+            o.write(f(v));
         }
     }
 }
 
 wide_fn! {
-    fn zip_into<[T: Copy, U: Copy, F: Fn(T, T) -> U]>[T, U, F](out: &mut [U], a: &[T], b: &[T], f: &F) -> () {
+    /// Writes every element of `out` (`a` and `b` are at least as long).
+    fn zip_into<[T: Copy, U: Copy, F: Fn(T, T) -> U]>[T, U, F](out: &mut [MaybeUninit<U>], a: &[T], b: &[T], f: &F) -> () {
         for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            *o = f(x, y);
+            o.write(f(x, y));
         }
     }
 }
 
 /// `f` of every element: vectorised, and threaded for large slices.
-pub(crate) fn map<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T) -> U + Sync>(x: &[T], f: F) -> Vec<U> {
-    let mut out = vec![U::default(); x.len()];
-    par_chunks(&mut out, |at, chunk| map_into(chunk, &x[at..at + chunk.len()], &f));
-    out
+pub(crate) fn map<T: Copy + Sync, U: Copy + Send, F: Fn(T) -> U + Sync>(x: &[T], f: F) -> Vec<U> {
+    // SAFETY: each chunk `at..at + len` of the output has its input `x[at..at + len]`, and
+    // `map_into` writes every element of the chunk.
+    unsafe { par_fill(x.len(), 1, |at, chunk| map_into(chunk, &x[at..at + chunk.len()], &f)) }
 }
 
 /// `f` of every pair of elements of two slices (as long as the shorter): vectorised, and
 /// threaded for large slices.
-pub(crate) fn zip<T: Copy + Sync, U: Copy + Default + Send, F: Fn(T, T) -> U + Sync>(a: &[T], b: &[T], f: F) -> Vec<U> {
+pub(crate) fn zip<T: Copy + Sync, U: Copy + Send, F: Fn(T, T) -> U + Sync>(a: &[T], b: &[T], f: F) -> Vec<U> {
     let n = a.len().min(b.len());
-    let mut out = vec![U::default(); n];
-    par_chunks(&mut out, |at, chunk| zip_into(chunk, &a[at..at + chunk.len()], &b[at..at + chunk.len()], &f));
-    out
+    let fill = |at: usize, chunk: &mut [MaybeUninit<U>]| {
+        zip_into(chunk, &a[at..at + chunk.len()], &b[at..at + chunk.len()], &f)
+    };
+    // SAFETY: both inputs have at least `n` elements, and `zip_into` writes every element.
+    unsafe { par_fill(n, 1, fill) }
 }
 
 // The lane loops index on purpose: fixed-size indexed loops are what the compiler vectorises.

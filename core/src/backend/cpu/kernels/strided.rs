@@ -4,7 +4,9 @@
 //! iterating, `shape::coalesce` merges axes that step contiguously in every view and drops size-1
 //! axes, so `[B, T, D] + [D]` becomes a `[B·T, D]` loop whose inner rows are plain slices.
 
+use super::simd;
 pub(super) use crate::shape::coalesce;
+use std::mem::MaybeUninit;
 
 /// The buffer offset of the start of every row (all axes but the last), in row-major order.
 pub(super) fn row_offsets(shape: &[usize], strides: &[usize]) -> Vec<usize> {
@@ -35,12 +37,17 @@ pub(super) fn row_offsets(shape: &[usize], strides: &[usize]) -> Vec<usize> {
 const TILE: usize = 32;
 
 /// Copies the view of `src` starting at `base` with `shape` and `strides` into a new contiguous
-/// buffer. A view whose two inner axes are swapped (a matrix transpose) goes tile by tile.
-pub(super) fn strided_copy<E: Copy>(src: &[E], base: usize, shape: &[usize], strides: &[usize]) -> Vec<E> {
+/// buffer, rows (or, for a transpose, whole matrices) spread over the kernels' threads. A view
+/// whose two inner axes are swapped (a matrix transpose) goes tile by tile.
+pub(super) fn strided_copy<E: Copy + Send + Sync>(
+    src: &[E],
+    base: usize,
+    shape: &[usize],
+    strides: &[usize],
+) -> Vec<E> {
     let n: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(n);
     if n == 0 {
-        return out;
+        return Vec::new();
     }
     let (shape, strides) = coalesce(shape, &[strides]);
     let strides = &strides[0];
@@ -49,31 +56,46 @@ pub(super) fn strided_copy<E: Copy>(src: &[E], base: usize, shape: &[usize], str
     if r >= 2 && step != 1 && strides[r - 2] == 1 {
         // Transpose: out[i][j] = src[i + j·step] for an `rows × inner` block per batch.
         let rows = shape[r - 2];
-        for batch in row_offsets(&shape[..r - 1], &strides[..r - 1]) {
-            let start = out.len();
-            out.resize(start + rows * inner, src[base + batch]);
-            let dst = &mut out[start..];
-            for i0 in (0..rows).step_by(TILE) {
-                for j0 in (0..inner).step_by(TILE) {
-                    for i in i0..(i0 + TILE).min(rows) {
-                        for j in j0..(j0 + TILE).min(inner) {
-                            dst[i * inner + j] = src[base + batch + i + j * step];
-                        }
-                    }
+        let batches = row_offsets(&shape[..r - 1], &strides[..r - 1]);
+        let fill = |at: usize, out: &mut [MaybeUninit<E>]| {
+            for (b, dst) in out.chunks_exact_mut(rows * inner).enumerate() {
+                let from = base + batches[at / (rows * inner) + b];
+                transpose_tiles(&src[from..], step, rows, inner, dst);
+            }
+        };
+        // SAFETY: every chunk is whole matrices, and `transpose_tiles` writes all of each.
+        return unsafe { simd::par_fill(n, simd::copy_rows(n, rows * inner), fill) };
+    }
+    let rows = row_offsets(&shape, strides);
+    let fill = |at: usize, out: &mut [MaybeUninit<E>]| {
+        for (row, dst) in rows[at / inner..].iter().zip(out.chunks_exact_mut(inner)) {
+            let at = base + row;
+            match step {
+                1 => dst.iter_mut().zip(&src[at..at + inner]).for_each(|(o, &v)| {
+                    o.write(v);
+                }),
+                s => dst.iter_mut().enumerate().for_each(|(j, o)| {
+                    o.write(src[at + j * s]);
+                }),
+            }
+        }
+    };
+    // SAFETY: every chunk is whole rows of `inner` elements, each written above.
+    unsafe { simd::par_fill(n, simd::copy_rows(n, inner), fill) }
+}
+
+/// `dst[i·inner + j] = src[i + j·step]`: one `rows × inner` matrix, tile by tile; writes all of
+/// `dst`.
+fn transpose_tiles<E: Copy>(src: &[E], step: usize, rows: usize, inner: usize, dst: &mut [MaybeUninit<E>]) {
+    for i0 in (0..rows).step_by(TILE) {
+        for j0 in (0..inner).step_by(TILE) {
+            for i in i0..(i0 + TILE).min(rows) {
+                for j in j0..(j0 + TILE).min(inner) {
+                    dst[i * inner + j].write(src[i + j * step]);
                 }
             }
         }
-        return out;
     }
-    for row in row_offsets(&shape, strides) {
-        let at = base + row;
-        match step {
-            1 => out.extend_from_slice(&src[at..at + inner]),
-            0 => out.extend(std::iter::repeat_n(src[at], inner)),
-            s => out.extend((0..inner).map(|j| src[at + j * s])),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
