@@ -190,6 +190,9 @@ struct Args {
     /// A short run for CI: few steps, small comparison.
     #[arg(long)]
     quick: bool,
+    /// Steps timed per policy in the comparison (the median is reported).
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..))]
+    timed_steps: u32,
 }
 
 fn config(args: &Args) -> Result<GptConfig, String> {
@@ -316,7 +319,7 @@ fn train_and_compare<B: Backend>(
         PolicyChoice::SaveMatmulsOffload,
         PolicyChoice::BudgetOffload(Budget::Fraction(0.2)),
     ];
-    let timed_steps = if args.quick { 2 } else { 7 };
+    let timed_steps = if args.quick { 2 } else { u64::from(args.timed_steps) };
     let mut rows = Vec::new();
     for policy in choices {
         let model = build(cfg, policy, args.strategy)?;

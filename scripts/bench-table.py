@@ -21,11 +21,14 @@ for line in open(f"{out}/remat.txt"):
     if m:
         head = m.groups()
         continue
-    m = re.match(r"^(none|full|save-matmuls)\s+(\S+\s+){5}(\S+)MFL\s+(\S+)", line)
+    # A policy row: the step time is the field after the recompute FLOPs (`..MFL`), whatever
+    # columns come before it.
+    m = re.match(r"^(none|full|save-matmuls)\s.*?MFL\s+(\S+)", line)
     if m and head:
         who, size, t, strategy = head
         col = f"remat {strategy}" if who == "remat" else "remat before"
-        cell[(size, int(t), m.group(1))][col] = float(m.group(4))
+        policy, ms = m.group(1), m.group(2)
+        cell[(size, int(t), policy)][col] = float(ms)
 cols = ["torch eager", "torch.compile", "remat before", "remat respect", "remat mincut"]
 sizes = {"small": "d64 s32 b8", "large": "d256 s128 b8"}
 print("| size | threads | policy | " + " | ".join(cols) + " |")

@@ -18,7 +18,8 @@ for t in 1 2; do
   cpus=$([ "$t" = 1 ] && echo 0 || echo 0,1)
   for entry in "${sizes[@]}"; do
     name=${entry%%:*}; size=${entry#*:}
-    if [ "$name" = small ]; then ew="--warmup 5 --steps 30"; cw="--warmup 3 --steps 30"; rs=35; else ew="--warmup 3 --steps 10"; cw="--warmup 2 --steps 10"; rs=5; fi
+    # remat: `rs` training steps, then `rt` timed steps per policy (torch: warmup, then timed).
+    if [ "$name" = small ]; then ew="--warmup 5 --steps 30"; cw="--warmup 3 --steps 30"; rs=5; rt=30; else ew="--warmup 3 --steps 10"; cw="--warmup 2 --steps 10"; rs=3; rt=10; fi
     for pol in none full save-matmuls; do
       echo "torch eager $name t$t $pol" >&2
       OMP_NUM_THREADS=$t taskset -c "$cpus" "$py" "$script" --threads "$t" $size --policy "$pol" $ew --no-memory >> "$out/torch.jsonl"
@@ -30,7 +31,7 @@ for t in 1 2; do
     for strategy in respect mincut; do
       echo "remat $name t$t $strategy" >&2
       { echo "== remat size=$name threads=$t strategy=$strategy"
-        MATMUL_NUM_THREADS=$t taskset -c "$cpus" "$gpt" $size --steps $rs --strategy $strategy --generate 0; } >> "$out/remat.txt" 2>&1
+        MATMUL_NUM_THREADS=$t taskset -c "$cpus" "$gpt" $size --steps $rs --timed-steps $rt --strategy $strategy --generate 0; } >> "$out/remat.txt" 2>&1
     done
     if [ -n "$base" ]; then
       echo "baseline $name t$t" >&2

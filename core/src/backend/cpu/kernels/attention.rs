@@ -208,7 +208,7 @@ pub(super) fn sdpa<T: Float>(
         let mut m = vec![T::NEG_INFINITY; qn];
         let mut l = vec![T::ZERO; qn];
         let mut acc = vec![T::ZERO; qn * dv];
-        let mut s = vec![T::ZERO; qn * K_BLOCK];
+        let mut s = vec![T::ZERO; qn * K_BLOCK.min(tk)];
         let mut pv = vec![T::ZERO; qn * dv];
         let n_keys = dm.keys_before(qi + qn);
         for kj in (0..n_keys).step_by(K_BLOCK) {
@@ -304,8 +304,10 @@ pub(super) fn sdpa_grad<T: Float>(
     parallel_units(&mut out, &vec![per; batch], |b, unit| {
         let (dq, rest) = unit.split_at_mut(tq * d);
         let (dk, dvs) = rest.split_at_mut(tk * d);
-        let (mut p, mut ds) = (vec![T::ZERO; Q_BLOCK * K_BLOCK], vec![T::ZERO; Q_BLOCK * K_BLOCK]);
-        let mut part = vec![T::ZERO; Q_BLOCK * d.max(dv)];
+        // Sized for the largest block pair of this call (short sequences use a fraction).
+        let (qb, kb) = (Q_BLOCK.min(tq), K_BLOCK.min(tk));
+        let (mut p, mut ds) = (vec![T::ZERO; qb * kb], vec![T::ZERO; qb * kb]);
+        let mut part = vec![T::ZERO; qb.max(kb) * d.max(dv)];
         for kj in (0..tk).step_by(K_BLOCK) {
             let kn = K_BLOCK.min(tk - kj);
             // Causal: queries before `kj` see none of these keys.
