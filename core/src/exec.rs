@@ -105,10 +105,20 @@ fn run_steps<B: Backend>(
     }
     let measured_peak = backend.memory().peak_bytes - baseline;
     let measured_host_peak = backend.host_memory().peak_bytes - host_baseline;
+    // Each kept buffer moves to the host at its last mention (copied at earlier ones): on the CPU
+    // that is no copy at all.
+    let mut last = vec![usize::MAX; graph.len()];
+    for (k, &id) in plan.kept().iter().enumerate() {
+        last[id.index()] = k;
+    }
     let mut kept = Vec::with_capacity(plan.kept().len());
-    for &id in plan.kept() {
-        let buffer = slots[id.index()].as_ref().ok_or_else(|| missing(joint, id))?;
-        kept.push(backend.download(buffer)?);
+    for (k, &id) in plan.kept().iter().enumerate() {
+        let slot = &mut slots[id.index()];
+        if last[id.index()] == k {
+            kept.push(backend.into_host(slot.take().ok_or_else(|| missing(joint, id))?)?);
+        } else {
+            kept.push(backend.download(slot.as_ref().ok_or_else(|| missing(joint, id))?)?);
+        }
     }
     Ok(RunOutput { kept, measured_peak, measured_host_peak })
 }

@@ -129,6 +129,11 @@ impl HostTensor {
         Ok(HostTensor { shape, data })
     }
 
+    /// A tensor of no elements (shape `[0]`, f32), holding no memory.
+    pub(crate) fn empty() -> Self {
+        HostTensor { shape: vec![0], data: HostData::F32(Vec::new()) }
+    }
+
     /// An f32 tensor.
     pub fn f32(shape: impl Into<Vec<usize>>, values: Vec<f32>) -> Result<Self> {
         Self::new(shape, HostData::F32(values))

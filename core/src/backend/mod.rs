@@ -56,6 +56,12 @@ pub trait Backend {
     /// Copies a buffer back to the host.
     fn download(&mut self, buffer: &Self::Buffer) -> Result<HostTensor>;
 
+    /// Moves a buffer the caller is done with to the host: a download, which a backend whose
+    /// buffers already live in host memory (the CPU's) does without copying.
+    fn into_host(&mut self, buffer: Self::Buffer) -> Result<HostTensor> {
+        self.download(&buffer)
+    }
+
     /// Computes one op into a new buffer.
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&Self::Buffer]) -> Result<Self::Buffer>;
 

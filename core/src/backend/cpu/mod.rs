@@ -41,6 +41,18 @@ impl CpuBuffer {
     pub fn tensor(&self) -> &HostTensor {
         &self.tensor
     }
+
+    /// The tensor inside, its bytes leaving the meter.
+    fn into_tensor(mut self) -> HostTensor {
+        take_metered(&mut self.tensor, &self.meter)
+    }
+}
+
+/// Moves `tensor` out, leaving an empty one, and takes its bytes off `meter` (the holder's `Drop`
+/// then takes off nothing).
+fn take_metered(tensor: &mut HostTensor, meter: &Meter) -> HostTensor {
+    meter.live.set(meter.live.get() - tensor.bytes());
+    std::mem::replace(tensor, HostTensor::empty())
 }
 
 impl Drop for CpuBuffer {
@@ -54,6 +66,13 @@ impl Drop for CpuBuffer {
 pub struct CpuHostBuffer {
     tensor: HostTensor,
     meter: Rc<Meter>,
+}
+
+impl CpuHostBuffer {
+    /// The tensor inside, its bytes leaving the host meter.
+    fn into_tensor(mut self) -> HostTensor {
+        take_metered(&mut self.tensor, &self.meter)
+    }
 }
 
 impl Drop for CpuHostBuffer {
@@ -97,6 +116,11 @@ impl Backend for CpuBackend {
         Ok(buffer.tensor.clone())
     }
 
+    /// The buffer's tensor itself: it is host memory already.
+    fn into_host(&mut self, buffer: CpuBuffer) -> Result<HostTensor> {
+        Ok(buffer.into_tensor())
+    }
+
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&CpuBuffer]) -> Result<CpuBuffer> {
         let tensors: Vec<&HostTensor> = inputs.iter().map(|b| &b.tensor).collect();
         let out = kernels::execute(call, &tensors)?;
@@ -121,7 +145,10 @@ impl Backend for CpuBackend {
     }
 
     fn fetch(&mut self, host: CpuHostBuffer) -> Result<CpuBuffer> {
-        Ok(self.hold(host.tensor.clone()))
+        // The host copy leaves the host meter as it is dropped, and its tensor moves to the device
+        // meter (on the CPU both tiers are host memory: nothing is copied).
+        let tensor = host.into_tensor();
+        Ok(self.hold(tensor))
     }
 
     fn host_memory(&self) -> MemoryStats {
