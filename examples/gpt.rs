@@ -391,9 +391,9 @@ impl Backend for Timed {
         e.1 += 1;
         t
     }
-    fn into_host(&mut self, buffer: Self::Buffer) -> Result<remat::HostTensor, remat::Error> {
+    fn move_to_host(&mut self, buffer: Self::Buffer) -> Result<remat::HostTensor, remat::Error> {
         let start = Instant::now();
-        let t = self.inner.into_host(buffer);
+        let t = self.inner.move_to_host(buffer);
         let e = self.times.entry("(download)".into()).or_default();
         e.0 += start.elapsed().as_secs_f64();
         e.1 += 1;

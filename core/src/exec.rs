@@ -115,7 +115,7 @@ fn run_steps<B: Backend>(
     for (k, &id) in plan.kept().iter().enumerate() {
         let slot = &mut slots[id.index()];
         if last[id.index()] == k {
-            kept.push(backend.into_host(slot.take().ok_or_else(|| missing(joint, id))?)?);
+            kept.push(backend.move_to_host(slot.take().ok_or_else(|| missing(joint, id))?)?);
         } else {
             kept.push(backend.download(slot.as_ref().ok_or_else(|| missing(joint, id))?)?);
         }

@@ -58,7 +58,7 @@ pub trait Backend {
 
     /// Moves a buffer the caller is done with to the host: a download, which a backend whose
     /// buffers already live in host memory (the CPU's) does without copying.
-    fn into_host(&mut self, buffer: Self::Buffer) -> Result<HostTensor> {
+    fn move_to_host(&mut self, buffer: Self::Buffer) -> Result<HostTensor> {
         self.download(&buffer)
     }
 

@@ -117,7 +117,7 @@ impl Backend for CpuBackend {
     }
 
     /// The buffer's tensor itself: it is host memory already.
-    fn into_host(&mut self, buffer: CpuBuffer) -> Result<HostTensor> {
+    fn move_to_host(&mut self, buffer: CpuBuffer) -> Result<HostTensor> {
         Ok(buffer.into_tensor())
     }
 
