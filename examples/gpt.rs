@@ -391,6 +391,18 @@ impl Backend for Timed {
         e.1 += 1;
         t
     }
+    fn reshape_owned(
+        &mut self,
+        call: &remat::KernelCall<'_>,
+        input: Self::Buffer,
+    ) -> Result<Self::Buffer, remat::Error> {
+        let start = Instant::now();
+        let out = self.inner.reshape_owned(call, input);
+        let e = self.times.entry(call.op.name().to_string()).or_default();
+        e.0 += start.elapsed().as_secs_f64();
+        e.1 += 1;
+        out
+    }
     fn move_to_host(&mut self, buffer: Self::Buffer) -> Result<remat::HostTensor, remat::Error> {
         let start = Instant::now();
         let t = self.inner.move_to_host(buffer);

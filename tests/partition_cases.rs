@@ -64,7 +64,7 @@ fn backward_count(model: &Model, kind: &str) -> usize {
         .backward()
         .iter()
         .filter(|s| match s {
-            Step::Compute(id) | Step::Recompute(id) => g.node(*id).op.name() == kind,
+            Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) => g.node(*id).op.name() == kind,
             Step::Free(_) | Step::Offload(_) | Step::Fetch(_) => false,
         })
         .count()

@@ -92,6 +92,11 @@ fn run_steps<B: Backend>(
                 let buffer = compute(backend, joint, &slots, id, run_seed, mode)?;
                 slots[id.index()] = Some(buffer);
             }
+            Step::Alias(id) => {
+                let input = graph.node(id).inputs[0];
+                let buffer = slots[input.index()].take().ok_or_else(|| missing(joint, input))?;
+                slots[id.index()] = Some(reshape_owned(backend, joint, buffer, id)?);
+            }
             Step::Free(id) => slots[id.index()] = None,
             Step::Offload(id) => {
                 let buffer = slots[id.index()].as_ref().ok_or_else(|| missing(joint, id))?;
@@ -148,7 +153,7 @@ fn compute<B: Backend>(
         inputs.push(slots[i.index()].as_ref().ok_or_else(|| missing(joint, i))?);
         metas.push(graph.node(i).meta());
     }
-    let call = KernelCall { node: id, op, inputs: &metas, out_shape: &node.shape, out_dtype: node.dtype, run_seed };
+    let call = KernelCall { op, ..KernelCall::for_node(graph, id, &metas, run_seed) };
     backend.execute(&call, &inputs).map_err(|e| match (e, node.loc) {
         // Name the user's line that recorded the op, so a bad id points at its embedding call.
         (Error::Node { node, op, message }, Some(loc)) => {
@@ -156,6 +161,15 @@ fn compute<B: Backend>(
         }
         (e, _) => e.at_node(id, call.op.name()),
     })
+}
+
+/// [`Step::Alias`]: the reshape `id` computed by taking over `input`'s buffer.
+fn reshape_owned<B: Backend>(backend: &mut B, joint: &JointGraph, input: B::Buffer, id: NodeId) -> Result<B::Buffer> {
+    let graph = joint.graph();
+    let node = graph.node(id);
+    let metas = [graph.node(node.inputs[0]).meta()];
+    let call = KernelCall::for_node(graph, id, &metas, 0);
+    backend.reshape_owned(&call, input).map_err(|e| e.at_node(id, node.op.name()))
 }
 
 /// A value the plan should have had at hand: a planner bug, reported rather than panicking.

@@ -129,6 +129,21 @@ impl HostTensor {
         Ok(HostTensor { shape, data })
     }
 
+    /// Gives the tensor another shape with the same element count (a reshape without copying);
+    /// errors, leaving it unchanged, when the counts differ.
+    pub fn reshape_in_place(&mut self, shape: &[usize]) -> Result<()> {
+        if numel(shape) != self.data.len() {
+            return Err(Error::Invalid(format!(
+                "cannot reshape {} elements to {} ({} elements)",
+                self.data.len(),
+                fmt_shape(shape),
+                numel(shape)
+            )));
+        }
+        self.shape = shape.to_vec();
+        Ok(())
+    }
+
     /// A tensor of no elements (shape `[0]`, f32), holding no memory.
     pub(crate) fn empty() -> Self {
         HostTensor { shape: vec![0], data: HostData::F32(Vec::new()) }

@@ -18,6 +18,7 @@
 use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
+use crate::op::Op;
 use crate::partition::CostModel;
 
 /// One instruction.
@@ -34,6 +35,10 @@ pub enum Step {
     /// Copy an offloaded value back into a new device buffer and free its host copy (backward
     /// program, ahead of its first use).
     Fetch(NodeId),
+    /// Compute a reshape by taking over its input's buffer, whose last use this is
+    /// ([`crate::Backend::reshape_owned`]): no copy and no new memory, and no `Free` of the input
+    /// follows (its buffer now holds this value).
+    Alias(NodeId),
 }
 
 /// What a sequence entry does.
@@ -262,7 +267,7 @@ impl Plan {
                 let out = self.forward.iter().position(|s| *s == Step::Offload(v)).unwrap_or(0);
                 let fetch = self.backward.iter().position(|s| *s == Step::Fetch(v)).unwrap_or(0);
                 let reads = |s: &Step| match *s {
-                    Step::Compute(id) | Step::Recompute(id) => graph.node(id).inputs.contains(&v),
+                    Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) => graph.node(id).inputs.contains(&v),
                     _ => false,
                 };
                 let first = self.backward.iter().skip(fetch).position(reads).map_or(fetch, |k| fetch + k);
@@ -318,6 +323,8 @@ impl Plan {
                     peak = peak.max(live);
                 }
                 Step::Free(id) => live -= graph.node(id).bytes(),
+                // The input's buffer becomes this value's: the same bytes, still live.
+                Step::Alias(_) => {}
                 Step::Offload(id) => {
                     host += graph.node(id).bytes();
                     host_peak = host_peak.max(host);
@@ -444,6 +451,7 @@ fn with_fetches(
                 live += graph.node(id).bytes();
                 live_at.push(live);
             }
+            Step::Alias(_) => live_at.push(live),
             Step::Fetch(id) => live += graph.node(id).bytes(),
             Step::Free(id) => live -= graph.node(id).bytes(),
             Step::Offload(_) => {}
@@ -518,7 +526,13 @@ fn with_frees(
         let in_forward = pos < n_forward_steps;
         let program = if in_forward { &mut forward } else { &mut backward };
         program.push(match kind {
-            Kind::Compute => Step::Compute(id),
+            Kind::Compute => match aliased_input(graph, id, &frees_at[pos]) {
+                Some(input) => {
+                    frees_at[pos].retain(|&f| f != input);
+                    Step::Alias(id)
+                }
+                None => Step::Compute(id),
+            },
             Kind::Recompute => Step::Recompute(id),
             Kind::Fetch => Step::Fetch(id),
         });
@@ -528,4 +542,15 @@ fn with_frees(
         program.extend(frees_at[pos].iter().map(|&f| Step::Free(f)));
     }
     (forward, backward)
+}
+
+/// The input a computed reshape `id` can take over: its only input, when that is freed right
+/// after this step (`frees`: what the step frees), so no one else reads the buffer. Recomputes
+/// copy (their steps stay `Recompute`, as reports count them).
+fn aliased_input(graph: &Graph, id: NodeId, frees: &[NodeId]) -> Option<NodeId> {
+    let node = graph.node(id);
+    match (&node.op, node.inputs.as_slice()) {
+        (Op::Reshape { .. }, &[input]) if input != id && frees.contains(&input) => Some(input),
+        _ => None,
+    }
 }

@@ -137,6 +137,13 @@ fn recompute_is_placed_before_first_use_and_values_are_freed() {
                 assert!(live[id.index()], "{id} freed twice");
                 live[id.index()] = false;
             }
+            // The reshape takes over its input's buffer: the input must be live, and is gone.
+            Step::Alias(id) => {
+                let input = g.node(id).inputs[0];
+                assert!(live[input.index()], "{id} takes over {input} which is not live");
+                live[input.index()] = false;
+                live[id.index()] = true;
+            }
             Step::Offload(_) | Step::Fetch(_) => unreachable!("this plan offloads nothing"),
         }
     }
@@ -193,4 +200,76 @@ fn dump_lists_every_node_with_shapes() {
     assert!(dump.contains("= matmul(%0, %2) [2, 4] f32"), "{dump}");
     assert!(dump.contains("= cross_entropy("), "{dump}");
     assert_eq!(dump.lines().filter(|l| l.starts_with('%')).count(), graph.len());
+}
+
+/// The CPU backend without its own `reshape_owned`: the trait's default, which copies.
+struct Copying(CpuBackend);
+
+impl Backend for Copying {
+    type Buffer = <CpuBackend as Backend>::Buffer;
+    type Host = <CpuBackend as Backend>::Host;
+    fn name(&self) -> String {
+        "cpu (reshapes copy)".into()
+    }
+    fn upload(&mut self, t: &HostTensor) -> remat_core::Result<Self::Buffer> {
+        self.0.upload(t)
+    }
+    fn download(&mut self, b: &Self::Buffer) -> remat_core::Result<HostTensor> {
+        self.0.download(b)
+    }
+    fn execute(&mut self, call: &remat_core::KernelCall<'_>, x: &[&Self::Buffer]) -> remat_core::Result<Self::Buffer> {
+        self.0.execute(call, x)
+    }
+    fn memory(&self) -> remat_core::MemoryStats {
+        self.0.memory()
+    }
+    fn reset_peak(&mut self) {
+        self.0.reset_peak()
+    }
+    fn offload(&mut self, b: &Self::Buffer) -> remat_core::Result<Self::Host> {
+        self.0.offload(b)
+    }
+    fn fetch(&mut self, h: Self::Host) -> remat_core::Result<Self::Buffer> {
+        self.0.fetch(h)
+    }
+    fn host_memory(&self) -> remat_core::MemoryStats {
+        self.0.host_memory()
+    }
+}
+
+#[test]
+fn a_reshape_whose_input_dies_there_takes_over_its_buffer() {
+    let cfg = gpt_cfg(0.1);
+    let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
+    let (plan, g) = (model.plan(), model.joint().graph());
+    let steps: Vec<Step> = plan.steps().copied().collect();
+    let aliases: Vec<usize> = (0..steps.len()).filter(|&k| matches!(steps[k], Step::Alias(_))).collect();
+    assert!(aliases.len() >= 4, "the GPT's head splits and merges alias: {}", aliases.len());
+    for &k in &aliases {
+        let Step::Alias(id) = steps[k] else { unreachable!() };
+        assert_eq!(g.node(id).op.name(), "reshape");
+        // Until the input is computed again (a recompute makes a new buffer), nothing after the
+        // alias reads, frees or offloads it: its buffer is the reshape's.
+        let input = g.node(id).inputs[0];
+        let redefines = |s: &Step| matches!(*s, Step::Compute(n) | Step::Recompute(n) | Step::Fetch(n) if n == input);
+        let uses = |s: &Step| match *s {
+            Step::Compute(n) | Step::Recompute(n) | Step::Alias(n) => g.node(n).inputs.contains(&input),
+            Step::Free(n) | Step::Offload(n) => n == input,
+            Step::Fetch(_) => false,
+        };
+        let until = steps[k + 1..].iter().position(redefines).map_or(steps.len(), |p| k + 1 + p);
+        let bad = steps[k + 1..until].iter().find(|s| uses(s));
+        assert!(bad.is_none(), "{input} is used by {bad:?} after {id} took it over");
+        assert!(until < steps.len() || !plan.kept().contains(&input));
+    }
+    // The same step where reshapes copy (the trait's default): bitwise the same results, and
+    // the measured peak is the plan's only when the reshape takes the buffer over.
+    let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
+    let params = model.init_params(2);
+    let taken = model.step_seeded(&mut CpuBackend::new(), &params, &feeds, 3).unwrap();
+    let copied = model.step_seeded(&mut Copying(CpuBackend::new()), &params, &feeds, 3).unwrap();
+    assert_eq!(taken.loss.to_bits(), copied.loss.to_bits());
+    assert_eq!(taken.grads, copied.grads);
+    assert_eq!(taken.measured_peak, taken.predicted_peak);
+    assert!(copied.measured_peak >= taken.measured_peak);
 }

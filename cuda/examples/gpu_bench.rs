@@ -90,16 +90,14 @@ fn device_step(g: &mut CudaBackend, model: &Model, resident: &[CudaBuffer], seed
                     })
                     .collect();
                 let metas: Vec<_> = node.inputs.iter().map(|&i| graph.node(i).meta()).collect();
-                let call = KernelCall {
-                    node: id,
-                    op: &node.op,
-                    inputs: &metas,
-                    out_shape: &node.shape,
-                    out_dtype: node.dtype,
-                    run_seed: seed,
-                };
-                let out = g.execute(&call, &ins)?;
+                let out = g.execute(&KernelCall::for_node(graph, id, &metas, seed), &ins)?;
                 slots[id.index()] = Some(out);
+            }
+            Step::Alias(id) => {
+                let input = graph.node(id).inputs[0];
+                let buffer = slots[input.index()].take().expect("plan aliases a live value");
+                let metas = [graph.node(input).meta()];
+                slots[id.index()] = Some(g.reshape_owned(&KernelCall::for_node(graph, id, &metas, seed), buffer)?);
             }
             Step::Free(id) => slots[id.index()] = None,
             Step::Offload(id) => {

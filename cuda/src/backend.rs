@@ -531,6 +531,25 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
+    /// The same device memory under the call's shape: a reshape of a contiguous buffer moves no
+    /// element. The buffer keeps its pending-copy state (a fetch still in flight, an offload
+    /// whose free must follow its copy), and the meter is unchanged (same bytes).
+    fn reshape_owned(&mut self, call: &KernelCall<'_>, mut input: CudaBuffer) -> Result<CudaBuffer> {
+        let elements: usize = call.out_shape.iter().product();
+        if elements != input.shape.iter().product::<usize>() || call.out_dtype != input.dtype {
+            let message = format!(
+                "cannot reshape {} {} to {} {}",
+                fmt_shape(&input.shape),
+                input.dtype,
+                fmt_shape(call.out_shape),
+                call.out_dtype
+            );
+            return Err(at_node(backend_err(self.dev.ordinal, message), call));
+        }
+        input.shape = call.out_shape.to_vec();
+        Ok(input)
+    }
+
     fn memory(&self) -> MemoryStats {
         MemoryStats { live_bytes: self.dev.meter.live.get(), peak_bytes: self.dev.meter.peak.get() }
     }

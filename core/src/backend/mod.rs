@@ -8,7 +8,7 @@ pub mod cpu;
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::graph::NodeId;
+use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Meta, Op};
 
@@ -28,6 +28,14 @@ pub struct KernelCall<'a> {
     pub out_dtype: DType,
     /// The run's seed, mixed into random ops' own seeds ([`crate::rng::stream_seed`]).
     pub run_seed: u64,
+}
+
+impl<'a> KernelCall<'a> {
+    /// The call computing node `id` of `graph`, whose inputs' metas are `inputs`.
+    pub fn for_node(graph: &'a Graph, id: NodeId, inputs: &'a [Meta<'a>], run_seed: u64) -> KernelCall<'a> {
+        let node = graph.node(id);
+        KernelCall { node: id, op: &node.op, inputs, out_shape: &node.shape, out_dtype: node.dtype, run_seed }
+    }
 }
 
 /// Bytes a backend holds now and at most since the last reset.
@@ -64,6 +72,16 @@ pub trait Backend {
 
     /// Computes one op into a new buffer.
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&Self::Buffer]) -> Result<Self::Buffer>;
+
+    /// Computes a reshape (`call`) by taking over `input`, whose last use it is
+    /// ([`crate::Step::Alias`]): the same elements under the call's shape, with no copy and no
+    /// new memory. The default executes the reshape and drops `input` after it, which is correct
+    /// but holds both buffers for a moment, so a backend that keeps it measures a peak above the
+    /// plan's by the reshape's bytes wherever that moment is the peak; the CPU and CUDA backends
+    /// reinterpret the buffer.
+    fn reshape_owned(&mut self, call: &KernelCall<'_>, input: Self::Buffer) -> Result<Self::Buffer> {
+        self.execute(call, &[&input])
+    }
 
     /// Live and peak bytes of the buffers this backend holds.
     fn memory(&self) -> MemoryStats;

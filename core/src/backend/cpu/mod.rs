@@ -116,6 +116,12 @@ impl Backend for CpuBackend {
         Ok(buffer.tensor.clone())
     }
 
+    /// The same tensor under the call's shape (the meter is unchanged: same bytes).
+    fn reshape_owned(&mut self, call: &KernelCall<'_>, mut input: CpuBuffer) -> Result<CpuBuffer> {
+        input.tensor.reshape_in_place(call.out_shape).map_err(|e| e.at_node(call.node, call.op.name()))?;
+        Ok(input)
+    }
+
     /// The buffer's tensor itself: it is host memory already.
     fn move_to_host(&mut self, buffer: CpuBuffer) -> Result<HostTensor> {
         Ok(buffer.into_tensor())
