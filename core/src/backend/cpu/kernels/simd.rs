@@ -187,22 +187,117 @@ pub(crate) fn par_tasks<T: Send>(tasks: Vec<T>, threads: usize, f: impl Fn(T) + 
     pool::run(threads.min(n).saturating_sub(1), &work);
 }
 
-/// A few long-lived helper threads. Fresh threads per kernel would each start with a cold
-/// allocator arena, and `matrixmultiply`'s packing buffers would page-fault on every call.
+/// A few long-lived helper threads, each with a mailbox it spins on for a while before sleeping.
+///
+/// Kernels come back to back, tens of microseconds apart: a helper woken through a channel and
+/// a condition variable for each one cost ~90 µs per round trip on the development machine
+/// (more than many kernels take), so after a job a helper keeps polling its mailbox for
+/// [`SPIN`] before it parks. Fresh threads per kernel would each start with a cold allocator
+/// arena, and `matrixmultiply`'s packing buffers would page-fault on every call.
+///
+/// One caller uses the helpers at a time; a caller that finds them busy (another thread's
+/// kernel, or a kernel nested in a job) runs its work alone, which computes the same.
 mod pool {
     use std::panic::{catch_unwind, AssertUnwindSafe};
-    use std::sync::mpsc::{channel, Sender};
+    use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
     use std::sync::{Arc, Condvar, Mutex, OnceLock};
+    use std::time::{Duration, Instant};
 
-    /// A job borrowed for the duration of [`run`], which waits for every helper before
-    /// returning; the `'static` is a lie [`run`] makes true by waiting.
-    struct Job {
-        work: &'static (dyn Fn() + Sync),
-        done: Arc<(Mutex<(usize, bool)>, Condvar)>,
+    /// How long an idle helper polls before it parks.
+    const SPIN: Duration = Duration::from_micros(200);
+
+    const IDLE: u8 = 0;
+    const POSTED: u8 = 1;
+    const DONE: u8 = 2;
+
+    /// A job borrowed for the duration of [`run`], which waits for every helper it posted to
+    /// before returning; the `'static` is a lie [`run`] makes true by waiting.
+    type Job = &'static (dyn Fn() + Sync);
+
+    /// One helper's mailbox. `state` goes IDLE → POSTED (the caller, after storing `job`) →
+    /// DONE (the helper, after running and dropping it) → IDLE (the caller, having seen DONE).
+    struct Mailbox {
+        state: AtomicU8,
+        job: Mutex<Option<Job>>,
+        panicked: AtomicBool,
+        /// Whether the helper sleeps on `wake` (read and written under this lock).
+        parked: Mutex<bool>,
+        wake: Condvar,
     }
 
-    fn helpers() -> &'static Mutex<Vec<Sender<Job>>> {
-        static HELPERS: OnceLock<Mutex<Vec<Sender<Job>>>> = OnceLock::new();
+    impl Mailbox {
+        fn new() -> Mailbox {
+            Mailbox {
+                state: AtomicU8::new(IDLE),
+                job: Mutex::new(None),
+                panicked: AtomicBool::new(false),
+                parked: Mutex::new(false),
+                wake: Condvar::new(),
+            }
+        }
+
+        /// The helper's loop: wait for a job (spinning, then parked), run it, report.
+        fn serve(&self) {
+            loop {
+                self.wait_for_job();
+                let job = self.job.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(job) = job {
+                    if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                        self.panicked.store(true, Ordering::Relaxed);
+                    }
+                }
+                self.state.store(DONE, Ordering::Release);
+            }
+        }
+
+        fn wait_for_job(&self) {
+            let start = Instant::now();
+            let mut polls = 0u32;
+            while self.state.load(Ordering::Acquire) != POSTED {
+                std::hint::spin_loop();
+                polls += 1;
+                if polls % 64 == 0 && start.elapsed() > SPIN {
+                    // The state is checked again under the lock the poster takes to wake us,
+                    // so a job posted meanwhile is never missed.
+                    let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+                    *parked = true;
+                    while self.state.load(Ordering::Acquire) != POSTED {
+                        parked = self.wake.wait(parked).unwrap_or_else(|e| e.into_inner());
+                    }
+                    *parked = false;
+                    return;
+                }
+            }
+        }
+
+        fn post(&self, job: Job) {
+            *self.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+            self.state.store(POSTED, Ordering::Release);
+            let parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+            if *parked {
+                self.wake.notify_one();
+            }
+        }
+
+        /// Waits until the helper has finished the posted job; whether it panicked.
+        fn finish(&self) -> bool {
+            let mut polls = 0u32;
+            while self.state.load(Ordering::Acquire) != DONE {
+                polls += 1;
+                if polls < 1 << 12 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            self.state.store(IDLE, Ordering::Relaxed);
+            self.panicked.swap(false, Ordering::Relaxed)
+        }
+    }
+
+    /// The helpers started so far; the lock is held by the caller using them.
+    fn helpers() -> &'static Mutex<Vec<Arc<Mailbox>>> {
+        static HELPERS: OnceLock<Mutex<Vec<Arc<Mailbox>>>> = OnceLock::new();
         HELPERS.get_or_init(|| Mutex::new(Vec::new()))
     }
 
@@ -211,44 +306,28 @@ mod pool {
         if extra == 0 {
             return work();
         }
-        let done = Arc::new((Mutex::new((0usize, false)), Condvar::new()));
-        // SAFETY: the reference is only used by helpers until they report done below, and this
-        // function does not return (or unwind) before every helper has reported.
-        let work_static: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(work) };
-        let mut sent = 0;
-        {
-            let mut list = helpers().lock().unwrap_or_else(|e| e.into_inner());
-            while list.len() < extra {
-                let (tx, rx) = channel::<Job>();
-                let spawned = std::thread::Builder::new().name("remat-cpu".into()).spawn(move || {
-                    while let Ok(job) = rx.recv() {
-                        let panicked = catch_unwind(AssertUnwindSafe(job.work)).is_err();
-                        let (lock, cvar) = &*job.done;
-                        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
-                        state.0 += 1;
-                        state.1 |= panicked;
-                        cvar.notify_all();
-                    }
-                });
-                if spawned.is_err() {
-                    break;
-                }
-                list.push(tx);
+        let Ok(mut list) = helpers().try_lock() else {
+            return work();
+        };
+        while list.len() < extra {
+            let mailbox = Arc::new(Mailbox::new());
+            let served = mailbox.clone();
+            let spawned = std::thread::Builder::new().name("remat-cpu".into()).spawn(move || served.serve());
+            if spawned.is_err() {
+                break;
             }
-            for tx in list.iter().take(extra) {
-                if tx.send(Job { work: work_static, done: done.clone() }).is_ok() {
-                    sent += 1;
-                }
-            }
+            list.push(mailbox);
+        }
+        // SAFETY: helpers use the reference only until they report DONE, and this function
+        // does not return (or unwind) before every posted helper has reported.
+        let job: Job = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), Job>(work) };
+        let posted = &list[..extra.min(list.len())];
+        for mailbox in posted {
+            mailbox.post(job);
         }
         let mine = catch_unwind(AssertUnwindSafe(work));
-        let (lock, cvar) = &*done;
-        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while state.0 < sent {
-            state = cvar.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
-        let helper_panicked = state.1;
-        drop(state);
+        let helper_panicked = posted.iter().fold(false, |any, m| m.finish() | any);
+        drop(list);
         if let Err(payload) = mine {
             std::panic::resume_unwind(payload);
         }
@@ -438,3 +517,5 @@ mod tests {
         assert_eq!(zip(&x, &x[1..], |a, b| a - b).len(), 999);
     }
 }
+
+
