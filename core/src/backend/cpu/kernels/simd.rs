@@ -100,8 +100,10 @@ pub(crate) fn threads() -> usize {
     })
 }
 
-/// Elements below which an elementwise loop stays on one thread (spawning costs more).
-const PAR_MIN: usize = 1 << 16;
+/// Elements below which an elementwise loop stays on one thread: handing work to a polling
+/// helper costs about a microsecond, a 16 Ki-element loop a few (thresholds measured on the
+/// GPT step: lower ones gained nothing more).
+const PAR_MIN: usize = 1 << 14;
 
 /// Runs `f(offset, chunk)` over `out` split into up to [`threads`] chunks whose lengths are
 /// multiples of `row` (`out.len()` must be one too; one chunk when `out` is small). Each element
@@ -140,9 +142,9 @@ pub(crate) unsafe fn par_fill<U: Send>(
     out
 }
 
-/// Elements below which a copy stays on one thread: a copy is memory-bound, and below a few
-/// MiB handing chunks to the helpers costs more than it saves (measured on the GPT step).
-pub(crate) const COPY_PAR_MIN: usize = 1 << 20;
+/// Elements below which a copy stays on one thread: a copy is memory-bound, and below this
+/// handing chunks to the helpers costs more than it saves (measured on the GPT step).
+pub(crate) const COPY_PAR_MIN: usize = 1 << 16;
 
 /// The chunk granularity for [`par_fill`] of a copy of `n` elements made of `row`-element units:
 /// the whole copy on one thread when it is small.
