@@ -519,5 +519,3 @@ mod tests {
         assert_eq!(zip(&x, &x[1..], |a, b| a - b).len(), 999);
     }
 }
-
-
