@@ -434,3 +434,60 @@ mod tests {
         assert_eq!(cpu.memory().live_bytes, 32);
     }
 }
+
+/// The claim of [`simd`]: whichever copy of a vector loop the CPU runs (AVX-512, AVX2 or
+/// baseline), every kernel gives the same bits. Checked on the kernels a training step runs,
+/// with sizes that split over threads and leave loop remainders.
+#[cfg(test)]
+mod widths {
+    use super::simd::WIDTH_CAP;
+    use super::testutil::*;
+    use crate::host::HostTensor;
+    use crate::op::{BinaryOp, Op, UnaryOp};
+    use std::sync::atomic::Ordering;
+
+    fn f32s(shape: &[usize], salt: u64) -> HostTensor {
+        let n = shape.iter().product();
+        t32(shape, &values(n, salt).iter().map(|&v| v as f32).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn every_vector_width_gives_the_same_bits() {
+        let (rows, d) = (301, 67);
+        let x = f32s(&[rows, d], 1);
+        let g = f32s(&[rows, d], 2);
+        let bias = f32s(&[d], 3);
+        let (q, k, v) = (f32s(&[3, 70, 16], 4), f32s(&[3, 70, 16], 5), f32s(&[3, 70, 16], 6));
+        let sdpa = Op::Sdpa { causal: true, scale: 0.25 };
+        let saved = run(&sdpa, &[&q, &k, &v]).unwrap();
+        let dsaved = f32s(saved.shape(), 7);
+        let cases: Vec<(Op, Vec<&HostTensor>)> = vec![
+            (Op::Unary(UnaryOp::Gelu), vec![&x]),
+            (Op::Unary(UnaryOp::Exp), vec![&x]),
+            (Op::GeluGrad, vec![&x, &g]),
+            (Op::Binary(BinaryOp::Add), vec![&x, &bias]),
+            (Op::Binary(BinaryOp::Mul), vec![&x, &g]),
+            (Op::Softmax, vec![&x]),
+            (Op::SoftmaxGrad, vec![&x, &g]),
+            (Op::LayerNorm { eps: 1e-5 }, vec![&x]),
+            (Op::LayerNormGrad { eps: 1e-5 }, vec![&x, &g]),
+            (Op::Dropout { p: 0.1, seed: 3, key: 4 }, vec![&x]),
+            (sdpa.clone(), vec![&q, &k, &v]),
+            (Op::SdpaGrad { causal: true, scale: 0.25 }, vec![&q, &k, &v, &saved, &dsaved]),
+        ];
+        let bits = |cap: u8| -> Vec<Vec<u32>> {
+            WIDTH_CAP.store(cap, Ordering::Relaxed);
+            let out = cases
+                .iter()
+                .map(|(op, xs)| run_seeded(op, xs, 9).unwrap().to_f32_vec().iter().map(|v| v.to_bits()).collect())
+                .collect();
+            WIDTH_CAP.store(2, Ordering::Relaxed);
+            out
+        };
+        let (widest, avx2, baseline) = (bits(2), bits(1), bits(0));
+        for (i, (op, _)) in cases.iter().enumerate() {
+            assert_eq!(widest[i], avx2[i], "{}: AVX-512 and AVX2 copies differ", op.name());
+            assert_eq!(widest[i], baseline[i], "{}: AVX-512 and baseline copies differ", op.name());
+        }
+    }
+}

@@ -6,45 +6,65 @@
 //! and its gradient from 12 to 8 ms per GPT step on the development machine). Results are
 //! bit-identical whichever runs: Rust never contracts `a * b + c` into a fused multiply-add by
 //! itself, every lane computes what the scalar loop computes, and reductions keep their own
-//! fixed [`LANES`] accumulators whatever the vector width.
+//! fixed [`LANES`] accumulators whatever the vector width (a test runs a training step's kernels
+//! under each copy and compares their bits).
 
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
+
+/// In tests, the widest copy [`wide_fn!`] may pick (0 baseline, 1 AVX2, 2 AVX-512), so that a
+/// test can run every copy on a CPU that has them all and compare their bits.
+#[cfg(test)]
+pub(crate) static WIDTH_CAP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+
+#[cfg(test)]
+fn width_allows(tier: u8) -> bool {
+    WIDTH_CAP.load(std::sync::atomic::Ordering::Relaxed) >= tier
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn width_allows(_tier: u8) -> bool {
+    true
+}
 
 /// Whether the CPU has AVX-512 (F, BW, DQ, VL) besides AVX2 and FMA (checked once).
 #[inline]
 pub(crate) fn avx512() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            avx2()
-                && std::is_x86_feature_detected!("avx512f")
-                && std::is_x86_feature_detected!("avx512bw")
-                && std::is_x86_feature_detected!("avx512dq")
-                && std::is_x86_feature_detected!("avx512vl")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    width_allows(2)
+        && *HAS.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                std::is_x86_feature_detected!("avx2")
+                    && std::is_x86_feature_detected!("fma")
+                    && std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512dq")
+                    && std::is_x86_feature_detected!("avx512vl")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                false
+            }
+        })
 }
 
 /// Whether the CPU has AVX2 and FMA (checked once).
 #[inline]
 pub(crate) fn avx2() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    width_allows(1)
+        && *HAS.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                false
+            }
+        })
 }
 
 /// Defines `fn name<generics>(args) -> ret { body }` compiled three times: with AVX-512, with
