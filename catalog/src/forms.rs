@@ -62,11 +62,24 @@ pub fn list_index(policy: Policy) -> usize {
     POLICY_ORDER.iter().position(|p| *p == policy).expect("every policy has a list")
 }
 
+/// `a, b, .. or z`: the alternatives of a message.
+fn one_of(items: impl IntoIterator<Item = String>) -> String {
+    let items: Vec<String> = items.into_iter().collect();
+    match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        Some((last, _)) => last.clone(),
+        None => String::new(),
+    }
+}
+
+/// The policies as written in a policy, each followed by `suffix` (`` `must_save = [..]` ``).
+fn policy_names(suffix: &str) -> impl Iterator<Item = String> + '_ {
+    kw::POLICIES.iter().map(move |p| format!("`{p}{suffix}`"))
+}
+
 /// `` `must_save`, `prefer_save`, .. or `prefer_offload` ``: the policies, for messages.
 fn policy_words() -> String {
-    let words: Vec<String> = kw::POLICIES.iter().map(|p| format!("`{p}`")).collect();
-    let (last, rest) = words.split_last().expect("policies exist");
-    format!("{} or {last}", rest.join(", "))
+    one_of(policy_names(""))
 }
 
 /// A piece of a policy as written; `S` says where (a token span, a byte range).
@@ -421,8 +434,8 @@ fn rules<S: Clone>(args: &[Expr<S>], resolved: &mut Resolved, diags: &mut Diagno
     let mut placed: Vec<(OpKind, Policy)> = Vec::new();
     for arg in args {
         let Expr::Assign { key, value, span: whole } = arg else {
-            let lists: Vec<String> = kw::POLICIES.iter().map(|p| format!("`{p} = [..]`")).collect();
-            report(diags, arg.span(), format!("expected {} or `default = ..`", lists.join(", ")));
+            let forms = one_of(policy_names(" = [..]").chain(["`default = ..`".to_string()]));
+            report(diags, arg.span(), format!("expected {forms}"));
             continue;
         };
         let Some((name, key_span)) = key.ident() else {
@@ -432,8 +445,7 @@ fn rules<S: Clone>(args: &[Expr<S>], resolved: &mut Resolved, diags: &mut Diagno
         if !keys().any(|k| k == name) {
             let hint = did_you_mean(name, keys());
             let hint = if hint.is_empty() {
-                let keys: Vec<String> = kw::POLICIES.iter().map(|p| format!("`{p}`")).collect();
-                format!("; expected {} or `default`", keys.join(", "))
+                format!("; expected {}", one_of(policy_names("").chain(["`default`".to_string()])))
             } else {
                 hint
             };
@@ -814,6 +826,20 @@ mod tests {
         assert_eq!(r.lists[list_index(Policy::MustOffload)], vec![OpKind::Gelu]);
         assert_eq!(r.lists[list_index(Policy::PreferOffload)], vec![OpKind::Softmax]);
         assert_eq!(r.default, Policy::PreferOffload);
+    }
+
+    #[test]
+    fn rules_messages_list_every_key() {
+        assert_eq!(
+            message("rules(matmul)"),
+            "expected `must_save = [..]`, `prefer_save = [..]`, `must_recompute = [..]`, `prefer_recompute = [..]`, \
+             `must_offload = [..]`, `prefer_offload = [..]` or `default = ..`@6..12"
+        );
+        assert_eq!(
+            message("rules(frobnicate = [matmul])"),
+            "unknown key `frobnicate` in `rules(..)`; expected `must_save`, `prefer_save`, `must_recompute`, \
+             `prefer_recompute`, `must_offload`, `prefer_offload` or `default`@6..16"
+        );
     }
 
     #[test]
