@@ -211,8 +211,8 @@ impl Graph {
 
     /// Names a region's `save_names` (or `offload_names`) lists that no value computed in it
     /// carries — a typo such as `save_names("ffn_akt")` for a value named `"ffn_act"` would
-    /// otherwise save nothing and say nothing. One line per region function and name (its instances counted together),
-    /// with the names the region's values do carry. Values of nested regions follow their own
+    /// otherwise save nothing and say nothing. One line per region function and name (its
+    /// instances counted together), with the names the region's values do carry. Values of nested regions follow their own
     /// region's policy, so only values whose innermost region is the listing one count.
     pub fn unknown_save_names(&self) -> Vec<String> {
         // One entry per distinct spec: the spec, and the names its instances' values carry.

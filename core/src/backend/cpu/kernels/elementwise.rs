@@ -288,17 +288,11 @@ pub(super) fn dropout<T: Float>(
     let philox_key = [seed as u32, (seed >> 32) as u32];
     // Chunks start on a group of Philox blocks: each element's word depends only on its index,
     // so the mask is the same however the elements are split over threads.
-    let whole = xv.len() - xv.len() % DROPOUT_SPAN;
     let fill = |at: usize, o: &mut [MaybeUninit<T>]| {
         dropout_loop(&xv[at..at + o.len()], o, at / DROPOUT_SPAN, key, philox_key, threshold, keep_prob)
     };
     // SAFETY: `dropout_loop` writes every element of its output chunk.
-    let mut out = unsafe { simd::par_fill(whole, DROPOUT_SPAN, fill) };
-    out.reserve_exact(xv.len() - whole);
-    let tail = &mut out.spare_capacity_mut()[..xv.len() - whole];
-    dropout_loop(&xv[whole..], tail, whole / DROPOUT_SPAN, key, philox_key, threshold, keep_prob);
-    // SAFETY: the tail was just written.
-    unsafe { out.set_len(xv.len()) };
+    let out = unsafe { simd::par_fill(xv.len(), DROPOUT_SPAN, fill) };
     finish(call, out)
 }
 

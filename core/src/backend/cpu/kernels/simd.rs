@@ -125,10 +125,10 @@ pub(crate) fn threads() -> usize {
 /// GPT step: lower ones gained nothing more).
 const PAR_MIN: usize = 1 << 14;
 
-/// Runs `f(offset, chunk)` over `out` split into up to [`threads`] chunks whose lengths are
-/// multiples of `row` (`out.len()` must be one too; one chunk when `out` is small). Each element
-/// is computed by the same code whatever the split, so results do not depend on the thread
-/// count.
+/// Runs `f(offset, chunk)` over `out` split into chunks for up to [`threads`] threads, each
+/// starting at a multiple of `row` and holding whole rows, except that the last also holds (or
+/// is) any remainder of `out.len()` past the last whole row (one chunk when `out` is small). Each element is computed by the same code
+/// whatever the split, so results do not depend on the thread count.
 pub(crate) fn par_rows<U: Send>(out: &mut [U], row: usize, f: impl Fn(usize, &mut [U]) + Sync) {
     let row = row.max(1);
     let threads = threads().min(out.len() / PAR_MIN).min(out.len() / row).max(1);
@@ -144,8 +144,8 @@ pub(crate) fn par_rows<U: Send>(out: &mut [U], row: usize, f: impl Fn(usize, &mu
     par_tasks(parts, threads, |(at, chunk)| f(at, chunk));
 }
 
-/// A vector of `n` elements that `fill(offset, chunk)` writes, over chunks whose lengths are
-/// multiples of `row` (`n` must be one too), threaded as [`par_rows`]. The output is never
+/// A vector of `n` elements that `fill(offset, chunk)` writes, over chunks split as
+/// [`par_rows`] splits them (starting at multiples of `row`). The output is never
 /// zeroed first: for an elementwise kernel that saves a whole pass over memory.
 ///
 /// # Safety
