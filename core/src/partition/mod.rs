@@ -331,6 +331,14 @@ fn respect_at_hand(class: &[Class]) -> Vec<bool> {
         .collect()
 }
 
+/// Where a grouped warning's values are: in region `f` (the function's name, shortened), or
+/// outside any region.
+pub(crate) fn in_region(function: Option<&str>) -> String {
+    function.map_or("outside any region".to_string(), |f| {
+        format!("in region `{}`", crate::text::shorten(f, crate::text::CELL))
+    })
+}
+
 /// Unneeded Must values of one region function, op and policy: (function, op, policy, values,
 /// instances).
 type Unneeded<'a> = (Option<&'a str>, &'a str, Policy, u32, Vec<RegionId>);
@@ -423,11 +431,9 @@ fn finish(
         .into_iter()
         .map(|(function, op, policy, count, instances)| {
             let region = match (function, instances.as_slice()) {
-                (None, _) => "outside any region".to_string(),
                 (Some(_), [one]) => format!("in region `{}`", g.region_label(*one)),
-                (Some(f), many) => {
-                    format!("in region `{}` ({} instances)", crate::text::shorten(f, crate::text::CELL), many.len())
-                }
+                (Some(_), many) => format!("{} ({} instances)", in_region(function), many.len()),
+                (None, _) => in_region(None),
             };
             let op = crate::text::shorten(op, crate::text::CELL);
             let (values, them) =

@@ -174,9 +174,7 @@ impl<'g> Fallbacks<'g> {
             .map(|Fallback { function, op, policy: p, cause, first, count }| match count {
                 1 => format!("{first}: {p} falls back: {cause}"),
                 _ => {
-                    let place = function.map_or("outside any region".to_string(), |f| {
-                        format!("in region `{}`", crate::text::shorten(f, crate::text::CELL))
-                    });
+                    let place = super::in_region(function);
                     let op = crate::text::shorten(op, crate::text::CELL);
                     format!("{place}: {count} values are {p} ({op}) and fall back, each because {cause} (the first: {first})")
                 }
