@@ -196,7 +196,7 @@ struct Args {
 }
 
 fn config(args: &Args) -> Result<GptConfig, String> {
-    if args.d_model % args.heads != 0 {
+    if !args.d_model.is_multiple_of(args.heads) {
         return Err(format!("--d-model {} is not a multiple of --heads {}", args.d_model, args.heads));
     }
     Ok(GptConfig {

@@ -345,7 +345,7 @@ struct Args {
 }
 
 fn config(args: &Args) -> Result<Config, String> {
-    if args.d_model % args.heads != 0 || (args.d_model / args.heads) % 2 != 0 {
+    if !args.d_model.is_multiple_of(args.heads) || !(args.d_model / args.heads).is_multiple_of(2) {
         return Err(format!(
             "--d-model {} must be a multiple of --heads {} with an even head dim (rotary halves)",
             args.d_model, args.heads

@@ -21,22 +21,39 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     c
 }
 
-/// How many Philox blocks [`philox_lanes`] computes at once.
-pub const LANES: usize = 8;
+/// How many Philox blocks [`philox_lanes`] computes at once: two AVX-512 registers of 32-bit
+/// lanes (four AVX2 ones), whose rounds interleave to hide the multiplies' latency.
+pub const LANES: usize = 32;
 
 /// [`philox4x32_10`] of the [`LANES`] consecutive blocks `first..first + LANES` (counter words
 /// 0-1 the block index, 2-3 `key`), word `w` of block `first + l` at `out[w][l]`. Laid out
-/// lane by lane so the compiler can vectorise the rounds; equal to calling the scalar function
-/// per block (a test checks).
+/// lane by lane so the rounds run on whole vectors; equal to calling the scalar function per
+/// block (a test checks every path).
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // indexed lanes are what vectorises
 pub fn philox_lanes(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES]; 4] {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        return unsafe { philox_lanes_avx2(first, key, seed) };
+    {
+        if crate::backend::cpu::kernels::simd::avx512() {
+            // SAFETY: the CPU has AVX-512 F (checked just above).
+            return unsafe { philox_lanes_avx512(first, key, seed) };
+        }
+        if crate::backend::cpu::kernels::simd::avx2() {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { philox_lanes_avx2(first, key, seed) };
+        }
     }
     philox_lanes_portable(first, key, seed)
+}
+
+/// The counter words 0 and 1 (low and high halves of the block index) of `LANES` blocks.
+#[inline(always)]
+fn block_words(first: u64) -> ([u32; LANES], [u32; LANES]) {
+    let (mut lo, mut hi) = ([0u32; LANES], [0u32; LANES]);
+    for l in 0..LANES {
+        let block = first + l as u64;
+        (lo[l], hi[l]) = (block as u32, (block >> 32) as u32);
+    }
+    (lo, hi)
 }
 
 /// [`philox_lanes`] in plain Rust (what the compiler vectorises itself, with many shuffles for
@@ -44,14 +61,8 @@ pub fn philox_lanes(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES]; 4] {
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
 fn philox_lanes_portable(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES]; 4] {
-    let mut c = [[0u32; LANES]; 4];
-    for l in 0..LANES {
-        let block = first + l as u64;
-        c[0][l] = block as u32;
-        c[1][l] = (block >> 32) as u32;
-        c[2][l] = key as u32;
-        c[3][l] = (key >> 32) as u32;
-    }
+    let (lo, hi) = block_words(first);
+    let mut c = [lo, hi, [key as u32; LANES], [(key >> 32) as u32; LANES]];
     let mut k = seed;
     for _ in 0..10 {
         let mut next = [[0u32; LANES]; 4];
@@ -69,8 +80,10 @@ fn philox_lanes_portable(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES];
     c
 }
 
-/// [`philox_lanes`] with AVX2: each round's high and low product words come from two
-/// `vpmuludq` (even and odd lanes) and one `vpmulld`, without moving lanes around.
+/// [`philox_lanes`] with AVX2: [`LANES`] / 8 registers of eight lanes per counter word, their
+/// rounds interleaved so that the multiplies' latency overlaps. Each round's high and low
+/// product words come from two `vpmuludq` (even and odd lanes) and one `vpmulld`, without
+/// moving lanes around.
 ///
 /// # Safety
 /// The CPU must support AVX2.
@@ -78,17 +91,12 @@ fn philox_lanes_portable(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES];
 #[target_feature(enable = "avx2")]
 unsafe fn philox_lanes_avx2(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES]; 4] {
     use std::arch::x86_64::*;
-    let (mut lo, mut hi) = ([0u32; LANES], [0u32; LANES]);
-    for l in 0..LANES {
-        let block = first + l as u64;
-        (lo[l], hi[l]) = (block as u32, (block >> 32) as u32);
-    }
+    const W: usize = 8;
+    const R: usize = LANES / W;
+    let (lo, hi) = block_words(first);
     // SAFETY (every intrinsic below): AVX2 is enabled for this function; loads and stores go
-    // through `[u32; 8]` arrays of exactly 32 bytes.
-    let load = |a: &[u32; LANES]| unsafe { _mm256_loadu_si256(a.as_ptr().cast()) };
-    let (mut c0, mut c1) = (load(&lo), load(&hi));
-    let mut c2 = _mm256_set1_epi32(key as u32 as i32);
-    let mut c3 = _mm256_set1_epi32((key >> 32) as u32 as i32);
+    // through 8-element `u32` slices of exactly 32 bytes.
+    let load = |a: &[u32], r: usize| unsafe { _mm256_loadu_si256(a[r * W..(r + 1) * W].as_ptr().cast()) };
     let (m0, m1) = (_mm256_set1_epi32(M0 as i32), _mm256_set1_epi32(M1 as i32));
     // The high words of `m · x` per 32-bit lane: even lanes from the 64-bit products of the
     // even lanes, odd lanes from those of the odd lanes shifted down.
@@ -97,20 +105,76 @@ unsafe fn philox_lanes_avx2(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANE
         let odd = _mm256_mul_epu32(m, _mm256_srli_epi64::<32>(x));
         _mm256_blend_epi32::<0b1010_1010>(even, odd)
     };
+    let mut c0: [__m256i; R] = std::array::from_fn(|r| load(&lo, r));
+    let mut c1: [__m256i; R] = std::array::from_fn(|r| load(&hi, r));
+    let mut c2 = [_mm256_set1_epi32(key as u32 as i32); R];
+    let mut c3 = [_mm256_set1_epi32((key >> 32) as u32 as i32); R];
     let mut k = seed;
     for _ in 0..10 {
         let (k0, k1) = (_mm256_set1_epi32(k[0] as i32), _mm256_set1_epi32(k[1] as i32));
-        let next0 = _mm256_xor_si256(_mm256_xor_si256(mulhi(m1, c2), c1), k0);
-        let next1 = _mm256_mullo_epi32(m1, c2);
-        let next2 = _mm256_xor_si256(_mm256_xor_si256(mulhi(m0, c0), c3), k1);
-        let next3 = _mm256_mullo_epi32(m0, c0);
-        (c0, c1, c2, c3) = (next0, next1, next2, next3);
+        for r in 0..R {
+            let next0 = _mm256_xor_si256(_mm256_xor_si256(mulhi(m1, c2[r]), c1[r]), k0);
+            let next1 = _mm256_mullo_epi32(m1, c2[r]);
+            let next2 = _mm256_xor_si256(_mm256_xor_si256(mulhi(m0, c0[r]), c3[r]), k1);
+            let next3 = _mm256_mullo_epi32(m0, c0[r]);
+            (c0[r], c1[r], c2[r], c3[r]) = (next0, next1, next2, next3);
+        }
         k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
     }
     let mut out = [[0u32; LANES]; 4];
     for (o, v) in out.iter_mut().zip([c0, c1, c2, c3]) {
-        // SAFETY: `o` is 32 writable bytes.
-        unsafe { _mm256_storeu_si256(o.as_mut_ptr().cast(), v) };
+        for (r, v) in v.into_iter().enumerate() {
+            // SAFETY: `o[r * W..]` has 8 writable `u32`s.
+            unsafe { _mm256_storeu_si256(o[r * W..].as_mut_ptr().cast(), v) };
+        }
+    }
+    out
+}
+
+/// [`philox_lanes`] with AVX-512: [`LANES`] / 16 registers of sixteen lanes per counter word,
+/// their rounds interleaved; the high product words from two `vpmuludq` merged under a mask,
+/// the low ones from `vpmulld`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn philox_lanes_avx512(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES]; 4] {
+    use std::arch::x86_64::*;
+    const W: usize = 16;
+    const R: usize = LANES / W;
+    let (lo, hi) = block_words(first);
+    // SAFETY (every intrinsic below): AVX-512 F is enabled for this function; loads and stores
+    // go through 16-element `u32` slices of exactly 64 bytes.
+    let load = |a: &[u32], r: usize| unsafe { _mm512_loadu_si512(a[r * W..(r + 1) * W].as_ptr().cast()) };
+    let (m0, m1) = (_mm512_set1_epi32(M0 as i32), _mm512_set1_epi32(M1 as i32));
+    let mulhi = |m: __m512i, x: __m512i| {
+        let even = _mm512_srli_epi64::<32>(_mm512_mul_epu32(m, x));
+        let odd = _mm512_mul_epu32(m, _mm512_srli_epi64::<32>(x));
+        _mm512_mask_blend_epi32(0b1010_1010_1010_1010, even, odd)
+    };
+    let mut c0: [__m512i; R] = std::array::from_fn(|r| load(&lo, r));
+    let mut c1: [__m512i; R] = std::array::from_fn(|r| load(&hi, r));
+    let mut c2 = [_mm512_set1_epi32(key as u32 as i32); R];
+    let mut c3 = [_mm512_set1_epi32((key >> 32) as u32 as i32); R];
+    let mut k = seed;
+    for _ in 0..10 {
+        let (k0, k1) = (_mm512_set1_epi32(k[0] as i32), _mm512_set1_epi32(k[1] as i32));
+        for r in 0..R {
+            let next0 = _mm512_xor_si512(_mm512_xor_si512(mulhi(m1, c2[r]), c1[r]), k0);
+            let next1 = _mm512_mullo_epi32(m1, c2[r]);
+            let next2 = _mm512_xor_si512(_mm512_xor_si512(mulhi(m0, c0[r]), c3[r]), k1);
+            let next3 = _mm512_mullo_epi32(m0, c0[r]);
+            (c0[r], c1[r], c2[r], c3[r]) = (next0, next1, next2, next3);
+        }
+        k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
+    }
+    let mut out = [[0u32; LANES]; 4];
+    for (o, v) in out.iter_mut().zip([c0, c1, c2, c3]) {
+        for (r, v) in v.into_iter().enumerate() {
+            // SAFETY: `o[r * W..]` has 16 writable `u32`s.
+            unsafe { _mm512_storeu_si512(o[r * W..].as_mut_ptr().cast(), v) };
+        }
     }
     out
 }
@@ -187,8 +251,19 @@ mod tests {
         for (first, key, seed) in
             [(0u64, 0u64, [0u32, 0u32]), (u32::MAX as u64 - 3, 77, [5, 9]), (1 << 40, u64::MAX, [u32::MAX; 2])]
         {
-            let lanes = philox_lanes(first, key, seed);
-            assert_eq!(lanes, philox_lanes_portable(first, key, seed), "the AVX2 and portable rounds agree");
+            let lanes = philox_lanes_portable(first, key, seed);
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2.
+                    assert_eq!(unsafe { philox_lanes_avx2(first, key, seed) }, lanes, "AVX2 rounds");
+                }
+                if crate::backend::cpu::kernels::simd::avx512() {
+                    // SAFETY: the CPU has AVX-512 F.
+                    assert_eq!(unsafe { philox_lanes_avx512(first, key, seed) }, lanes, "AVX-512 rounds");
+                }
+            }
+            assert_eq!(philox_lanes(first, key, seed), lanes, "the dispatching entry point");
             for l in 0..LANES {
                 let b = first + l as u64;
                 let want = philox4x32_10([b as u32, (b >> 32) as u32, key as u32, (key >> 32) as u32], seed);

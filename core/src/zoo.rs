@@ -258,7 +258,7 @@ pub fn synthetic_tokens(cfg: &GptConfig, step: u64) -> Result<Feeds> {
         let (a, c) = [(1, 1), (1, 3), (3, 1)][rule as usize];
         let mut tok = rng::uniform_u32(17, stream, 1) as u64 % v;
         for i in 0..=t as u64 {
-            let noisy = rng::uniform_u32(17, stream, 2 + i) % 16 == 0;
+            let noisy = rng::uniform_u32(17, stream, 2 + i).is_multiple_of(16);
             let next = if noisy { rng::uniform_u32(19, stream, i) as u64 % v } else { (a * tok + c) % v };
             if i < t as u64 {
                 tokens.push(tok as i64);

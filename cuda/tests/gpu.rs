@@ -371,8 +371,11 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
 /// A bool mask.
 fn mask(shape: &[usize], seed: u64) -> HostTensor {
     let n: usize = shape.iter().product();
-    HostTensor::bool(shape.to_vec(), (0..n as u64).map(|i| remat_core::rng::uniform_u32(seed, 5, i) % 2 == 0).collect())
-        .unwrap()
+    HostTensor::bool(
+        shape.to_vec(),
+        (0..n as u64).map(|i| remat_core::rng::uniform_u32(seed, 5, i).is_multiple_of(2)).collect(),
+    )
+    .unwrap()
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! host tier for offloaded values is a second pool with its own meter ([`Backend::host_memory`]);
 //! an offload copies the tensor into it synchronously, a fetch copies it back.
 
-mod kernels;
+pub(crate) mod kernels;
 
 use super::{Backend, KernelCall, MemoryStats};
 use crate::error::Result;

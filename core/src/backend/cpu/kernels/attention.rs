@@ -119,38 +119,92 @@ fn visible(causal: bool, row: usize, kj: usize, kn: usize) -> usize {
     }
 }
 
-simd::wide_fn! {
-    /// One score row of the online softmax: scales the `visible` unmasked scores, replaces them by
-    /// `exp(s − m_new)` (the rest by 0) and returns `(m_new, Σ exp)`; `m_new` is the running
-    /// maximum `m` updated with this row (−∞ and an empty sum while everything is masked).
-    fn online_row<[T: Float]>[T](row: &mut [T], visible: usize, scale: T, m: T) -> (T, T) {
-        let (seen, masked) = row.split_at_mut(visible);
-        masked.iter_mut().for_each(|x| *x = T::ZERO);
-        seen.iter_mut().for_each(|x| *x = *x * scale);
-        let block_max = simd::lane_max(seen);
-        let m_new = if block_max > m { block_max } else { m };
-        if m_new == T::NEG_INFINITY {
-            seen.iter_mut().for_each(|x| *x = T::ZERO);
-            return (m_new, T::ZERO);
+// The block loops run over whole rows and then clear the masked tail, rather than over each
+// row's visible prefix: with causal rows of every length, a prefix loop leaves most of its work
+// to the vector loop's scalar remainder. Masked scores join the max as −∞ and the sums as exact
+// zeros (`exp` of −∞), so the results are those of the prefix loops. Each step runs over the
+// whole block before the next, so the long `exp` polynomial of one row overlaps the next row's
+// instead of waiting on its own row's reductions.
+
+/// The largest non-NaN element of `row` (−∞ if none). A maximum is exact in any order, so this
+/// runs at full vector width rather than over [`simd::lane_max`]'s fixed eight lanes.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+fn row_max<T: Float>(row: &[T]) -> T {
+    const W: usize = 16;
+    let pick = |m: T, v: T| if v > m { v } else { m };
+    let mut acc = [T::NEG_INFINITY; W];
+    let mut chunks = row.chunks_exact(W);
+    for c in &mut chunks {
+        for l in 0..W {
+            acc[l] = pick(acc[l], c[l]);
         }
-        seen.iter_mut().for_each(|x| *x = (*x - m_new).exp_fast());
-        (m_new, simd::lane_sum(seen, |x| x))
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        acc[l] = pick(acc[l], v);
+    }
+    // Pairwise, so a row's reduction is four dependent steps rather than sixteen.
+    let mut width = W / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] = pick(acc[l], acc[l + width]);
+        }
+        width /= 2;
+    }
+    acc[0]
+}
+
+simd::wide_fn! {
+    #[allow(clippy::too_many_arguments)]
+    /// One block `s` (`rows × kn`, query rows from `first_row`, keys from `kj`) of the online
+    /// softmax: scales the visible scores, updates each row's running maximum `m` in place,
+    /// replaces the scores by `exp(s − m)` (masked ones by 0) and writes each row's sum of them
+    /// into `sums`. A row masked so far keeps `m = −∞` and gets a zero row and sum.
+    fn online_block<[T: Float]>[T](s: &mut [T], kn: usize, first_row: usize, kj: usize, causal: bool, scale: T, m: &mut [T], sums: &mut [T]) -> () {
+        for (i, row) in s.chunks_exact_mut(kn).enumerate() {
+            row.iter_mut().for_each(|x| *x = *x * scale);
+            let seen = visible(causal, first_row + i, kj, kn);
+            row[seen..].iter_mut().for_each(|x| *x = T::NEG_INFINITY);
+            let block_max = row_max(row);
+            if block_max > m[i] {
+                m[i] = block_max;
+            } else if block_max == T::NEG_INFINITY && row[..seen].iter().any(|x| x.is_nan()) {
+                // Only NaNs seen: the maximum must be NaN for the row's output to be NaN (a NaN
+                // beside a number already is, through its `exp`).
+                m[i] = T::of(f64::NAN);
+            }
+        }
+        for (row, &mi) in s.chunks_exact_mut(kn).zip(m.iter()) {
+            if mi == T::NEG_INFINITY {
+                row.iter_mut().for_each(|x| *x = T::ZERO);
+            } else {
+                row.iter_mut().for_each(|x| *x = (*x - mi).exp_fast());
+            }
+        }
+        for (row, sum) in s.chunks_exact(kn).zip(sums.iter_mut()) {
+            *sum = simd::lane_sum(row, |x| x);
+        }
     }
 }
 
 simd::wide_fn! {
-    /// One row of the backward block: `p = exp(scale·s − lse)` over the `visible` keys (0 past
-    /// them) into `p`, and `ds = p·(dp − δ)` over `dp` in place.
-    fn grad_row<[T: Float]>[T](p: &mut [T], ds: &mut [T], visible: usize, scale: T, lse: T, delta: T) -> () {
-        let (p_seen, p_masked) = p.split_at_mut(visible);
-        let (ds_seen, ds_masked) = ds.split_at_mut(visible);
-        for (x, d) in p_seen.iter_mut().zip(ds_seen.iter_mut()) {
-            let e = (*x * scale - lse).exp_fast();
-            *x = e;
-            *d = e * (*d - delta);
+    #[allow(clippy::too_many_arguments)]
+    /// One block of the backward (`rows × kn`, query rows from `first_row`, keys from `kj`):
+    /// `p = exp(scale·s − lse)` over the visible keys (0 past them) into `p`, and
+    /// `ds = p·(dp − δ)` over `dp` in place (0 past them); `lse` and `delta` per row.
+    fn grad_rows<[T: Float]>[T](p: &mut [T], ds: &mut [T], kn: usize, first_row: usize, kj: usize, causal: bool, scale: T, lse: &[T], delta: &[T]) -> () {
+        let rows = p.chunks_exact_mut(kn).zip(ds.chunks_exact_mut(kn));
+        for (i, (p, ds)) in rows.enumerate() {
+            let (lse, delta) = (lse[i], delta[i]);
+            for (x, d) in p.iter_mut().zip(ds.iter_mut()) {
+                let e = (*x * scale - lse).exp_fast();
+                *x = e;
+                *d = e * (*d - delta);
+            }
+            let seen = visible(causal, first_row + i, kj, kn);
+            p[seen..].iter_mut().for_each(|x| *x = T::ZERO);
+            ds[seen..].iter_mut().for_each(|x| *x = T::ZERO);
         }
-        p_masked.iter_mut().for_each(|x| *x = T::ZERO);
-        ds_masked.iter_mut().for_each(|x| *x = T::ZERO);
     }
 }
 
@@ -205,28 +259,34 @@ pub(super) fn sdpa<T: Float>(
     let mut out = vec![T::ZERO; dm.batch * tq * width];
     parallel_units(&mut out, &lens, |u, o| {
         let (b, qi, qn) = units[u];
-        let mut m = vec![T::NEG_INFINITY; qn];
-        let mut l = vec![T::ZERO; qn];
-        let mut acc = vec![T::ZERO; qn * dv];
-        let mut s = vec![T::ZERO; qn * K_BLOCK.min(tk)];
-        let mut pv = vec![T::ZERO; qn * dv];
+        // One scratch allocation per unit: running maxima (and those before the block), running
+        // sums, the block's sums, the accumulator, a score block and its product with v.
+        let kb = K_BLOCK.min(tk);
+        let mut scratch = vec![T::ZERO; qn * (4 + 2 * dv + kb)];
+        let (m, rest) = scratch.split_at_mut(qn);
+        let (before, rest) = rest.split_at_mut(qn);
+        let (l, rest) = rest.split_at_mut(qn);
+        let (sums, rest) = rest.split_at_mut(qn);
+        let (acc, rest) = rest.split_at_mut(qn * dv);
+        let (pv, s) = rest.split_at_mut(qn * dv);
+        m.iter_mut().for_each(|x| *x = T::NEG_INFINITY);
         let n_keys = dm.keys_before(qi + qn);
         for kj in (0..n_keys).step_by(K_BLOCK) {
             let kn = K_BLOCK.min(n_keys - kj);
-            ops.scores(b, (qi, qn), (kj, kn), &mut s);
+            let s = &mut s[..qn * kn];
+            ops.scores(b, (qi, qn), (kj, kn), s);
+            before.copy_from_slice(m);
+            online_block(s, kn, qi, kj, dm.causal, ops.scale, m, sums);
             for i in 0..qn {
-                let row = &mut s[i * kn..(i + 1) * kn];
-                let (m_new, sum) = online_row(row, visible(dm.causal, qi + i, kj, kn), ops.scale, m[i]);
-                if m_new == T::NEG_INFINITY {
+                if m[i] == T::NEG_INFINITY {
                     continue; // every key so far is masked for this row
                 }
-                let correction = if m[i] == T::NEG_INFINITY { T::ZERO } else { (m[i] - m_new).exp() };
-                l[i] = l[i] * correction + sum;
+                let correction = if before[i] == T::NEG_INFINITY { T::ZERO } else { (before[i] - m[i]).exp() };
+                l[i] = l[i] * correction + sums[i];
                 acc[i * dv..(i + 1) * dv].iter_mut().for_each(|a| *a = *a * correction);
-                m[i] = m_new;
             }
-            mm(qn, kn, dv, &s, (kn, 1), &vv[(b * tk + kj) * dv..], (dv, 1), &mut pv);
-            acc.iter_mut().zip(&pv).for_each(|(a, &x)| *a += x);
+            mm(qn, kn, dv, s, (kn, 1), &vv[(b * tk + kj) * dv..], (dv, 1), pv);
+            acc.iter_mut().zip(pv.iter()).for_each(|(a, &x)| *a += x);
         }
         for i in 0..qn {
             let row = &mut o[i * width..(i + 1) * width];
@@ -264,12 +324,9 @@ fn grad_block<T: Float>(
     ops.scores(b, (qi, qn), (kj, kn), p);
     // dp = dout · vᵀ (dout rows have stride dv + 1 in the packed gradient).
     mm(qn, dv, kn, &g[(b * tq + qi) * width..], (width, 1), &ops.v[(b * tk + kj) * dv..], (1, dv), ds);
-    for i in 0..qn {
-        let r = b * tq + qi + i;
-        let (lse, dl) = (saved[r * width + dv], delta[r]);
-        let seen = visible(ops.dm.causal, qi + i, kj, kn);
-        grad_row(&mut p[i * kn..(i + 1) * kn], &mut ds[i * kn..(i + 1) * kn], seen, ops.scale, lse, dl);
-    }
+    let rows = (b * tq + qi)..(b * tq + qi + qn);
+    let lse: Vec<T> = rows.clone().map(|r| saved[r * width + dv]).collect();
+    grad_rows(&mut p[..qn * kn], &mut ds[..qn * kn], kn, qi, kj, ops.dm.causal, ops.scale, &lse, &delta[rows]);
 }
 
 /// Gradients `[.., tq·d + tk·d + tk·dv]` (dq, dk, dv flattened per batch) from q, k, v, the saved
@@ -349,6 +406,29 @@ mod tests {
             out.push(m + l.ln());
         }
         out
+    }
+
+    #[test]
+    fn a_nan_score_makes_its_rows_nan_even_when_it_is_all_a_row_sees() {
+        // Key 0 is NaN: query 0 (causal) sees only it, later queries see it beside numbers;
+        // 70 keys put the NaN in the first of two key blocks.
+        let (t, d) = (70, 2);
+        let (q, mut k, v) = (values(t * d, 1), values(t * d, 2), values(t * d, 3));
+        k[0] = f64::NAN;
+        let op = Op::Sdpa { causal: true, scale: 0.5 };
+        for dtype_f32 in [false, true] {
+            let tensor = |x: &[f64]| {
+                if dtype_f32 {
+                    t32(&[1, t, d], &x.iter().map(|&v| v as f32).collect::<Vec<_>>())
+                } else {
+                    t64(&[1, t, d], x)
+                }
+            };
+            let y = run(&op, &[&tensor(&q), &tensor(&k), &tensor(&v)]).unwrap().to_f64_vec();
+            for (row, out) in y.chunks(d + 1).enumerate() {
+                assert!(out.iter().all(|x| x.is_nan()), "row {row} (f32: {dtype_f32}): {out:?}");
+            }
+        }
     }
 
     #[test]

@@ -27,25 +27,26 @@ pub(super) fn broadcast_zip<T: Float>(
     let (sa, sb) = (broadcast_strides(a_shape, out_shape), broadcast_strides(b_shape, out_shape));
     let (shape, s) = coalesce(out_shape, &[&sa, &sb]);
     let r = shape.len();
-    let inner = shape[r - 1];
-    let mut out = vec![T::ZERO; out_shape.iter().product()];
+    let inner = shape[r - 1].max(1);
     let rows_a = row_offsets(&shape, &s[0]);
     let rows_b = row_offsets(&shape, &s[1]);
     let steps = (s[0][r - 1], s[1][r - 1]);
-    simd::par_rows(&mut out, inner, |at, chunk| {
-        let first = at / inner.max(1);
-        let rows = first..first + chunk.len() / inner.max(1);
+    let fill = |at: usize, chunk: &mut [MaybeUninit<T>]| {
+        let rows = at / inner..(at + chunk.len()) / inner;
         broadcast_rows(chunk, a, &rows_a[rows.clone()], b, &rows_b[rows], inner, steps, &f)
-    });
-    out
+    };
+    // SAFETY: chunks hold whole rows (`par_fill` splits at multiples of `inner`, and the output
+    // is `rows · inner` long), and `broadcast_rows` writes every element of each row.
+    unsafe { simd::par_fill(out_shape.iter().product(), inner, fill) }
 }
 
 simd::wide_fn! {
     #[allow(clippy::too_many_arguments)]
     /// Rows of [`broadcast_zip`]: `out` holds consecutive rows of `inner` elements, row `i`
-    /// reading `a` from `rows_a[i]` and `b` from `rows_b[i]` with inner steps `steps`.
+    /// reading `a` from `rows_a[i]` and `b` from `rows_b[i]` with inner steps `steps`. Writes
+    /// every element of `out`.
     fn broadcast_rows<[T: Float, F: Fn(T, T) -> T]>[T, F](
-        out: &mut [T],
+        out: &mut [MaybeUninit<T>],
         a: &[T],
         rows_a: &[usize],
         b: &[T],
@@ -54,12 +55,12 @@ simd::wide_fn! {
         steps: (usize, usize),
         f: &F,
     ) -> () {
-        for ((o, &oa), &ob) in out.chunks_exact_mut(inner.max(1)).zip(rows_a).zip(rows_b) {
+        for ((o, &oa), &ob) in out.chunks_exact_mut(inner).zip(rows_a).zip(rows_b) {
             match steps {
-                (1, 1) => o.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]).for_each(|((o, &x), &y)| *o = f(x, y)),
-                (1, 0) => o.iter_mut().zip(&a[oa..oa + inner]).for_each(|(o, &x)| *o = f(x, b[ob])),
-                (0, 1) => o.iter_mut().zip(&b[ob..ob + inner]).for_each(|(o, &y)| *o = f(a[oa], y)),
-                (ia, ib) => o.iter_mut().enumerate().for_each(|(j, o)| *o = f(a[oa + j * ia], b[ob + j * ib])),
+                (1, 1) => o.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]).for_each(|((o, &x), &y)| { o.write(f(x, y)); }),
+                (1, 0) => o.iter_mut().zip(&a[oa..oa + inner]).for_each(|(o, &x)| { o.write(f(x, b[ob])); }),
+                (0, 1) => o.iter_mut().zip(&b[ob..ob + inner]).for_each(|(o, &y)| { o.write(f(a[oa], y)); }),
+                (ia, ib) => o.iter_mut().enumerate().for_each(|(j, o)| { o.write(f(a[oa + j * ia], b[ob + j * ib])); }),
             }
         }
     }
@@ -292,7 +293,7 @@ pub(super) fn dropout<T: Float>(
         dropout_loop(&xv[at..at + o.len()], o, at / DROPOUT_SPAN, key, philox_key, threshold, keep_prob)
     };
     // SAFETY: `dropout_loop` writes every element of its output chunk.
-    let out = unsafe { simd::par_fill(xv.len(), DROPOUT_SPAN, fill) };
+    let out = unsafe { simd::par_fill_min(xv.len(), DROPOUT_SPAN, simd::HEAVY_PAR_MIN, fill) };
     finish(call, out)
 }
 

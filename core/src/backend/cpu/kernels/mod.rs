@@ -18,7 +18,7 @@ mod matmul;
 mod nn;
 mod norm;
 mod reduce;
-mod simd;
+pub(crate) mod simd;
 mod strided;
 
 use crate::backend::KernelCall;

@@ -125,20 +125,30 @@ pub(crate) fn threads() -> usize {
 /// GPT step: lower ones gained nothing more).
 const PAR_MIN: usize = 1 << 14;
 
+/// Elements a thread must get before a loop whose elements each cost tens of instructions
+/// (a Philox mask, a tanh, an exp) is split: a few µs of work.
+pub(crate) const HEAVY_PAR_MIN: usize = 1 << 11;
+
 /// Runs `f(offset, chunk)` over `out` split into chunks for up to [`threads`] threads, each
 /// starting at a multiple of `row` and holding whole rows, except that the last also holds (or
-/// is) any remainder of `out.len()` past the last whole row (one chunk when `out` is small). Each element is computed by the same code
-/// whatever the split, so results do not depend on the thread count.
+/// is) any remainder of `out.len()` past the last whole row (one chunk when `out` is small).
+/// Each element is computed by the same code whatever the split, so results do not depend on
+/// the thread count.
 pub(crate) fn par_rows<U: Send>(out: &mut [U], row: usize, f: impl Fn(usize, &mut [U]) + Sync) {
-    let row = row.max(1);
-    let threads = threads().min(out.len() / PAR_MIN).min(out.len() / row).max(1);
+    par_rows_min(out, row, PAR_MIN, f)
+}
+
+/// [`par_rows`] giving each thread at least `min` elements (rather than [`PAR_MIN`]).
+pub(crate) fn par_rows_min<U: Send>(out: &mut [U], row: usize, min: usize, f: impl Fn(usize, &mut [U]) + Sync) {
+    let (row, min) = (row.max(1), min.max(1));
+    let threads = threads().min(out.len() / min).min(out.len() / row).max(1);
     if threads == 1 {
         return f(0, out);
     }
     // A few tasks per thread, claimed as threads get free: on a shared machine one thread may
     // be descheduled, and a static split would make everyone wait for it.
     let rows = out.len() / row;
-    let tasks = (threads * 4).min(rows).min(out.len() / PAR_MIN).max(threads);
+    let tasks = (threads * 4).min(rows).min(out.len() / min).max(threads);
     let per = rows.div_ceil(tasks) * row;
     let parts: Vec<(usize, &mut [U])> = out.chunks_mut(per).enumerate().map(|(i, c)| (i * per, c)).collect();
     par_tasks(parts, threads, |(at, chunk)| f(at, chunk));
@@ -155,8 +165,22 @@ pub(crate) unsafe fn par_fill<U: Send>(
     row: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
 ) -> Vec<U> {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { par_fill_min(n, row, PAR_MIN, fill) }
+}
+
+/// [`par_fill`] giving each thread at least `min` elements.
+///
+/// # Safety
+/// `fill` must initialise every element of every chunk it is given.
+pub(crate) unsafe fn par_fill_min<U: Send>(
+    n: usize,
+    row: usize,
+    min: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) -> Vec<U> {
     let mut out: Vec<U> = Vec::with_capacity(n);
-    par_rows(&mut out.spare_capacity_mut()[..n], row, fill);
+    par_rows_min(&mut out.spare_capacity_mut()[..n], row, min, fill);
     // SAFETY: the chunks cover `0..n` and the caller's `fill` wrote each of them.
     unsafe { out.set_len(n) };
     out
@@ -278,7 +302,7 @@ mod pool {
             while self.state.load(Ordering::Acquire) != POSTED {
                 std::hint::spin_loop();
                 polls += 1;
-                if polls % 64 == 0 && start.elapsed() > SPIN {
+                if polls.is_multiple_of(64) && start.elapsed() > SPIN {
                     // The state is checked again under the lock the poster takes to wake us,
                     // so a job posted meanwhile is never missed.
                     let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
@@ -483,7 +507,8 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     };
     // Round x·log2(e) to the nearest integer (1.5·2^23 pushes the fraction out of the mantissa).
     let magic = 12_582_912.0f32;
-    let n = (xc * std::f32::consts::LOG2_E + magic) - magic;
+    let shifted = xc * std::f32::consts::LOG2_E + magic;
+    let n = shifted - magic;
     let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let p = 1.987_569_1e-4f32;
     let p = p * r + 1.398_199_9e-3;
@@ -492,7 +517,11 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     let p = p * r + 0.166_666_65;
     let p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+    // `shifted` is `magic + n` exactly (|n| ≤ 128, and its ulp is 1), so `n` is also its low
+    // mantissa bits: the exponent comes from integer ops, where a float-to-int cast would be
+    // a saturating one that the compiler does not vectorise.
+    let n_bits = (shifted.to_bits() as i32).wrapping_sub(magic.to_bits() as i32);
+    let scale = f32::from_bits((n_bits.wrapping_add(127) as u32) << 23);
     let e = y * scale;
     if under {
         0.0
