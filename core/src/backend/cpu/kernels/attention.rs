@@ -13,6 +13,7 @@
 use super::{finish, simd, Float, KernelCall};
 use crate::error::Result;
 use crate::host::HostTensor;
+use std::mem::MaybeUninit;
 
 /// Query rows per block.
 const Q_BLOCK: usize = 64;
@@ -91,22 +92,37 @@ fn mm<T: Float>(
     }
 }
 
-/// Runs `f(unit, chunk)` for consecutive chunks of `out` of the given lengths, on the kernels'
-/// threads (`simd::threads`, the long-lived pool), units claimed as threads get free (causal
-/// blocks grow with their index); each chunk is written by exactly one thread.
-fn parallel_units<T: Float>(out: &mut [T], lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) {
+/// A vector of the given chunk lengths' total, each chunk zeroed and then passed to
+/// `f(unit, chunk)` on the kernels' threads (`simd::threads`, the long-lived pool), units
+/// claimed as threads get free (causal blocks grow with their index). Each chunk is zeroed by
+/// the thread that fills it, so it is in that thread's cache, and no pass runs before the units.
+fn parallel_units<T: Float>(lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) -> Vec<T> {
+    let n = lens.iter().sum();
+    let mut out: Vec<T> = Vec::with_capacity(n);
     let mut chunks = Vec::with_capacity(lens.len());
-    let mut rest = out;
+    let mut rest = &mut out.spare_capacity_mut()[..n];
     for (u, &len) in lens.iter().enumerate() {
         let (head, tail) = rest.split_at_mut(len);
         chunks.push((u, head));
         rest = tail;
     }
+    let run = |(u, chunk): (usize, &mut [MaybeUninit<T>])| {
+        chunk.iter_mut().for_each(|x| {
+            x.write(T::ZERO);
+        });
+        // SAFETY: every element of `chunk` was just initialised, and `MaybeUninit<T>` has the
+        // layout of `T`.
+        f(u, unsafe { &mut *(chunk as *mut [MaybeUninit<T>] as *mut [T]) })
+    };
     let threads = simd::threads().min(chunks.len());
     if threads <= 1 {
-        return chunks.into_iter().for_each(|(u, chunk)| f(u, chunk));
+        chunks.into_iter().for_each(run);
+    } else {
+        simd::par_tasks(chunks, threads, run);
     }
-    simd::par_tasks(chunks, threads, |(u, chunk)| f(u, chunk));
+    // SAFETY: the chunks cover `0..n`, and each was initialised above.
+    unsafe { out.set_len(n) };
+    out
 }
 
 /// Of query row `row` (absolute), the keys of the block starting at `kj` with `kn` keys it may
@@ -191,11 +207,12 @@ simd::wide_fn! {
     #[allow(clippy::too_many_arguments)]
     /// One block of the backward (`rows × kn`, query rows from `first_row`, keys from `kj`):
     /// `p = exp(scale·s − lse)` over the visible keys (0 past them) into `p`, and
-    /// `ds = p·(dp − δ)` over `dp` in place (0 past them); `lse` and `delta` per row.
-    fn grad_rows<[T: Float]>[T](p: &mut [T], ds: &mut [T], kn: usize, first_row: usize, kj: usize, causal: bool, scale: T, lse: &[T], delta: &[T]) -> () {
+    /// `ds = p·(dp − δ)` over `dp` in place (0 past them); row `i`'s `lse` at `lse.0[i · lse.1]`,
+    /// its δ at `delta[i]`.
+    fn grad_rows<[T: Float]>[T](p: &mut [T], ds: &mut [T], kn: usize, first_row: usize, kj: usize, causal: bool, scale: T, lse: (&[T], usize), delta: &[T]) -> () {
         let rows = p.chunks_exact_mut(kn).zip(ds.chunks_exact_mut(kn));
         for (i, (p, ds)) in rows.enumerate() {
-            let (lse, delta) = (lse[i], delta[i]);
+            let (lse, delta) = (lse.0[i * lse.1], delta[i]);
             for (x, d) in p.iter_mut().zip(ds.iter_mut()) {
                 let e = (*x * scale - lse).exp_fast();
                 *x = e;
@@ -256,8 +273,7 @@ pub(super) fn sdpa<T: Float>(
     let width = dv + 1;
     let units = blocks(dm.batch, tq, Q_BLOCK);
     let lens: Vec<usize> = units.iter().map(|&(_, _, n)| n * width).collect();
-    let mut out = vec![T::ZERO; dm.batch * tq * width];
-    parallel_units(&mut out, &lens, |u, o| {
+    let out = parallel_units(&lens, |u, o: &mut [T]| {
         let (b, qi, qn) = units[u];
         // One scratch allocation per unit: running maxima (and those before the block), running
         // sums, the block's sums, the accumulator, a score block and its product with v.
@@ -306,7 +322,8 @@ pub(super) fn sdpa<T: Float>(
 }
 
 /// One block pair of the backward: probabilities `p` and score gradients `ds = p·(dp − δ)` of
-/// queries `qi..qi+qn` against keys `kj..kj+kn`, recomputed from the log-sum-exp.
+/// queries `qi..qi+qn` against keys `kj..kj+kn`, recomputed from the log-sum-exp; `delta` holds
+/// batch `b`'s δ rows.
 #[allow(clippy::too_many_arguments)]
 fn grad_block<T: Float>(
     ops: &Operands<'_, T>,
@@ -324,9 +341,8 @@ fn grad_block<T: Float>(
     ops.scores(b, (qi, qn), (kj, kn), p);
     // dp = dout · vᵀ (dout rows have stride dv + 1 in the packed gradient).
     mm(qn, dv, kn, &g[(b * tq + qi) * width..], (width, 1), &ops.v[(b * tk + kj) * dv..], (1, dv), ds);
-    let rows = (b * tq + qi)..(b * tq + qi + qn);
-    let lse: Vec<T> = rows.clone().map(|r| saved[r * width + dv]).collect();
-    grad_rows(&mut p[..qn * kn], &mut ds[..qn * kn], kn, qi, kj, ops.dm.causal, ops.scale, &lse, &delta[rows]);
+    let lse = &saved[(b * tq + qi) * width + dv..];
+    grad_rows(&mut p[..qn * kn], &mut ds[..qn * kn], kn, qi, kj, ops.dm.causal, ops.scale, (lse, width), &delta[qi..]);
 }
 
 /// Gradients `[.., tq·d + tk·d + tk·dv]` (dq, dk, dv flattened per batch) from q, k, v, the saved
@@ -344,41 +360,42 @@ pub(super) fn sdpa_grad<T: Float>(
     let (ov, gv) = (T::read(saved.data()), T::read(g.data()));
     let ops = Operands { q: &qv, k: &kv, v: &vv, dm, scale: T::of(scale) };
     let width = dv + 1;
-    // delta_i = dout_i · out_i − dlse_i: the row term of the softmax gradient.
-    let delta: Vec<T> = (0..batch * tq)
-        .map(|r| {
-            let (o, go) = (&ov[r * width..][..width], &gv[r * width..][..width]);
-            o[..dv].iter().zip(&go[..dv]).fold(T::ZERO, |s, (&a, &b)| s + a * b) - go[dv]
-        })
-        .collect();
     let scale = ops.scale;
     // One unit per batch entry, in its own slice of the output `[dq | dk | dv]`: key blocks in
     // order, and for each the query blocks that see it, so every block pair's probabilities are
     // computed once, and each gradient row sums its block products in the same order on any
     // number of threads (dq_i over key blocks ascending, dk_j and dv_j over query blocks).
     let per = tq * d + tk * d + tk * dv;
-    let mut out = vec![T::ZERO; batch * per];
-    parallel_units(&mut out, &vec![per; batch], |b, unit| {
+    let out = parallel_units(&vec![per; batch], |b, unit: &mut [T]| {
         let (dq, rest) = unit.split_at_mut(tq * d);
         let (dk, dvs) = rest.split_at_mut(tk * d);
-        // Sized for the largest block pair of this call (short sequences use a fraction).
+        // One scratch allocation, sized for the largest block pair of this call: p, ds, a
+        // block product, and the unit's δ rows.
         let (qb, kb) = (Q_BLOCK.min(tq), K_BLOCK.min(tk));
-        let (mut p, mut ds) = (vec![T::ZERO; qb * kb], vec![T::ZERO; qb * kb]);
-        let mut part = vec![T::ZERO; qb.max(kb) * d.max(dv)];
+        let mut scratch = vec![T::ZERO; 2 * qb * kb + qb.max(kb) * d.max(dv) + tq];
+        let (p, rest) = scratch.split_at_mut(qb * kb);
+        let (ds, rest) = rest.split_at_mut(qb * kb);
+        let (part, delta) = rest.split_at_mut(qb.max(kb) * d.max(dv));
+        // δ_i = dout_i · out_i − dlse_i: the row term of the softmax gradient.
+        for (i, dl) in delta.iter_mut().enumerate() {
+            let r = b * tq + i;
+            let (o, go) = (&ov[r * width..][..width], &gv[r * width..][..width]);
+            *dl = o[..dv].iter().zip(&go[..dv]).fold(T::ZERO, |s, (&a, &b)| s + a * b) - go[dv];
+        }
         for kj in (0..tk).step_by(K_BLOCK) {
             let kn = K_BLOCK.min(tk - kj);
             // Causal: queries before `kj` see none of these keys.
             let first = if causal { (kj / Q_BLOCK) * Q_BLOCK } else { 0 };
             for qi in (first..tq).step_by(Q_BLOCK) {
                 let qn = Q_BLOCK.min(tq - qi);
-                grad_block(&ops, &ov, &gv, &delta, b, (qi, qn), (kj, kn), &mut p, &mut ds);
+                grad_block(&ops, &ov, &gv, delta, b, (qi, qn), (kj, kn), p, ds);
                 // dq_i += scale · ds · k_j.
-                mm(qn, kn, d, &ds, (kn, 1), &kv[(b * tk + kj) * d..], (d, 1), &mut part);
+                mm(qn, kn, d, ds, (kn, 1), &kv[(b * tk + kj) * d..], (d, 1), part);
                 add_scaled(&mut dq[qi * d..(qi + qn) * d], &part[..qn * d], scale);
                 // dk_j += scale · dsᵀ · q_i and dv_j += pᵀ · dout_i: read transposed by stride.
-                mm(kn, qn, d, &ds, (1, kn), &qv[(b * tq + qi) * d..], (d, 1), &mut part);
+                mm(kn, qn, d, ds, (1, kn), &qv[(b * tq + qi) * d..], (d, 1), part);
                 add_scaled(&mut dk[kj * d..(kj + kn) * d], &part[..kn * d], scale);
-                mm(kn, qn, dv, &p, (1, kn), &gv[(b * tq + qi) * width..], (width, 1), &mut part);
+                mm(kn, qn, dv, p, (1, kn), &gv[(b * tq + qi) * width..], (width, 1), part);
                 add_scaled(&mut dvs[kj * dv..(kj + kn) * dv], &part[..kn * dv], T::ONE);
             }
         }

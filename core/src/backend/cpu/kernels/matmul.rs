@@ -21,7 +21,7 @@ const SMALL_PRODUCT: usize = 1 << 16;
 
 /// Multiply-adds a thread must get before a product, or a batch of small ones, is split across
 /// threads (about 7 µs of work at the kernel's speed).
-const PAR_WORK: usize = 1 << 20;
+const PAR_WORK: usize = 1 << 18;
 
 /// Rows of the output a thread's block of one product gets at least, when there are enough:
 /// measured on the development machine (1024×256×768 f32, 2 threads), 128-row blocks reach

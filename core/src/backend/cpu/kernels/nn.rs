@@ -6,6 +6,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
 use crate::shape::fmt_shape;
+use std::mem::MaybeUninit;
 
 /// Length of the last axis (the row), at least 1 so `chunks_exact` is well-defined for empty rows.
 fn row_len(shape: &[usize]) -> usize {
@@ -107,17 +108,20 @@ pub(super) fn layer_norm<T: Float>(call: &KernelCall<'_>, x: &HostTensor, eps: f
     let xv = T::read(x.data());
     let d = row_len(x.shape());
     simd::wide_fn! {
-        fn rows<[T: Float]>[T](out: &mut [T], xv: &[T], d: usize, eps: T) -> () {
+        fn rows<[T: Float]>[T](out: &mut [MaybeUninit<T>], xv: &[T], d: usize, eps: T) -> () {
             for (row, o) in xv.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
                 let (mean, rstd) = moments(row, eps);
                 for (o, &v) in o.iter_mut().zip(row) {
-                    *o = (v - mean) * rstd;
+                    o.write((v - mean) * rstd);
                 }
             }
         }
     }
-    let mut out = vec![T::ZERO; xv.len()];
-    simd::par_rows(&mut out, d, |at, o| rows(o, &xv[at..at + o.len()], d, T::of(eps)));
+    // Rows cost several reductions each: threaded from a few thousand elements.
+    let fill = |at: usize, o: &mut [MaybeUninit<T>]| rows(o, &xv[at..at + o.len()], d, T::of(eps));
+    // SAFETY: chunks are whole rows (`par_fill_min` splits at multiples of `d`, and `xv` is rows
+    // of `d`), and `rows` writes every element of each.
+    let out = unsafe { simd::par_fill_min(xv.len(), d, simd::HEAVY_PAR_MIN, fill) };
     finish(call, out)
 }
 
@@ -131,23 +135,24 @@ pub(super) fn layer_norm_grad<T: Float>(
     let (xv, gv) = (T::read(x.data()), T::read(g.data()));
     let d = row_len(x.shape());
     simd::wide_fn! {
-        fn rows<[T: Float]>[T](out: &mut [T], xv: &[T], gv: &[T], d: usize, eps: T) -> () {
+        fn rows<[T: Float]>[T](out: &mut [MaybeUninit<T>], xv: &[T], gv: &[T], d: usize, eps: T) -> () {
             let n = T::of(d as f64);
             for ((xr, gr), o) in xv.chunks_exact(d).zip(gv.chunks_exact(d)).zip(out.chunks_exact_mut(d)) {
                 let (mean, rstd) = moments(xr, eps);
                 let g_mean = simd::lane_sum(gr, |v| v) / n;
                 let gx_mean = simd::lane_sum2(xr, gr, |v, g| g * (v - mean) * rstd) / n;
                 for ((o, &v), &g) in o.iter_mut().zip(xr).zip(gr) {
-                    *o = rstd * (g - g_mean - (v - mean) * rstd * gx_mean);
+                    o.write(rstd * (g - g_mean - (v - mean) * rstd * gx_mean));
                 }
             }
         }
     }
-    let mut out = vec![T::ZERO; xv.len()];
-    simd::par_rows(&mut out, d, |at, o| {
+    let fill = |at: usize, o: &mut [MaybeUninit<T>]| {
         let span = at..at + o.len();
         rows(o, &xv[span.clone()], &gv[span], d, T::of(eps))
-    });
+    };
+    // SAFETY: as in `layer_norm`: whole rows, each element written.
+    let out = unsafe { simd::par_fill_min(xv.len(), d, simd::HEAVY_PAR_MIN, fill) };
     finish(call, out)
 }
 
