@@ -1,11 +1,11 @@
 //! Batched matrix products through `matrixmultiply`.
 //!
 //! Threading is remat's own (`matrixmultiply` is built without its `threading` feature): one
-//! large product is split into blocks of output rows (and of columns, when there are few row
-//! blocks) over the kernels' threads (`simd::threads`: the CPUs the process may use, capped by
-//! `MATMUL_NUM_THREADS`), when each thread gets enough work. Batches of small products, which
-//! `matrixmultiply` would run on one thread, are spread over the kernels' threads here instead,
-//! when each thread gets enough work.
+//! large product is split by rows of the output over the kernels' threads (`simd::threads`:
+//! the CPUs the process may use, capped by `MATMUL_NUM_THREADS`), when each thread gets enough
+//! work. Batches of small products, which `matrixmultiply` would run on
+//! one thread, are spread over the kernels' threads (`simd::threads`) here instead, when each
+//! thread gets enough work.
 //! Broadcast batch operands are never copied: their batch stride is 0.
 
 use super::{finish, node_err, Float, KernelCall};
