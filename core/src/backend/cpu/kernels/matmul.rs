@@ -29,25 +29,6 @@ const PAR_WORK: usize = 1 << 18;
 /// 242 GFLOP/s, 256-row blocks 257 and 512-row blocks 283 (1 thread: 152).
 const BLOCK_ROWS: usize = 512;
 
-/// Columns of the output a thread's block gets at least, when a product is also split by
-/// columns (matrixmultiply's kernels run near their peak on blocks this wide).
-const BLOCK_COLS: usize = 256;
-
-/// The output's base pointer, shared by the tasks that write disjoint blocks of it.
-#[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-
-impl<T> SendPtr<T> {
-    fn get(self) -> *mut T {
-        self.0
-    }
-}
-
-// SAFETY: the tasks holding a `SendPtr` write disjoint blocks of one output (see its use).
-unsafe impl<T: Send> Send for SendPtr<T> {}
-// SAFETY: as above; the pointer is only read.
-unsafe impl<T: Send> Sync for SendPtr<T> {}
-
 /// Which operands a product reads transposed (last two axes swapped). Reading through strides
 /// is free in `matrixmultiply`, and its packing makes the result bit-identical to multiplying a
 /// materialised transpose.
@@ -114,62 +95,46 @@ fn batched_on<T: Float>(
         return batched_on(cpus, &a[oa[0]..], &b[ob[0]..], &[rows, k], b_mat, &[rows, n], alpha, t);
     }
     let mut out: Vec<T> = Vec::with_capacity(total);
-    // The block of rows `rows` and columns `cols` of product `q`, into `c` (row stride `n`).
-    let block = |q: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, c: *mut T| {
+    // Rows `r0..r0 + c.len() / n` of product `q` into `c`.
+    let rows = |q: usize, r0: usize, c: &mut [MaybeUninit<T>]| {
         let (pa, pb) = (&a[oa[q]..], &b[ob[q]..]);
         debug_assert!(pa.len() >= m * k && pb.len() >= k * n);
+        let rows = c.len() / n;
         // SAFETY: `pa` holds the m×k elements of op(a) at steps (rsa, csa) and `pb` the k×n of
         // op(b) at (rsb, csb): the offsets come from the operands' own shapes, and the shape
-        // rule guarantees their inner dims; the block's rows of op(a) start `rows.start · rsa`
-        // further and its columns of op(b) `cols.start · csb` further, inside them. The caller
-        // gives `c` as the block's first element in a row-major output with row stride `n`
-        // that nothing else writes while this block does.
+        // rule guarantees their inner dims; rows r0..r0 + rows of op(a) start r0·rsa further
+        // and lie inside it. `c` is an exclusive rows×n row-major buffer.
         unsafe {
-            let pa = pa.as_ptr().offset(rows.start as isize * rsa);
-            let pb = pb.as_ptr().offset(cols.start as isize * csb);
-            T::gemm(rows.len(), k, cols.len(), alpha, pa, rsa, csa, pb, rsb, csb, c, n as isize, 1)
+            let pa = pa.as_ptr().offset(r0 as isize * rsa);
+            T::gemm(rows, k, n, alpha, pa, rsa, csa, pb.as_ptr(), rsb, csb, c.as_mut_ptr().cast(), n as isize, 1)
         };
     };
     let run = |first: usize, chunk: &mut [MaybeUninit<T>]| {
         for (j, c) in chunk.chunks_exact_mut(m * n).enumerate() {
-            block(first + j, 0..m, 0..n, c.as_mut_ptr().cast());
+            rows(first + j, 0, c);
         }
     };
     // Threads only pay for themselves with enough work each (a hand-off costs about a µs). Every
-    // output element is summed in the same order however the rows and columns are split.
+    // output element is summed in the same order however the rows are split.
     if cpus > 1 && m * n * k >= SMALL_PRODUCT {
         let threads = cpus.min(m).min((m * n * k) / PAR_WORK).max(1);
         let spare = &mut out.spare_capacity_mut()[..total];
         if threads == 1 {
             run(0, spare);
         } else {
-            // Blocks claimed as threads get free: a few per thread, so that a thread slowed by
-            // the machine does not hold the others up. Rows split first, but never below
-            // `BLOCK_ROWS` unless that leaves a thread idle (short blocks re-pack `b` and run
-            // the kernel far below its peak); columns too when that leaves too few blocks, in
-            // blocks of at least `BLOCK_COLS`.
+            // Row blocks of every product, claimed as threads get free: a few per thread when
+            // products are tall, but never below `BLOCK_ROWS` rows unless that leaves a thread
+            // idle (short blocks re-pack `b` and run the kernel far below its peak).
             let per = m.div_ceil(threads * 4).max(BLOCK_ROWS.min(m.div_ceil(threads)));
-            let row_blocks = batches * m.div_ceil(per);
-            let col_blocks = (threads * 4).div_ceil(row_blocks).min(n / BLOCK_COLS).max(1);
-            let cper = n.div_ceil(col_blocks);
-            let base = SendPtr(spare.as_mut_ptr().cast::<T>());
             let mut tasks = Vec::new();
-            for q in 0..batches {
-                for r0 in (0..m).step_by(per) {
-                    for c0 in (0..n).step_by(cper) {
-                        tasks.push((q, r0..(r0 + per).min(m), c0..(c0 + cper).min(n)));
-                    }
+            for (q, c) in spare.chunks_exact_mut(m * n).enumerate() {
+                for (b, part) in c.chunks_mut(per * n).enumerate() {
+                    tasks.push((q, b * per, part));
                 }
             }
-            super::simd::par_tasks(tasks, threads, |(q, rows, cols)| {
-                // SAFETY: `(q, rows, cols)` is one block of a partition of the `total` reserved
-                // elements (products back to back, each row-major `m × n`): the blocks are
-                // disjoint, so each task writes its own elements only.
-                let c = unsafe { base.get().add(q * m * n + rows.start * n + cols.start) };
-                block(q, rows, cols, c)
-            });
+            super::simd::par_tasks(tasks, threads, |(q, r0, part)| rows(q, r0, part));
         }
-        // SAFETY: the blocks of every product cover all its elements, each written by the GEMM.
+        // SAFETY: every product wrote all its rows into the `total` reserved elements.
         unsafe { out.set_len(total) };
         return out;
     }
@@ -361,9 +326,6 @@ mod tests {
             (vec![300, 200], vec![200, 170], vec![300, 170], super::Trans::NONE),
             (vec![200, 300], vec![200, 170], vec![300, 170], t),
             (vec![64, 20, 16], vec![64, 16, 20], vec![64, 20, 20], super::Trans::NONE),
-            // Two row blocks of 512: split by columns too, into blocks of 256 and a partial one.
-            (vec![1024, 40], vec![40, 900], vec![1024, 900], super::Trans::NONE),
-            (vec![1024, 40], vec![900, 40], vec![1024, 900], super::Trans { a: false, b: true }),
         ] {
             let (a, b) = (f(a_shape.iter().product(), 1), f(b_shape.iter().product(), 2));
             let one = super::batched_on(1, &a, &b, &a_shape, &b_shape, &out, 1.0f32, tr);
