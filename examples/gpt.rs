@@ -187,6 +187,9 @@ struct Args {
     /// Print where the time of a step goes, per op kind (CPU), and exit after training.
     #[arg(long)]
     profile: bool,
+    /// With --profile: per op kind and shapes (output <- inputs) instead of per op kind.
+    #[arg(long, requires = "profile")]
+    profile_shapes: bool,
     /// A short run for CI: few steps, small comparison.
     #[arg(long)]
     quick: bool,
@@ -303,7 +306,7 @@ fn train_and_compare<B: Backend>(
         println!("warning: {warning}");
     }
     if args.profile {
-        return profile(&model, &params, cfg);
+        return profile(&model, &params, cfg, args.profile_shapes);
     }
     if args.generate > 0 {
         generate(&model, &params, &mut device, cfg, args.generate)?;
@@ -354,10 +357,23 @@ fn train_and_compare<B: Backend>(
     Ok(())
 }
 
-/// A CPU backend that times every kernel, by op kind and output shape.
+/// A CPU backend that times every kernel, by op kind (and, with `shapes`, by its output and
+/// input shapes).
 struct Timed {
     inner: CpuBackend,
+    shapes: bool,
     times: std::collections::HashMap<String, (f64, usize)>,
+}
+
+impl Timed {
+    /// The row a kernel's time is summed under.
+    fn key(&self, call: &remat::KernelCall<'_>, inputs: Vec<&[usize]>) -> String {
+        if self.shapes {
+            format!("{} {:?} <- {inputs:?}", call.op.name(), call.out_shape)
+        } else {
+            call.op.name().to_string()
+        }
+    }
 }
 
 impl Backend for Timed {
@@ -397,8 +413,9 @@ impl Backend for Timed {
         input: Self::Buffer,
     ) -> Result<Self::Buffer, remat::Error> {
         let start = Instant::now();
+        let key = self.key(call, vec![input.tensor().shape()]);
         let out = self.inner.reshape_owned(call, input);
-        let e = self.times.entry(call.op.name().to_string()).or_default();
+        let e = self.times.entry(key).or_default();
         e.0 += start.elapsed().as_secs_f64();
         e.1 += 1;
         out
@@ -418,7 +435,8 @@ impl Backend for Timed {
     ) -> Result<Self::Buffer, remat::Error> {
         let start = Instant::now();
         let out = self.inner.execute(call, inputs);
-        let e = self.times.entry(call.op.name().to_string()).or_default();
+        let key = self.key(call, inputs.iter().map(|b| b.tensor().shape()).collect());
+        let e = self.times.entry(key).or_default();
         e.0 += start.elapsed().as_secs_f64();
         e.1 += 1;
         out
@@ -431,9 +449,10 @@ impl Backend for Timed {
     }
 }
 
-/// `--profile`: the time of a step per op kind, summed over a few steps.
-fn profile(model: &Model, params: &Params, cfg: &GptConfig) -> Result<(), Box<dyn std::error::Error>> {
-    let mut timed = Timed { inner: CpuBackend::new(), times: Default::default() };
+/// `--profile`: the time of a step per op kind (or per op kind and shapes), summed over a few
+/// steps.
+fn profile(model: &Model, params: &Params, cfg: &GptConfig, shapes: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let mut timed = Timed { inner: CpuBackend::new(), shapes, times: Default::default() };
     let feeds = zoo::synthetic_tokens(cfg, 0)?;
     let steps = 5;
     let start = Instant::now();
@@ -448,9 +467,15 @@ fn profile(model: &Model, params: &Params, cfg: &GptConfig) -> Result<(), Box<dy
     for (op, (secs, count)) in &rows {
         let ms = secs / steps as f64 * 1e3;
         kernels += ms;
-        println!("  {op:<22} {ms:>9.3} ms {:>5.1}%  ({} calls)", 100.0 * ms / (total * 1e3), count / steps as usize);
+        let width = if shapes { 60 } else { 22 };
+        println!(
+            "  {op:<width$} {ms:>9.3} ms {:>5.1}%  ({} calls)",
+            100.0 * ms / (total * 1e3),
+            count / steps as usize
+        );
     }
-    println!("  {:<22} {:>9.3} ms (executor, planning, allocation)", "(outside kernels)", total * 1e3 - kernels);
+    let width = if shapes { 60 } else { 22 };
+    println!("  {:<width$} {:>9.3} ms (executor, planning, allocation)", "(outside kernels)", total * 1e3 - kernels);
     Ok(())
 }
 
