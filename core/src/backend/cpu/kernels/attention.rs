@@ -160,14 +160,7 @@ fn row_max<T: Float>(row: &[T]) -> T {
         acc[l] = pick(acc[l], v);
     }
     // Pairwise, so a row's reduction is four dependent steps rather than sixteen.
-    let mut width = W / 2;
-    while width > 0 {
-        for l in 0..width {
-            acc[l] = pick(acc[l], acc[l + width]);
-        }
-        width /= 2;
-    }
-    acc[0]
+    simd::fold_pairwise(acc, pick)
 }
 
 simd::wide_fn! {

@@ -126,7 +126,7 @@ pub(crate) fn threads() -> usize {
 const PAR_MIN: usize = 1 << 14;
 
 /// Elements a thread must get before a loop whose elements each cost tens of instructions
-/// (a Philox mask, a tanh, an exp) is split: a few µs of work.
+/// (dropout's Philox words, a layer norm's row reductions) is split: a few µs of work.
 pub(crate) const HEAVY_PAR_MIN: usize = 1 << 11;
 
 /// Runs `f(offset, chunk)` over `out` split into chunks for up to [`threads`] threads, each
@@ -477,13 +477,20 @@ pub(crate) fn lane_max<T: super::Float>(x: &[T]) -> T {
     acc.into_iter().fold(T::NEG_INFINITY, |m, v| if m.is_nan() { m } else { pick(m, v) })
 }
 
-/// Pairwise: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1.
+/// The lanes' sums added pairwise: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1.
 #[inline(always)]
-fn combine<T: super::Float>(mut acc: [T; LANES]) -> T {
-    let mut width = LANES / 2;
+fn combine<T: super::Float>(acc: [T; LANES]) -> T {
+    fold_pairwise(acc, |a, b| a + b)
+}
+
+/// `acc` folded by `op` in halves: lane `l` with lane `l + N/2`, then with `l + N/4`, … (`N` a
+/// power of two), so that the fold is log₂ N dependent steps in a fixed order.
+#[inline(always)]
+pub(crate) fn fold_pairwise<T: Copy, const N: usize>(mut acc: [T; N], op: impl Fn(T, T) -> T) -> T {
+    let mut width = N / 2;
     while width > 0 {
         for l in 0..width {
-            acc[l] += acc[l + width];
+            acc[l] = op(acc[l], acc[l + width]);
         }
         width /= 2;
     }
