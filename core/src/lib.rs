@@ -31,7 +31,7 @@ mod trace;
 pub mod zoo;
 
 pub use autodiff::JointGraph;
-pub use backend::cpu::{CpuBackend, CpuBuffer, CpuHostBuffer};
+pub use backend::cpu::{release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer, KEEP_FREED_MEMORY_VAR};
 pub use backend::{Backend, KernelCall, MemoryStats};
 pub use dtype::DType;
 pub use error::{Error, Result};

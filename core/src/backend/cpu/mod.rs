@@ -6,7 +6,10 @@
 //! host tier for offloaded values is a second pool with its own meter ([`Backend::host_memory`]);
 //! an offload copies the tensor into it synchronously, a fetch copies it back.
 
+mod heap;
 pub(crate) mod kernels;
+
+pub use heap::{release_freed_memory, KEEP_FREED_MEMORY_VAR};
 
 use super::{Backend, KernelCall, MemoryStats};
 use crate::error::Result;
@@ -82,10 +85,22 @@ impl Drop for CpuHostBuffer {
 }
 
 /// The CPU backend.
-#[derive(Debug, Default)]
+///
+/// The first one in a process asks glibc's `malloc` to keep freed tensor memory for the next
+/// step rather than hand it back to the kernel (see [`release_freed_memory`] and
+/// [`KEEP_FREED_MEMORY_VAR`] to opt out): a step's tensors then reuse the last step's pages
+/// instead of faulting in freshly zeroed ones.
+#[derive(Debug)]
 pub struct CpuBackend {
     meter: Rc<Meter>,
     host: Rc<Meter>,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        heap::keep_freed_memory();
+        CpuBackend { meter: Rc::default(), host: Rc::default() }
+    }
 }
 
 impl CpuBackend {
