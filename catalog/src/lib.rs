@@ -277,7 +277,8 @@ catalog! {
         /// Fused scaled dot-product attention `softmax(q·kᵀ·scale [+ causal mask])·v` computed
         /// block by block (online softmax) without materialising the scores. Its value is the
         /// output with the per-row log-sum-exp appended as a last column (`[.., t, dv + 1]`), which
-        /// is all its backward needs.
+        /// is all its backward needs. q, k, v are head-major (`[.., heads, t, d]`) or token-major
+        /// (`[.., t, heads, d]`, read in place), as its `layout` attribute says.
         Sdpa = "sdpa", Fixed(3), [compute];
         /// Internal: the gradient of `slice` (the gradient placed in a zero tensor of the input's
         /// shape).

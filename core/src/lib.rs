@@ -39,7 +39,7 @@ pub use exec::{run, run_inference, RunOutput};
 pub use graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 pub use host::{HostData, HostTensor};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
-pub use op::{BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
+pub use op::{AttnDims, AttnLayout, BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
 pub use optim::{AdamW, Optimizer, Sgd};
 pub use partition::{Action, Budget, CostModel, Decision, OffloadReason, Partition, Reason, Strategy};
 pub use plan::{Plan, Step};

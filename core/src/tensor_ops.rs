@@ -3,7 +3,7 @@
 //! Every method is `#[track_caller]`, so a shape or dtype error names the user's line.
 
 use crate::dtype::DType;
-use crate::op::{BinaryOp, CompareOp, Op, ReduceOp, UnaryOp};
+use crate::op::{AttnLayout, BinaryOp, CompareOp, Op, ReduceOp, UnaryOp};
 use crate::trace::Tensor;
 
 macro_rules! unary_methods {
@@ -135,7 +135,33 @@ impl Tensor {
     /// log-sum-exp; this returns the output, a view of it.
     #[track_caller]
     pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Tensor {
-        let packed = q.apply(Op::Sdpa { causal, scale }, &[k, v]);
+        Tensor::scaled_dot_product_attention_in(AttnLayout::HeadMajor, q, k, v, causal, scale)
+    }
+
+    /// [`Tensor::scaled_dot_product_attention`] with q, k, v and the output laid out as `layout`
+    /// says. Token-major operands `[.., t, heads, d]` are what a `[.., t, heads · d]` projection
+    /// reshapes to without a transpose, and the output reshapes back the same way: a
+    /// transformer's attention then copies no head split.
+    ///
+    /// ```
+    /// # use remat_core::{AttnLayout, DType, Tensor, Trace};
+    /// let trace = Trace::new();
+    /// let (b, t, heads, dh) = (2, 16, 4, 8);
+    /// let x = trace.input("x", &[b, t, heads * dh], DType::F32);
+    /// let split = |x: &Tensor| x.reshape(&[b, t, heads, dh]);
+    /// let ctx = Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, &split(&x), &split(&x), &split(&x), true, 0.35);
+    /// assert_eq!(ctx.reshape(&[b, t, heads * dh]).shape(), vec![b, t, heads * dh]);
+    /// ```
+    #[track_caller]
+    pub fn scaled_dot_product_attention_in(
+        layout: AttnLayout,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        causal: bool,
+        scale: f64,
+    ) -> Tensor {
+        let packed = q.apply(Op::Sdpa { causal, scale, layout }, &[k, v]);
         let shape = packed.shape();
         match shape.last() {
             Some(&w) => packed.slice(shape.len() - 1, 0, w - 1),

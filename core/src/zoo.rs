@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::graph::Graph;
 use crate::host::HostTensor;
 use crate::model::Feeds;
-use crate::op::Init;
+use crate::op::{AttnLayout, Init};
 use crate::rng;
 use crate::trace::{Tensor, Trace};
 
@@ -128,15 +128,17 @@ pub fn layer_norm(x: &Tensor, (g, b): &(Tensor, Tensor)) -> Tensor {
 }
 
 /// Causal multi-head self-attention of `x` `[b, t, d]`, fused: the `t × t` scores are never
-/// materialised ([`Tensor::scaled_dot_product_attention`], `sdpa` in policies). The context
-/// before the output projection is named `attn_ctx`.
+/// materialised ([`Tensor::scaled_dot_product_attention_in`], `sdpa` in policies). The heads stay
+/// token-major (`[b, t, heads, dh]`), so neither the head split of q, k, v nor the context's
+/// merge copies a transpose. The context before the output projection is named `attn_ctx`.
 pub fn attention(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
     let (q, k, v, [b, t, d]) = qkv(x, p, heads);
     let dh = d / heads;
     // Named so `save_names("attn_ctx")` policies can keep it (a view: its base, the fused op's
     // output, is what is kept).
-    let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, true, 1.0 / (dh as f64).sqrt()).name("attn_ctx");
-    ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
+    let scale = 1.0 / (dh as f64).sqrt();
+    let ctx = Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, &q, &k, &v, true, scale).name("attn_ctx");
+    ctx.reshape(&[b, t, d]).matmul(&p.wo)
 }
 
 /// [`attention`] composed from unfused ops: `softmax(q·kᵀ/√dh + mask)·v`, with the causal mask a
@@ -144,6 +146,8 @@ pub fn attention(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
 /// and benchmarked against; it materialises `heads × t × t` scores and probabilities.
 pub fn attention_unfused(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
     let (q, k, v, [b, t, d]) = qkv(x, p, heads);
+    let heads_first = |x: Tensor| x.transpose(&[0, 2, 1, 3]);
+    let (q, k, v) = (heads_first(q), heads_first(k), heads_first(v));
     let dh = d / heads;
     let rows = x.arange_like(0.0, 1.0, t, DType::I64).reshape(&[t, 1]);
     let cols = x.arange_like(0.0, 1.0, t, DType::I64);
@@ -154,12 +158,12 @@ pub fn attention_unfused(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
     ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
 }
 
-/// q, k, v `[b, heads, t, dh]` of `x` `[b, t, d]`.
+/// q, k, v `[b, t, heads, dh]` (token-major) of `x` `[b, t, d]`.
 fn qkv(x: &Tensor, p: &BlockParams, heads: usize) -> (Tensor, Tensor, Tensor, [usize; 3]) {
     let shape = x.shape();
     let (b, t, d) = (shape[0], shape[1], shape[2]);
     let dh = d / heads;
-    let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]).transpose(&[0, 2, 1, 3]);
+    let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]);
     (split(&p.wq), split(&p.wk), split(&p.wv), [b, t, d])
 }
 

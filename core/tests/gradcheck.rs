@@ -1,7 +1,7 @@
 //! Every op's gradient against central finite differences in f64, on random inputs, several
 //! shapes each (broadcasting included). One test per op.
 
-use remat_core::{CpuBackend, DType, Feeds, HostTensor, Model, Params, Tensor, Trace};
+use remat_core::{AttnLayout, CpuBackend, DType, Feeds, HostTensor, Model, Params, Tensor, Trace};
 
 /// How to draw an operand's values.
 #[derive(Clone, Copy)]
@@ -385,6 +385,12 @@ fn scaled_dot_product_attention() {
     check(&[n(&[1, 2, 3, 2]), n(&[1, 2, 2, 2]), n(&[1, 2, 2, 3])], |_, p| {
         Tensor::scaled_dot_product_attention(&p[0], &p[1], &p[2], false, 0.5)
     });
+    // Token-major `[o, t, heads, d]`: three heads read in place, more queries than keys.
+    for causal in [false, true] {
+        check(&[n(&[2, 4, 3, 2]), n(&[2, 3, 3, 2]), n(&[2, 3, 3, 3])], |_, p| {
+            Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, &p[0], &p[1], &p[2], causal, 0.6)
+        });
+    }
 }
 
 #[test]

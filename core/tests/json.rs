@@ -7,7 +7,7 @@ use remat_core::partition::{partition, PGraph};
 use remat_core::report::Report;
 use remat_core::zoo::{self, GptConfig, MlpConfig, Part};
 use remat_core::{enter_region, DType, Graph, JointGraph, Op, Policy, PolicyTable, RegionSpec, Strategy};
-use remat_core::{CpuBackend, Feeds, HostTensor, Model, Tensor, Trace};
+use remat_core::{AttnLayout, CpuBackend, Feeds, HostTensor, Model, Tensor, Trace};
 use serde_json::Value;
 
 static ATTN: RegionSpec = RegionSpec {
@@ -444,7 +444,10 @@ fn llama_ops_graph() -> Graph {
     let masked = halves.gt(&limit).where_(&halves, &limit);
     let q = masked.reshape(&[2, 1, 3, 3]);
     let y = Tensor::scaled_dot_product_attention(&q, &q, &q, true, 0.5);
-    trace.finish(&y.sum_all()).unwrap()
+    // And token-major: [batch, t, heads, d].
+    let qt = masked.reshape(&[2, 3, 1, 3]);
+    let yt = Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, &qt, &qt, &qt, false, 0.25);
+    trace.finish(&(&y.sum_all() + &yt.sum_all())).unwrap()
 }
 
 #[test]
@@ -463,4 +466,8 @@ fn new_ops_round_trip_and_differentiate_after_reading() {
     let bad = text.replacen("\"values\"", "\"valuez\"", 1);
     let err = json::read_graph(&bad).unwrap_err().to_string();
     assert!(err.contains("constant_data") && err.contains("missing attribute `values`"), "{err}");
+    assert!(text.contains("\"layout\": \"token_major\""), "{text}");
+    let bad = text.replacen("\"token_major\"", "\"tokens_first\"", 1);
+    let err = json::read_graph(&bad).unwrap_err().to_string();
+    assert!(err.contains("attribute `layout`") && err.contains("head_major") && err.contains("token_major"), "{err}");
 }

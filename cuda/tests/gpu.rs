@@ -12,8 +12,8 @@
 
 use remat_core::rng::normal_f64;
 use remat_core::{
-    zoo, Backend, BinaryOp, Budget, CostModel, CpuBackend, DType, HostData, HostTensor, KernelCall, Model, NodeId, Op,
-    OpKind, ReduceOp, Strategy, UnaryOp,
+    zoo, AttnLayout, Backend, BinaryOp, Budget, CostModel, CpuBackend, DType, HostData, HostTensor, KernelCall, Model,
+    NodeId, Op, OpKind, ReduceOp, Strategy, UnaryOp,
 };
 use remat_cuda::CudaBackend;
 
@@ -352,18 +352,29 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             let qkv = |tq: usize, tk: usize, d: usize, s| {
                 vec![t(&[2, tq, d], s), t(&[2, tk, d], s + 1), t(&[2, tk, d], s + 2)]
             };
+            // Token-major: [batch, t, heads, d], heads read in place.
+            let tokens = |tq: usize, tk: usize, d: usize, s| {
+                vec![t(&[2, tq, 3, d], s), t(&[2, tk, 3, d], s + 1), t(&[2, tk, 3, d], s + 2)]
+            };
+            let sdpa = |causal, scale, layout| Op::Sdpa { causal, scale, layout };
             vec![
-                loose(Op::Sdpa { causal: true, scale: 0.25 }, qkv(70, 70, 16, 1)),
-                loose(Op::Sdpa { causal: false, scale: 0.125 }, qkv(9, 130, 64, 4)),
+                loose(sdpa(true, 0.25, AttnLayout::HeadMajor), qkv(70, 70, 16, 1)),
+                loose(sdpa(false, 0.125, AttnLayout::HeadMajor), qkv(9, 130, 64, 4)),
+                loose(sdpa(true, 0.25, AttnLayout::TokenMajor), tokens(70, 70, 16, 7)),
             ]
         }
         OpKind::SdpaGrad => {
             let (tq, d) = (40, 16);
-            let (q, k, v) = (t(&[2, tq, d], 1), t(&[2, tq, d], 2), t(&[2, tq, d], 3));
-            let op = Op::Sdpa { causal: true, scale: 0.25 };
-            let saved = run_op(&mut CpuBackend::new(), &op, &[q.clone(), k.clone(), v.clone()], 0, 0).unwrap();
-            let g = t(&[2, tq, d + 1], 4);
-            vec![loose(Op::SdpaGrad { causal: true, scale: 0.25 }, vec![q, k, v, saved, g])]
+            [(AttnLayout::HeadMajor, vec![2, tq, d]), (AttnLayout::TokenMajor, vec![2, tq, 3, d])]
+                .into_iter()
+                .map(|(layout, shape)| {
+                    let (q, k, v) = (t(&shape, 1), t(&shape, 2), t(&shape, 3));
+                    let op = Op::Sdpa { causal: true, scale: 0.25, layout };
+                    let saved = run_op(&mut CpuBackend::new(), &op, &[q.clone(), k.clone(), v.clone()], 0, 0).unwrap();
+                    let g = t(saved.shape(), 4);
+                    loose(Op::SdpaGrad { causal: true, scale: 0.25, layout }, vec![q, k, v, saved, g])
+                })
+                .collect()
         }
     }
 }

@@ -77,15 +77,16 @@ pub(super) fn backprop(
             out.push((0, bw.op(Op::GatherGrad { axis: *axis, dim }, vec![x[1], g])?));
         }
         Op::RmsNorm { eps } => out.push((0, bw.op(Op::RmsNormGrad { eps: *eps }, vec![x[0], g])?)),
-        Op::Sdpa { causal, scale } => {
-            // One fused gradient op; dq, dk and dv are views of its flat result.
-            let op = Op::SdpaGrad { causal: *causal, scale: *scale };
+        Op::Sdpa { causal, scale, layout } => {
+            // One fused gradient op; dq, dk and dv are views of its flat result, each one
+            // attention's `[t, d]` (or `[t, heads, d]`) block after another.
+            let op = Op::SdpaGrad { causal: *causal, scale: *scale, layout: *layout };
             let flat = bw.op(op, vec![x[0], x[1], x[2], id, g])?;
             let last = bw.shape(flat).len() - 1;
             let mut start = 0;
             for k in 0..3 {
                 let shape = shape_of(k);
-                let len: usize = shape[shape.len() - 2..].iter().product();
+                let len: usize = shape[shape.len() - layout.inner_rank()..].iter().product();
                 if wanted.contains(&k) {
                     let part = bw.op(Op::Slice { axis: last, start, len }, vec![flat])?;
                     out.push((k, bw.op(Op::Reshape { shape }, vec![part])?));

@@ -5,7 +5,7 @@
 
 use crate::dtype::DType;
 use crate::host::{HostData, HostTensor};
-use crate::op::{BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
+use crate::op::{AttnLayout, BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -122,8 +122,16 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         }
         K::RmsNorm => Op::RmsNorm { eps: a.required("eps")? },
         K::RmsNormGrad => Op::RmsNormGrad { eps: a.required("eps")? },
-        K::Sdpa => Op::Sdpa { causal: a.optional("causal")?.unwrap_or(false), scale: a.required("scale")? },
-        K::SdpaGrad => Op::SdpaGrad { causal: a.optional("causal")?.unwrap_or(false), scale: a.required("scale")? },
+        K::Sdpa => Op::Sdpa {
+            causal: a.optional("causal")?.unwrap_or(false),
+            scale: a.required("scale")?,
+            layout: a.optional("layout")?.unwrap_or_default(),
+        },
+        K::SdpaGrad => Op::SdpaGrad {
+            causal: a.optional("causal")?.unwrap_or(false),
+            scale: a.required("scale")?,
+            layout: a.optional("layout")?.unwrap_or_default(),
+        },
         K::Clamp => Op::Clamp { min: a.bound("min", f64::NEG_INFINITY)?, max: a.bound("max", f64::INFINITY)? },
         K::ClampGrad => Op::ClampGrad { min: a.bound("min", f64::NEG_INFINITY)?, max: a.bound("max", f64::INFINITY)? },
         K::AmaxGrad => Op::AmaxGrad { axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) },
@@ -203,7 +211,10 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         Op::IndexSelectGrad { axis, dim } | Op::GatherGrad { axis, dim } => json!({"axis": axis, "dim": dim}),
         Op::SliceGrad { axis, start, dim } => json!({"axis": axis, "start": start, "dim": dim}),
         Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => json!({ "eps": eps }),
-        Op::Sdpa { causal, scale } | Op::SdpaGrad { causal, scale } => json!({"causal": causal, "scale": scale}),
+        Op::Sdpa { causal, scale, layout } | Op::SdpaGrad { causal, scale, layout } => match layout {
+            AttnLayout::HeadMajor => json!({"causal": causal, "scale": scale}),
+            AttnLayout::TokenMajor => json!({"causal": causal, "scale": scale, "layout": layout}),
+        },
         Op::Param { init } => match init {
             Init::Auto => json!({}),
             Init::Zeros => json!({"init": "zeros"}),

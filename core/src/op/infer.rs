@@ -113,23 +113,38 @@ fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
 
 /// `q [.., tq, d]`, `k [.., tk, d]`, `v [.., tk, dv]` with the same leading axes and one float
 /// dtype: `(tq, d, tk, dv)`.
-fn attention_shapes(x: &[Meta<'_>], scale: f64) -> Result<(usize, usize, usize, usize), String> {
+/// Checks q, k, v of fused attention in `layout` and returns their dimensions.
+fn attention_shapes(x: &[Meta<'_>], scale: f64, layout: AttnLayout) -> Result<AttnDims, String> {
     float("q", x[0])?;
     same_dtype(x[0], x[1])?;
     same_dtype(x[0], x[2])?;
     let (q, k, v) = (x[0].0, x[1].0, x[2].0);
-    if q.len() < 2 || k.len() != q.len() || v.len() != q.len() {
+    let inner = layout.inner_rank();
+    let form = match layout {
+        AttnLayout::HeadMajor => "[.., t, d]",
+        AttnLayout::TokenMajor => "[.., t, heads, d] (token-major)",
+    };
+    if q.len() < inner || k.len() != q.len() || v.len() != q.len() {
         return Err(format!(
-            "q, k and v need the same rank >= 2 ([.., t, d]), got {}, {} and {}",
+            "q, k and v need the same rank >= {inner} ({form}), got {}, {} and {}",
             fmt_shape(q),
             fmt_shape(k),
             fmt_shape(v)
         ));
     }
     let r = q.len();
-    if q[..r - 2] != k[..r - 2] || q[..r - 2] != v[..r - 2] {
+    if q[..r - inner] != k[..r - inner] || q[..r - inner] != v[..r - inner] {
         return Err(format!(
             "q, k and v need the same leading axes, got {}, {} and {}",
+            fmt_shape(q),
+            fmt_shape(k),
+            fmt_shape(v)
+        ));
+    }
+    if inner == 3 && (q[r - 2] != k[r - 2] || q[r - 2] != v[r - 2]) {
+        return Err(format!(
+            "q, k and v need the same number of heads (axis {}), got {}, {} and {}",
+            r - 2,
             fmt_shape(q),
             fmt_shape(k),
             fmt_shape(v)
@@ -138,13 +153,13 @@ fn attention_shapes(x: &[Meta<'_>], scale: f64) -> Result<(usize, usize, usize, 
     if q[r - 1] != k[r - 1] {
         return Err(format!("q and k need the same last axis, got {} and {}", fmt_shape(q), fmt_shape(k)));
     }
-    if k[r - 2] != v[r - 2] {
+    if k[r - inner] != v[r - inner] {
         return Err(format!("k and v need the same number of keys, got {} and {}", fmt_shape(k), fmt_shape(v)));
     }
     if !scale.is_finite() || scale <= 0.0 {
         return Err(format!("scale must be positive and finite, got {scale}"));
     }
-    Ok((q[r - 2], q[r - 1], k[r - 2], v[r - 1]))
+    Ok(layout.dims(q, k, v))
 }
 
 pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), String> {
@@ -257,25 +272,25 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             }
             Ok(same())
         }
-        Op::Sdpa { scale, .. } => {
-            let (tq, d, tk, dv) = attention_shapes(x, *scale)?;
-            let _ = (tq, d, tk);
+        Op::Sdpa { scale, layout, .. } => {
+            let dims = attention_shapes(x, *scale, *layout)?;
             let mut out = x[0].0.to_vec();
             let r = out.len();
-            out[r - 1] = dv + 1;
+            out[r - 1] = dims.dv + 1;
             Ok((out, x[0].1))
         }
-        Op::SdpaGrad { scale, .. } => {
-            let (tq, d, tk, dv) = attention_shapes(&x[..3], *scale)?;
+        Op::SdpaGrad { scale, layout, .. } => {
+            let AttnDims { heads, tq, tk, d, dv, .. } = attention_shapes(&x[..3], *scale, *layout)?;
             let q = x[0].0;
-            let lead = &q[..q.len() - 2];
-            let packed = [lead, &[tq, dv + 1]].concat();
+            // The saved output and its gradient: q's shape with `[out | lse]` rows.
+            let packed = [&q[..q.len() - 1], &[dv + 1]].concat();
             for (what, m) in [("the saved output", x[3]), ("the gradient", x[4])] {
                 if m.0 != packed.as_slice() {
                     return Err(format!("{what} must be {}, got {}", fmt_shape(&packed), fmt_shape(m.0)));
                 }
             }
-            Ok(([lead, &[tq * d + tk * d + tk * dv]].concat(), x[0].1))
+            let lead = &q[..q.len() - layout.inner_rank()];
+            Ok(([lead, &[heads * (tq * d + tk * d + tk * dv)]].concat(), x[0].1))
         }
         Op::Clamp { min, max } => {
             float("input", first)?;

@@ -11,6 +11,60 @@ use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced};
 pub use remat_catalog::{Arity, BinaryOp, CompareOp, OpInfo, OpKind, ReduceOp, UnaryOp, CATALOG};
 use std::sync::Arc;
 
+/// How fused attention's q, k, v and output lay out their heads.
+///
+/// Head-major (`[.., heads, t, d]`, PyTorch's `scaled_dot_product_attention`) treats every
+/// leading axis as a batch axis. Token-major (`[.., t, heads, d]`, flash-attention's layout) is
+/// what a `[.., t, heads · d]` projection reshapes to without a transpose: the attention reads
+/// each head's rows in place, with a row stride of `heads · d`, and its output reshapes back to
+/// `[.., t, heads · dv]` the same way. Both compute every element in the same order: the results
+/// are bit-identical.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnLayout {
+    /// `[.., heads, t, d]` (any leading axes, heads among them).
+    #[default]
+    HeadMajor,
+    /// `[.., t, heads, d]`.
+    TokenMajor,
+}
+
+/// The dimensions of one attention call, whatever its layout: `outer · heads` independent
+/// attentions of `tq` queries and `tk` keys, head dims `d` (q, k) and `dv` (v, output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnDims {
+    /// Leading axes, multiplied out (head-major: the heads among them).
+    pub outer: usize,
+    /// Heads interleaved in each token row: 1 in head-major, where heads are a leading axis.
+    pub heads: usize,
+    /// Queries.
+    pub tq: usize,
+    /// Keys (and values).
+    pub tk: usize,
+    /// Head dim of q and k.
+    pub d: usize,
+    /// Head dim of v and of the output.
+    pub dv: usize,
+}
+
+impl AttnLayout {
+    /// Trailing axes of one attention's operand: `[t, d]` or `[t, heads, d]`.
+    pub fn inner_rank(self) -> usize {
+        match self {
+            AttnLayout::HeadMajor => 2,
+            AttnLayout::TokenMajor => 3,
+        }
+    }
+
+    /// The dimensions of q, k, v of these shapes (checked by [`Op::infer`] first: each has at
+    /// least [`AttnLayout::inner_rank`] axes).
+    pub fn dims(self, q: &[usize], k: &[usize], v: &[usize]) -> AttnDims {
+        let (r, inner) = (q.len(), self.inner_rank());
+        let heads = if inner == 3 { q[r - 2] } else { 1 };
+        AttnDims { outer: numel(&q[..r - inner]), heads, tq: q[r - inner], tk: k[r - inner], d: q[r - 1], dv: v[r - 1] }
+    }
+}
+
 /// An op: its kind and attributes. Inputs are stored on the graph node.
 #[derive(Clone, Debug, PartialEq)]
 #[allow(missing_docs)] // each variant is documented on its [`OpKind`]
@@ -85,6 +139,7 @@ pub enum Op {
     Sdpa {
         causal: bool,
         scale: f64,
+        layout: AttnLayout,
     },
     CrossEntropy,
     Embedding,
@@ -130,6 +185,7 @@ pub enum Op {
     SdpaGrad {
         causal: bool,
         scale: f64,
+        layout: AttnLayout,
     },
     CrossEntropyGrad,
     EmbeddingGrad {
@@ -263,7 +319,10 @@ impl Op {
             Op::IndexSelectGrad { axis, dim } | Op::GatherGrad { axis, dim } => format!("axis={axis}, dim={dim}"),
             Op::SliceGrad { axis, start, dim } => format!("axis={axis}, start={start}, dim={dim}"),
             Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => format!("eps={eps}"),
-            Op::Sdpa { causal, scale } | Op::SdpaGrad { causal, scale } => format!("causal={causal}, scale={scale}"),
+            Op::Sdpa { causal, scale, layout } | Op::SdpaGrad { causal, scale, layout } => match layout {
+                AttnLayout::HeadMajor => format!("causal={causal}, scale={scale}"),
+                AttnLayout::TokenMajor => format!("causal={causal}, scale={scale}, layout=token_major"),
+            },
             Op::Reshape { shape } | Op::Expand { shape } => format!("shape={shape:?}"),
             Op::Transpose { perm } => format!("perm={perm:?}"),
             Op::Concat { axis } => format!("axis={axis}"),
@@ -312,13 +371,12 @@ impl Op {
             OpKind::Sdpa | OpKind::SdpaGrad => {
                 // q·kᵀ and p·v per (query, key) pair (halved when causal); the backward also
                 // recomputes the scores and forms dp, ds·k and the two key-side products.
-                let (q, k, v) = (inputs[0].0, inputs[1].0, inputs[2].0);
-                let r = q.len();
-                let (tq, d) = (q[r - 2], q[r - 1]);
-                let (tk, dv) = (k[k.len() - 2], v[v.len() - 1]);
-                let batch = numel(&q[..r - 2]) as u64;
-                let causal = matches!(self, Op::Sdpa { causal: true, .. } | Op::SdpaGrad { causal: true, .. });
-                let pairs = batch * (tq * tk) as u64 / if causal { 2 } else { 1 };
+                let (layout, causal) = match self {
+                    Op::Sdpa { layout, causal, .. } | Op::SdpaGrad { layout, causal, .. } => (*layout, *causal),
+                    _ => unreachable!("an sdpa kind"),
+                };
+                let AttnDims { outer, heads, tq, tk, d, dv } = layout.dims(inputs[0].0, inputs[1].0, inputs[2].0);
+                let pairs = (outer * heads) as u64 * (tq * tk) as u64 / if causal { 2 } else { 1 };
                 let per_pair = if self.kind() == OpKind::Sdpa { 2 * (d + dv) + 5 } else { 4 * d + 4 * dv + 8 };
                 pairs * per_pair as u64
             }
@@ -385,7 +443,7 @@ mod tests {
             K::LogSoftmax => Op::LogSoftmax,
             K::LayerNorm => Op::LayerNorm { eps: 1e-5 },
             K::RmsNorm => Op::RmsNorm { eps: 1e-5 },
-            K::Sdpa => Op::Sdpa { causal: true, scale: 0.5 },
+            K::Sdpa => Op::Sdpa { causal: true, scale: 0.5, layout: AttnLayout::HeadMajor },
             K::CrossEntropy => Op::CrossEntropy,
             K::Embedding => Op::Embedding,
             K::Cast => Op::Cast { dtype: DType::F32 },
@@ -401,7 +459,7 @@ mod tests {
             K::LogSoftmaxGrad => Op::LogSoftmaxGrad,
             K::LayerNormGrad => Op::LayerNormGrad { eps: 1e-5 },
             K::RmsNormGrad => Op::RmsNormGrad { eps: 1e-5 },
-            K::SdpaGrad => Op::SdpaGrad { causal: true, scale: 0.5 },
+            K::SdpaGrad => Op::SdpaGrad { causal: true, scale: 0.5, layout: AttnLayout::HeadMajor },
             K::CrossEntropyGrad => Op::CrossEntropyGrad,
             K::EmbeddingGrad => Op::EmbeddingGrad { rows: 1 },
             K::AmaxGrad => Op::AmaxGrad { axes: vec![0], keepdim: false },

@@ -13,6 +13,7 @@
 use super::{finish, simd, Float, KernelCall};
 use crate::error::Result;
 use crate::host::HostTensor;
+use crate::op::{AttnDims, AttnLayout};
 use std::mem::MaybeUninit;
 
 /// Query rows per block.
@@ -20,10 +21,12 @@ const Q_BLOCK: usize = 64;
 /// Keys per block of the online softmax.
 const K_BLOCK: usize = 64;
 
-/// The dimensions of one call: batch (every leading axis), queries, keys, head dims.
+/// The dimensions of one call: `outer · heads` attentions (`heads` interleaved in each token
+/// row, 1 in head-major layout), queries, keys, head dims.
 #[derive(Clone, Copy)]
 struct Dims {
-    batch: usize,
+    outer: usize,
+    heads: usize,
     tq: usize,
     tk: usize,
     d: usize,
@@ -32,9 +35,21 @@ struct Dims {
 }
 
 impl Dims {
-    fn of(q: &[usize], k: &[usize], v: &[usize], causal: bool) -> Dims {
-        let r = q.len();
-        Dims { batch: q[..r - 2].iter().product(), tq: q[r - 2], tk: k[r - 2], d: q[r - 1], dv: v[r - 1], causal }
+    fn of(layout: AttnLayout, q: &[usize], k: &[usize], v: &[usize], causal: bool) -> Dims {
+        let AttnDims { outer, heads, tq, tk, d, dv } = layout.dims(q, k, v);
+        Dims { outer, heads, tq, tk, d, dv, causal }
+    }
+
+    /// Where row `i` of attention `a` (`0..outer · heads`) starts in an operand of `t` rows of
+    /// `w` elements per attention: `[.., heads, t, w]` when `heads` is 1, else `[.., t, heads, w]`.
+    fn row(&self, a: usize, t: usize, i: usize, w: usize) -> usize {
+        let (o, h) = (a / self.heads, a % self.heads);
+        ((o * t + i) * self.heads + h) * w
+    }
+
+    /// The step between one attention's consecutive rows of `w` elements.
+    fn stride(&self, w: usize) -> usize {
+        self.heads * w
     }
 
     /// Keys the queries `..end` attend to: all, or `0..end` when causal (query `i` sees keys
@@ -225,6 +240,19 @@ simd::wide_fn! {
     }
 }
 
+/// `out` rows `first + r · stride` `+= part` row `r` `· scale`, for the rows of `w` elements of
+/// `part`: one pass when the rows are contiguous.
+fn add_rows<T: Float>(out: &mut [T], first: usize, stride: usize, part: &[T], w: usize, scale: T) {
+    if stride == w {
+        add_scaled(&mut out[first..first + part.len()], part, scale);
+        return;
+    }
+    for (r, x) in part.chunks_exact(w).enumerate() {
+        let at = first + r * stride;
+        add_scaled(&mut out[at..at + w], x, scale);
+    }
+}
+
 /// `(batch, first row, rows)` of every block of `len` rows per batch.
 fn blocks(batch: usize, len: usize, block: usize) -> Vec<(usize, usize, usize)> {
     (0..batch).flat_map(|b| (0..len).step_by(block.max(1)).map(move |r| (b, r, block.min(len - r)))).collect()
@@ -240,156 +268,181 @@ struct Operands<'a, T: Float> {
 }
 
 impl<T: Float> Operands<'_, T> {
-    /// `s = q[qi..qi+qn] · k[kj..kj+kn]ᵀ` of batch `b`, unscaled and unmasked (the row loops
+    /// `s = q[qi..qi+qn] · k[kj..kj+kn]ᵀ` of attention `a`, unscaled and unmasked (the row loops
     /// scale and mask).
-    fn scores(&self, b: usize, (qi, qn): (usize, usize), (kj, kn): (usize, usize), s: &mut [T]) {
+    fn scores(&self, a: usize, (qi, qn): (usize, usize), (kj, kn): (usize, usize), s: &mut [T]) {
         let Dims { tq, tk, d, .. } = self.dm;
-        let q = &self.q[(b * tq + qi) * d..];
-        let k = &self.k[(b * tk + kj) * d..];
-        mm(qn, d, kn, q, (d, 1), k, (1, d), s);
+        let q = &self.q[self.dm.row(a, tq, qi, d)..];
+        let k = &self.k[self.dm.row(a, tk, kj, d)..];
+        mm(qn, d, kn, q, (self.dm.stride(d), 1), k, (1, self.dm.stride(d)), s);
     }
 }
 
-/// Output `[.., tq, dv + 1]`: each row's attention output followed by its log-sum-exp.
+/// Output shaped like q with `dv + 1` columns: each row's attention output followed by its
+/// log-sum-exp.
 pub(super) fn sdpa<T: Float>(
     call: &KernelCall<'_>,
     q: &HostTensor,
     k: &HostTensor,
     v: &HostTensor,
-    causal: bool,
-    scale: f64,
+    (causal, scale, layout): (bool, f64, AttnLayout),
 ) -> Result<HostTensor> {
     let (qv, kv, vv) = (T::read(q.data()), T::read(k.data()), T::read(v.data()));
-    let dm = Dims::of(q.shape(), k.shape(), v.shape(), causal);
+    let dm = Dims::of(layout, q.shape(), k.shape(), v.shape(), causal);
     let ops = Operands { q: &qv, k: &kv, v: &vv, dm, scale: T::of(scale) };
-    let Dims { tq, tk, dv, .. } = dm;
+    let Dims { heads, tq, tk, dv, .. } = dm;
     let width = dv + 1;
-    let units = blocks(dm.batch, tq, Q_BLOCK);
-    let lens: Vec<usize> = units.iter().map(|&(_, _, n)| n * width).collect();
+    // A unit is a block of query rows of every head of one outer index: a contiguous part of the
+    // output (rows `qi..qi + qn`, each `heads` rows of `width`).
+    let units = blocks(dm.outer, tq, Q_BLOCK);
+    let lens: Vec<usize> = units.iter().map(|&(_, _, n)| n * heads * width).collect();
     let out = parallel_units(&lens, |u, o: &mut [T]| {
-        let (b, qi, qn) = units[u];
+        let (outer, qi, qn) = units[u];
         // One scratch allocation per unit: running maxima (and those before the block), running
         // sums, the block's sums, the accumulator, a score block and its product with v.
         let kb = K_BLOCK.min(tk);
         let mut scratch = vec![T::ZERO; qn * (4 + 2 * dv + kb)];
-        let (m, rest) = scratch.split_at_mut(qn);
-        let (before, rest) = rest.split_at_mut(qn);
-        let (l, rest) = rest.split_at_mut(qn);
-        let (sums, rest) = rest.split_at_mut(qn);
-        let (acc, rest) = rest.split_at_mut(qn * dv);
-        let (pv, s) = rest.split_at_mut(qn * dv);
-        m.iter_mut().for_each(|x| *x = T::NEG_INFINITY);
-        let n_keys = dm.keys_before(qi + qn);
-        for kj in (0..n_keys).step_by(K_BLOCK) {
-            let kn = K_BLOCK.min(n_keys - kj);
-            let s = &mut s[..qn * kn];
-            ops.scores(b, (qi, qn), (kj, kn), s);
-            before.copy_from_slice(m);
-            online_block(s, kn, qi, kj, dm.causal, ops.scale, m, sums);
+        for h in 0..heads {
+            attend_rows(&ops, outer * heads + h, (qi, qn), &mut scratch);
+            let (m, rest) = scratch.split_at(qn);
+            let (l, rest) = rest[qn..].split_at(qn);
+            let acc = &rest[qn..][..qn * dv];
             for i in 0..qn {
-                if m[i] == T::NEG_INFINITY {
-                    continue; // every key so far is masked for this row
+                let row = &mut o[(i * heads + h) * width..][..width];
+                if l[i] == T::ZERO {
+                    row[..dv].iter_mut().for_each(|x| *x = T::ZERO);
+                    row[dv] = T::NEG_INFINITY;
+                    continue;
                 }
-                let correction = if before[i] == T::NEG_INFINITY { T::ZERO } else { (before[i] - m[i]).exp() };
-                l[i] = l[i] * correction + sums[i];
-                acc[i * dv..(i + 1) * dv].iter_mut().for_each(|a| *a = *a * correction);
+                let inv = T::ONE / l[i];
+                for (x, &a) in row[..dv].iter_mut().zip(&acc[i * dv..(i + 1) * dv]) {
+                    *x = a * inv;
+                }
+                row[dv] = m[i] + l[i].ln();
             }
-            mm(qn, kn, dv, s, (kn, 1), &vv[(b * tk + kj) * dv..], (dv, 1), pv);
-            acc.iter_mut().zip(pv.iter()).for_each(|(a, &x)| *a += x);
-        }
-        for i in 0..qn {
-            let row = &mut o[i * width..(i + 1) * width];
-            if l[i] == T::ZERO {
-                row[..dv].iter_mut().for_each(|x| *x = T::ZERO);
-                row[dv] = T::NEG_INFINITY;
-                continue;
-            }
-            let inv = T::ONE / l[i];
-            for (x, &a) in row[..dv].iter_mut().zip(&acc[i * dv..(i + 1) * dv]) {
-                *x = a * inv;
-            }
-            row[dv] = m[i] + l[i].ln();
         }
     });
     finish(call, out)
 }
 
+/// The online softmax of attention `a`'s query rows `qi..qi + qn` over its keys, in `scratch`
+/// (see [`sdpa`]): leaves the rows' maxima, sums and unnormalised outputs at its start.
+fn attend_rows<T: Float>(ops: &Operands<'_, T>, a: usize, (qi, qn): (usize, usize), scratch: &mut [T]) {
+    let Dims { tk, dv, .. } = ops.dm;
+    let (m, rest) = scratch.split_at_mut(qn);
+    let (before, rest) = rest.split_at_mut(qn);
+    let (l, rest) = rest.split_at_mut(qn);
+    let (sums, rest) = rest.split_at_mut(qn);
+    let (acc, rest) = rest.split_at_mut(qn * dv);
+    let (pv, s) = rest.split_at_mut(qn * dv);
+    m.iter_mut().for_each(|x| *x = T::NEG_INFINITY);
+    l.iter_mut().for_each(|x| *x = T::ZERO);
+    acc.iter_mut().for_each(|x| *x = T::ZERO);
+    let n_keys = ops.dm.keys_before(qi + qn);
+    for kj in (0..n_keys).step_by(K_BLOCK) {
+        let kn = K_BLOCK.min(n_keys - kj);
+        let s = &mut s[..qn * kn];
+        ops.scores(a, (qi, qn), (kj, kn), s);
+        before.copy_from_slice(m);
+        online_block(s, kn, qi, kj, ops.dm.causal, ops.scale, m, sums);
+        for i in 0..qn {
+            if m[i] == T::NEG_INFINITY {
+                continue; // every key so far is masked for this row
+            }
+            let correction = if before[i] == T::NEG_INFINITY { T::ZERO } else { (before[i] - m[i]).exp() };
+            l[i] = l[i] * correction + sums[i];
+            acc[i * dv..(i + 1) * dv].iter_mut().for_each(|a| *a = *a * correction);
+        }
+        let v = &ops.v[ops.dm.row(a, tk, kj, dv)..];
+        mm(qn, kn, dv, s, (kn, 1), v, (ops.dm.stride(dv), 1), pv);
+        acc.iter_mut().zip(pv.iter()).for_each(|(a, &x)| *a += x);
+    }
+}
+
 /// One block pair of the backward: probabilities `p` and score gradients `ds = p·(dp − δ)` of
-/// queries `qi..qi+qn` against keys `kj..kj+kn`, recomputed from the log-sum-exp; `delta` holds
-/// batch `b`'s δ rows.
+/// attention `a`'s queries `qi..qi+qn` against keys `kj..kj+kn`, recomputed from the
+/// log-sum-exp; `delta` holds the attention's δ rows.
 #[allow(clippy::too_many_arguments)]
 fn grad_block<T: Float>(
     ops: &Operands<'_, T>,
     saved: &[T],
     g: &[T],
     delta: &[T],
-    b: usize,
+    a: usize,
     (qi, qn): (usize, usize),
     (kj, kn): (usize, usize),
     p: &mut [T],
     ds: &mut [T],
 ) {
-    let Dims { tq, tk, dv, .. } = ops.dm;
+    let dm = ops.dm;
+    let Dims { tq, tk, dv, .. } = dm;
     let width = dv + 1;
-    ops.scores(b, (qi, qn), (kj, kn), p);
-    // dp = dout · vᵀ (dout rows have stride dv + 1 in the packed gradient).
-    mm(qn, dv, kn, &g[(b * tq + qi) * width..], (width, 1), &ops.v[(b * tk + kj) * dv..], (1, dv), ds);
-    let lse = &saved[(b * tq + qi) * width + dv..];
-    grad_rows(&mut p[..qn * kn], &mut ds[..qn * kn], kn, qi, kj, ops.dm.causal, ops.scale, (lse, width), &delta[qi..]);
+    ops.scores(a, (qi, qn), (kj, kn), p);
+    // dp = dout · vᵀ (dout rows are the packed gradient's `[dout | dlse]` rows).
+    let (g_rows, v_rows) = (&g[dm.row(a, tq, qi, width)..], &ops.v[dm.row(a, tk, kj, dv)..]);
+    mm(qn, dv, kn, g_rows, (dm.stride(width), 1), v_rows, (1, dm.stride(dv)), ds);
+    let lse = (&saved[dm.row(a, tq, qi, width) + dv..], dm.stride(width));
+    grad_rows(&mut p[..qn * kn], &mut ds[..qn * kn], kn, qi, kj, dm.causal, ops.scale, lse, &delta[qi..]);
 }
 
-/// Gradients `[.., tq·d + tk·d + tk·dv]` (dq, dk, dv flattened per batch) from q, k, v, the saved
-/// `[out | lse]` and its gradient `[dout | dlse]`.
+/// Gradients `[.., heads · (tq·d + tk·d + tk·dv)]`: per outer index, dq `[tq, heads, d]`, dk
+/// `[tk, heads, d]` and dv `[tk, heads, dv]` flattened (heads is 1 in head-major layout), from
+/// q, k, v, the saved `[out | lse]` and its gradient `[dout | dlse]`.
 pub(super) fn sdpa_grad<T: Float>(
     call: &KernelCall<'_>,
     x: &[&HostTensor],
-    causal: bool,
-    scale: f64,
+    (causal, scale, layout): (bool, f64, AttnLayout),
 ) -> Result<HostTensor> {
     let (q, k, v, saved, g) = (x[0], x[1], x[2], x[3], x[4]);
-    let dm = Dims::of(q.shape(), k.shape(), v.shape(), causal);
-    let Dims { batch, tq, tk, d, dv, .. } = dm;
+    let dm = Dims::of(layout, q.shape(), k.shape(), v.shape(), causal);
+    let Dims { outer, heads, tq, tk, d, dv, .. } = dm;
     let (qv, kv, vv) = (T::read(q.data()), T::read(k.data()), T::read(v.data()));
     let (ov, gv) = (T::read(saved.data()), T::read(g.data()));
     let ops = Operands { q: &qv, k: &kv, v: &vv, dm, scale: T::of(scale) };
     let width = dv + 1;
     let scale = ops.scale;
-    // One unit per batch entry, in its own slice of the output `[dq | dk | dv]`: key blocks in
-    // order, and for each the query blocks that see it, so every block pair's probabilities are
-    // computed once, and each gradient row sums its block products in the same order on any
-    // number of threads (dq_i over key blocks ascending, dk_j and dv_j over query blocks).
-    let per = tq * d + tk * d + tk * dv;
-    let out = parallel_units(&vec![per; batch], |b, unit: &mut [T]| {
-        let (dq, rest) = unit.split_at_mut(tq * d);
-        let (dk, dvs) = rest.split_at_mut(tk * d);
+    // One unit per outer index, in its own slice of the output `[dq | dk | dv]`, its heads one
+    // after another: key blocks in order, and for each the query blocks that see it, so every
+    // block pair's probabilities are computed once, and each gradient row sums its block
+    // products in the same order on any number of threads (dq_i over key blocks ascending, dk_j
+    // and dv_j over query blocks).
+    let per = heads * (tq * d + tk * d + tk * dv);
+    let out = parallel_units(&vec![per; outer], |o, unit: &mut [T]| {
+        let (dq, rest) = unit.split_at_mut(heads * tq * d);
+        let (dk, dvs) = rest.split_at_mut(heads * tk * d);
         // One scratch allocation, sized for the largest block pair of this call: p, ds, a
-        // block product, and the unit's δ rows.
+        // block product, and the attention's δ rows.
         let (qb, kb) = (Q_BLOCK.min(tq), K_BLOCK.min(tk));
         let mut scratch = vec![T::ZERO; 2 * qb * kb + qb.max(kb) * d.max(dv) + tq];
         let (p, rest) = scratch.split_at_mut(qb * kb);
         let (ds, rest) = rest.split_at_mut(qb * kb);
         let (part, delta) = rest.split_at_mut(qb.max(kb) * d.max(dv));
-        // δ_i = dout_i · out_i − dlse_i: the row term of the softmax gradient.
-        for (i, dl) in delta.iter_mut().enumerate() {
-            let r = b * tq + i;
-            let (o, go) = (&ov[r * width..][..width], &gv[r * width..][..width]);
-            *dl = o[..dv].iter().zip(&go[..dv]).fold(T::ZERO, |s, (&a, &b)| s + a * b) - go[dv];
-        }
-        for kj in (0..tk).step_by(K_BLOCK) {
-            let kn = K_BLOCK.min(tk - kj);
-            // Causal: queries before `kj` see none of these keys.
-            let first = if causal { (kj / Q_BLOCK) * Q_BLOCK } else { 0 };
-            for qi in (first..tq).step_by(Q_BLOCK) {
-                let qn = Q_BLOCK.min(tq - qi);
-                grad_block(&ops, &ov, &gv, delta, b, (qi, qn), (kj, kn), p, ds);
-                // dq_i += scale · ds · k_j.
-                mm(qn, kn, d, ds, (kn, 1), &kv[(b * tk + kj) * d..], (d, 1), part);
-                add_scaled(&mut dq[qi * d..(qi + qn) * d], &part[..qn * d], scale);
-                // dk_j += scale · dsᵀ · q_i and dv_j += pᵀ · dout_i: read transposed by stride.
-                mm(kn, qn, d, ds, (1, kn), &qv[(b * tq + qi) * d..], (d, 1), part);
-                add_scaled(&mut dk[kj * d..(kj + kn) * d], &part[..kn * d], scale);
-                mm(kn, qn, dv, p, (1, kn), &gv[(b * tq + qi) * width..], (width, 1), part);
-                add_scaled(&mut dvs[kj * dv..(kj + kn) * dv], &part[..kn * dv], T::ONE);
+        for h in 0..heads {
+            let a = o * heads + h;
+            // δ_i = dout_i · out_i − dlse_i: the row term of the softmax gradient.
+            for (i, dl) in delta.iter_mut().enumerate() {
+                let r = dm.row(a, tq, i, width);
+                let (out_row, g_row) = (&ov[r..][..width], &gv[r..][..width]);
+                *dl = out_row[..dv].iter().zip(&g_row[..dv]).fold(T::ZERO, |s, (&x, &y)| s + x * y) - g_row[dv];
+            }
+            // Within the unit, head `h`'s rows are those of attention `h` of outer index 0.
+            for kj in (0..tk).step_by(K_BLOCK) {
+                let kn = K_BLOCK.min(tk - kj);
+                // Causal: queries before `kj` see none of these keys.
+                let first = if causal { (kj / Q_BLOCK) * Q_BLOCK } else { 0 };
+                for qi in (first..tq).step_by(Q_BLOCK) {
+                    let qn = Q_BLOCK.min(tq - qi);
+                    grad_block(&ops, &ov, &gv, delta, a, (qi, qn), (kj, kn), p, ds);
+                    // dq_i += scale · ds · k_j.
+                    mm(qn, kn, d, ds, (kn, 1), &kv[dm.row(a, tk, kj, d)..], (dm.stride(d), 1), part);
+                    add_rows(dq, dm.row(h, tq, qi, d), dm.stride(d), &part[..qn * d], d, scale);
+                    // dk_j += scale · dsᵀ · q_i and dv_j += pᵀ · dout_i: read transposed by stride.
+                    mm(kn, qn, d, ds, (1, kn), &qv[dm.row(a, tq, qi, d)..], (dm.stride(d), 1), part);
+                    add_rows(dk, dm.row(h, tk, kj, d), dm.stride(d), &part[..kn * d], d, scale);
+                    let g_rows = &gv[dm.row(a, tq, qi, width)..];
+                    mm(kn, qn, dv, p, (1, kn), g_rows, (dm.stride(width), 1), part);
+                    add_rows(dvs, dm.row(h, tk, kj, dv), dm.stride(dv), &part[..kn * dv], dv, T::ONE);
+                }
             }
         }
     });
@@ -399,7 +452,7 @@ pub(super) fn sdpa_grad<T: Float>(
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::op::Op;
+    use crate::op::{AttnLayout, Op};
 
     /// The unfused reference: softmax(q·kᵀ·scale + mask)·v and the row log-sum-exp.
     fn reference(q: &[f64], k: &[f64], v: &[f64], t: usize, d: usize, causal: bool, scale: f64) -> Vec<f64> {
@@ -425,7 +478,7 @@ mod tests {
         let (t, d) = (70, 2);
         let (q, mut k, v) = (values(t * d, 1), values(t * d, 2), values(t * d, 3));
         k[0] = f64::NAN;
-        let op = Op::Sdpa { causal: true, scale: 0.5 };
+        let op = Op::Sdpa { causal: true, scale: 0.5, layout: AttnLayout::HeadMajor };
         for dtype_f32 in [false, true] {
             let tensor = |x: &[f64]| {
                 if dtype_f32 {
@@ -447,10 +500,58 @@ mod tests {
         let (t, d) = (150, 4);
         let (q, k, v) = (values(t * d, 1), values(t * d, 2), values(t * d, 3));
         for causal in [false, true] {
-            let op = Op::Sdpa { causal, scale: 0.5 };
+            let op = Op::Sdpa { causal, scale: 0.5, layout: AttnLayout::HeadMajor };
             let y = run(&op, &[&t64(&[1, t, d], &q), &t64(&[1, t, d], &k), &t64(&[1, t, d], &v)]).unwrap();
             assert_eq!(y.shape(), &[1, t, d + 1]);
             assert_close(&y.to_f64_vec(), &reference(&q, &k, &v, t, d, causal, 0.5), 1e-12);
+        }
+    }
+
+    /// Token-major attention (`[o, t, heads, d]`, heads read in place) gives the bits of
+    /// head-major attention on the transposed operands, forward and backward: every element is
+    /// summed in the same order. Shapes cross key and query blocks, with `tq ≠ tk`, `d ≠ dv`.
+    #[test]
+    fn token_major_layout_matches_head_major_bit_for_bit() {
+        let f32s = |shape: &[usize], seed| {
+            let v: Vec<f32> = values(shape.iter().product(), seed).iter().map(|&x| x as f32).collect();
+            t32(shape, &v)
+        };
+        // [o, t, h, w] <-> [o, h, t, w].
+        let swap = |x: &crate::host::HostTensor| run(&Op::Transpose { perm: vec![0, 2, 1, 3] }, &[x]).unwrap();
+        let bits = |x: &crate::host::HostTensor| x.to_f32_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let (o, h) = (2, 3);
+        for (tq, tk, d, dv, causal) in [(150, 150, 8, 5, true), (70, 130, 4, 6, false), (1, 9, 3, 3, true)] {
+            let (q, k, v) = (f32s(&[o, tq, h, d], 1), f32s(&[o, tk, h, d], 2), f32s(&[o, tk, h, dv], 3));
+            let (qh, kh, vh) = (swap(&q), swap(&k), swap(&v));
+            let op = |layout| Op::Sdpa { causal, scale: 0.3, layout };
+            let tokens = run(&op(AttnLayout::TokenMajor), &[&q, &k, &v]).unwrap();
+            let heads = run(&op(AttnLayout::HeadMajor), &[&qh, &kh, &vh]).unwrap();
+            assert_eq!(tokens.shape(), &[o, tq, h, dv + 1]);
+            assert_eq!(bits(&tokens), bits(&swap(&heads)), "forward {tq}×{tk}, causal {causal}");
+            let g = f32s(&[o, tq, h, dv + 1], 4);
+            let grad = |layout| Op::SdpaGrad { causal, scale: 0.3, layout };
+            let gt = run(&grad(AttnLayout::TokenMajor), &[&q, &k, &v, &tokens, &g]).unwrap();
+            let gh = run(&grad(AttnLayout::HeadMajor), &[&qh, &kh, &vh, &heads, &swap(&g)]).unwrap();
+            assert_eq!(gt.shape(), &[o, h * (tq * d + tk * d + tk * dv)]);
+            // Head-major: per (o, head), dq [tq, d] | dk [tk, d] | dv [tk, dv]; token-major: per o,
+            // dq [tq, h, d] | dk [tk, h, d] | dv [tk, h, dv].
+            let (gt, gh) = (gt.to_f32_vec(), gh.to_f32_vec());
+            let per_head = tq * d + tk * d + tk * dv;
+            for (oi, hi) in (0..o).flat_map(|oi| (0..h).map(move |hi| (oi, hi))) {
+                let head = &gh[(oi * h + hi) * per_head..][..per_head];
+                let unit = &gt[oi * h * per_head..][..h * per_head];
+                let parts = [(0, 0, tq, d), (tq * d, h * tq * d, tk, d), (tq * d + tk * d, h * (tq + tk) * d, tk, dv)];
+                for (from, to, rows, w) in parts {
+                    for r in 0..rows {
+                        let want = &head[from + r * w..][..w];
+                        let got = &unit[to + (r * h + hi) * w..][..w];
+                        assert!(
+                            want.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "gradient {tq}×{tk}, outer {oi}, head {hi}, row {r} at {to}"
+                        );
+                    }
+                }
+            }
         }
     }
 }

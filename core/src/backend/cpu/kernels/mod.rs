@@ -364,9 +364,11 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
         }
         Op::RmsNorm { eps } => per_float!(call, norm::rms_norm, (call, x[0], *eps)),
         Op::RmsNormGrad { eps } => per_float!(call, norm::rms_norm_grad, (call, x[0], x[1], *eps)),
-        Op::Sdpa { causal, scale } => per_float!(call, attention::sdpa, (call, x[0], x[1], x[2], *causal, *scale)),
-        Op::SdpaGrad { causal, scale } => {
-            per_float!(call, attention::sdpa_grad, (call, x, *causal, *scale))
+        Op::Sdpa { causal, scale, layout } => {
+            per_float!(call, attention::sdpa, (call, x[0], x[1], x[2], (*causal, *scale, *layout)))
+        }
+        Op::SdpaGrad { causal, scale, layout } => {
+            per_float!(call, attention::sdpa_grad, (call, x, (*causal, *scale, *layout)))
         }
         Op::CrossEntropy => per_float!(call, nn::cross_entropy, (call, x[0], x[1])),
         Op::CrossEntropyGrad => per_float!(call, nn::cross_entropy_grad, (call, x[0], x[1], x[2])),
@@ -443,7 +445,7 @@ mod widths {
     use super::simd::WIDTH_CAP;
     use super::testutil::*;
     use crate::host::HostTensor;
-    use crate::op::{BinaryOp, Op, UnaryOp};
+    use crate::op::{AttnLayout, BinaryOp, Op, UnaryOp};
     use std::sync::atomic::Ordering;
 
     fn f32s(shape: &[usize], salt: u64) -> HostTensor {
@@ -458,7 +460,7 @@ mod widths {
         let g = f32s(&[rows, d], 2);
         let bias = f32s(&[d], 3);
         let (q, k, v) = (f32s(&[3, 70, 16], 4), f32s(&[3, 70, 16], 5), f32s(&[3, 70, 16], 6));
-        let sdpa = Op::Sdpa { causal: true, scale: 0.25 };
+        let sdpa = Op::Sdpa { causal: true, scale: 0.25, layout: AttnLayout::HeadMajor };
         let saved = run(&sdpa, &[&q, &k, &v]).unwrap();
         let dsaved = f32s(saved.shape(), 7);
         let cases: Vec<(Op, Vec<&HostTensor>)> = vec![
@@ -473,7 +475,10 @@ mod widths {
             (Op::LayerNormGrad { eps: 1e-5 }, vec![&x, &g]),
             (Op::Dropout { p: 0.1, seed: 3, key: 4 }, vec![&x]),
             (sdpa.clone(), vec![&q, &k, &v]),
-            (Op::SdpaGrad { causal: true, scale: 0.25 }, vec![&q, &k, &v, &saved, &dsaved]),
+            (
+                Op::SdpaGrad { causal: true, scale: 0.25, layout: AttnLayout::HeadMajor },
+                vec![&q, &k, &v, &saved, &dsaved],
+            ),
         ];
         let bits = |cap: u8| -> Vec<Vec<u32>> {
             WIDTH_CAP.store(cap, Ordering::Relaxed);
