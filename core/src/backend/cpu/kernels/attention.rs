@@ -8,7 +8,9 @@
 //! are small GEMMs (`matrixmultiply`); the row loops between them (mask, scale, exponentials,
 //! sums) are compiled eight lanes wide ([`simd::wide_fn!`]) with a vectorisable `exp`. Blocks are
 //! spread over the kernels' threads; each is computed in a fixed order, so results do not depend
-//! on the thread count.
+//! on the thread count. Operands are head-major (one attention's rows back to back) or
+//! token-major (`[.., t, heads, d]`: an attention's rows `heads · d` apart); the block products
+//! read either by strides ([`Dims::row`]), so both layouts compute the same bits.
 
 use super::{finish, simd, Float, KernelCall};
 use crate::error::Result;
