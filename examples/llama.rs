@@ -11,7 +11,7 @@
 
 use clap::Parser;
 use remat::prelude::*;
-use remat::{Budget, Graph, Strategy};
+use remat::{AttnLayout, Budget, Graph, Strategy};
 use std::time::Instant;
 
 /// Sizes of the model and its batches.
@@ -62,7 +62,8 @@ impl Block {
     }
 }
 
-/// Rotary tables: `cos`, `sin` `[seq, head_dim / 2]`, angle `pos · θ^(−2i/head_dim)`.
+/// Rotary tables: `cos`, `sin` `[seq, 1, head_dim / 2]` (broadcast over the heads), angle
+/// `pos · θ^(−2i/head_dim)`.
 struct Rope {
     cos: Tensor,
     sin: Tensor,
@@ -77,7 +78,7 @@ impl Rope {
         };
         let table = |f: fn(f64) -> f64| {
             let v: Vec<f32> = (0..seq * half).map(|i| f(angle(i)) as f32).collect();
-            HostTensor::f32([seq, half], v).expect("seq * half values")
+            HostTensor::f32([seq, 1, half], v).expect("seq * half values")
         };
         // Host data made into resident constants: computed once, never fed, never recomputed.
         Rope {
@@ -86,7 +87,7 @@ impl Rope {
         }
     }
 
-    /// Rotates `x` `[b, heads, t, head_dim]`: the two halves of each head (slices, views) turned
+    /// Rotates `x` `[b, t, heads, head_dim]`: the two halves of each head (slices, views) turned
     /// by the position's angles, `[x1·cos − x2·sin, x2·cos + x1·sin]`.
     fn apply(&self, x: &Tensor) -> Tensor {
         let half = x.shape()[3] / 2;
@@ -102,15 +103,17 @@ fn norm(x: &Tensor, gain: &Tensor) -> Tensor {
     &x.rms_norm(EPS) * gain
 }
 
-/// Causal self-attention with rotary embeddings, fused (`sdpa`).
+/// Causal self-attention with rotary embeddings, fused (`sdpa`), the heads token-major
+/// (`[b, t, heads, dh]`): the head split and merge are reshapes, with no transpose.
 fn attention(x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
     let s = x.shape();
     let (b, t, d) = (s[0], s[1], s[2]);
     let dh = d / heads;
-    let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]).transpose(&[0, 2, 1, 3]);
+    let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]);
     let (q, k, v) = (rope.apply(&split(&p.wq)), rope.apply(&split(&p.wk)), split(&p.wv));
-    let ctx = Tensor::scaled_dot_product_attention(&q, &k, &v, true, 1.0 / (dh as f64).sqrt());
-    ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
+    let scale = 1.0 / (dh as f64).sqrt();
+    let ctx = Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, &q, &k, &v, true, scale);
+    ctx.reshape(&[b, t, d]).matmul(&p.wo)
 }
 
 /// The SwiGLU MLP: `(silu(x·w_gate) * (x·w_up)) · w_down`.
