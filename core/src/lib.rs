@@ -31,7 +31,9 @@ mod trace;
 pub mod zoo;
 
 pub use autodiff::JointGraph;
-pub use backend::cpu::{release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer, KEEP_FREED_MEMORY_VAR};
+pub use backend::cpu::{
+    keeps_freed_memory, release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer, KEEP_FREED_MEMORY_VAR,
+};
 pub use backend::{Backend, KernelCall, MemoryStats};
 pub use dtype::DType;
 pub use error::{Error, Result};

@@ -15,7 +15,8 @@
 //! (`GLIBC_TUNABLES` naming `glibc.malloc`, or `MALLOC_MMAP_THRESHOLD_` / `MALLOC_TRIM_THRESHOLD_`
 //! set), when `REMAT_KEEP_FREED_MEMORY=0`, or on other platforms and allocators (a
 //! `#[global_allocator]` such as jemalloc or mimalloc does not use glibc's heap, and `mallopt`
-//! does not touch it). [`release_freed_memory`] gives the kept memory back on demand.
+//! does not touch it). [`release_freed_memory`] gives the kept memory back on demand, and
+//! [`keeps_freed_memory`] says whether the thresholds were set.
 
 /// The environment variable that, set to `0`, leaves glibc's thresholds alone.
 pub const KEEP_FREED_MEMORY_VAR: &str = "REMAT_KEEP_FREED_MEMORY";
@@ -29,8 +30,10 @@ fn wanted(var: impl Fn(&str) -> Option<String>) -> bool {
     !opted_out && !tuned_by_user
 }
 
-/// Sets glibc's thresholds once per process (see the module docs); returns whether they are set.
-pub(super) fn keep_freed_memory() -> bool {
+/// Whether this process's CPU backends keep freed tensor memory for the next step: the first
+/// call (made by the first [`super::CpuBackend`]) sets glibc's thresholds unless the environment
+/// says not to (see the module docs); every call returns whether they are set.
+pub fn keeps_freed_memory() -> bool {
     static SET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *SET.get_or_init(|| wanted(|name| std::env::var(name).ok()) && imp::set_thresholds())
 }

@@ -9,7 +9,7 @@
 mod heap;
 pub(crate) mod kernels;
 
-pub use heap::{release_freed_memory, KEEP_FREED_MEMORY_VAR};
+pub use heap::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR};
 
 use super::{Backend, KernelCall, MemoryStats};
 use crate::error::Result;
@@ -98,7 +98,7 @@ pub struct CpuBackend {
 
 impl Default for CpuBackend {
     fn default() -> Self {
-        heap::keep_freed_memory();
+        heap::keeps_freed_memory();
         CpuBackend { meter: Rc::default(), host: Rc::default() }
     }
 }
