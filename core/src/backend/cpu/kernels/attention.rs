@@ -159,25 +159,11 @@ fn visible(causal: bool, row: usize, kj: usize, kn: usize) -> usize {
 // whole block before the next, so the long `exp` polynomial of one row overlaps the next row's
 // instead of waiting on its own row's reductions.
 
-/// The largest non-NaN element of `row` (−∞ if none). A maximum is exact in any order, so this
-/// runs at full vector width rather than over [`simd::lane_max`]'s fixed eight lanes.
+/// The largest non-NaN element of `row` (−∞ if none), at full vector width (16 lanes, where
+/// [`simd::lane_max`] keeps eight and propagates NaN): the NaN case is [`online_block`]'s.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)]
 fn row_max<T: Float>(row: &[T]) -> T {
-    const W: usize = 16;
-    let pick = |m: T, v: T| if v > m { v } else { m };
-    let mut acc = [T::NEG_INFINITY; W];
-    let mut chunks = row.chunks_exact(W);
-    for c in &mut chunks {
-        for l in 0..W {
-            acc[l] = pick(acc[l], c[l]);
-        }
-    }
-    for (l, &v) in chunks.remainder().iter().enumerate() {
-        acc[l] = pick(acc[l], v);
-    }
-    // Pairwise, so a row's reduction is four dependent steps rather than sixteen.
-    simd::fold_pairwise(acc, pick)
+    simd::lane_max_by::<T, 16>(row, |m, v| if v > m { v } else { m })
 }
 
 simd::wide_fn! {
@@ -292,7 +278,7 @@ pub(super) fn sdpa<T: Float>(
     let (qv, kv, vv) = (T::read(q.data()), T::read(k.data()), T::read(v.data()));
     let dm = Dims::of(layout, q.shape(), k.shape(), v.shape(), causal);
     let ops = Operands { q: &qv, k: &kv, v: &vv, dm, scale: T::of(scale) };
-    let Dims { heads, tq, tk, dv, .. } = dm;
+    let Dims { heads, tq, dv, .. } = dm;
     let width = dv + 1;
     // A unit is a block of query rows of every head of one outer index: a contiguous part of the
     // output (rows `qi..qi + qn`, each `heads` rows of `width`).
@@ -300,15 +286,10 @@ pub(super) fn sdpa<T: Float>(
     let lens: Vec<usize> = units.iter().map(|&(_, _, n)| n * heads * width).collect();
     let out = parallel_units(&lens, |u, o: &mut [T]| {
         let (outer, qi, qn) = units[u];
-        // One scratch allocation per unit: running maxima (and those before the block), running
-        // sums, the block's sums, the accumulator, a score block and its product with v.
-        let kb = K_BLOCK.min(tk);
-        let mut scratch = vec![T::ZERO; qn * (4 + 2 * dv + kb)];
+        // One scratch allocation per unit, reused by each head.
+        let mut scratch = vec![T::ZERO; attend_scratch_len(&dm, qn)];
         for h in 0..heads {
-            attend_rows(&ops, outer * heads + h, (qi, qn), &mut scratch);
-            let (m, rest) = scratch.split_at(qn);
-            let (l, rest) = rest[qn..].split_at(qn);
-            let acc = &rest[qn..][..qn * dv];
+            let (m, l, acc) = attend_rows(&ops, outer * heads + h, (qi, qn), &mut scratch);
             for i in 0..qn {
                 let row = &mut o[(i * heads + h) * width..][..width];
                 if l[i] == T::ZERO {
@@ -327,9 +308,21 @@ pub(super) fn sdpa<T: Float>(
     finish(call, out)
 }
 
+/// The scratch [`attend_rows`] needs for `qn` query rows: running maxima (and those before the
+/// block), running sums, the block's sums, the accumulator, a score block and its product with v.
+fn attend_scratch_len(dm: &Dims, qn: usize) -> usize {
+    qn * (4 + 2 * dm.dv + K_BLOCK.min(dm.tk))
+}
+
 /// The online softmax of attention `a`'s query rows `qi..qi + qn` over its keys, in `scratch`
-/// (see [`sdpa`]): leaves the rows' maxima, sums and unnormalised outputs at its start.
-fn attend_rows<T: Float>(ops: &Operands<'_, T>, a: usize, (qi, qn): (usize, usize), scratch: &mut [T]) {
+/// ([`attend_scratch_len`] long): returns the rows' maxima, sums and unnormalised outputs
+/// (`qn × dv`), which live in `scratch`.
+fn attend_rows<'s, T: Float>(
+    ops: &Operands<'_, T>,
+    a: usize,
+    (qi, qn): (usize, usize),
+    scratch: &'s mut [T],
+) -> (&'s [T], &'s [T], &'s [T]) {
     let Dims { tk, dv, .. } = ops.dm;
     let (m, rest) = scratch.split_at_mut(qn);
     let (before, rest) = rest.split_at_mut(qn);
@@ -359,6 +352,7 @@ fn attend_rows<T: Float>(ops: &Operands<'_, T>, a: usize, (qi, qn): (usize, usiz
         mm(qn, kn, dv, s, (kn, 1), v, (ops.dm.stride(dv), 1), pv);
         acc.iter_mut().zip(pv.iter()).for_each(|(a, &x)| *a += x);
     }
+    (m, l, acc)
 }
 
 /// One block pair of the backward: probabilities `p` and score gradients `ds = p·(dp − δ)` of

@@ -461,20 +461,27 @@ pub(crate) fn lane_sum2<T: super::Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T
 
 /// The NaN-propagating maximum of `x` (−∞ for an empty row), over eight lanes.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)]
 pub(crate) fn lane_max<T: super::Float>(x: &[T]) -> T {
-    let pick = |m: T, v: T| if v > m || v.is_nan() { v } else { m };
-    let mut acc = [T::NEG_INFINITY; LANES];
-    let mut chunks = x.chunks_exact(LANES);
+    lane_max_by::<T, LANES>(x, |m, v| if v > m || v.is_nan() { v } else { m })
+}
+
+/// The maximum of `x` as `pick(max so far, element)` chooses it (−∞ for an empty row), over
+/// `W` lanes folded pairwise. A maximum is exact in any order, so the lane count changes no
+/// result; `pick` decides what a NaN does.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn lane_max_by<T: super::Float, const W: usize>(x: &[T], pick: impl Fn(T, T) -> T) -> T {
+    let mut acc = [T::NEG_INFINITY; W];
+    let mut chunks = x.chunks_exact(W);
     for c in &mut chunks {
-        for l in 0..LANES {
+        for l in 0..W {
             acc[l] = pick(acc[l], c[l]);
         }
     }
     for (l, &v) in chunks.remainder().iter().enumerate() {
         acc[l] = pick(acc[l], v);
     }
-    acc.into_iter().fold(T::NEG_INFINITY, |m, v| if m.is_nan() { m } else { pick(m, v) })
+    fold_pairwise(acc, pick)
 }
 
 /// The lanes' sums added pairwise: (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then 0+1.
@@ -566,6 +573,14 @@ mod tests {
         let mut with_nan = x.clone();
         with_nan[3] = f64::NAN;
         assert!(lane_max(&with_nan).is_nan());
+        // In the remainder past the last whole chunk of lanes too.
+        let mut nan_in_tail = x.clone();
+        nan_in_tail[35] = f64::NAN;
+        assert!(lane_max(&nan_in_tail).is_nan());
+        // A `pick` that skips NaN gives the largest number, at any lane count.
+        let skip_nan = |m: f64, v: f64| if v > m { v } else { m };
+        assert_eq!(lane_max_by::<f64, 16>(&with_nan, skip_nan), 15.0);
+        assert_eq!(lane_max_by::<f64, 4>(&nan_in_tail, skip_nan), 15.0);
     }
 
     #[test]
