@@ -464,17 +464,16 @@ fn profile(model: &Model, params: &Params, cfg: &GptConfig, shapes: bool) -> Res
     rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
     println!("\nwhere a step's {:.2} ms go (mean of {steps} steps):", total * 1e3);
     let mut kernels = 0.0;
+    let width = if shapes { 60 } else { 22 };
     for (op, (secs, count)) in &rows {
         let ms = secs / steps as f64 * 1e3;
         kernels += ms;
-        let width = if shapes { 60 } else { 22 };
         println!(
             "  {op:<width$} {ms:>9.3} ms {:>5.1}%  ({} calls)",
             100.0 * ms / (total * 1e3),
             count / steps as usize
         );
     }
-    let width = if shapes { 60 } else { 22 };
     println!("  {:<width$} {:>9.3} ms (executor, planning, allocation)", "(outside kernels)", total * 1e3 - kernels);
     Ok(())
 }

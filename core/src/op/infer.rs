@@ -111,9 +111,9 @@ fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     broadcast(a, b).ok_or_else(|| format!("shapes {} and {} do not broadcast", fmt_shape(a), fmt_shape(b)))
 }
 
-/// `q [.., tq, d]`, `k [.., tk, d]`, `v [.., tk, dv]` with the same leading axes and one float
-/// dtype: `(tq, d, tk, dv)`.
-/// Checks q, k, v of fused attention in `layout` and returns their dimensions.
+/// Checks q, k, v of fused attention in `layout` (`q [.., tq, d]`, `k [.., tk, d]`,
+/// `v [.., tk, dv]`, each `[.., t, heads, d]` when token-major, with the same leading axes and
+/// heads, one float dtype) and returns their dimensions.
 fn attention_shapes(x: &[Meta<'_>], scale: f64, layout: AttnLayout) -> Result<AttnDims, String> {
     float("q", x[0])?;
     same_dtype(x[0], x[1])?;
