@@ -1,7 +1,7 @@
 //! Bad inputs through the public API give errors that name the op, the shapes and the caller's
 //! line — never a panic.
 
-use remat_core::{CpuBackend, DType, Feeds, HostTensor, Model, Tensor, Trace};
+use remat_core::{AttnLayout, CpuBackend, DType, Feeds, HostTensor, Model, Tensor, Trace};
 
 /// `file:line` of the line after the macro call site's `line!()`, as errors print it.
 fn here(line: u32) -> String {
@@ -202,6 +202,23 @@ fn new_ops_name_the_op_and_the_line() {
                 let q = t.param("q", &[2, 5, 4], DType::F32);
                 let k = t.param("k", &[2, 5, 3], DType::F32);
                 (line!(), Tensor::scaled_dot_product_attention(&q, &k, &k, true, 0.5))
+            }),
+        ),
+        (
+            "sdpa",
+            "q, k and v need the same number of heads (axis 2), got [2, 5, 4, 8], [2, 5, 3, 8] and [2, 5, 3, 8]",
+            Box::new(|t: &Trace| {
+                let q = t.param("q", &[2, 5, 4, 8], DType::F32);
+                let kv = t.param("kv", &[2, 5, 3, 8], DType::F32);
+                (line!(), Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, &q, &kv, &kv, true, 0.5))
+            }),
+        ),
+        (
+            "sdpa",
+            "q, k and v need the same rank >= 3 ([.., t, heads, d] (token-major)), got [5, 8]",
+            Box::new(|t: &Trace| {
+                let q = t.param("q", &[5, 8], DType::F32);
+                (line!(), Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, &q, &q, &q, false, 0.5))
             }),
         ),
         (
