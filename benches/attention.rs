@@ -36,7 +36,7 @@ fn model(t: usize, fused: bool) -> Model {
 /// Median step seconds and the measured peak bytes of `reps` steps.
 fn measure(t: usize, fused: bool, reps: usize) -> (f64, usize) {
     let model = model(t, fused);
-    let params = model.init_params(0);
+    let params = model.init_params(0).unwrap();
     let n = BATCH * HEADS * t * HEAD_DIM;
     let r: Vec<f32> = (0..n).map(|i| ((i * 7919) % 13) as f32 / 13.0 - 0.5).collect();
     let feeds = Feeds::new().with("r", HostTensor::f32([BATCH, HEADS, t, HEAD_DIM], r).expect("n values"));

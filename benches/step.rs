@@ -10,8 +10,8 @@ fn gemm(c: &mut Criterion) {
     let mut group = c.benchmark_group("gemm");
     for n in [256usize, 512] {
         let mut cpu = CpuBackend::new();
-        let a = cpu.upload(&HostTensor::full([n, n], 0.5, DType::F32)).unwrap();
-        let b = cpu.upload(&HostTensor::full([n, n], 0.25, DType::F32)).unwrap();
+        let a = cpu.upload(&HostTensor::full([n, n], 0.5, DType::F32).unwrap()).unwrap();
+        let b = cpu.upload(&HostTensor::full([n, n], 0.25, DType::F32).unwrap()).unwrap();
         let metas = [(&[n, n][..], DType::F32), (&[n, n][..], DType::F32)];
         let out_shape = [n, n];
         let call = KernelCall {
@@ -34,7 +34,7 @@ fn train_step(c: &mut Criterion) {
     let cfg =
         GptConfig { batch: 8, seq: 64, d_model: 128, heads: 4, layers: 1, vocab: 64, dropout: 0.1, dtype: DType::F32 };
     let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
-    let params = model.init_params(0);
+    let params = model.init_params(0).unwrap();
     let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
     let mut cpu = CpuBackend::new();
     let mut group = c.benchmark_group("train_step");

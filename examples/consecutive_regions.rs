@@ -27,7 +27,7 @@ fn run(n: usize) -> Result<(), remat::Error> {
     let graph = trace.finish(&loss)?;
     assert!(graph.untagged_inside_regions().is_empty(), "every op inside a region is tagged");
     let model = Model::new(graph)?;
-    let out = model.step(&mut CpuBackend::new(), &model.init_params(0), &Feeds::new())?;
+    let out = model.step(&mut CpuBackend::new(), &model.init_params(0)?, &Feeds::new())?;
     let partition = model.partition().expect("with_strategy partitions");
     println!("{}", model.report(Some(out.measured_peak)).unwrap_or_default());
     let g = model.joint().graph();

@@ -51,7 +51,7 @@ fn show(title: &str, graph: Graph, strategy: Strategy, rows: usize, width: usize
     let model = Model::with_strategy(graph, strategy)?;
     let xs: Vec<f32> = (0..rows * width).map(|i| ((i * 37 % 17) as f32 - 8.0) / 4.0).collect();
     let feeds = Feeds::new().with("input", HostTensor::f32([rows, width], xs)?);
-    let out = model.step(&mut CpuBackend::new(), &model.init_params(0), &feeds)?;
+    let out = model.step(&mut CpuBackend::new(), &model.init_params(0)?, &feeds)?;
     println!("== {title} ==");
     println!("{}", model.report(Some(out.measured_peak)).unwrap_or_default());
     Ok(model)

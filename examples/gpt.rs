@@ -284,7 +284,7 @@ fn train_and_compare<B: Backend>(
     );
 
     let mut device = backend()?;
-    let mut params = model.init_params(args.seed);
+    let mut params = model.init_params(args.seed)?;
     let mut opt = AdamW::new(3e-3);
     let bar = ProgressBar::new(steps);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("a valid template"));
@@ -628,7 +628,7 @@ mod tests {
             let mut reference = None;
             for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
                 let model = build(&cfg, policy, strategy).unwrap();
-                let out = model.step_seeded(&mut CpuBackend::new(), &model.init_params(1), &feeds, 5).unwrap();
+                let out = model.step_seeded(&mut CpuBackend::new(), &model.init_params(1).unwrap(), &feeds, 5).unwrap();
                 assert_eq!(out.measured_peak, out.predicted_peak, "{policy} {strategy}");
                 assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{policy} {strategy}");
                 let grads = out.grads;

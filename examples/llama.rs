@@ -439,7 +439,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let mut cpu = CpuBackend::new();
-    let mut params = model.init_params(args.seed);
+    let mut params = model.init_params(args.seed)?;
     let mut opt = AdamW::new(args.lr);
     let eval_batches = if args.quick { 1 } else { 8 };
     println!(
@@ -555,7 +555,7 @@ fn print_table(rows: &[Row]) {
 fn generate(cfg: &Config, trained: &Params, prompt: &[u8], n: usize) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let one = Config { batch: 1, ..*cfg };
     let model = Model::new(trace_model(&one, PolicyChoice::None, true)?)?;
-    let mut params = model.init_params(0);
+    let mut params = model.init_params(0)?;
     for (name, value) in trained.names().iter().zip(trained.values()) {
         params.set(name, value.clone())?;
     }
@@ -612,7 +612,7 @@ mod tests {
             for strategy in [Strategy::Respect, Strategy::MinCut] {
                 let model = build(&cfg, policy, strategy).unwrap();
                 assert!(model.forward_graph().untagged_inside_regions().is_empty(), "{policy}");
-                let out = model.step(&mut CpuBackend::new(), &model.init_params(1), &feeds).unwrap();
+                let out = model.step(&mut CpuBackend::new(), &model.init_params(1).unwrap(), &feeds).unwrap();
                 assert_eq!(out.measured_peak, out.predicted_peak, "{policy} {strategy}");
                 match &reference {
                     None => reference = Some(out.grads),

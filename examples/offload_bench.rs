@@ -67,7 +67,7 @@ struct Row {
 
 fn measure(cfg: &GptConfig, name: &str, strategy: Strategy, cost: &CostModel) -> remat::Result<(Row, Model)> {
     let model = Model::with_cost_model(graph(cfg, name)?, strategy, cost)?;
-    let params = model.init_params(1);
+    let params = model.init_params(1)?;
     let feeds = zoo::synthetic_tokens(cfg, 0)?;
     let out = model.step_seeded(&mut CpuBackend::new(), &params, &feeds, 0)?;
     assert_eq!(out.measured_peak, out.predicted_peak, "{name}: measured device peak = predicted");

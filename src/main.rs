@@ -209,7 +209,9 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(code, message)) => {
-            eprintln!("error: {}", message.replace('\n', " "));
+            // One line whatever the document held: newlines joined, control characters escaped,
+            // an echo no message shortened cut to a reasonable length.
+            eprintln!("error: {}", remat::text::one_line(&message.replace('\n', " ")));
             ExitCode::from(code)
         }
     }

@@ -144,7 +144,7 @@ fn bad_files_exit_2_naming_the_node() {
     assert_bad(
         "unknown-op.json",
         &graph_doc(&[r#"{"id": 3, "op": "matmull", "inputs": [0, 1]}"#, sum], "[4]"),
-        &["node 3 (matmull): unknown op `matmull` (did you mean `matmul`?)"],
+        &["node 3 (matmull): unknown op \"matmull\" (did you mean `matmul`?)"],
     );
     assert_bad(
         "unknown-field.json",

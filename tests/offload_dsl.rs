@@ -97,7 +97,7 @@ fn models_built_with_the_forms_offload_what_they_name_with_the_gradients_of_savi
     let xs = HostTensor::f32([8, 16], (0..128).map(|i| ((i * 37) % 11) as f32 * 0.1 - 0.5).collect()).unwrap();
     let feeds = Feeds::new().with("x", xs);
     let reference = Model::new(traced(saved)).unwrap();
-    let params = reference.init_params(5);
+    let params = reference.init_params(5).unwrap();
     let want = reference.step(&mut CpuBackend::new(), &params, &feeds).unwrap();
     assert!(offloaded(&reference).is_empty());
     // What each form keeps in host memory: the backward reads `h` (gelu's input), `a` (the

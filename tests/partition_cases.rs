@@ -18,7 +18,7 @@ const STRATEGIES: [Strategy; 5] = [
 /// Runs every strategy; asserts equal gradients (bit for bit) and measured == predicted peak.
 fn run_all(graph: &Graph, feeds: &Feeds) -> Vec<Model> {
     let models: Vec<Model> = STRATEGIES.iter().map(|&s| Model::with_strategy(graph.clone(), s).unwrap()).collect();
-    let params = models[0].init_params(42);
+    let params = models[0].init_params(42).unwrap();
     let mut reference: Option<StepOutput> = None;
     for (model, strategy) in models.iter().zip(STRATEGIES) {
         let out = model.step_seeded(&mut CpuBackend::new(), &params, feeds, 9).unwrap();
@@ -208,7 +208,7 @@ fn d_dropout_is_recomputed_with_the_same_mask() {
     let models = run_all(&graph, &feeds);
     assert!(backward_count(&models[0], "dropout") >= 2, "recomputed in the backward, and its gradient");
     let save_everything = Model::with_saved(graph, |j| vec![true; j.n_forward()]).unwrap();
-    let params = models[0].init_params(42);
+    let params = models[0].init_params(42).unwrap();
     let a = save_everything.step_seeded(&mut CpuBackend::new(), &params, &feeds, 9).unwrap();
     let b = models[0].step_seeded(&mut CpuBackend::new(), &params, &feeds, 9).unwrap();
     assert_eq!(a.grads, b.grads, "bit for bit");

@@ -94,7 +94,7 @@ fn runtime_policies_give_the_gradients_of_the_static_ones_bit_for_bit() {
     let feeds = Feeds::new().with("x", HostTensor::f32([4, 3], (0..12).map(|i| i as f32 * 0.1).collect()).unwrap());
     let run = |graph: Graph| {
         let model = Model::new(graph).unwrap();
-        model.step(&mut CpuBackend::new(), &model.init_params(3), &feeds).unwrap()
+        model.step(&mut CpuBackend::new(), &model.init_params(3).unwrap(), &feeds).unwrap()
     };
     let want = run(traced(static_save));
     let got = run(traced(|x, w| dynamic(&policy!(save(matmul)), x, w)));
@@ -140,7 +140,7 @@ fn inference_runs_the_forward_alone_with_its_own_peak_and_the_training_values() 
     let logits = h.matmul(&w2).name("logits");
     let loss = logits.cross_entropy(&y);
     let model = Model::new(trace.finish_with(&loss, &[&logits]).unwrap()).unwrap();
-    let params = model.init_params(1);
+    let params = model.init_params(1).unwrap();
     let xs = HostTensor::f32([8, 16], (0..128).map(|i| ((i * 37) % 11) as f32 * 0.1 - 0.5).collect()).unwrap();
     let feeds = Feeds::new().with("x", xs).with("y", HostTensor::i64([8], vec![0, 1, 2, 3, 0, 1, 2, 3]).unwrap());
 

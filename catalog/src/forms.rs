@@ -552,6 +552,18 @@ impl fmt::Display for PolicyError {
 
 impl std::error::Error for PolicyError {}
 
+/// Checks a budget given as a value (`RegionPolicy::with_budget`) as the parser checks
+/// `budget = f`: a fraction in [0, 1]; the error reads like the parser's.
+pub fn check_budget(budget: f64) -> Result<f64, PolicyError> {
+    let text = format!("budget = {budget:?}");
+    let mut diags = Vec::new();
+    let value = Expr::Number(budget, "budget = ".len()..text.len());
+    match resolve_budget(&value, &mut diags) {
+        Some(b) => Ok(b),
+        None => Err(PolicyError { text, problems: diags }),
+    }
+}
+
 /// Reads a policy from text: one form as written in `#[checkpoint(policy = ..)]`, optionally
 /// preceded by `policy =` and followed by `, budget = f`:
 ///
@@ -567,7 +579,7 @@ impl std::error::Error for PolicyError {}
 pub fn parse(text: &str) -> Result<Spec, PolicyError> {
     let fail = |problems| PolicyError { text: text.to_string(), problems };
     let tokens = lex(text).map_err(|d| fail(vec![d]))?;
-    let mut parser = Parser { tokens: &tokens, pos: 0, end: text.len() };
+    let mut parser = Parser { tokens: &tokens, pos: 0, end: text.len(), depth: 0 };
     let items = parser.items().map_err(|d| fail(vec![d]))?;
     let mut diags = Vec::new();
     let spec = resolve_items(&items, &(0..text.len()), &mut diags);
@@ -648,7 +660,13 @@ struct Parser<'a> {
     tokens: &'a [(Tok, Range<usize>)],
     pos: usize,
     end: usize,
+    /// Expressions open around the current one (calls, lists, `key = value`), bounded by
+    /// [`MAX_DEPTH`] so that no text can exhaust the stack.
+    depth: usize,
 }
+
+/// The deepest nesting a policy may have; real policies use three levels (`rules(k = [op])`).
+pub const MAX_DEPTH: usize = 64;
 
 type Parsed<T> = Result<T, Diagnostic<Range<usize>>>;
 
@@ -709,6 +727,16 @@ impl Parser<'_> {
     }
 
     fn expr(&mut self) -> Parsed<Expr<Range<usize>>> {
+        if self.depth >= MAX_DEPTH {
+            return self.error(format!("the policy is nested more than {MAX_DEPTH} levels deep"));
+        }
+        self.depth += 1;
+        let expr = self.assignment();
+        self.depth -= 1;
+        expr
+    }
+
+    fn assignment(&mut self) -> Parsed<Expr<Range<usize>>> {
         let left = self.primary()?;
         if self.eat('=') {
             let value = self.expr()?;
@@ -855,6 +883,19 @@ mod tests {
         assert!(message("ofload(matmul)").contains("did you mean `offload`?"));
         assert!(message("rules(must_ofload = [matmul])").contains("did you mean `must_offload`?"));
         assert!(message("rules(default = keep)").contains("`prefer_recompute`, `must_offload` or `prefer_offload`"));
+    }
+
+    #[test]
+    fn nesting_is_bounded_without_exhausting_the_stack() {
+        for open in ["[", "save(", "a = "] {
+            let text = open.repeat(100_000);
+            assert!(message(&text).contains("nested more than 64 levels deep"), "{open}");
+        }
+        assert!(parse(&format!("save({}matmul{})", "[".repeat(10), "]".repeat(10))).is_err());
+        assert_eq!(check_budget(0.5).unwrap(), 0.5);
+        let err = check_budget(2.0).unwrap_err().to_string();
+        assert!(err.contains("`budget` must be in [0, 1]") && err.contains("got 2.0"), "{err}");
+        assert!(check_budget(f64::NAN).is_err());
     }
 
     #[test]

@@ -358,9 +358,12 @@ pub fn suggest(name: &str) -> Option<&'static str> {
 
 /// The candidate closest to `word` by edit distance, if within a third of its length (at least 1).
 pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(1);
+    let len = word.chars().count();
+    let limit = (len / 3).max(1);
     candidates
         .into_iter()
+        // The distance is at least the difference in length: a 10 MB word costs one count.
+        .filter(|c| c.chars().count().abs_diff(len) <= limit)
         .map(|c| (edit_distance(word, c), c))
         .filter(|&(d, _)| d <= limit)
         .min_by_key(|&(d, _)| d)

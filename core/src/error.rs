@@ -64,6 +64,18 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+    /// Host memory for a tensor could not be had: a shape more than this machine can hold
+    /// (allocations are reserved first, so this is an error rather than an abort).
+    #[error(
+        "cannot allocate {} of host memory for {what}",
+        bytes.map_or_else(|| "more than 2^64 bytes".to_string(), exact_bytes)
+    )]
+    HostMemory {
+        /// What was being allocated (a parameter, a kernel's output, a tensor of a shape).
+        what: String,
+        /// The bytes asked for, when they fit in 64 bits.
+        bytes: Option<u64>,
+    },
     /// A backend could not allocate a buffer, even after returning its cached memory.
     #[error(
         "{backend} backend: out of memory{}: {} requested with {} free of {} ({} held by live buffers){}",

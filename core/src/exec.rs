@@ -188,7 +188,7 @@ fn check_feed(joint: &JointGraph, id: NodeId, value: &HostTensor) -> Result<()> 
     }
     Err(Error::Feed {
         what: node.op.name(),
-        name: node.name.clone().unwrap_or_else(|| id.to_string()),
+        name: joint.graph().leaf_name(id),
         message: format!(
             "declared {} {}, got {} {}",
             fmt_shape(&node.shape),

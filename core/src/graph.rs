@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::op::{Meta, Op};
 use crate::policy::{Policy, PolicySource};
 use crate::region::RegionSpec;
-use crate::shape::numel;
+use crate::shape::{fmt_shape, numel};
 use std::fmt::Write as _;
 
 /// A node of a graph: an index into its arena.
@@ -295,6 +295,13 @@ impl Graph {
         self.ids().filter(|&i| matches!(self.node(i).op, Op::Param { .. })).collect()
     }
 
+    /// The name an input or parameter is fed, saved and reported by: its declared name, or its
+    /// op and id (`input_3`, `param_3`) when it has none.
+    pub fn leaf_name(&self, id: NodeId) -> String {
+        let node = self.node(id);
+        node.name.clone().unwrap_or_else(|| format!("{}_{}", node.op.name(), id.0))
+    }
+
     /// The inputs (nodes of op `input`), in id order.
     pub fn inputs(&self) -> Vec<NodeId> {
         self.ids().filter(|&i| self.node(i).op == Op::Input).collect()
@@ -321,6 +328,26 @@ impl Graph {
     /// Checks the invariants listed in the module docs, and that every value's bytes can be
     /// counted without overflow.
     pub fn validate(&self) -> Result<()> {
+        // Inputs and parameters are fed and saved by name: one name, one value.
+        let mut leaf_names: rustc_hash::FxHashMap<&str, NodeId> = Default::default();
+        for id in self.ids() {
+            let node = self.node(id);
+            if !matches!(node.op, Op::Input | Op::Param { .. }) {
+                continue;
+            }
+            let Some(name) = node.name.as_deref() else { continue };
+            if let Some(first) = leaf_names.insert(name, id) {
+                return Err(Error::Node {
+                    node: id,
+                    op: node.op.name(),
+                    message: format!(
+                        "the name {} is already that of {first} ({}): inputs and parameters are fed and saved by name",
+                        crate::text::quoted(name),
+                        self.node(first).op.name()
+                    ),
+                });
+            }
+        }
         for id in self.ids() {
             let node = self.node(id);
             let err = |message: String| Error::Node { node: id, op: node.op.name(), message };
@@ -333,7 +360,7 @@ impl Graph {
                 }
             }
             if crate::shape::checked_bytes(&node.shape, node.dtype.size()).is_none() {
-                return Err(err(format!("{:?} {} is more than 2^64 bytes", node.shape, node.dtype)));
+                return Err(err(format!("{} {} is more than 2^64 bytes", fmt_shape(&node.shape), node.dtype)));
             }
             if node.op.info().leaf {
                 continue;
@@ -341,8 +368,11 @@ impl Graph {
             let (shape, dtype) = self.infer(&node.op, &node.inputs).map_err(err)?;
             if shape != node.shape || dtype != node.dtype {
                 return Err(err(format!(
-                    "declared {:?} {} but the op produces {:?} {}",
-                    node.shape, node.dtype, shape, dtype
+                    "declared {} {} but the op produces {} {}",
+                    fmt_shape(&node.shape),
+                    node.dtype,
+                    fmt_shape(&shape),
+                    dtype
                 )));
             }
         }

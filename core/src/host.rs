@@ -2,7 +2,7 @@
 
 use crate::dtype::{self, DType};
 use crate::error::{Error, Result};
-use crate::shape::{fmt_shape, numel};
+use crate::shape::{checked_numel, fmt_shape, numel};
 use half::{bf16, f16};
 
 /// The elements of a host tensor, stored in their own dtype (fp8 as raw bits).
@@ -19,7 +19,25 @@ pub enum HostData {
     Bool(Vec<bool>),
 }
 
+/// The elements of a host tensor as mutable slices of their own type ([`HostTensor::values_mut`]).
+#[derive(Debug)]
+#[allow(missing_docs)]
+pub enum HostValuesMut<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    BF16(&'a mut [bf16]),
+    F16(&'a mut [f16]),
+    F8E4M3(&'a mut [u8]),
+    F8E5M2(&'a mut [u8]),
+    I64(&'a mut [i64]),
+    Bool(&'a mut [bool]),
+}
+
 /// A dense, row-major tensor in host memory.
+///
+/// Invariant: the data holds exactly as many elements as the shape. Every constructor checks it
+/// and nothing hands out the data in a form whose length could change ([`HostTensor::values_mut`]
+/// lends slices), so kernels may index by the shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
     shape: Vec<usize>,
@@ -99,6 +117,31 @@ impl HostData {
         }
     }
 
+    /// `n` elements of `dtype`, element `i` being `value(i)` rounded once to `dtype` as
+    /// [`HostData::from_f64`] rounds it. The memory is reserved first, so a count this machine
+    /// cannot hold is an error, not an abort.
+    pub fn try_from_fn(n: usize, dtype: DType, mut value: impl FnMut(usize) -> f64) -> Result<HostData> {
+        fn fill<T>(n: usize, dtype: DType, f: impl FnMut(usize) -> T) -> Result<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| Error::HostMemory {
+                what: format!("{n} elements of {dtype}"),
+                bytes: n.checked_mul(dtype.size()).map(|b| b as u64),
+            })?;
+            v.extend((0..n).map(f));
+            Ok(v)
+        }
+        Ok(match dtype {
+            DType::F64 => HostData::F64(fill(n, dtype, value)?),
+            DType::F32 => HostData::F32(fill(n, dtype, |i| value(i) as f32)?),
+            DType::BF16 => HostData::BF16(fill(n, dtype, |i| bf16::from_f64(value(i)))?),
+            DType::F16 => HostData::F16(fill(n, dtype, |i| f16::from_f64(value(i)))?),
+            DType::F8E4M3 => HostData::F8E4M3(fill(n, dtype, |i| dtype::f64_to_e4m3(value(i)))?),
+            DType::F8E5M2 => HostData::F8E5M2(fill(n, dtype, |i| dtype::f64_to_e5m2(value(i)))?),
+            DType::I64 => HostData::I64(fill(n, dtype, |i| value(i) as i64)?),
+            DType::Bool => HostData::Bool(fill(n, dtype, |i| value(i) != 0.0)?),
+        })
+    }
+
     /// f64 values stored as `dtype`, each rounded once to nearest even (fp8 saturating).
     pub fn from_f64(values: &[f64], dtype: DType) -> HostData {
         match dtype {
@@ -169,11 +212,28 @@ impl HostTensor {
         Self::new(shape, HostData::Bool(values))
     }
 
-    /// A tensor of `shape` and `dtype` with every element `value`.
-    pub fn full(shape: impl Into<Vec<usize>>, value: f64, dtype: DType) -> Self {
+    /// A tensor of `shape` and `dtype` with every element `value`; an error, not an abort, when
+    /// the shape is more than this machine can hold.
+    pub fn full(shape: impl Into<Vec<usize>>, value: f64, dtype: DType) -> Result<Self> {
         let shape = shape.into();
-        let data = HostData::from_f64(&vec![value; numel(&shape)], dtype);
-        HostTensor { shape, data }
+        let data = HostData::try_from_fn(Self::count(&shape, dtype)?, dtype, |_| value)?;
+        Ok(HostTensor { shape, data })
+    }
+
+    /// A tensor of `shape` and `dtype` whose element `i` (row-major) is `value(i)`, rounded once
+    /// to `dtype`; an error, not an abort, when the shape is more than this machine can hold.
+    pub fn from_fn(shape: impl Into<Vec<usize>>, dtype: DType, value: impl FnMut(usize) -> f64) -> Result<Self> {
+        let shape = shape.into();
+        let data = HostData::try_from_fn(Self::count(&shape, dtype)?, dtype, value)?;
+        Ok(HostTensor { shape, data })
+    }
+
+    /// The element count of `shape`, or an error when it overflows.
+    fn count(shape: &[usize], dtype: DType) -> Result<usize> {
+        checked_numel(shape).ok_or_else(|| Error::HostMemory {
+            what: format!("a tensor of shape {} {dtype} (more than 2^64 elements)", fmt_shape(shape)),
+            bytes: None,
+        })
     }
 
     /// f32 values converted to `dtype`.
@@ -196,9 +256,34 @@ impl HostTensor {
         &self.data
     }
 
-    /// The elements, mutably (the shape stays).
-    pub fn data_mut(&mut self) -> &mut HostData {
-        &mut self.data
+    /// The elements, mutably, as a slice of their own type: values can change, their number
+    /// cannot (to store another count, build a new tensor or use [`HostTensor::set_data`]).
+    pub fn values_mut(&mut self) -> HostValuesMut<'_> {
+        match &mut self.data {
+            HostData::F32(v) => HostValuesMut::F32(v),
+            HostData::F64(v) => HostValuesMut::F64(v),
+            HostData::BF16(v) => HostValuesMut::BF16(v),
+            HostData::F16(v) => HostValuesMut::F16(v),
+            HostData::F8E4M3(v) => HostValuesMut::F8E4M3(v),
+            HostData::F8E5M2(v) => HostValuesMut::F8E5M2(v),
+            HostData::I64(v) => HostValuesMut::I64(v),
+            HostData::Bool(v) => HostValuesMut::Bool(v),
+        }
+    }
+
+    /// Replaces the elements with `data` of the same count (any dtype); an error, leaving the
+    /// tensor unchanged, when the count differs from the shape's.
+    pub fn set_data(&mut self, data: HostData) -> Result<()> {
+        if data.len() != self.data.len() {
+            return Err(Error::Invalid(format!(
+                "shape {} holds {} elements, the new data has {}",
+                fmt_shape(&self.shape),
+                self.data.len(),
+                data.len()
+            )));
+        }
+        self.data = data;
+        Ok(())
     }
 
     /// Number of elements.

@@ -143,7 +143,7 @@ impl Model {
     /// let w = trace.param("w", &[3, 4], DType::F32);
     /// let logits = x.matmul(&w).relu().name("logits");
     /// let model = Model::new(trace.finish(&logits.cross_entropy(&y)).unwrap()).unwrap();
-    /// let params = model.init_params(0);
+    /// let params = model.init_params(0).unwrap();
     /// let infer = model.inference(&["logits"]).unwrap();
     /// let feeds = Feeds::new().with("x", HostTensor::f32([2, 3], vec![1.0; 6]).unwrap());
     /// let out = infer.run(&mut CpuBackend::new(), &params, &feeds).unwrap();
@@ -197,8 +197,9 @@ impl Model {
         &self.plan
     }
 
-    /// Fresh parameters, initialised as each was declared, from `seed`.
-    pub fn init_params(&self, seed: u64) -> Params {
+    /// Fresh parameters, initialised as each was declared, from `seed`. The memory is reserved
+    /// first: a parameter larger than this machine can hold is an error naming it, not an abort.
+    pub fn init_params(&self, seed: u64) -> Result<Params> {
         Params::init(&self.forward, seed)
     }
 
@@ -234,8 +235,8 @@ impl Model {
 
     fn resident_values<'a>(&'a self, plan: &Plan, params: &'a Params, feeds: &'a Feeds) -> Result<Vec<&'a HostTensor>> {
         let graph = &self.forward;
-        let input_names: Vec<&str> = graph.inputs().iter().filter_map(|&i| graph.node(i).name.as_deref()).collect();
-        if let Some(unknown) = feeds.values.keys().find(|k| !input_names.contains(&k.as_str())) {
+        let input_names: Vec<String> = graph.inputs().iter().map(|&i| graph.leaf_name(i)).collect();
+        if let Some(unknown) = feeds.values.keys().find(|k| !input_names.contains(k)) {
             return Err(Error::Feed {
                 what: "input",
                 name: unknown.clone(),
@@ -248,7 +249,7 @@ impl Model {
         let mut values = Vec::new();
         for &id in plan.resident() {
             let node = graph.node(id);
-            let name = node.name.clone().unwrap_or_else(|| id.to_string());
+            let name = graph.leaf_name(id);
             let value = match node.op {
                 Op::Param { .. } => params.value_of(id),
                 Op::ConstantData { ref value } => Some(&**value),
@@ -309,8 +310,9 @@ pub struct Params {
 }
 
 impl Params {
-    /// Parameters of `graph`, each initialised as declared ([`Init`]) from `seed`.
-    pub fn init(graph: &Graph, seed: u64) -> Params {
+    /// Parameters of `graph`, each initialised as declared ([`Init`]) from `seed`; an error
+    /// naming the parameter when its memory cannot be had.
+    pub fn init(graph: &Graph, seed: u64) -> Result<Params> {
         let ids = graph.params();
         let mut names = Vec::new();
         let mut values = Vec::new();
@@ -320,10 +322,18 @@ impl Params {
                 Op::Param { init } => init,
                 _ => Init::Zeros,
             };
-            names.push(node.name.clone().unwrap_or_else(|| id.to_string()));
-            values.push(initial_value(&node.shape, node.dtype, init, seed, id.0 as u64));
+            let name = graph.leaf_name(id);
+            let value = initial_value(&node.shape, node.dtype, init, seed, id.0 as u64).map_err(|e| match e {
+                Error::HostMemory { bytes, .. } => Error::HostMemory {
+                    what: format!("parameter {} {} {}", crate::text::quoted(&name), fmt_shape(&node.shape), node.dtype),
+                    bytes,
+                },
+                other => other,
+            })?;
+            names.push(name);
+            values.push(value);
         }
-        Params { ids, names, values }
+        Ok(Params { ids, names, values })
     }
 
     /// Number of parameters.
@@ -386,15 +396,13 @@ impl Params {
     }
 }
 
-fn initial_value(shape: &[usize], dtype: crate::DType, init: Init, seed: u64, key: u64) -> HostTensor {
-    let n: usize = shape.iter().product();
-    let normal = |std: f64| -> Vec<f64> { (0..n as u64).map(|i| std * rng::normal_f64(seed, key, i)).collect() };
-    let values = match init {
-        Init::Zeros => vec![0.0; n],
-        Init::Ones => vec![1.0; n],
+fn initial_value(shape: &[usize], dtype: crate::DType, init: Init, seed: u64, key: u64) -> Result<HostTensor> {
+    let normal = |std: f64| HostTensor::from_fn(shape, dtype, |i| std * rng::normal_f64(seed, key, i as u64));
+    match init {
+        Init::Zeros => HostTensor::full(shape, 0.0, dtype),
+        Init::Ones => HostTensor::full(shape, 1.0, dtype),
         Init::Normal(std) => normal(std),
         Init::Auto if shape.len() >= 2 => normal(1.0 / (shape[shape.len() - 2] as f64).sqrt()),
-        Init::Auto => vec![0.0; n],
-    };
-    HostTensor::new(shape.to_vec(), crate::HostData::from_f64(&values, dtype)).expect("length matches the shape")
+        Init::Auto => HostTensor::full(shape, 0.0, dtype),
+    }
 }

@@ -2,9 +2,15 @@
 //!
 //! Updates are computed in f64 and rounded back to each parameter's dtype (round to nearest
 //! even); optimizer state is kept in f64, so a saved and restored state resumes bit-exactly.
+//!
+//! An optimizer's state belongs to the parameters it was first stepped with: stepping it with
+//! parameters of another name, shape or dtype is an error naming the parameter (a model with as
+//! many but smaller parameters would otherwise update only part of each), and so are
+//! hyperparameters no update can use (a NaN learning rate, a `beta` of 1).
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::host::{HostData, HostTensor};
+use crate::host::{HostData, HostTensor, HostValuesMut};
 use crate::model::Params;
 use crate::shape::fmt_shape;
 
@@ -12,6 +18,61 @@ use crate::shape::fmt_shape;
 pub trait Optimizer {
     /// Applies one update. `grads` are in [`Params`] order, as [`crate::StepOutput::grads`].
     fn step(&mut self, params: &mut Params, grads: &[HostTensor]) -> Result<()>;
+}
+
+/// The parameters an optimizer state belongs to: name, shape and dtype of each, in order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Layout(pub(crate) Vec<(String, Vec<usize>, DType)>);
+
+impl Layout {
+    pub(crate) fn of(params: &Params) -> Layout {
+        Layout(
+            params
+                .names()
+                .iter()
+                .zip(params.values())
+                .map(|(n, v)| (n.clone(), v.shape().to_vec(), v.dtype()))
+                .collect(),
+        )
+    }
+
+    /// Whether `params` are the parameters of this layout; the error names the first that
+    /// differs.
+    pub(crate) fn check(&self, params: &Params, what: &str) -> Result<()> {
+        let here = Layout::of(params);
+        if here.0.len() != self.0.len() {
+            return Err(Error::Invalid(format!(
+                "{what} belongs to a model with {} parameters, these are {}",
+                self.0.len(),
+                here.0.len()
+            )));
+        }
+        for (k, ((name, shape, dtype), (n, s, d))) in here.0.iter().zip(&self.0).enumerate() {
+            if name != n || shape != s || dtype != d {
+                return Err(Error::Feed {
+                    what: "param",
+                    name: name.clone(),
+                    message: format!(
+                        "{what} belongs to other parameters: this one is {} {dtype}, parameter {k} of the state is `{}` {} {d}",
+                        fmt_shape(shape),
+                        crate::text::shorten(n, crate::text::CELL),
+                        fmt_shape(s),
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `Ok` when `ok` holds for `value` and it is not NaN; else an error naming the setting and what
+/// it must be.
+pub(crate) fn check_setting(name: &str, value: f64, ok: bool, expected: &str) -> Result<()> {
+    if ok && !value.is_nan() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!("optimizer setting `{name}` is {value}; it must be {expected}")))
+    }
 }
 
 /// Stochastic gradient descent with optional momentum and decoupled weight decay.
@@ -24,12 +85,13 @@ pub struct Sgd {
     /// Decoupled weight decay.
     pub weight_decay: f64,
     velocity: Vec<Vec<f64>>,
+    layout: Layout,
 }
 
 impl Sgd {
     /// Plain SGD with learning rate `lr`.
     pub fn new(lr: f64) -> Self {
-        Sgd { lr, momentum: 0.0, weight_decay: 0.0, velocity: Vec::new() }
+        Sgd { lr, momentum: 0.0, weight_decay: 0.0, velocity: Vec::new(), layout: Layout::default() }
     }
 
     /// With momentum.
@@ -37,18 +99,25 @@ impl Sgd {
         self.momentum = momentum;
         self
     }
+
+    fn validate(&self) -> Result<()> {
+        check_setting("lr", self.lr, self.lr.is_finite() && self.lr >= 0.0, "finite and >= 0")?;
+        check_setting("momentum", self.momentum, (0.0..=1.0).contains(&self.momentum), "in [0, 1]")?;
+        check_setting("weight_decay", self.weight_decay, self.weight_decay.is_finite(), "finite")
+    }
 }
 
 impl Optimizer for Sgd {
     fn step(&mut self, params: &mut Params, grads: &[HostTensor]) -> Result<()> {
+        self.validate()?;
         check(params, grads)?;
-        ensure_state(&mut self.velocity, params);
+        bind(&mut self.layout, &mut [&mut self.velocity], params, "the SGD state")?;
         let (lr, momentum, decay) = (self.lr, self.momentum, self.weight_decay);
         for ((p, g), v) in params.values_mut().iter_mut().zip(grads).zip(&mut self.velocity) {
             update(p, g, v.iter_mut(), |w, g, v| {
                 *v = momentum * *v + g;
                 w - lr * (*v + decay * w)
-            });
+            })?;
         }
         Ok(())
     }
@@ -67,29 +136,70 @@ pub struct AdamW {
     pub eps: f64,
     /// Decoupled weight decay.
     pub weight_decay: f64,
-    /// Steps taken so far.
-    pub t: u64,
-    /// First moments, one per parameter.
-    pub m: Vec<Vec<f64>>,
-    /// Second moments, one per parameter.
-    pub v: Vec<Vec<f64>>,
+    pub(crate) t: u64,
+    pub(crate) m: Vec<Vec<f64>>,
+    pub(crate) v: Vec<Vec<f64>>,
+    pub(crate) layout: Layout,
 }
 
 impl AdamW {
     /// AdamW with learning rate `lr` and the usual defaults (0.9, 0.999, 1e-8, decay 0.01).
     pub fn new(lr: f64) -> Self {
-        AdamW { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01, t: 0, m: Vec::new(), v: Vec::new() }
+        AdamW {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            t: 0,
+            m: Vec::new(),
+            v: Vec::new(),
+            layout: Layout::default(),
+        }
+    }
+
+    /// Steps taken so far.
+    pub fn t(&self) -> u64 {
+        self.t
+    }
+
+    /// The first and second moments, one vector per parameter (empty before the first step).
+    pub fn moments(&self) -> (&[Vec<f64>], &[Vec<f64>]) {
+        (&self.m, &self.v)
+    }
+
+    /// Checks the hyperparameters: `lr`, `eps` and `weight_decay` finite (`lr` and
+    /// `weight_decay` at least 0, `eps` above 0), `beta1` and `beta2` in [0, 1).
+    pub fn validate(&self) -> Result<()> {
+        check_setting("lr", self.lr, self.lr.is_finite() && self.lr >= 0.0, "finite and >= 0")?;
+        check_setting("beta1", self.beta1, (0.0..1.0).contains(&self.beta1), "in [0, 1)")?;
+        check_setting("beta2", self.beta2, (0.0..1.0).contains(&self.beta2), "in [0, 1)")?;
+        check_setting("eps", self.eps, self.eps.is_finite() && self.eps > 0.0, "finite and > 0")?;
+        check_setting("weight_decay", self.weight_decay, self.weight_decay.is_finite(), "finite")
+    }
+}
+
+/// `1 - beta^t`: `powi` while `t` fits its exponent (the results of every run so far), `powf`
+/// past it (where `beta^t` is 0 anyway), never a wrapped exponent.
+fn bias_correction(beta: f64, t: u64) -> f64 {
+    match i32::try_from(t) {
+        Ok(t) => 1.0 - beta.powi(t),
+        Err(_) => 1.0 - beta.powf(t as f64),
     }
 }
 
 impl Optimizer for AdamW {
     fn step(&mut self, params: &mut Params, grads: &[HostTensor]) -> Result<()> {
+        self.validate()?;
         check(params, grads)?;
-        ensure_state(&mut self.m, params);
-        ensure_state(&mut self.v, params);
-        self.t += 1;
-        let bias1 = 1.0 - self.beta1.powi(self.t as i32);
-        let bias2 = 1.0 - self.beta2.powi(self.t as i32);
+        let t = self
+            .t
+            .checked_add(1)
+            .ok_or_else(|| Error::Invalid(format!("AdamW has taken {} steps, the most it counts", self.t)))?;
+        bind(&mut self.layout, &mut [&mut self.m, &mut self.v], params, "the AdamW state")?;
+        self.t = t;
+        let bias1 = bias_correction(self.beta1, t);
+        let bias2 = bias_correction(self.beta2, t);
         let (lr, beta1, beta2, eps, decay) = (self.lr, self.beta1, self.beta2, self.eps, self.weight_decay);
         let moments = params.values_mut().iter_mut().zip(grads).zip(self.m.iter_mut().zip(&mut self.v));
         for ((p, g), (m, v)) in moments {
@@ -98,7 +208,7 @@ impl Optimizer for AdamW {
                 *v = beta2 * *v + (1.0 - beta2) * g * g;
                 let step = (*m / bias1) / ((*v / bias2).sqrt() + eps);
                 w - lr * (step + decay * w)
-            });
+            })?;
         }
         Ok(())
     }
@@ -120,32 +230,54 @@ fn check(params: &Params, grads: &[HostTensor]) -> Result<()> {
     Ok(())
 }
 
-fn ensure_state(state: &mut Vec<Vec<f64>>, params: &Params) {
-    if state.len() != params.len() {
-        *state = params.values().iter().map(|p| vec![0.0; p.numel()]).collect();
+/// Binds per-parameter `states` to `params`: created (zeros) on the first step, and from then on
+/// refused for parameters of another name, shape or dtype. Every state vector has exactly its
+/// parameter's element count afterwards.
+fn bind(layout: &mut Layout, states: &mut [&mut Vec<Vec<f64>>], params: &Params, what: &str) -> Result<()> {
+    if layout.0.is_empty() && states.iter().all(|s| s.is_empty()) {
+        for state in states.iter_mut() {
+            **state = params.values().iter().map(|p| vec![0.0; p.numel()]).collect();
+        }
+        *layout = Layout::of(params);
+        return Ok(());
     }
+    layout.check(params, what)?;
+    for state in states.iter() {
+        let fits = state.len() == params.len() && state.iter().zip(params.values()).all(|(s, p)| s.len() == p.numel());
+        if !fits {
+            return Err(Error::Invalid(format!("{what} holds moments of the wrong length for its own parameters")));
+        }
+    }
+    Ok(())
 }
 
 /// Applies `f(old, gradient, state) -> new` to every element (in f64), rounding the result to
-/// the parameter's own precision; `state` yields each element's optimizer state in order.
+/// the parameter's own precision; `state` yields each element's optimizer state in order (as
+/// many as the parameter has elements: [`bind`] checked it).
 ///
 /// f32 and f64 parameters with gradients of their own dtype are updated in place by one zipped
 /// pass (no index, no bounds checks, no converted copies); other dtypes go through f64 copies.
-fn update<S>(p: &mut HostTensor, g: &HostTensor, state: impl Iterator<Item = S>, f: impl Fn(f64, f64, S) -> f64) {
+fn update<S>(
+    p: &mut HostTensor,
+    g: &HostTensor,
+    state: impl Iterator<Item = S>,
+    f: impl Fn(f64, f64, S) -> f64,
+) -> Result<()> {
     let dtype = p.dtype();
-    match (p.data_mut(), g.data()) {
-        (HostData::F64(w), HostData::F64(g)) => {
+    match (p.values_mut(), g.data()) {
+        (HostValuesMut::F64(w), HostData::F64(g)) => {
             w.iter_mut().zip(g).zip(state).for_each(|((x, &g), s)| *x = f(*x, g, s));
         }
-        (HostData::F32(w), HostData::F32(g)) => {
+        (HostValuesMut::F32(w), HostData::F32(g)) => {
             w.iter_mut().zip(g).zip(state).for_each(|((x, &g), s)| *x = f(*x as f64, g as f64, s) as f32);
         }
-        (other, g) => {
-            let old = other.to_f64_vec();
+        _ => {
+            let old = p.to_f64_vec();
             let new: Vec<f64> = old.into_iter().zip(g.to_f64_vec()).zip(state).map(|((x, g), s)| f(x, g, s)).collect();
-            *other = HostData::from_f64(&new, dtype);
+            p.set_data(HostData::from_f64(&new, dtype))?;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -162,7 +294,7 @@ mod tests {
         let b = trace.param("b", &[2, 2], DType::F32);
         let c = trace.param("c", &[3], DType::BF16);
         let loss = &(&a.sum_all() + &b.cast(DType::F64).sum_all()) + &c.cast(DType::F64).sum_all();
-        let mut p = Params::init(&trace.finish(&loss).unwrap(), 0);
+        let mut p = Params::init(&trace.finish(&loss).unwrap(), 0).unwrap();
         p.set("a", HostTensor::f64(vec![3], vec![0.5, -1.25, 2.0]).unwrap()).unwrap();
         p.set("b", HostTensor::f32(vec![2, 2], vec![0.1, -0.2, 0.3, 4.0]).unwrap()).unwrap();
         p.set("c", HostTensor::from_f32(vec![3], &[1.5, -0.75, 0.0], DType::BF16).unwrap()).unwrap();

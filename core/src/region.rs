@@ -241,8 +241,16 @@ impl RegionPolicy {
         self.budget
     }
 
-    /// This policy with another budget (`None`: no budget).
-    pub const fn with_budget(self, budget: Option<f64>) -> RegionPolicy {
+    /// This policy with another budget (`None`: no budget); a budget outside [0, 1] is the error
+    /// the parser gives for `budget = f`.
+    pub fn with_budget(self, budget: Option<f64>) -> Result<RegionPolicy, PolicyError> {
+        let budget = budget.map(forms::check_budget).transpose()?;
+        Ok(RegionPolicy { budget, ..self })
+    }
+
+    /// [`RegionPolicy::with_budget`] for a budget the `#[checkpoint]` macro checked at compile time.
+    #[doc(hidden)]
+    pub const fn with_checked_budget(self, budget: Option<f64>) -> RegionPolicy {
         RegionPolicy { budget, ..self }
     }
 }

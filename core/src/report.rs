@@ -220,7 +220,7 @@ impl<'a> Report<'a> {
         vec![
             n.id.label(),
             cell(&n.op),
-            n.shape.as_ref().map_or_else(dash, |s| cell(&format!("{s:?}"))),
+            n.shape.as_ref().map_or_else(dash, |s| cell(&crate::shape::fmt_shape(s))),
             n.dtype.map_or_else(dash, |t| t.to_string()),
             n.region.map_or_else(dash, |r| self.graph.region_label(r)),
             n.name.as_deref().map_or_else(dash, cell),
@@ -396,7 +396,7 @@ pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
             label += &format!(" {}", text::quoted(name));
         }
         let second = match (&n.shape, n.dtype) {
-            (Some(s), Some(t)) => format!("{} {t}", text::shorten(&format!("{s:?}"), text::CELL)),
+            (Some(s), Some(t)) => format!("{} {t}", text::shorten(&crate::shape::fmt_shape(s), text::CELL)),
             _ => format!("{} B", n.bytes),
         };
         let saved = partition.is_some_and(|p| p.saved.get(i).copied().unwrap_or(false));

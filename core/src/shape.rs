@@ -147,13 +147,34 @@ pub fn reduced(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
 }
 
 /// `[a, b, c]` for messages.
+///
+/// A shape of more than [`SHAPE_DIMS`] dims is elided in the middle (`[1, 2, 3, 4, 5, 6, …990
+/// more…, 7, 8]`), so that a message stays one reasonable line whatever a document declares.
 pub fn fmt_shape(shape: &[usize]) -> String {
-    format!("{shape:?}")
+    if shape.len() <= SHAPE_DIMS {
+        return format!("{shape:?}");
+    }
+    let (head, tail) = (SHAPE_DIMS - 4, 2);
+    let join = |dims: &[usize]| dims.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    let more = shape.len() - head - tail;
+    format!("[{}, …{more} more…, {}]", join(&shape[..head]), join(&shape[shape.len() - tail..]))
 }
+
+/// The most dims [`fmt_shape`] writes out in full.
+pub const SHAPE_DIMS: usize = 12;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_shapes_are_elided() {
+        assert_eq!(fmt_shape(&[2, 3]), "[2, 3]");
+        assert_eq!(fmt_shape(&[]), "[]");
+        let long: Vec<usize> = (0..1000).collect();
+        assert_eq!(fmt_shape(&long), "[0, 1, 2, 3, 4, 5, 6, 7, …990 more…, 998, 999]");
+        assert_eq!(fmt_shape(&long[..SHAPE_DIMS]).matches(',').count(), SHAPE_DIMS - 1);
+    }
 
     #[test]
     fn broadcasting_follows_numpy() {

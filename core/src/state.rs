@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostData, HostTensor};
 use crate::model::Params;
-use crate::optim::AdamW;
+use crate::optim::{AdamW, Layout};
 use safetensors::tensor::{Dtype as StDtype, TensorView};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
@@ -40,6 +40,9 @@ pub fn save_state(path: &Path, params: &Params, opt: &AdamW, progress: Progress)
         ));
         // Before the first step the optimizer has no moments yet: they are zeros.
         let zeros = vec![0.0; value.numel()];
+        if !opt.m.is_empty() {
+            opt.layout.check(params, "the AdamW state")?;
+        }
         for (kind, moment) in [("m", opt.m.get(i).unwrap_or(&zeros)), ("v", opt.v.get(i).unwrap_or(&zeros))] {
             let data = HostData::F64(moment.clone());
             bytes_store.push((format!("adamw.{kind}/{name}"), StDtype::F64, value.shape().to_vec(), to_bytes(&data)));
@@ -115,7 +118,12 @@ pub fn load_state(path: &Path, params: &mut Params, opt: &mut AdamW) -> Result<P
         t: number("adamw.t")?,
         m: ms,
         v: vs,
+        layout: Layout::of(params),
     };
+    restored.validate().map_err(|e| bad(e.to_string()))?;
+    if restored.t == u64::MAX {
+        return Err(bad(format!("metadata `adamw.t` is {}: no step can follow it", restored.t)));
+    }
     for (value, name) in new_values.into_iter().zip(params.names().to_vec()) {
         params.set(&name, value)?;
     }

@@ -7,6 +7,14 @@ pub const CELL: usize = 48;
 /// `s` with control characters escaped (`\n`, `\u{7}`) and, past `max` characters, cut in the
 /// middle with `…` (head and tail kept, so ids that differ at the end stay distinguishable).
 pub fn shorten(s: &str, max: usize) -> String {
+    // Only what can be kept is escaped: a 10 MB string costs no more than a short one.
+    let chars = s.chars().count();
+    if chars > 4 * max + 16 {
+        let keep = max.saturating_sub(1);
+        let head: String = s.chars().take(keep).collect();
+        let tail: String = s.chars().skip(chars - keep).collect();
+        return shorten(&format!("{head}…{tail}"), max);
+    }
     let escaped: String = s.chars().flat_map(escape_control).collect();
     let n = escaped.chars().count();
     if n <= max {
@@ -16,6 +24,16 @@ pub fn shorten(s: &str, max: usize) -> String {
     let head: String = escaped.chars().take(keep - keep / 3).collect();
     let tail: String = escaped.chars().skip(n - keep / 3).collect();
     format!("{head}…{tail}")
+}
+
+/// The longest a whole error message gets (control characters escaped first): a backstop, so
+/// that a message that echoes something no site shortened is still one reasonable line.
+pub const LINE: usize = 600;
+
+/// `s` as one line of at most [`LINE`] characters: control characters escaped, cut in the middle
+/// past the limit. Idempotent, so messages may pass through it more than once.
+pub fn one_line(s: &str) -> String {
+    shorten(s, LINE)
 }
 
 /// `"s"`, shortened and with quotes, backslashes and control characters escaped.

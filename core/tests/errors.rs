@@ -78,7 +78,7 @@ fn embedding_ids_out_of_range() {
     let line = line!() + 1;
     let h = table.embedding(&ids);
     let model = Model::new(trace.finish(&h.sum_all()).unwrap()).unwrap();
-    let params = model.init_params(0);
+    let params = model.init_params(0).unwrap();
     let feeds = Feeds::new().with("ids", HostTensor::i64([2, 3], vec![0, 1, 2, 3, 12, 5]).unwrap());
     let err = model.step(&mut CpuBackend::new(), &params, &feeds).unwrap_err().to_string();
     assert!(err.contains("(embedding)"), "{err}");
@@ -92,7 +92,7 @@ fn feeds_are_checked() {
     let x = trace.input("x", &[2, 3], DType::F32);
     let w = trace.param("w", &[3, 1], DType::F32);
     let model = Model::new(trace.finish(&x.matmul(&w).sum_all()).unwrap()).unwrap();
-    let params = model.init_params(0);
+    let params = model.init_params(0).unwrap();
     let mut cpu = CpuBackend::new();
     let wrong_shape = Feeds::new().with("x", HostTensor::f32([3, 2], vec![0.0; 6]).unwrap());
     let err = model.step(&mut cpu, &params, &wrong_shape).unwrap_err().to_string();
@@ -101,7 +101,7 @@ fn feeds_are_checked() {
     assert_eq!(model.step(&mut cpu, &params, &missing).unwrap_err().to_string(), "input `x`: no value given");
     let unknown = Feeds::new()
         .with("x", HostTensor::f32([2, 3], vec![0.0; 6]).unwrap())
-        .with("z", HostTensor::full([1], 0.0, DType::F32));
+        .with("z", HostTensor::full([1], 0.0, DType::F32).unwrap());
     let err = model.step(&mut cpu, &params, &unknown).unwrap_err().to_string();
     assert_eq!(err, "input `z`: not an input of the graph (inputs: x)");
 }
@@ -252,7 +252,7 @@ fn out_of_range_indices_at_run_time_name_the_line() {
     let y = x.index_select(0, &ids);
     let model = Model::new(trace.finish(&y.sum_all()).unwrap()).unwrap();
     let feeds = Feeds::new().with("ids", HostTensor::i64([2], vec![1, 7]).unwrap());
-    let err = model.step(&mut CpuBackend::new(), &model.init_params(0), &feeds).unwrap_err().to_string();
+    let err = model.step(&mut CpuBackend::new(), &model.init_params(0).unwrap(), &feeds).unwrap_err().to_string();
     assert!(err.contains("index 7 at position 1 is out of range for an axis of 3"), "{err}");
     assert!(err.contains(&here(line)), "{err}");
 }

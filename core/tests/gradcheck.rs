@@ -60,7 +60,7 @@ fn check_tol(operands: &[Operand<'_>], tol: f64, h: f64, f: impl Fn(&Trace, &[Te
     let loss = (&y * &r).sum_all();
     let model = Model::new(trace.finish(&loss).expect("the op traces")).expect("the op differentiates");
 
-    let mut params = model.init_params(0);
+    let mut params = model.init_params(0).unwrap();
     for (i, o) in operands.iter().enumerate() {
         let count = o.shape.iter().product();
         params.set(&format!("p{i}"), HostTensor::f64(o.shape, values(count, o.draw, 11 + i as u64)).unwrap()).unwrap();
@@ -263,7 +263,7 @@ fn scaled_matmul() {
     let r = trace.input("r", &[2, 2], DType::F32);
     let loss = (&y * &r).sum_all();
     let model = Model::new(trace.finish(&loss).unwrap()).unwrap();
-    let mut params = model.init_params(0);
+    let mut params = model.init_params(0).unwrap();
     // Values exactly representable in e4m3.
     let av = vec![1.0, -0.5, 2.0, 0.25, 3.0, -1.5];
     let bv = vec![0.5, 1.0, -2.0, 1.5, 0.75, -0.25];
@@ -409,7 +409,7 @@ fn fused_attention_gradients_match_the_unfused_composition() {
         let r = trace.input("r", &[2, t, d], DType::F64);
         let loss = (&y * &r).sum_all();
         let model = Model::new(trace.finish(&loss).unwrap()).unwrap();
-        let mut params = model.init_params(0);
+        let mut params = model.init_params(0).unwrap();
         for (i, name) in ["q", "k", "v"].iter().enumerate() {
             params
                 .set(name, HostTensor::f64([2, t, d], values(2 * t * d, Draw::Normal, 3 + i as u64)).unwrap())
@@ -440,7 +440,7 @@ fn constant_data_is_resident_not_fed_and_not_recomputed() {
     let id = table.id().unwrap();
     assert!(model.plan().resident().contains(&id), "a data constant is resident like a parameter");
     assert!(model.partition().unwrap().recomputed.iter().all(|&r| r != id));
-    let mut params = model.init_params(0);
+    let mut params = model.init_params(0).unwrap();
     params.set("x", HostTensor::f32([2, 3], vec![1.0; 6]).unwrap()).unwrap();
     let out = model.step(&mut CpuBackend::new(), &params, &Feeds::new()).unwrap();
     assert_eq!(out.loss, 12.0);

@@ -216,7 +216,7 @@ fn errors_name_the_node() {
         (
             &[r#"{"id": 3, "op": "matmull", "inputs": [0, 1]}"#],
             "[3]",
-            "node 3 (matmull): unknown op `matmull` (did you mean `matmul`?)",
+            "node 3 (matmull): unknown op \"matmull\" (did you mean `matmul`?)",
         ),
         (
             &[r#"{"id": 3, "op": "relu_grad", "inputs": [0, 1]}"#],
@@ -460,8 +460,8 @@ fn new_ops_round_trip_and_differentiate_after_reading() {
     assert_eq!(json::write_graph(&back), text, "canonical text");
     let (a, b) = (Model::new(g).unwrap(), Model::new(back).unwrap());
     let mut cpu = CpuBackend::new();
-    let ga = a.step(&mut cpu, &a.init_params(3), &Feeds::new()).unwrap();
-    let gb = b.step(&mut cpu, &b.init_params(3), &Feeds::new()).unwrap();
+    let ga = a.step(&mut cpu, &a.init_params(3).unwrap(), &Feeds::new()).unwrap();
+    let gb = b.step(&mut cpu, &b.init_params(3).unwrap(), &Feeds::new()).unwrap();
     assert_eq!(ga.grads, gb.grads);
     let bad = text.replacen("\"values\"", "\"valuez\"", 1);
     let err = json::read_graph(&bad).unwrap_err().to_string();

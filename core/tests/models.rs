@@ -14,7 +14,7 @@ fn gpt_cfg(dropout: f64) -> GptConfig {
 /// Trains `model` for `steps` steps; returns the first and last losses.
 fn train(model: &Model, opt: &mut dyn Optimizer, steps: u64, feeds: impl Fn(u64) -> Feeds) -> (f64, f64) {
     let mut cpu = CpuBackend::new();
-    let mut params = model.init_params(1);
+    let mut params = model.init_params(1).unwrap();
     let mut losses = Vec::new();
     for step in 0..steps {
         let out = model.step_seeded(&mut cpu, &params, &feeds(step), step).unwrap();
@@ -88,7 +88,7 @@ fn measured_peak_equals_predicted_peak() {
     for (name, graph, feeds) in models_under_test() {
         for keep_every in [1, 2, 3, 1000] {
             let model = sparse_saves(graph.clone(), keep_every);
-            let params = model.init_params(3);
+            let params = model.init_params(3).unwrap();
             let out = model.step_seeded(&mut CpuBackend::new(), &params, &feeds, 7).unwrap();
             assert_eq!(out.measured_peak, out.predicted_peak, "{name}, saving every {keep_every}-th value");
             assert!(out.predicted_peak > model.plan().resident_bytes(), "{name}: the plan holds activations");
@@ -100,7 +100,7 @@ fn measured_peak_equals_predicted_peak() {
 fn recomputing_gives_bitwise_identical_gradients() {
     for (name, graph, feeds) in models_under_test() {
         let save_all = Model::new(graph.clone()).unwrap();
-        let params = save_all.init_params(5);
+        let params = save_all.init_params(5).unwrap();
         let reference = save_all.step_seeded(&mut CpuBackend::new(), &params, &feeds, 11).unwrap();
         for keep_every in [2, 1000] {
             let model = sparse_saves(graph.clone(), keep_every);
@@ -171,7 +171,7 @@ fn dropout_mask_is_reproduced_by_recompute_and_changes_with_the_run_seed() {
     let save = Model::new(graph.clone()).unwrap();
     let recompute = Model::with_saved(graph, |j| vec![false; j.n_forward()]).unwrap();
     assert!(recompute.plan().recomputed().iter().any(|&i| recompute.joint().graph().node(i).op.name() == "dropout"));
-    let params = save.init_params(0);
+    let params = save.init_params(0).unwrap();
     let feeds = Feeds::new();
     let a = save.step_seeded(&mut CpuBackend::new(), &params, &feeds, 1).unwrap();
     let b = recompute.step_seeded(&mut CpuBackend::new(), &params, &feeds, 1).unwrap();
@@ -187,7 +187,7 @@ fn the_backend_ends_a_step_holding_nothing() {
     let cfg = gpt_cfg(0.0);
     let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
     let mut cpu = CpuBackend::new();
-    let params = model.init_params(0);
+    let params = model.init_params(0).unwrap();
     model.step(&mut cpu, &params, &zoo::synthetic_tokens(&cfg, 0).unwrap()).unwrap();
     assert_eq!(cpu.memory().live_bytes, 0);
 }
@@ -265,7 +265,7 @@ fn a_reshape_whose_input_dies_there_takes_over_its_buffer() {
     // The same step where reshapes copy (the trait's default): bitwise the same results, and
     // the measured peak is the plan's only when the reshape takes the buffer over.
     let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
-    let params = model.init_params(2);
+    let params = model.init_params(2).unwrap();
     let taken = model.step_seeded(&mut CpuBackend::new(), &params, &feeds, 3).unwrap();
     let copied = model.step_seeded(&mut Copying(CpuBackend::new()), &params, &feeds, 3).unwrap();
     assert_eq!(taken.loss.to_bits(), copied.loss.to_bits());

@@ -39,7 +39,7 @@ fn gpt(spec: &'static RegionSpec) -> Graph {
 fn offload_keeps_gradients_bitwise_and_peaks_exact() {
     let feeds = zoo::synthetic_tokens(&cfg(), 0).unwrap();
     let reference = Model::with_strategy(gpt(&SAVE_ALL), Strategy::Respect).unwrap();
-    let params = reference.init_params(3);
+    let params = reference.init_params(3).unwrap();
     let want = reference.step_seeded(&mut CpuBackend::new(), &params, &feeds, 7).unwrap();
     assert_eq!(want.measured_host_peak, 0);
     let cases = [

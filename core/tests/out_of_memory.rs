@@ -87,7 +87,7 @@ fn a_step_fits_in_exactly_its_predicted_peak_and_no_less() {
     let cfg = gpt();
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.3))] {
         let model = Model::with_strategy(zoo::gpt(&cfg).unwrap(), strategy).unwrap();
-        let (params, feeds) = (model.init_params(0), zoo::synthetic_tokens(&cfg, 0).unwrap());
+        let (params, feeds) = (model.init_params(0).unwrap(), zoo::synthetic_tokens(&cfg, 0).unwrap());
         let predicted = model.plan().predicted_peak();
 
         let mut enough = Limited { inner: CpuBackend::new(), limit: predicted };
@@ -113,7 +113,7 @@ fn min_cut_makes_a_step_fit_where_saving_everything_does_not() {
     let cfg = gpt();
     let everything = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
     let min_cut = Model::with_strategy(zoo::gpt(&cfg).unwrap(), Strategy::MinCut).unwrap();
-    let (params, feeds) = (everything.init_params(0), zoo::synthetic_tokens(&cfg, 0).unwrap());
+    let (params, feeds) = (everything.init_params(0).unwrap(), zoo::synthetic_tokens(&cfg, 0).unwrap());
     let limit = min_cut.plan().predicted_peak();
     assert!(limit < everything.plan().predicted_peak());
     let mut device = Limited { inner: CpuBackend::new(), limit };

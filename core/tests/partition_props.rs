@@ -136,7 +136,7 @@ proptest! {
                     continue;
                 }
             };
-            let params = model.init_params(1);
+            let params = model.init_params(1).unwrap();
             let out = model.step_seeded(&mut CpuBackend::new(), &params, &feeds(), 3).unwrap();
             prop_assert_eq!(out.measured_peak, out.predicted_peak, "{}", strategy);
             prop_assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{} (host)", strategy);

@@ -29,30 +29,30 @@ fn bits(p: &Params) -> Vec<Vec<u32>> {
 #[test]
 fn resuming_from_a_file_is_bit_exact() {
     let model = Model::new(zoo::gpt(&cfg()).unwrap()).unwrap();
-    let mut straight = model.init_params(3);
+    let mut straight = model.init_params(3).unwrap();
     let mut opt_straight = AdamW::new(1e-2);
     train(&model, &mut straight, &mut opt_straight, 0..20);
 
-    let mut first = model.init_params(3);
+    let mut first = model.init_params(3).unwrap();
     let mut opt_first = AdamW::new(1e-2);
     train(&model, &mut first, &mut opt_first, 0..10);
     let path = temp("resume.safetensors");
     save_state(&path, &first, &opt_first, Progress { step: 10, seed: 3 }).unwrap();
 
-    let mut resumed = model.init_params(99);
+    let mut resumed = model.init_params(99).unwrap();
     let mut opt_resumed = AdamW::new(0.5);
     let progress = load_state(&path, &mut resumed, &mut opt_resumed).unwrap();
     assert_eq!(progress, Progress { step: 10, seed: 3 });
     assert_eq!(bits(&resumed), bits(&first));
     train(&model, &mut resumed, &mut opt_resumed, progress.step..20);
     assert_eq!(bits(&resumed), bits(&straight), "10 + save + load + 10 steps equal 20 straight, bit for bit");
-    assert_eq!(opt_resumed.t, opt_straight.t);
+    assert_eq!(opt_resumed.t(), opt_straight.t());
 }
 
 #[test]
 fn truncated_and_mismatched_files_are_errors_that_change_nothing() {
     let model = Model::new(zoo::gpt(&cfg()).unwrap()).unwrap();
-    let params = model.init_params(1);
+    let params = model.init_params(1).unwrap();
     let opt = AdamW::new(1e-3);
     let path = temp("bad.safetensors");
     save_state(&path, &params, &opt, Progress { step: 1, seed: 1 }).unwrap();
@@ -60,7 +60,7 @@ fn truncated_and_mismatched_files_are_errors_that_change_nothing() {
 
     let truncated = temp("truncated.safetensors");
     std::fs::write(&truncated, &bytes[..bytes.len() - 100]).unwrap();
-    let mut target = model.init_params(2);
+    let mut target = model.init_params(2).unwrap();
     let before = bits(&target);
     let mut target_opt = AdamW::new(1e-3);
     let err = load_state(&truncated, &mut target, &mut target_opt).unwrap_err().to_string();
@@ -68,7 +68,7 @@ fn truncated_and_mismatched_files_are_errors_that_change_nothing() {
     assert_eq!(bits(&target), before, "nothing changed");
 
     let other = Model::new(zoo::gpt(&GptConfig { d_model: 8, ..cfg() }).unwrap()).unwrap();
-    let mut other_params = other.init_params(0);
+    let mut other_params = other.init_params(0).unwrap();
     let err = load_state(&path, &mut other_params, &mut target_opt).unwrap_err().to_string();
     assert!(err.contains("the model expects [11, 8] f32"), "{err}");
 
@@ -81,7 +81,7 @@ fn truncated_and_mismatched_files_are_errors_that_change_nothing() {
 #[test]
 fn a_failed_save_leaves_the_previous_file_in_place() {
     let model = Model::new(zoo::gpt(&cfg()).unwrap()).unwrap();
-    let params = model.init_params(1);
+    let params = model.init_params(1).unwrap();
     let opt = AdamW::new(1e-3);
     let path = temp("keep.safetensors");
     save_state(&path, &params, &opt, Progress { step: 5, seed: 1 }).unwrap();
@@ -89,7 +89,7 @@ fn a_failed_save_leaves_the_previous_file_in_place() {
     // Block the temporary file's name so the next save fails before touching the target.
     let blocker = path.with_extension("tmp-partial");
     std::fs::create_dir_all(&blocker).unwrap();
-    let err = save_state(&path, &model.init_params(2), &opt, Progress { step: 6, seed: 1 }).unwrap_err();
+    let err = save_state(&path, &model.init_params(2).unwrap(), &opt, Progress { step: 6, seed: 1 }).unwrap_err();
     assert!(err.to_string().contains("cannot create"), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), before, "the previous file is intact");
     std::fs::remove_dir(&blocker).unwrap();

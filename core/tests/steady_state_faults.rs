@@ -30,7 +30,7 @@ fn a_steady_training_step_faults_in_no_fresh_pages() {
     let cfg =
         GptConfig { batch: 4, seq: 256, d_model: 256, heads: 4, layers: 2, vocab: 64, dropout: 0.1, dtype: DType::F32 };
     let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
-    let params = model.init_params(0);
+    let params = model.init_params(0).unwrap();
     let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
     let mut faults = Vec::new();
     for _ in 0..10 {

@@ -170,7 +170,7 @@ fn run_policy(
     reps: usize,
 ) -> Result<Row> {
     let model = Model::with_cost_model(graph, strategy, &g.cost_model())?;
-    let params = model.init_params(0);
+    let params = model.init_params(0).unwrap();
     let feeds = zoo::synthetic_tokens(cfg, 0)?;
     let out = model.step(g, &params, &feeds)?; // warm-up: compiles kernels, fills the pool
     let e2e = time(g, reps, |g| model.step(g, &params, &feeds).map(|_| ()))?;

@@ -22,7 +22,7 @@
 //!
 //! let cfg = zoo::MlpConfig { batch: 8, widths: vec![4, 16, 3] };
 //! let model = Model::new(zoo::mlp(&cfg)?)?;
-//! let params = model.init_params(0);
+//! let params = model.init_params(0)?;
 //! let mut gpu = CudaBackend::new(0)?; // Err on a machine without a usable GPU
 //! let out = model.step(&mut gpu, &params, &zoo::mlp_feeds(&cfg, 0)?)?;
 //! assert_eq!(out.measured_peak, out.predicted_peak);

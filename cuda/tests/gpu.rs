@@ -473,7 +473,7 @@ fn running_out_of_device_memory_is_an_error_with_the_predicted_peak() {
     let huge = w.expand(&[1 << 19, 1 << 19]); // 2^38 f32: 1 TiB
     let model = Model::new(trace.finish(&huge.mean_all()).unwrap()).unwrap();
     let predicted = model.plan().predicted_peak() as u64;
-    let err = model.step(&mut g, &model.init_params(0), &remat_core::Feeds::new()).unwrap_err();
+    let err = model.step(&mut g, &model.init_params(0).unwrap(), &remat_core::Feeds::new()).unwrap_err();
     println!("{err}");
     let remat_core::Error::OutOfMemory { node, free, requested, predicted_peak, .. } = &err else {
         panic!("expected out of memory, got {err}");
@@ -484,7 +484,7 @@ fn running_out_of_device_memory_is_an_error_with_the_predicted_peak() {
     assert_eq!(g.memory().live_bytes, 0, "the failed step freed its buffers");
     let cfg = zoo::MlpConfig { batch: 4, widths: vec![3, 5, 2] };
     let small = Model::new(zoo::mlp(&cfg).unwrap()).unwrap();
-    let out = small.step(&mut g, &small.init_params(0), &zoo::mlp_feeds(&cfg, 0).unwrap()).unwrap();
+    let out = small.step(&mut g, &small.init_params(0).unwrap(), &zoo::mlp_feeds(&cfg, 0).unwrap()).unwrap();
     assert_eq!(out.measured_peak, out.predicted_peak, "the backend still works");
 }
 
@@ -527,7 +527,7 @@ fn training_steps_match_the_cpu_and_memory_matches_the_plan() {
     for (dtype, dropout) in [(DType::F32, 0.1), (DType::BF16, 0.0)] {
         let cfg = small_gpt(dtype, dropout);
         let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
-        let params = model.init_params(1);
+        let params = model.init_params(1).unwrap();
         let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
         let want = model.step_seeded(&mut CpuBackend::new(), &params, &feeds, 5).unwrap();
         let got = model.step_seeded(&mut g, &params, &feeds, 5).unwrap();
@@ -558,7 +558,7 @@ fn gradients_are_bitwise_identical_across_strategies_on_the_gpu() {
     let mut reference: Option<Vec<HostTensor>> = None;
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
         let model = Model::with_strategy(graph.clone(), strategy).unwrap();
-        let params = model.init_params(2);
+        let params = model.init_params(2).unwrap();
         let out = model.step_seeded(&mut g, &params, &feeds, 9).unwrap();
         assert_eq!(out.measured_peak, out.predicted_peak, "{strategy:?}");
         match &reference {
@@ -628,7 +628,7 @@ fn the_offload_tests_plans_move_values_and_keep_gradients_bitwise_on_the_cpu() {
     let graph = zoo::gpt(&cfg).unwrap();
     let feeds = zoo::synthetic_tokens(&cfg, 1).unwrap();
     let save = Model::new(graph.clone()).unwrap();
-    let params = save.init_params(2);
+    let params = save.init_params(2).unwrap();
     let want = save.step_seeded(&mut CpuBackend::new(), &params, &feeds, 9).unwrap();
     let models = offload_models(&graph, &CostModel::H200);
     let (name, cheap) = models.last().unwrap();
@@ -667,7 +667,7 @@ fn offload_keeps_gradients_bitwise_and_both_peaks_exact_on_the_gpu() {
     let feeds = zoo::synthetic_tokens(&cfg, 1).unwrap();
     let cost = g.cost_model();
     let save = Model::with_cost_model(graph.clone(), Strategy::Respect, &cost).unwrap();
-    let params = save.init_params(2);
+    let params = save.init_params(2).unwrap();
     let want = save.step_seeded(&mut g, &params, &feeds, 9).unwrap();
     println!(
         "save (no offload): device peak {} B, step {:?}",

@@ -144,7 +144,7 @@ fn emit(function: &mut ItemFn, args: &Args) {
             let arg = quote_spanned!(param.span()=> ::remat::__private::PolicyArg::region_policy(&#param));
             // `budget = ..` beside `arg(..)` overrides the value's own budget.
             match args.budget {
-                Some(_) => quote!(::remat::__private::enter_region_with(&SPEC, #arg.with_budget(#budget))),
+                Some(_) => quote!(::remat::__private::enter_region_with(&SPEC, #arg.with_checked_budget(#budget))),
                 None => quote!(::remat::__private::enter_region_with(&SPEC, #arg)),
             }
         }

@@ -4,10 +4,11 @@ use super::fields::IdRef;
 use super::{at, attrs, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
-use crate::op::{Meta, OpKind};
+use crate::op::{Meta, Op, OpKind};
 use crate::partition::DocId;
 use crate::policy::{Policy, PolicySource};
 use crate::shape::fmt_shape;
+use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -90,7 +91,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
         let inputs = d
             .inputs
             .iter()
-            .map(|i| ids.resolve(i, &later).map(NodeId))
+            .map(|i| ids.resolve(i, &later, k).map(NodeId))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|m| at(&id, &d.op, m))?;
         let region = d.region.map(|r| regions.get(r));
@@ -109,7 +110,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     }
     let outputs = outputs
         .iter()
-        .map(|o| ids.resolve(o, &later).map(NodeId))
+        .map(|o| ids.resolve(o, &later, usize::MAX).map(NodeId))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|m| top_error(format!("outputs: {m}")))?;
     let loss = g.node(outputs[0]);
@@ -176,7 +177,16 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<Reg
     }
     let loc = d.loc.as_deref().map(parse_loc).transpose().map_err(&err)?;
     let op = attrs::shape_data(op, &shape, dtype).map_err(&err)?;
-    Ok(Node { op, inputs, shape, dtype, tag, name: d.name.map(Cow::into_owned), loc })
+    // Inputs and parameters are fed and saved by name: one without is named by its id.
+    let name = match (d.name, &op) {
+        (Some(name), _) => Some(name.into_owned()),
+        (None, Op::Input | Op::Param { .. }) => Some(match id {
+            DocId::Name(s) => s.clone(),
+            DocId::Index(i) => format!("{}_{i}", op.name()),
+        }),
+        (None, _) => None,
+    };
+    Ok(Node { op, inputs, shape, dtype, tag, name, loc })
 }
 
 /// The tag fields of a node: policy (with its source) and region go together.
@@ -204,23 +214,27 @@ fn op_kind(name: &str) -> std::result::Result<OpKind, String> {
         Some(_) => {
             Err(format!("`{name}` is an internal op of derived backward graphs; a remat.graph names public ops"))
         }
-        None => Err(match remat_catalog::suggest(name) {
-            Some(s) => format!("unknown op `{name}` (did you mean `{s}`?)"),
-            None => format!("unknown op `{name}`"),
-        }),
+        None => {
+            let shown = crate::text::quoted(name);
+            Err(match remat_catalog::suggest(name) {
+                Some(s) => format!("unknown op {shown} (did you mean `{s}`?)"),
+                None => format!("unknown op {shown}"),
+            })
+        }
     }
 }
 
 /// Files named in `loc` fields, leaked once each ([`SrcLoc`] holds `&'static str`).
-static FILES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+static FILES: Mutex<Option<FxHashSet<&'static str>>> = Mutex::new(None);
 
 fn intern(file: &str) -> &'static str {
     let mut files = FILES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(f) = files.iter().find(|f| **f == file) {
+    let files = files.get_or_insert_with(FxHashSet::default);
+    if let Some(f) = files.get(file) {
         return f;
     }
     let leaked: &'static str = Box::leak(file.to_string().into_boxed_str());
-    files.push(leaked);
+    files.insert(leaked);
     leaked
 }
 
@@ -230,7 +244,7 @@ fn parse_loc(text: &str) -> std::result::Result<SrcLoc, String> {
     let (column, line, file) = (parts.next(), parts.next(), parts.next());
     match (file, line.and_then(|l| l.parse().ok()), column.and_then(|c| c.parse().ok())) {
         (Some(file), Some(line), Some(column)) => Ok(SrcLoc { file: intern(file), line, column }),
-        _ => Err(format!("`loc` must be file:line:column, got `{text}`")),
+        _ => Err(format!("`loc` must be file:line:column, got {}", crate::text::quoted(text))),
     }
 }
 

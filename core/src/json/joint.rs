@@ -131,12 +131,13 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
         let id = d.id.owned();
         ids.define(&d.id, k).map_err(|m| at(&id, &d.op, m))?;
         let node = node(&nodes, &ids, &later, &mut regions, id, d)?;
+        debug_assert!(node.inputs.iter().chain(&node.grad_of).all(|i| i.index() < k), "resolve keeps ids before k");
         nodes.push(node);
     }
     let outputs = |what: &str, list: &[IdRef<'_>], backward: bool| -> Result<Vec<NodeId>> {
         let mut out = Vec::with_capacity(list.len());
         for o in list {
-            let k = ids.resolve(o, &later).map_err(|m| top_error(format!("{what}: {m}")))?;
+            let k = ids.resolve(o, &later, usize::MAX).map_err(|m| top_error(format!("{what}: {m}")))?;
             let node = &nodes[k as usize];
             if node.backward != backward {
                 let phase = if node.backward { "backward" } else { "forward" };
@@ -180,7 +181,7 @@ fn node<'a>(
     let backward = d.phase == Phase::Backward;
     let mut inputs = Vec::with_capacity(d.inputs.len());
     for input in &d.inputs {
-        let k = ids.resolve(input, later).map_err(&err)?;
+        let k = ids.resolve(input, later, before.len()).map_err(&err)?;
         if !backward && before[k as usize].backward {
             return Err(err(format!("a forward node cannot read backward node {}", before[k as usize].id.in_error())));
         }
@@ -227,7 +228,10 @@ fn node<'a>(
         (Some(b), Some(s), Some(t)) if t != StorageType::Bytes => {
             let implied = value_bytes(s, t).map_err(|m| err(format!("field \"shape\": {m}")))?;
             if implied != b {
-                return Err(err(format!("field \"bytes\": {b} disagrees with {s:?} {t} ({implied} bytes)")));
+                return Err(err(format!(
+                    "field \"bytes\": {b} disagrees with {} {t} ({implied} bytes)",
+                    crate::shape::fmt_shape(s)
+                )));
             }
             b
         }
@@ -253,8 +257,14 @@ fn node<'a>(
     let grad_of = match &d.grad_of {
         None => None,
         Some(_) if !backward => return Err(err("field \"grad_of\": only backward nodes belong to a gradient".into())),
+        Some(g) if g.owned() == id => {
+            return Err(err(format!(
+                "field \"grad_of\": names the node itself; it names the forward node whose gradient this backward \
+                 node computes part of"
+            )))
+        }
         Some(g) => {
-            let k = ids.resolve(g, later).map_err(|m| err(format!("field \"grad_of\": {m}")))?;
+            let k = ids.resolve(g, later, before.len()).map_err(|m| err(format!("field \"grad_of\": {m}")))?;
             if before[k as usize].backward {
                 return Err(err(format!("field \"grad_of\": {} is a backward node", before[k as usize].id.in_error())));
             }

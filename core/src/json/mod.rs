@@ -174,7 +174,7 @@ impl<'a> Top<'a> {
 
 /// An error outside any node.
 fn top_error(message: String) -> Error {
-    Error::Json { node: None, op: None, message }
+    Error::Json { node: None, op: None, message: crate::text::one_line(&message) }
 }
 
 /// An error about the node with document id `id`.
@@ -189,7 +189,7 @@ fn at_named(id: &DocId, op: &str, name: Option<&str>, message: impl Into<String>
     if let Some(name) = name {
         op += &format!(" {}", crate::text::quoted(name));
     }
-    Error::Json { node: Some(id.in_error()), op: Some(op), message: message.into() }
+    Error::Json { node: Some(id.in_error()), op: Some(op), message: crate::text::one_line(&message.into()) }
 }
 
 /// The document ids of the nodes read so far, for resolving inputs.
@@ -209,12 +209,18 @@ impl<'a> Ids<'a> {
         }
     }
 
-    /// The position of the node an input names: defined earlier, or an error naming both.
-    fn resolve(&self, input: &IdRef<'a>, all: &[IdRef<'a>]) -> std::result::Result<u32, String> {
-        if let Some(&k) = self.index.get(input) {
-            return Ok(k);
-        }
+    /// The position of the node an input of node `here` names: defined before `here`, or an
+    /// error saying why not (the node itself, a later node, or none). Outputs, read after every
+    /// node, pass `usize::MAX`.
+    fn resolve(&self, input: &IdRef<'a>, all: &[IdRef<'a>], here: usize) -> std::result::Result<u32, String> {
         let name = input.owned().in_error();
+        match self.index.get(input) {
+            Some(&k) if (k as usize) < here => return Ok(k),
+            Some(_) => {
+                return Err(format!("input {name} is the node itself (a cycle: a node cannot read its own value)"))
+            }
+            None => {}
+        }
         Err(match all.contains(input) {
             true => format!(
                 "input {name} is defined later in the list (nodes are in topological order: a cycle or a forward reference)"

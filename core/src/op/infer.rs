@@ -258,9 +258,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
         Op::SliceGrad { axis, start, dim } => {
             float("gradient", first)?;
             let len = first.0.get(*axis).copied().ok_or_else(|| format!("axis {axis} out of range"))?;
-            if start + len > *dim {
-                return Err(format!("range {start}..{} exceeds dim {dim}", start + len));
-            }
+            slice_range(*start, len, *dim)?;
             let mut out = first.0.to_vec();
             out[*axis] = *dim;
             Ok((out, first.1))
@@ -276,21 +274,28 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             let dims = attention_shapes(x, *scale, *layout)?;
             let mut out = x[0].0.to_vec();
             let r = out.len();
-            out[r - 1] = dims.dv + 1;
+            out[r - 1] = dims.dv.checked_add(1).ok_or("the value dim is too large")?;
             Ok((out, x[0].1))
         }
         Op::SdpaGrad { scale, layout, .. } => {
             let AttnDims { heads, tq, tk, d, dv, .. } = attention_shapes(&x[..3], *scale, *layout)?;
             let q = x[0].0;
             // The saved output and its gradient: q's shape with `[out | lse]` rows.
-            let packed = [&q[..q.len() - 1], &[dv + 1]].concat();
+            let packed = [&q[..q.len() - 1], &[dv.checked_add(1).ok_or("the value dim is too large")?]].concat();
             for (what, m) in [("the saved output", x[3]), ("the gradient", x[4])] {
                 if m.0 != packed.as_slice() {
                     return Err(format!("{what} must be {}, got {}", fmt_shape(&packed), fmt_shape(m.0)));
                 }
             }
             let lead = &q[..q.len() - layout.inner_rank()];
-            Ok(([lead, &[heads * (tq * d + tk * d + tk * dv)]].concat(), x[0].1))
+            let per_head = tq
+                .checked_mul(d)
+                .zip(tk.checked_mul(d))
+                .zip(tk.checked_mul(dv))
+                .and_then(|((a, b), c)| a.checked_add(b)?.checked_add(c));
+            let packed_grads =
+                per_head.and_then(|p| p.checked_mul(heads)).ok_or("the packed gradients are too large")?;
+            Ok(([lead, &[packed_grads]].concat(), x[0].1))
         }
         Op::Clamp { min, max } => {
             float("input", first)?;
@@ -325,7 +330,8 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             Ok((matmul_shape(x[0].0, x[1].0)?, DType::F32))
         }
         Op::Reshape { shape } => {
-            if numel(shape) != numel(first.0) {
+            let (to, from) = (crate::shape::checked_numel(shape), crate::shape::checked_numel(first.0));
+            if to.is_none() || to != from {
                 return Err(format!(
                     "cannot reshape {} ({} elements) to {} ({} elements)",
                     fmt_shape(first.0),
@@ -341,7 +347,11 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             let mut seen = vec![false; rank];
             let valid = perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
             if !valid {
-                return Err(format!("{perm:?} is not a permutation of the {rank} axes of {}", fmt_shape(first.0)));
+                return Err(format!(
+                    "{} is not a permutation of the {rank} axes of {}",
+                    fmt_shape(perm),
+                    fmt_shape(first.0)
+                ));
             }
             Ok((perm.iter().map(|&p| first.0[p]).collect(), first.1))
         }
@@ -368,15 +378,15 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
                         fmt_shape(m.0)
                     ));
                 }
-                out[*axis] += m.0[*axis];
+                out[*axis] = out[*axis]
+                    .checked_add(m.0[*axis])
+                    .ok_or_else(|| format!("the concatenated axis {axis} has more than 2^64 elements"))?;
             }
             Ok((out, first.1))
         }
         Op::Slice { axis, start, len } => {
             let dim = first.0.get(*axis).copied().ok_or_else(|| format!("axis {axis} out of range"))?;
-            if start + len > dim {
-                return Err(format!("range {start}..{} exceeds dim {dim}", start + len));
-            }
+            slice_range(*start, *len, dim)?;
             let mut out = first.0.to_vec();
             out[*axis] = *len;
             Ok((out, first.1))
@@ -478,5 +488,14 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             float("input", first)?;
             Ok(same())
         }
+    }
+}
+
+/// Checks that `start..start + len` lies within a dim of `dim` elements, without wrapping.
+fn slice_range(start: usize, len: usize, dim: usize) -> Result<(), String> {
+    match start.checked_add(len) {
+        Some(end) if end <= dim => Ok(()),
+        Some(end) => Err(format!("range {start}..{end} exceeds dim {dim}")),
+        None => Err(format!("range {start}..{start} + {len} exceeds dim {dim} (its end is past 2^64)")),
     }
 }

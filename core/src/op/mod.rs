@@ -425,7 +425,9 @@ mod tests {
             K::Input => Op::Input,
             K::Param => Op::Param { init: Init::Auto },
             K::Constant => Op::Constant { value: 1.0 },
-            K::ConstantData => Op::ConstantData { value: Arc::new(HostTensor::full(vec![1], 1.0, DType::F32)) },
+            K::ConstantData => {
+                Op::ConstantData { value: Arc::new(HostTensor::f32(vec![1], vec![1.0]).expect("one element for [1]")) }
+            }
             K::Arange => Op::Arange { start: 0.0, step: 1.0 },
             K::Clamp => Op::Clamp { min: 0.0, max: 1.0 },
             K::Pow => Op::Pow { exponent: 2.0 },

@@ -170,9 +170,12 @@ pub fn value_bytes(shape: &[usize], ty: StorageType) -> std::result::Result<u64,
     let size = ty.size().ok_or_else(|| "dtype `bytes` needs an explicit `bytes`".to_string())?;
     let mut n: u64 = 1;
     for &d in shape {
-        n = n.checked_mul(d as u64).ok_or_else(|| format!("shape {shape:?} has more than 2^64 elements"))?;
+        n = n
+            .checked_mul(d as u64)
+            .ok_or_else(|| format!("shape {} has more than 2^64 elements", crate::shape::fmt_shape(shape)))?;
     }
-    n.checked_mul(size).ok_or_else(|| format!("shape {shape:?} of {ty} is more than 2^64 bytes"))
+    n.checked_mul(size)
+        .ok_or_else(|| format!("shape {} of {ty} is more than 2^64 bytes", crate::shape::fmt_shape(shape)))
 }
 
 /// One node as the partitioner sees it.

@@ -137,7 +137,7 @@ pub(crate) fn copy(dev: &Device, src: u64, dst: u64, bytes: usize) -> Result<()>
 /// Every element of `out` = `value` rounded to its dtype (the CPU's `HostTensor::full`).
 /// `fill_N(E* y, u64 n, E v)` with the element's raw bits.
 pub(crate) fn constant(dev: &Device, value: f64, out: View<'_>) -> Result<()> {
-    let one = HostTensor::full(vec![1], value, out.dtype);
+    let one = HostTensor::full(vec![1], value, out.dtype)?;
     let bytes = crate::backend::host_bytes(&one);
     let pattern = match bytes.len() {
         1 => Arg::U8(bytes[0]),

@@ -275,6 +275,17 @@ fn check(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<()> {
         ));
     }
     for (i, (t, m)) in inputs.iter().zip(call.inputs).enumerate() {
+        // `HostTensor` keeps its data and shape in step; this is the kernels' own guard of it.
+        if crate::shape::checked_numel(t.shape()) != Some(t.numel()) {
+            return Err(node_err(
+                call,
+                format!(
+                    "input {i} holds {} elements but its shape {} holds another count",
+                    t.numel(),
+                    fmt_shape(t.shape())
+                ),
+            ));
+        }
         if t.shape() != m.0 || t.dtype() != m.1 {
             return Err(node_err(
                 call,
@@ -307,15 +318,50 @@ fn check(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<()> {
     Ok(())
 }
 
+/// Outputs from this many bytes up are reserved before their kernel runs (and released again),
+/// so that a size this machine cannot hold is an error naming the node, not an abort inside the
+/// kernel. Smaller ones are not worth the system call.
+const RESERVE_FROM_BYTES: usize = 256 << 20;
+
+fn reserve_output(call: &KernelCall<'_>) -> Result<()> {
+    let bytes = crate::shape::checked_bytes(call.out_shape, call.out_dtype.size());
+    if bytes.is_some_and(|b| b < RESERVE_FROM_BYTES) {
+        return Ok(());
+    }
+    let unavailable = || output_memory(call, Error::HostMemory { what: String::new(), bytes: bytes.map(|b| b as u64) });
+    let bytes = bytes.ok_or_else(unavailable)?;
+    Vec::<u8>::new().try_reserve_exact(bytes).map_err(|_| unavailable())
+}
+
+/// A host-memory error for `call`'s output, naming the node.
+fn output_memory(call: &KernelCall<'_>, e: Error) -> Error {
+    match e {
+        Error::HostMemory { bytes, .. } => Error::HostMemory {
+            what: format!(
+                "the output of node {} ({}), {} {}",
+                call.node,
+                call.op.name(),
+                fmt_shape(call.out_shape),
+                call.out_dtype
+            ),
+            bytes,
+        },
+        other => other,
+    }
+}
+
 /// Computes one op on host tensors.
 pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<HostTensor> {
     use elementwise as ew;
     check(call, inputs)?;
+    reserve_output(call)?;
     let x = inputs;
     match call.op {
         Op::Input | Op::Param { .. } => Err(node_err(call, "leaf values are fed to a run, not computed by a kernel")),
         Op::ConstantData { value } => Ok(value.as_ref().clone()),
-        Op::Constant { value } => Ok(HostTensor::full(call.out_shape.to_vec(), *value, call.out_dtype)),
+        Op::Constant { value } => {
+            HostTensor::full(call.out_shape.to_vec(), *value, call.out_dtype).map_err(|e| output_memory(call, e))
+        }
         Op::Arange { start, step } => index::arange(call, *start, *step),
         Op::Binary(b) => per_float!(call, ew::binary, (call, *b, x[0], x[1])),
         Op::Compare(c) => index::compare(call, *c, x[0], x[1]),
