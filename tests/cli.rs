@@ -209,7 +209,7 @@ fn bad_flags_are_usage_errors() {
 
 #[test]
 fn pytorchs_exported_graphs_partition_as_they_are() {
-    let dir = format!("{}/../shared/fixtures/torch", env!("CARGO_MANIFEST_DIR"));
+    let dir = format!("{}/tests/fixtures/torch", env!("CARGO_MANIFEST_DIR"));
     let fp8 = format!("{dir}/seed_fp8_scaled_mm-inductor__sac_save_mm.json");
     for strategy in ["respect", "mincut", "budget=0.0", "budget=131072"] {
         let o = remat(&["partition", &fp8, "--strategy", strategy, "--json"]);

@@ -354,7 +354,7 @@ pub fn reason_code(reason: Reason) -> &'static str {
         Reason::ReadByRegion(_) | Reason::ReadByGradient(_) => "boundary",
         Reason::ViewBase(_) => "view_base",
         Reason::PreferSave => "prefer_save",
-        Reason::Untagged => "untagged",
+        Reason::Untagged | Reason::NoPolicy(_) => "untagged",
         Reason::ComputeIntensive => "compute_intensive",
         Reason::MinCut => "min_cut",
         Reason::Budget => "budget",

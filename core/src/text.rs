@@ -15,7 +15,10 @@ pub fn shorten(s: &str, max: usize) -> String {
         let tail: String = s.chars().skip(chars - keep).collect();
         return shorten(&format!("{head}…{tail}"), max);
     }
-    let escaped: String = s.chars().flat_map(escape_control).collect();
+    let mut escaped = String::with_capacity(s.len());
+    for c in s.chars() {
+        push_escaped(&mut escaped, c);
+    }
     let n = escaped.chars().count();
     if n <= max {
         return escaped;
@@ -38,17 +41,26 @@ pub fn one_line(s: &str) -> String {
 
 /// `"s"`, shortened and with quotes, backslashes and control characters escaped.
 pub fn quoted(s: &str) -> String {
-    let inner: String = s.chars().flat_map(|c| if c == '"' || c == '\\' { vec!['\\', c] } else { vec![c] }).collect();
+    let mut inner = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            inner.push('\\');
+        }
+        inner.push(c);
+    }
     format!("\"{}\"", shorten(&inner, CELL))
 }
 
-fn escape_control(c: char) -> Vec<char> {
+/// Appends `c`, a control character as its escape (`\n`, `\u{1b}`).
+fn push_escaped(out: &mut String, c: char) {
     match c {
-        '\n' => vec!['\\', 'n'],
-        '\r' => vec!['\\', 'r'],
-        '\t' => vec!['\\', 't'],
-        c if c.is_control() => format!("\\u{{{:x}}}", c as u32).chars().collect(),
-        c => vec![c],
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if c.is_control() => {
+            let _ = std::fmt::Write::write_fmt(out, format_args!("\\u{{{:x}}}", c as u32));
+        }
+        c => out.push(c),
     }
 }
 

@@ -138,14 +138,65 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
         n.grad_of = s.grad_of.map(|u| NodeId((u % n_fwd) as u32));
         g.nodes.push(n);
     }
-    // The last forward value that is not a view is the output; outputs never carry
-    // must_recompute (a document saying so is refused).
-    let out = (0..n_fwd).rev().find(|&i| !g.nodes[i].flags.view).unwrap_or(0);
-    if matches!(g.nodes[out].policy, Some(Policy::MustRecompute | Policy::MustOffload)) {
-        g.nodes[out].policy = Some(Policy::PreferRecompute);
+    // The last forward value that is not a view is an output, and so is about one node in
+    // eight besides (views among them: the caller holds a view as any output); outputs never
+    // carry must_recompute (a document saying so is refused).
+    let last = (0..n_fwd).rev().find(|&i| !g.nodes[i].flags.view).unwrap_or(0);
+    let extra = (2..n_fwd).filter(|&k| fwd[k].kind >= 14 && k != last);
+    for out in std::iter::once(last).chain(extra) {
+        if matches!(g.nodes[out].policy, Some(Policy::MustRecompute | Policy::MustOffload)) {
+            g.nodes[out].policy = Some(Policy::PreferRecompute);
+        }
+        g.forward_outputs.push(NodeId(out as u32));
     }
-    g.forward_outputs.push(NodeId(out as u32));
     g
+}
+
+/// The same graph with every region budget 1.0 (regions without one stay without).
+fn with_region_budgets_of_one(g: &PGraph) -> PGraph {
+    let mut g = g.clone();
+    for r in &mut g.regions {
+        if r.budget.is_some() {
+            r.budget = Some(1.0);
+        }
+    }
+    g
+}
+
+/// Outcomes that must agree across strategies: adding offload never makes a budget infeasible,
+/// and a byte budget that fits never stops fitting when it grows.
+fn cross_strategy(g: &PGraph) -> Result<(), TestCaseError> {
+    for bytes in [0, 100, 1 << 20] {
+        let plain = partition(g, Strategy::Budget(Budget::Bytes(bytes)));
+        let offload = partition(g, Strategy::BudgetOffload(Budget::Bytes(bytes)));
+        if plain.is_ok() {
+            prop_assert!(
+                offload.is_ok(),
+                "budget={} fits but budget+offload={} fails: {:?}",
+                bytes,
+                bytes,
+                offload.err()
+            );
+        }
+    }
+    let mut last: Option<u64> = None;
+    for bytes in [0u64, 16, 100, 1000, 1 << 20, u64::MAX] {
+        match partition(g, Strategy::Budget(Budget::Bytes(bytes))) {
+            Ok(p) => {
+                if let Some(smaller) = last {
+                    prop_assert!(p.saved_bytes >= smaller || p.saved_bytes <= bytes, "budget={}", bytes);
+                }
+                last = Some(p.saved_bytes);
+            }
+            Err(e) => prop_assert!(last.is_none(), "budget={} fails after a smaller one fit: {}", bytes, e),
+        }
+    }
+    Ok(())
+}
+
+/// `default` cases, or `PROPTEST_CASES` when set.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Errors a random graph may legitimately produce.
@@ -184,7 +235,8 @@ fn run_all(g: &PGraph) -> Result<usize, TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+    // PROPTEST_CASES raises the count for a long run (CI runs the default).
+    #![proptest_config(ProptestConfig::with_cases(cases(3000)))]
 
     #[test]
     fn every_rule_holds_in_every_strategy(
@@ -192,7 +244,29 @@ proptest! {
         bwd in proptest::collection::vec(node_spec(), 1..8),
         regions in regions_spec(),
     ) {
-        run_all(&build(&fwd, &bwd, &regions, false))?;
+        let g = build(&fwd, &bwd, &regions, false);
+        run_all(&g)?;
+        cross_strategy(&g)?;
+    }
+
+    /// A region budget of 1.0 never constrains: whatever partitions without region budgets
+    /// partitions with them.
+    #[test]
+    fn a_region_budget_of_one_never_constrains(
+        fwd in proptest::collection::vec(node_spec(), 2..18),
+        bwd in proptest::collection::vec(node_spec(), 1..8),
+        regions in regions_spec(),
+    ) {
+        let g = build(&fwd, &bwd, &regions, false);
+        let mut unbudgeted = g.clone();
+        unbudgeted.regions.iter_mut().for_each(|r| r.budget = None);
+        let one = with_region_budgets_of_one(&g);
+        for strategy in STRATEGIES {
+            if partition(&unbudgeted, strategy).is_ok() {
+                let p = partition(&one, strategy);
+                prop_assert!(p.is_ok(), "{}: fits without region budgets, not with budgets of 1.0: {:?}", strategy, p.err());
+            }
+        }
     }
 
     #[test]

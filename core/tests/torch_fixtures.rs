@@ -13,14 +13,14 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/torch")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/torch")
 }
 
 /// Every `<case>.json` with its `<case>.torch.json`.
 fn cases() -> Vec<(String, String, Value)> {
     let dir = fixtures();
-    let entries =
-        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e} (the fixtures ship in shared/)", dir.display()));
+    let entries = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (the fixtures ship in tests/fixtures/torch)", dir.display()));
     let mut cases: Vec<(String, String, Value)> = entries
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.to_string_lossy().ends_with(".torch.json"))

@@ -213,14 +213,18 @@ impl<'a> Ids<'a> {
     /// error saying why not (the node itself, a later node, or none). Outputs, read after every
     /// node, pass `usize::MAX`.
     fn resolve(&self, input: &IdRef<'a>, all: &[IdRef<'a>], here: usize) -> std::result::Result<u32, String> {
+        let found = self.index.get(input).copied();
+        if let Some(k) = found.filter(|&k| (k as usize) < here) {
+            return Ok(k);
+        }
         let name = input.owned().in_error();
-        match self.index.get(input) {
-            Some(&k) if (k as usize) < here => return Ok(k),
+        match found {
             Some(_) => {
                 return Err(format!("input {name} is the node itself (a cycle: a node cannot read its own value)"))
             }
             None => {}
         }
+        // Only a failure looks further: every other id is defined later or nowhere.
         Err(match all.contains(input) {
             true => format!(
                 "input {name} is defined later in the list (nodes are in topological order: a cycle or a forward reference)"

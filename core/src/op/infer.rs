@@ -496,6 +496,6 @@ fn slice_range(start: usize, len: usize, dim: usize) -> Result<(), String> {
     match start.checked_add(len) {
         Some(end) if end <= dim => Ok(()),
         Some(end) => Err(format!("range {start}..{end} exceeds dim {dim}")),
-        None => Err(format!("range {start}..{start} + {len} exceeds dim {dim} (its end is past 2^64)")),
+        None => Err(format!("a range of {len} from {start} exceeds dim {dim} (its end is past 2^64)")),
     }
 }

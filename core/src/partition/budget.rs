@@ -5,8 +5,9 @@
 //! Candidates are the values whose fate is soft (Prefer tags and untagged values) — every soft
 //! value for a global budget, those inside budgeted regions otherwise; forced values are always
 //! kept when needed and count against the limits, forbidden ones never are. A region's limit is
-//! its fraction of its save-everything bytes (what it would keep if it saved every value of its
-//! own the backward reads; boundary values, which no budget trades, left out of both sides).
+//! its fraction of its save-everything bytes (the bytes of every value of its own the backward
+//! may need, which no choice exceeds, so a budget of 1.0 never constrains; boundary values, which
+//! no budget trades, left out of both sides).
 //!
 //! Small problems (up to 20 candidates, bounded work) are solved exactly, minimising FLOPs and
 //! then bytes. Larger ones follow an eviction path fixed in advance — from keeping every
@@ -25,6 +26,9 @@ use crate::policy::Policy;
 pub(super) struct Offload {
     /// Offloaded whenever kept (by tag).
     fixed: Vec<bool>,
+    /// Offloaded whenever kept by tag when the solver does not choose (every offload tag that
+    /// can be met): `fixed` of the same problem without choice.
+    tagged: Vec<bool>,
     /// May be offloaded at the solver's choice (`BudgetOffload` only).
     optional: Vec<bool>,
     /// Exposed seconds if offloaded.
@@ -44,6 +48,7 @@ impl Offload {
         model: &CostModel,
         choose: bool,
     ) -> Offload {
+        let tagged: Vec<bool> = g.ids().map(|i| wish[i.index()].is_some()).collect();
         let fixed: Vec<bool> = g
             .ids()
             .map(|i| match wish[i.index()] {
@@ -53,11 +58,12 @@ impl Offload {
             })
             .collect();
         // Bases of must_save views stay on the device.
+        let output = g.output_mask();
         let mut must_save_base = vec![false; g.len()];
         for v in g.ids() {
             let n = g.node(v);
             if !n.backward && n.flags.view && n.policy == Some(Policy::MustSave) {
-                must_save_base[g.view_base(v).index()] = true;
+                must_save_base[g.view_base(v, &output).index()] = true;
             }
         }
         let optional = g
@@ -82,7 +88,19 @@ impl Offload {
                     && !must_save_base[i.index()]
             })
             .collect();
-        Offload { fixed, optional, exposed: exposed.to_vec(), s_per_flop: 1.0 / model.flops_per_s, choose }
+        Offload { fixed, tagged, optional, exposed: exposed.to_vec(), s_per_flop: 1.0 / model.flops_per_s, choose }
+    }
+
+    /// The same problem with the solver's offload choice off: tagged offloads only.
+    fn without_choice(&self) -> Offload {
+        Offload {
+            fixed: self.tagged.clone(),
+            tagged: self.tagged.clone(),
+            optional: vec![false; self.optional.len()],
+            exposed: self.exposed.clone(),
+            s_per_flop: self.s_per_flop,
+            choose: false,
+        }
     }
 }
 
@@ -123,16 +141,7 @@ pub(super) fn refine(
         return Ok((base, chosen, off.fixed.clone()));
     }
     let mut problem = Problem::new(g, class, base, global.is_some(), &budgeted, off);
-    if global.is_some() && !off.choose {
-        // The min-cut's choice is one candidate point of a global budget: the path below is a
-        // heuristic on large problems, and the cut keeps the fewest bytes by construction.
-        let (cut, _) = super::mincut::solve(g, class);
-        let mut hint = problem.base.clone();
-        for &c in &problem.candidates {
-            hint[c.index()] = cut[c.index()];
-        }
-        problem.hint = Some(hint);
-    }
+    problem.hint_min_cut(class);
     if let Some(b) = global {
         let limit = match b {
             Budget::Bytes(b) => b,
@@ -155,7 +164,20 @@ pub(super) fn refine(
         };
         problem.limits[0] = limit;
     }
-    let (at_hand, offloaded) = problem.solve().map_err(|e| problem.error(g, e))?;
+    let solved = problem.solve();
+    let (at_hand, offloaded) = if off.choose {
+        // Offloading is a choice, never a constraint: the plain budget's answer (tagged offloads
+        // only) is one of this problem's choices, so it stands where the search finds none or
+        // a costlier one.
+        let plain_off = off.without_choice();
+        let mut plain = Problem::new(g, class, problem.base.clone(), global.is_some(), &budgeted, &plain_off);
+        plain.hint_min_cut(class);
+        plain.limits.clone_from(&problem.limits);
+        problem.better(solved, plain.solve().ok())
+    } else {
+        solved
+    }
+    .map_err(|e| problem.error(g, e))?;
     for &c in &problem.candidates {
         chosen[c.index()] = Some(match problem.innermost_budget[c.index()] {
             Some(r) => Reason::RegionBudget(r),
@@ -249,18 +271,21 @@ impl<'a> Problem<'a> {
             }
             start.push(counts.len() as u32);
         }
-        // A region's limit: its fraction of the bytes of its own values the backward reads.
+        // A region's limit: its fraction of the bytes of its own values the backward may need
+        // (those it reaches with only forced values at hand), which no choice exceeds: a budget
+        // of 1.0 never constrains.
         let mut limits = vec![u64::MAX; scopes.len()];
         for (k, scope) in scopes.iter().enumerate() {
             if let Some(r) = scope {
                 let fraction = g.regions[r.index()].budget.unwrap_or(1.0);
                 let everything: u64 = g
                     .ids()
-                    .filter(|&i| reads[i.index()] && !g.node(i).flags.view)
+                    .filter(|&i| relevant[i.index()] && !g.node(i).flags.view)
                     .filter(|&i| counts[start[i.index()] as usize..start[i.index() + 1] as usize].contains(&(k as u32)))
                     .map(|i| g.node(i).bytes)
                     .sum();
-                limits[k] = (everything as f64 * fraction).floor() as u64;
+                // 1.0 exactly: past 2^53 bytes the float product could round below `everything`.
+                limits[k] = if fraction >= 1.0 { u64::MAX } else { (everything as f64 * fraction).floor() as u64 };
             }
         }
         let order = (0..g.len()).rev().filter(|&i| relevant[i]).collect();
@@ -278,6 +303,45 @@ impl<'a> Problem<'a> {
             order,
             reads,
             hint: None,
+        }
+    }
+
+    /// With a global budget and no offload choice, the min-cut's choice is one candidate point:
+    /// the path is a heuristic on large problems, and the cut keeps the fewest bytes by
+    /// construction.
+    fn hint_min_cut(&mut self, class: &[Class]) {
+        if self.has_global() && !self.off.choose {
+            let (cut, _) = super::mincut::solve(self.g, class);
+            let mut hint = self.base.clone();
+            for &c in &self.candidates {
+                hint[c.index()] = cut[c.index()];
+            }
+            self.hint = Some(hint);
+        }
+    }
+
+    /// The cheaper of `found` and `other` under this problem's cost (then fewer device bytes),
+    /// `other` only where it fits this problem's limits.
+    fn better(
+        &self,
+        found: std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>,
+        other: Option<(Vec<bool>, Vec<bool>)>,
+    ) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+        let mut scratch = vec![false; self.g.len()];
+        let mut bytes = vec![0; self.limits.len()];
+        let Some(other) = other else { return found };
+        let (flops, exposed) = self.eval_into(&other.0, &other.1, &mut scratch, &mut bytes);
+        if !self.fits(&bytes) {
+            return found;
+        }
+        let other_key = (self.cost(flops, exposed), bytes.first().copied().unwrap_or(0));
+        let Ok(found) = found else { return Ok(other) };
+        let (flops, exposed) = self.eval_into(&found.0, &found.1, &mut scratch, &mut bytes);
+        let found_key = (self.cost(flops, exposed), bytes.first().copied().unwrap_or(0));
+        if other_key.0.lt(&found_key.0, other_key.1, found_key.1) {
+            Ok(other)
+        } else {
+            Ok(found)
         }
     }
 

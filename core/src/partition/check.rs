@@ -10,7 +10,8 @@ use crate::policy::Policy;
 
 /// Verifies `p` against the rules over `g`; the error lists every violation, one per line.
 ///
-/// The rules: views are never saved; a needed MustSave value is saved (a view through its base);
+/// The rules: views are never saved (a view that is a forward output is held, as any output); a
+/// needed MustSave value is saved (a view through its base, or through a held output it views);
 /// a MustRecompute value is never saved; a needed boundary value is kept (a view through its
 /// base, which may be resident); outputs, residents and not-recomputable values are never
 /// recomputed; PreferRecompute values are never saved under `Respect` and `MinCut`; everything
@@ -33,9 +34,14 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
     for &r in &p.recomputed {
         recomputed[r.index()] = true;
     }
-    let is_output = |i: usize| g.forward_outputs.contains(&NodeId(i as u32));
+    let mut output = vec![false; n];
+    for &o in &g.forward_outputs {
+        output[o.index()] = true;
+    }
+    let is_output = |i: usize| output[i];
+    // What a view is kept through: its first non-view ancestor, or a held output on the way.
     let base = |mut i: usize| {
-        while g.nodes[i].flags.view && !g.nodes[i].inputs.is_empty() {
+        while g.nodes[i].flags.view && !is_output(i) && !g.nodes[i].inputs.is_empty() {
             i = g.nodes[i].inputs[0].index();
         }
         i
@@ -78,12 +84,13 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             }
         }
     }
-    // Bases of views that must be kept (MustSave or boundary views).
+    // Bases of views that must be kept (MustSave or boundary views) and that the backward needs.
     let mut kept_base = vec![false; n];
     for i in 0..n {
         let v = &g.nodes[i];
         if !v.backward
             && v.flags.view
+            && needed[i]
             && (matches!(v.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i])
         {
             kept_base[base(i)] = true;
@@ -106,6 +113,8 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
     let leaves = |i: usize| !g.nodes[i].flags.resident && !is_output(i);
     let mut must_save_base = vec![false; n];
     let mut wish = vec![None; n];
+    // A must_offload the backward asks for: the value's own tag, or that of a view it needs.
+    let mut must_offload_needed = vec![false; n];
     for i in 0..n {
         let v = &g.nodes[i];
         if !v.backward && v.flags.view && v.policy == Some(Policy::MustSave) {
@@ -121,6 +130,9 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             let stays = !leaves(b) || factory || must_save_base[b] || base_must_save;
             if !stays && wish[b] != Some(Policy::MustOffload) {
                 wish[b] = Some(pol);
+            }
+            if !stays && pol == Policy::MustOffload && (b == i || needed[i]) {
+                must_offload_needed[b] = true;
             }
         }
     }
@@ -150,7 +162,7 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         } else if p.saved[i] && wish[i].is_some() && !choose {
             bad.push(format!("{}: offload tag, kept, but not offloaded under {}", describe(i), p.strategy));
         }
-        if wish[i] == Some(Policy::MustOffload) && recomputed[i] {
+        if must_offload_needed[i] && recomputed[i] {
             bad.push(format!("{}: must_offload but recomputed", describe(i)));
         }
     }
@@ -178,7 +190,7 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             };
             bad.push(format!("{}: {what}", describe(i)));
         }
-        if f.view && p.saved[i] {
+        if f.view && p.saved[i] && !is_output(i) {
             bad.push(format!("{}: a view is saved", describe(i)));
         }
         if node.policy == Some(Policy::MustRecompute) && p.saved[i] && !f.resident && !is_output(i) {

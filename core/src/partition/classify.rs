@@ -35,22 +35,8 @@ impl Class {
 /// the first conflict between the user's tags and the rules, naming both.
 pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
     let boundary = boundary_values(g);
-    let mut output = vec![false; g.len()];
-    for &o in &g.forward_outputs {
-        output[o.index()] = true;
-    }
-    // A view that must be kept (must_save, or a boundary value) is kept through its base.
-    let mut kept_view_of = vec![None; g.len()];
-    for i in g.ids().filter(|&i| !g.node(i).backward && g.node(i).flags.view) {
-        let n = g.node(i);
-        if matches!(n.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i.index()].is_some() {
-            let base = g.view_base(i);
-            if base != i {
-                kept_view_of[base.index()].get_or_insert(i);
-            }
-        }
-    }
-    let class: Vec<Class> = g
+    let output = g.output_mask();
+    let mut class: Vec<Class> = g
         .ids()
         .map(|i| {
             let n = g.node(i);
@@ -77,20 +63,93 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
                 Class::Forbidden(Reason::Factory)
             } else if let Some(b) = boundary[i.index()] {
                 Class::Forced(boundary_reason(b))
-            } else if let Some(v) = kept_view_of[i.index()] {
-                Class::Forced(Reason::ViewBase(v))
             } else {
                 Class::Soft(match n.policy {
                     Some(Policy::PreferSave) => Reason::PreferSave,
                     Some(Policy::PreferOffload) => Reason::PreferOffload,
                     Some(_) => Reason::PreferRecompute,
-                    None => Reason::Untagged,
+                    None => n.region.map_or(Reason::Untagged, Reason::NoPolicy),
                 })
             }
         })
         .collect();
+    // A view that must be kept (must_save, or a boundary value) is kept through its base, when
+    // the backward may need the view.
+    let kept_view_of = kept_views(g, &class, &output, &boundary);
+    for (c, v) in class.iter_mut().zip(&kept_view_of) {
+        if let (Class::Soft(_), Some(v)) = (*c, v) {
+            *c = Class::Forced(Reason::ViewBase(*v));
+        }
+    }
     check_conflicts(g, &class, &output, &boundary, &kept_view_of)?;
     Ok(class)
+}
+
+/// Whether forward node `i` is a view that must be kept: must_save or must_offload, or a
+/// boundary value (kept through its base).
+fn must_keep_view(g: &PGraph, i: usize, boundary: &[Option<Boundary>]) -> bool {
+    let n = &g.nodes[i];
+    !n.backward
+        && n.flags.view
+        && (matches!(n.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i].is_some())
+}
+
+/// For each node, the first view that must be kept through it and that the backward may need:
+/// one it reaches with only the forced values at hand, and the bases found so far (a view's id
+/// is above its base's, so one sweep from the last node back finds each base before its own
+/// inputs are visited). A view the backward can never need forces nothing.
+fn kept_views(g: &PGraph, class: &[Class], output: &[bool], boundary: &[Option<Boundary>]) -> Vec<Option<NodeId>> {
+    let mut kept_view_of: Vec<Option<NodeId>> = vec![None; g.len()];
+    let mut reached = g.backward_reads();
+    for i in (0..g.len()).rev() {
+        if g.nodes[i].backward || !reached[i] {
+            continue;
+        }
+        if must_keep_view(g, i, boundary) {
+            let base = g.view_base(NodeId(i as u32), output).index();
+            if base != i {
+                kept_view_of[base].get_or_insert(NodeId(i as u32));
+            }
+        }
+        let at_hand = class[i].is_forced() || (kept_view_of[i].is_some() && matches!(class[i], Class::Soft(_)));
+        if !at_hand {
+            for &x in &g.nodes[i].inputs {
+                reached[x.index()] = true;
+            }
+        }
+    }
+    kept_view_of
+}
+
+/// Lets a prefer_recompute value forced only as the base of a kept view go back to being
+/// recomputed when, under the strategy's choice `at_hand`, the backward needs none of the views
+/// kept through it: classification forces such a base when the backward *may* need the view,
+/// and a choice that saves what lies between the two can make it unneeded. One sweep from the
+/// last node back settles every base before its own inputs; the rest of the choice stands.
+pub(crate) fn settle_view_bases(g: &PGraph, class: &[Class], at_hand: &mut [bool], chosen: &mut [Option<Reason>]) {
+    let boundary = boundary_values(g);
+    let output = g.output_mask();
+    let mut demanded = vec![false; g.len()];
+    let mut reached = g.backward_reads();
+    for i in (0..g.len()).rev() {
+        if g.nodes[i].backward || !reached[i] {
+            continue;
+        }
+        if must_keep_view(g, i, &boundary) {
+            demanded[g.view_base(NodeId(i as u32), &output).index()] = true;
+        }
+        if let Class::Forced(Reason::ViewBase(_)) = class[i] {
+            if !demanded[i] && g.nodes[i].policy == Some(Policy::PreferRecompute) {
+                at_hand[i] = false;
+                chosen[i] = Some(Reason::PreferRecompute);
+            }
+        }
+        if !at_hand[i] {
+            for &x in &g.nodes[i].inputs {
+                reached[x.index()] = true;
+            }
+        }
+    }
 }
 
 pub(crate) fn boundary_reason(b: Boundary) -> Reason {

@@ -176,6 +176,9 @@ pub enum Reason {
     PreferOffload,
     /// Outside any region (Respect saves what the backward needs).
     Untagged,
+    /// In this region instance but without a policy of its own (a document may leave a node's
+    /// policy out): treated as untagged.
+    NoPolicy(RegionId),
     /// A compute-intensive op outside any region: min-cut does not recompute it.
     ComputeIntensive,
     /// The min-cut chose it.
@@ -213,6 +216,7 @@ impl Reason {
             }
             Reason::ViewBase(v) => format!("base of view {}, which must be kept (must_save or boundary)", g.node(v).id),
             Reason::RegionBudget(r) => format!("budget of region `{}`", g.region_label(r)),
+            Reason::NoPolicy(r) => format!("in region `{}` without a policy: saved when needed", g.region_label(r)),
             other => other.to_string(),
         }
     }
@@ -303,7 +307,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     let exposed = offload::exposed_times(g, model);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
     let ctx = budget::Offload::new(g, &class, &wishes.wish, &exposed, model, choose);
-    let (at_hand, chosen, off) = match strategy {
+    let (mut at_hand, mut chosen, off) = match strategy {
         Strategy::Respect => budget::solve(g, &class, respect.clone(), &respect, None, &ctx)?,
         Strategy::MinCut => {
             let (at_hand, chosen) = mincut::solve(g, &class);
@@ -313,6 +317,10 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
             budget::solve(g, &class, respect.clone(), &respect, Some(b), &ctx)?
         }
     };
+    if matches!(strategy, Strategy::Respect | Strategy::MinCut) {
+        // Prefer tags bind these two: a prefer_recompute base no needed view asks for is recomputed.
+        classify::settle_view_bases(g, &class, &mut at_hand, &mut chosen);
+    }
     let mut p = finish(g, strategy, &class, &at_hand, &chosen, &off, &wishes, &exposed);
     p.warnings.extend(wishes.warnings);
     debug_assert!(check(g, &p).is_ok(), "partition breaks a rule: {:?}", check(g, &p).err());
@@ -339,9 +347,38 @@ pub(crate) fn in_region(function: Option<&str>) -> String {
     })
 }
 
-/// Unneeded Must values of one region function, op and policy: (function, op, policy, values,
-/// instances).
-type Unneeded<'a> = (Option<&'a str>, &'a str, Policy, u32, Vec<RegionId>);
+/// Unneeded Must values of one region function, op and policy: how many, and in how many
+/// instances.
+#[derive(Default)]
+struct Unneeded {
+    values: u32,
+    instances: rustc_hash::FxHashSet<RegionId>,
+    /// The instance, when there is just one (named in the warning).
+    first: Option<RegionId>,
+}
+
+/// Groups of unneeded Must values, keyed by (function, op, policy), in order of first sight.
+#[derive(Default)]
+struct UnneededGroups<'a> {
+    index: rustc_hash::FxHashMap<(Option<&'a str>, &'a str, Policy), usize>,
+    groups: Vec<((Option<&'a str>, &'a str, Policy), Unneeded)>,
+}
+
+impl<'a> UnneededGroups<'a> {
+    fn add(&mut self, function: Option<&'a str>, op: &'a str, policy: Policy, region: Option<RegionId>) {
+        let key = (function, op, policy);
+        let k = *self.index.entry(key).or_insert_with(|| {
+            self.groups.push((key, Unneeded::default()));
+            self.groups.len() - 1
+        });
+        let group = &mut self.groups[k].1;
+        group.values += 1;
+        if let Some(r) = region {
+            group.first.get_or_insert(r);
+            group.instances.insert(r);
+        }
+    }
+}
 
 #[allow(clippy::too_many_arguments)]
 fn finish(
@@ -361,8 +398,8 @@ fn finish(
     let mut recomputed = Vec::new();
     let mut decisions = Vec::new();
     // Grouped by region function (not instance: a model calls one function per layer), op and
-    // policy: (function, op, policy, values, instances).
-    let mut unneeded: Vec<Unneeded<'_>> = Vec::new();
+    // policy.
+    let mut unneeded = UnneededGroups::default();
     let (mut saved_bytes, mut held_bytes, mut recompute_flops) = (0u64, 0u64, 0u64);
     for i in g.ids() {
         let n = g.node(i);
@@ -372,17 +409,7 @@ fn finish(
         if !reached[i.index()] {
             if let Some(p @ (Policy::MustSave | Policy::MustOffload)) = n.policy {
                 let function = n.region.map(|r| g.regions[r.index()].name.as_str());
-                let entry = match unneeded.iter().position(|(f, op, q, ..)| *f == function && *op == n.op && *q == p) {
-                    Some(k) => &mut unneeded[k],
-                    None => {
-                        unneeded.push((function, &n.op, p, 0, Vec::new()));
-                        unneeded.last_mut().expect("just pushed")
-                    }
-                };
-                entry.3 += 1;
-                if let Some(r) = n.region.filter(|r| !entry.4.contains(r)) {
-                    entry.4.push(r);
-                }
+                unneeded.add(function, &n.op, p, n.region);
             }
             continue;
         }
@@ -428,12 +455,14 @@ fn finish(
         decisions.push(Decision { node: i, action, reason, overrode, offload });
     }
     let warnings = unneeded
+        .groups
         .into_iter()
-        .map(|(function, op, policy, count, instances)| {
-            let region = match (function, instances.as_slice()) {
-                (Some(_), [one]) => format!("in region `{}`", g.region_label(*one)),
-                (Some(_), many) => format!("{} ({} instances)", in_region(function), many.len()),
-                (None, _) => in_region(None),
+        .map(|((function, op, policy), group)| {
+            let count = group.values;
+            let region = match (function, group.instances.len(), group.first) {
+                (Some(_), 1, Some(one)) => format!("in region `{}`", g.region_label(one)),
+                (Some(_), many, _) => format!("{} ({many} instances)", in_region(function)),
+                (None, ..) => in_region(None),
             };
             let op = crate::text::shorten(op, crate::text::CELL);
             let (values, them) =
@@ -472,6 +501,7 @@ impl std::fmt::Display for Reason {
             Reason::ViewBase(v) => write!(f, "base of view {v}, which must be kept (must_save or boundary)"),
             Reason::PreferSave => f.write_str("prefer_save tag"),
             Reason::Untagged => f.write_str("outside any region: saved when needed"),
+            Reason::NoPolicy(r) => write!(f, "in region instance {} without a policy: saved when needed", r.0),
             Reason::ComputeIntensive => f.write_str("compute-intensive and untagged: not recomputed"),
             Reason::MinCut => f.write_str("min-cut"),
             Reason::Budget => f.write_str("budget"),

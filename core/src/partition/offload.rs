@@ -195,12 +195,13 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
     let mut wish: Vec<Option<Policy>> = vec![None; n];
     let mut via_view = vec![None; n];
     let mut fallbacks = Fallbacks::default();
+    let output = g.output_mask();
     // The must_save view that keeps each base on the device.
     let mut must_save_view = vec![None; n];
     for v in g.ids() {
         let x = g.node(v);
         if !x.backward && x.flags.view && x.policy == Some(Policy::MustSave) {
-            must_save_view[g.view_base(v).index()].get_or_insert(v);
+            must_save_view[g.view_base(v, &output).index()].get_or_insert(v);
         }
     }
     for i in g.ids() {
@@ -209,10 +210,10 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
         if node.backward {
             continue;
         }
-        let base = if node.flags.view { g.view_base(i) } else { i };
+        let base = if node.flags.view { g.view_base(i, &output) } else { i };
         let traced_default = node.source == Some(PolicySource::Default);
         let b = g.node(base);
-        if base != i && b.inputs.is_empty() && !b.flags.random {
+        if base != i && b.inputs.is_empty() && !b.flags.random && !b.flags.resident {
             // The base is a factory: replayed for free, which keeps the view as well as a copy.
             continue;
         }

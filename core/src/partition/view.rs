@@ -52,10 +52,13 @@ impl DocId {
         }
     }
 
-    /// The id for a table cell or a DOT label: `%12`, or the name bare (escaped, shortened).
+    /// The id for a table cell or a DOT label: `%12`, or the name bare (escaped, shortened) —
+    /// quoted when it could be read as an integer id (`"%12"`, `"12"`) or is empty, so that the
+    /// integer id `1` and the string id `"%1"` never print alike.
     pub fn label(&self) -> String {
         match self {
             DocId::Index(i) => format!("%{i}"),
+            DocId::Name(s) if looks_positional(s) => crate::text::quoted(s),
             DocId::Name(s) => crate::text::shorten(s, crate::text::CELL),
         }
     }
@@ -67,6 +70,12 @@ impl DocId {
             DocId::Name(s) => crate::text::quoted(s),
         }
     }
+}
+
+/// Whether a string id reads like an integer id (`%12`, `12`), or is empty.
+fn looks_positional(s: &str) -> bool {
+    let digits = s.strip_prefix('%').unwrap_or(s);
+    digits.is_empty() || digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 impl std::fmt::Display for DocId {
@@ -411,10 +420,21 @@ impl PGraph {
         }
     }
 
-    /// The base of node `i`: itself, or for a view the first non-view ancestor along first inputs.
-    pub fn view_base(&self, i: NodeId) -> NodeId {
+    /// Which nodes are forward outputs (see [`PGraph::view_base`]).
+    pub fn output_mask(&self) -> Vec<bool> {
+        let mut output = vec![false; self.nodes.len()];
+        for &o in &self.forward_outputs {
+            output[o.index()] = true;
+        }
+        output
+    }
+
+    /// What node `i` is kept through: itself, or for a view the first ancestor along first
+    /// inputs that is not a view or is a forward output (`output`: [`PGraph::output_mask`]) —
+    /// the caller holds an output, views of it included.
+    pub fn view_base(&self, i: NodeId, output: &[bool]) -> NodeId {
         let mut base = i;
-        while self.node(base).flags.view {
+        while self.node(base).flags.view && !output[base.index()] {
             match self.node(base).inputs.first() {
                 Some(&b) => base = b,
                 None => break,
