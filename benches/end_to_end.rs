@@ -4,6 +4,11 @@
 //! and the ratio to PyTorch's own partition step on its 512-layer graph (10.2 s on these
 //! machines, `shared/fixtures/torch/README.md`).
 //!
+//! Then documents that once took time quadratic in a count of names — 10⁵ distinct `loc` files,
+//! 10⁵ distinct unneeded must_save ops, 10⁵ instances of one region function with an unneeded
+//! must_save value each — end to end beside a plain chain of as many nodes measured in the same
+//! run (the ratio stays near 1 when the time is linear).
+//!
 //! `cargo bench --bench end_to_end` (add `-- --quick` to skip the 10⁶-node document).
 
 #[path = "common/deep_mlp_joint.rs"]
@@ -78,5 +83,74 @@ fn main() {
             vs
         );
         println!("{:>9} end to end / in-process partition = {:.1}x", "", process.as_secs_f64() / solve.as_secs_f64());
+    }
+    many_names(&dir);
+}
+
+/// A joint document: `x`, then `body` (one node a line), the loss and a gradient reading `x`.
+fn joint_doc(regions: &str, body: impl Iterator<Item = String>) -> String {
+    let nodes: Vec<String> =
+        std::iter::once(r#"{"id": "x", "op": "input", "phase": "forward", "bytes": 4}"#.to_string())
+            .chain(body)
+            .chain([
+                r#"{"id": "loss", "op": "sum", "inputs": ["x"], "phase": "forward", "bytes": 4}"#.to_string(),
+                r#"{"id": "t", "op": "tangent", "phase": "backward", "bytes": 4, "flags": ["tangent"]}"#.to_string(),
+                r#"{"id": "g", "op": "g", "inputs": ["t", "x"], "phase": "backward", "bytes": 4}"#.to_string(),
+            ])
+            .collect();
+    format!(
+        r#"{{"format": "remat.joint", "version": 1, "regions": [{regions}], "nodes": [{}], "forward_outputs": ["loss"], "backward_outputs": ["g"]}}"#,
+        nodes.join(",\n")
+    )
+}
+
+/// 10⁵ names of each kind, end to end, against a plain chain of as many nodes.
+fn many_names(dir: &std::path::Path) {
+    const N: usize = 100_000;
+    let chain = joint_doc(
+        "",
+        (0..N).map(|i| format!(r#"{{"id": "c{i}", "op": "mul", "inputs": ["x"], "phase": "forward", "bytes": 4}}"#)),
+    );
+    let ops = joint_doc(
+        "",
+        (0..N).map(|i| format!(r#"{{"id": "m{i}", "op": "op{i}", "inputs": ["x"], "phase": "forward", "bytes": 4, "policy": "must_save"}}"#)),
+    );
+    let regions: Vec<String> = (0..N).map(|i| format!(r#"{{"id": {i}, "name": "block"}}"#)).collect();
+    let instances = joint_doc(
+        &regions.join(", "),
+        (0..N).map(|i| {
+            format!(r#"{{"id": "u{i}", "op": "mul", "inputs": ["x"], "phase": "forward", "bytes": 4, "region": {i}, "policy": "must_save"}}"#)
+        }),
+    );
+    let mut graph_nodes = vec![r#"{"id": 0, "op": "input", "shape": [4], "dtype": "f32", "name": "x"}"#.to_string()];
+    graph_nodes.extend(
+        (1..N).map(|i| format!(r#"{{"id": {i}, "op": "tanh", "inputs": [{}], "loc": "src/f{i}.rs:1:1"}}"#, i - 1)),
+    );
+    graph_nodes.push(format!(r#"{{"id": {N}, "op": "sum", "inputs": [{}], "attrs": {{"axes": [0]}}}}"#, N - 1));
+    let locs = format!(
+        r#"{{"format": "remat.graph", "version": 1, "nodes": [{}], "outputs": [{N}]}}"#,
+        graph_nodes.join(",\n")
+    );
+    let run = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        time(3, || {
+            let o =
+                Command::new(env!("CARGO_BIN_EXE_remat")).args(["partition", path.to_str().unwrap()]).output().unwrap();
+            assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        })
+    };
+    let base = run("chain_1e5.joint.json", &chain);
+    println!(
+        "\n10^5 names, `remat partition` end to end (median of 3), against a plain chain of 10^5 nodes: {}",
+        ms(base)
+    );
+    for (what, name, text) in [
+        ("distinct unneeded must_save ops", "ops_1e5.joint.json", &ops),
+        ("instances of one region function", "instances_1e5.joint.json", &instances),
+        ("distinct loc files (remat.graph)", "locs_1e5.graph.json", &locs),
+    ] {
+        let t = run(name, text);
+        println!("  {what:<36} {:>10}  {:.2}x the chain", ms(t), t.as_secs_f64() / base.as_secs_f64());
     }
 }

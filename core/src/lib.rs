@@ -39,7 +39,7 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use exec::{run, run_inference, RunOutput};
 pub use graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
-pub use host::{HostData, HostTensor};
+pub use host::{HostData, HostTensor, HostValuesMut};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
 pub use op::{AttnDims, AttnLayout, BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
 pub use optim::{AdamW, Optimizer, Sgd};

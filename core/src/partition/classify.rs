@@ -125,7 +125,8 @@ fn kept_views(g: &PGraph, class: &[Class], output: &[bool], boundary: &[Option<B
 /// recomputed when, under the strategy's choice `at_hand`, the backward needs none of the views
 /// kept through it: classification forces such a base when the backward *may* need the view,
 /// and a choice that saves what lies between the two can make it unneeded. One sweep from the
-/// last node back settles every base before its own inputs; the rest of the choice stands.
+/// last node back settles every base before its own inputs; the rest of the choice stands, and
+/// forced values the recompute reaches are kept.
 pub(crate) fn settle_view_bases(g: &PGraph, class: &[Class], at_hand: &mut [bool], chosen: &mut [Option<Reason>]) {
     let boundary = boundary_values(g);
     let output = g.output_mask();
@@ -138,11 +139,17 @@ pub(crate) fn settle_view_bases(g: &PGraph, class: &[Class], at_hand: &mut [bool
         if must_keep_view(g, i, &boundary) {
             demanded[g.view_base(NodeId(i as u32), &output).index()] = true;
         }
-        if let Class::Forced(Reason::ViewBase(_)) = class[i] {
-            if !demanded[i] && g.nodes[i].policy == Some(Policy::PreferRecompute) {
+        match class[i] {
+            Class::Forced(Reason::ViewBase(_))
+                if !demanded[i] && g.nodes[i].policy == Some(Policy::PreferRecompute) =>
+            {
                 at_hand[i] = false;
                 chosen[i] = Some(Reason::PreferRecompute);
             }
+            // Forced values are kept whenever needed, also those a recompute above now reaches
+            // beyond what the strategy looked at.
+            Class::Forced(_) => at_hand[i] = true,
+            _ => {}
         }
         if !at_hand[i] {
             for &x in &g.nodes[i].inputs {

@@ -323,7 +323,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     }
     let mut p = finish(g, strategy, &class, &at_hand, &chosen, &off, &wishes, &exposed);
     p.warnings.extend(wishes.warnings);
-    debug_assert!(check(g, &p).is_ok(), "partition breaks a rule: {:?}", check(g, &p).err());
+    debug_assert!(check(g, &p).is_ok(), "{strategy}: partition breaks a rule: {:?}", check(g, &p).err());
     Ok(p)
 }
 

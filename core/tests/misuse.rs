@@ -1,0 +1,218 @@
+//! Misuses of the library API that once crashed remat, corrupted memory or results silently, or
+//! aborted: each is now an error that names the problem (or cannot be written at all).
+
+use remat_core::json;
+use remat_core::region::RegionPolicy;
+use remat_core::zoo::{self, GptConfig, MlpConfig};
+use remat_core::{
+    load_state, save_state, AdamW, CpuBackend, DType, Error, Feeds, HostData, HostTensor, Model, Optimizer, Params,
+    Progress, Sgd,
+};
+use std::path::PathBuf;
+
+fn temp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("misuse-{name}"))
+}
+
+fn mlp(widths: Vec<usize>) -> (Model, Params) {
+    let cfg = MlpConfig { batch: 2, widths };
+    let model = Model::new(zoo::mlp(&cfg).unwrap()).unwrap();
+    let params = model.init_params(0).unwrap();
+    (model, params)
+}
+
+fn grads(model: &Model, params: &Params, widths: Vec<usize>) -> Vec<HostTensor> {
+    let feeds = zoo::mlp_feeds(&MlpConfig { batch: 2, widths }, 0).unwrap();
+    model.step(&mut CpuBackend::new(), params, &feeds).unwrap().grads
+}
+
+/// A tensor's data can change, its element count cannot: the safe API lends slices, and a
+/// replacement of another count is refused, so no kernel can read past a buffer.
+#[test]
+fn a_host_tensor_never_holds_another_count_than_its_shape() {
+    let mut t = HostTensor::f32([2, 3], vec![1.0; 6]).unwrap();
+    if let remat_core::HostValuesMut::F32(v) = t.values_mut() {
+        v[5] = 7.0;
+        assert_eq!(v.len(), 6);
+    }
+    assert_eq!(t.to_f32_vec()[5], 7.0);
+    let err = t.set_data(HostData::F32(vec![0.0; 4])).unwrap_err().to_string();
+    assert!(err.contains("shape [2, 3] holds 6 elements, the new data has 4"), "{err}");
+    assert_eq!(t.numel(), 6, "unchanged");
+    t.set_data(HostData::BF16(vec![half::bf16::ONE; 6])).unwrap();
+    assert_eq!(t.dtype(), DType::BF16);
+    assert!(HostTensor::f32([2, 3], vec![0.0; 5]).is_err());
+}
+
+/// Shapes no machine holds are errors, not panics or aborts.
+#[test]
+fn huge_shapes_are_errors_not_aborts() {
+    let err = HostTensor::full([1 << 32, 1 << 32], 0.0, DType::F32).unwrap_err().to_string();
+    assert!(err.contains("more than 2^64 elements"), "{err}");
+    let err = HostTensor::full([1 << 40], 1.0, DType::F32).unwrap_err();
+    assert!(matches!(err, Error::HostMemory { bytes: Some(b), .. } if b == 4 << 40), "{err:?}");
+    assert!(err.to_string().contains("cannot allocate 4398046511104 bytes (4.0 TiB) of host memory"), "{err}");
+
+    let doc = r#"{"format": "remat.graph", "version": 1, "nodes": [
+        {"id": 0, "op": "param", "shape": [1000000, 1000000], "dtype": "f64", "name": "huge"},
+        {"id": 1, "op": "sum", "inputs": [0], "attrs": {"axes": [0, 1]}}], "outputs": [1]}"#;
+    let model = Model::new(json::read_graph(doc).unwrap()).unwrap();
+    let err = model.init_params(0).unwrap_err().to_string();
+    assert!(err.contains("parameter \"huge\" [1000000, 1000000] f64"), "{err}");
+    assert!(err.contains("8000000000000 bytes"), "{err}");
+
+    // Small parameters, a 4 TB product: the kernel's output is reserved before it runs.
+    let doc = r#"{"format": "remat.graph", "version": 1, "nodes": [
+        {"id": 0, "op": "param", "shape": [1000000, 1], "dtype": "f32", "name": "a"},
+        {"id": 1, "op": "param", "shape": [1, 1000000], "dtype": "f32", "name": "b"},
+        {"id": 2, "op": "matmul", "inputs": [0, 1]},
+        {"id": 3, "op": "sum", "inputs": [2], "attrs": {"axes": [0, 1]}}], "outputs": [3]}"#;
+    let model = Model::new(json::read_graph(doc).unwrap()).unwrap();
+    let params = model.init_params(0).unwrap();
+    let err = model.step(&mut CpuBackend::new(), &params, &Feeds::new()).unwrap_err().to_string();
+    assert!(err.contains("the output of node %2 (matmul), [1000000, 1000000] f32"), "{err}");
+}
+
+/// An optimizer's state belongs to the parameters it first stepped: another model's parameters,
+/// as many but smaller, are refused by name instead of being updated in part.
+#[test]
+fn optimizer_state_from_another_model_is_refused() {
+    let (big, mut big_params) = mlp(vec![4, 8, 2]);
+    let (small, mut small_params) = mlp(vec![4, 6, 2]);
+    let g_big = grads(&big, &big_params, vec![4, 8, 2]);
+    let g_small = grads(&small, &small_params, vec![4, 6, 2]);
+    let before = small_params.clone();
+
+    let mut adam = AdamW::new(1e-2);
+    adam.step(&mut big_params, &g_big).unwrap();
+    let err = adam.step(&mut small_params, &g_small).unwrap_err().to_string();
+    assert!(err.contains("belongs to other parameters") && err.contains("[4, 6]") && err.contains("[4, 8]"), "{err}");
+    assert_eq!(small_params, before, "nothing was updated");
+
+    let mut sgd = Sgd::new(0.1).with_momentum(0.9);
+    sgd.step(&mut big_params, &g_big).unwrap();
+    let err = sgd.step(&mut small_params, &g_small).unwrap_err().to_string();
+    assert!(err.contains("the SGD state belongs to other parameters"), "{err}");
+    assert_eq!(small_params, before);
+}
+
+/// Hyperparameters no update can use are errors naming the setting.
+#[test]
+fn unusable_hyperparameters_are_refused() {
+    let (model, mut params) = mlp(vec![4, 8, 2]);
+    let g = grads(&model, &params, vec![4, 8, 2]);
+    for (setting, set) in [
+        ("lr", Box::new(|o: &mut AdamW| o.lr = f64::NAN) as Box<dyn Fn(&mut AdamW)>),
+        ("beta1", Box::new(|o: &mut AdamW| o.beta1 = 1.0)),
+        ("beta2", Box::new(|o: &mut AdamW| o.beta2 = -0.1)),
+        ("eps", Box::new(|o: &mut AdamW| o.eps = 0.0)),
+        ("weight_decay", Box::new(|o: &mut AdamW| o.weight_decay = f64::INFINITY)),
+    ] {
+        let mut opt = AdamW::new(1e-3);
+        set(&mut opt);
+        let err = opt.step(&mut params, &g).unwrap_err().to_string();
+        assert!(err.contains(&format!("optimizer setting `{setting}`")), "{setting}: {err}");
+    }
+    let mut sgd = Sgd::new(f64::NAN);
+    assert!(sgd.step(&mut params, &g).unwrap_err().to_string().contains("`lr`"));
+}
+
+/// Rewrites the metadata of a safetensors file.
+fn edit_metadata(path: &PathBuf, key: &str, value: &str) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    header["__metadata__"][key] = serde_json::Value::String(value.to_string());
+    let mut text = serde_json::to_vec(&header).unwrap();
+    while text.len() % 8 != 0 {
+        text.push(b' ');
+    }
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend(text);
+    out.extend(&bytes[8 + n..]);
+    std::fs::write(path, out).unwrap();
+}
+
+/// A training state is validated on load: a NaN learning rate or a step counter at its limit
+/// is refused, one step short of it trains on with finite weights.
+#[test]
+fn training_states_are_validated_on_load() {
+    let cfg =
+        GptConfig { batch: 1, seq: 4, d_model: 8, heads: 2, layers: 1, vocab: 7, dropout: 0.0, dtype: DType::F32 };
+    let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
+    let params = model.init_params(1).unwrap();
+    let path = temp("state.safetensors");
+    save_state(&path, &params, &AdamW::new(1e-3), Progress { step: 0, seed: 1 }).unwrap();
+
+    let mut target = model.init_params(2).unwrap();
+    let mut opt = AdamW::new(1e-3);
+    edit_metadata(&path, "adamw.lr", &f64::NAN.to_bits().to_string());
+    let err = load_state(&path, &mut target, &mut opt).unwrap_err().to_string();
+    assert!(err.contains("optimizer setting `lr` is NaN"), "{err}");
+
+    save_state(&path, &params, &AdamW::new(1e-3), Progress { step: 0, seed: 1 }).unwrap();
+    edit_metadata(&path, "adamw.t", &u64::MAX.to_string());
+    let err = load_state(&path, &mut target, &mut opt).unwrap_err().to_string();
+    assert!(err.contains("no step can follow it"), "{err}");
+
+    edit_metadata(&path, "adamw.t", &(u64::MAX - 1).to_string());
+    load_state(&path, &mut target, &mut opt).unwrap();
+    let out = model.step(&mut CpuBackend::new(), &target, &zoo::synthetic_tokens(&cfg, 0).unwrap()).unwrap();
+    opt.step(&mut target, &out.grads).unwrap();
+    assert!(target.values().iter().all(|v| v.to_f64_vec().iter().all(|x| x.is_finite())), "weights stay finite");
+    let err = opt.step(&mut target, &out.grads).unwrap_err().to_string();
+    assert!(err.contains("the most it counts"), "{err}");
+}
+
+/// Inputs and parameters are fed and saved by name: two of one name are refused when a graph is
+/// read, and an input without a name gets one a feed can use.
+#[test]
+fn leaf_names_are_unique_and_never_missing() {
+    let doc = |second: &str| {
+        format!(
+            r#"{{"format": "remat.graph", "version": 1, "nodes": [
+            {{"id": 0, "op": "param", "shape": [2], "dtype": "f32", "name": "w"}},
+            {second},
+            {{"id": 2, "op": "mul", "inputs": [0, 1]}},
+            {{"id": 3, "op": "sum", "inputs": [2], "attrs": {{"axes": [0]}}}}], "outputs": [3]}}"#
+        )
+    };
+    let err = json::read_graph(&doc(r#"{"id": 1, "op": "param", "shape": [2], "dtype": "f32", "name": "w"}"#))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("node 1 (param): the name \"w\" is already that of %0 (param)"), "{err}");
+
+    let g = json::read_graph(&doc(r#"{"id": 1, "op": "input", "shape": [2], "dtype": "f32"}"#)).unwrap();
+    let model = Model::new(g).unwrap();
+    let feeds = Feeds::new().with("input_1", HostTensor::f32([2], vec![1.0, 2.0]).unwrap());
+    let out = model.step(&mut CpuBackend::new(), &model.init_params(0).unwrap(), &feeds).unwrap();
+    assert!(out.loss.is_finite());
+    let named = json::read_graph(
+        &doc(r#"{"id": "x", "op": "input", "shape": [2], "dtype": "f32"}"#)
+            .replace(r#""inputs": [0, 1]"#, r#""inputs": [0, "x"]"#),
+    )
+    .unwrap();
+    assert_eq!(named.node(named.inputs()[0]).name.as_deref(), Some("x"), "a string id names its input");
+}
+
+/// A budget given as a value is checked as the parser checks `budget = f`.
+#[test]
+fn budgets_given_as_values_are_checked() {
+    let p = RegionPolicy::parse("save(matmul)").unwrap();
+    assert_eq!(p.with_budget(Some(0.25)).unwrap().budget(), Some(0.25));
+    assert_eq!(p.with_budget(None).unwrap().budget(), None);
+    for bad in [2.0, -0.5, f64::NAN, f64::INFINITY] {
+        let err = p.with_budget(Some(bad)).unwrap_err().to_string();
+        assert!(err.contains("`budget` must be in [0, 1]") || err.contains("must be a number"), "{bad}: {err}");
+    }
+}
+
+/// Deep nesting is a clean error at any depth, never a stack overflow.
+#[test]
+fn deeply_nested_policies_are_clean_errors() {
+    for open in ["[", "save(", "rules(must_save = "] {
+        let text = open.repeat(50_000);
+        let err = RegionPolicy::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("nested more than 64 levels deep"), "{open}: {}", &err[..err.len().min(200)]);
+    }
+}
