@@ -30,6 +30,15 @@ pub struct Progress {
 /// Saves `params`, `opt` and `progress` to `path` atomically (temporary file + rename).
 pub fn save_state(path: &Path, params: &Params, opt: &AdamW, progress: Progress) -> Result<()> {
     let io = |what: &str, e: std::io::Error| Error::Invalid(format!("{what} {}: {e}", path.display()));
+    // Tensors are stored by parameter name: two parameters of one name could not be told apart.
+    let mut names = std::collections::HashSet::new();
+    if let Some(twice) = params.names().iter().find(|n| !names.insert(n.as_str())) {
+        return Err(Error::Feed {
+            what: "param",
+            name: twice.clone(),
+            message: "two parameters have this name: a training state stores them by name".into(),
+        });
+    }
     let mut bytes_store: Vec<(String, StDtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (i, (name, value)) in params.names().iter().zip(params.values()).enumerate() {
         bytes_store.push((

@@ -12,7 +12,7 @@
 //!   independent checker (`partition::check`), or into an error a user can cause; its reports
 //!   render, the JSON report is JSON, and a `remat.graph` writes back to the same document.
 //!
-//! `REMAT_FUZZ_CASES` (default 1500) sets the count, `REMAT_FUZZ_SECONDS` a time limit instead,
+//! `REMAT_FUZZ_CASES` (default 1000) sets the count, `REMAT_FUZZ_SECONDS` a time limit instead,
 //! `REMAT_FUZZ_SEED` the first seed. A failure prints its case number and saves the document
 //! under `target/tmp` (`CARGO_TARGET_TMPDIR`).
 
@@ -460,7 +460,7 @@ fn run(text: &str) -> Result<(), String> {
 #[test]
 fn mutated_documents_never_panic_and_accepted_ones_keep_the_rules() {
     let seeds = seeds();
-    let cases: u64 = env("REMAT_FUZZ_CASES").unwrap_or(1500);
+    let cases: u64 = env("REMAT_FUZZ_CASES").unwrap_or(1000);
     let limit = env::<u64>("REMAT_FUZZ_SECONDS").map(Duration::from_secs);
     let first: u64 = env("REMAT_FUZZ_SEED").unwrap_or(1);
     let start = Instant::now();

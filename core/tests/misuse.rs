@@ -44,6 +44,16 @@ fn a_host_tensor_never_holds_another_count_than_its_shape() {
     assert!(HostTensor::f32([2, 3], vec![0.0; 5]).is_err());
 }
 
+/// A parameter replaced in place by a tensor of another shape is refused by the step, naming it.
+#[test]
+fn a_parameter_of_another_shape_is_refused_by_the_step() {
+    let (model, mut params) = mlp(vec![4, 8, 2]);
+    params.values_mut()[0] = HostTensor::f32([3], vec![0.0; 3]).unwrap();
+    let feeds = zoo::mlp_feeds(&MlpConfig { batch: 2, widths: vec![4, 8, 2] }, 0).unwrap();
+    let err = model.step(&mut CpuBackend::new(), &params, &feeds).unwrap_err().to_string();
+    assert!(err.contains(&params.names()[0]) && err.contains("got [3] f32"), "{err}");
+}
+
 /// Shapes no machine holds are errors, not panics or aborts.
 #[test]
 fn huge_shapes_are_errors_not_aborts() {
@@ -124,7 +134,7 @@ fn edit_metadata(path: &PathBuf, key: &str, value: &str) {
     let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
     header["__metadata__"][key] = serde_json::Value::String(value.to_string());
     let mut text = serde_json::to_vec(&header).unwrap();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut out = (text.len() as u64).to_le_bytes().to_vec();
@@ -193,6 +203,31 @@ fn leaf_names_are_unique_and_never_missing() {
     )
     .unwrap();
     assert_eq!(named.node(named.inputs()[0]).name.as_deref(), Some("x"), "a string id names its input");
+}
+
+/// A graph built by hand with two parameters of one name cannot save a training state that
+/// would mix them up: an error, not a panic inside safetensors.
+#[test]
+fn a_state_of_parameters_sharing_a_name_is_refused() {
+    use remat_core::{Graph, Init, Node, Op};
+    let mut g = Graph::new();
+    for _ in 0..2 {
+        g.push(Node {
+            op: Op::Param { init: Init::Ones },
+            inputs: vec![],
+            shape: vec![2],
+            dtype: DType::F32,
+            tag: None,
+            name: Some("w".into()),
+            loc: None,
+        });
+    }
+    let params = Params::init(&g, 0).unwrap();
+    let err = save_state(&temp("twice.safetensors"), &params, &AdamW::new(1e-3), Progress { step: 0, seed: 0 })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("param `w`: two parameters have this name"), "{err}");
+    assert!(g.validate().unwrap_err().to_string().contains("the name \"w\" is already that of %0"));
 }
 
 /// A budget given as a value is checked as the parser checks `budget = f`.

@@ -258,10 +258,9 @@ fn node<'a>(
         None => None,
         Some(_) if !backward => return Err(err("field \"grad_of\": only backward nodes belong to a gradient".into())),
         Some(g) if g.owned() == id => {
-            return Err(err(format!(
-                "field \"grad_of\": names the node itself; it names the forward node whose gradient this backward \
-                 node computes part of"
-            )))
+            return Err(err("field \"grad_of\": names the node itself; it names the forward node whose gradient this \
+                 backward node computes part of"
+                .into()))
         }
         Some(g) => {
             let k = ids.resolve(g, later, before.len()).map_err(|m| err(format!("field \"grad_of\": {m}")))?;

@@ -218,11 +218,8 @@ impl<'a> Ids<'a> {
             return Ok(k);
         }
         let name = input.owned().in_error();
-        match found {
-            Some(_) => {
-                return Err(format!("input {name} is the node itself (a cycle: a node cannot read its own value)"))
-            }
-            None => {}
+        if found.is_some() {
+            return Err(format!("input {name} is the node itself (a cycle: a node cannot read its own value)"));
         }
         // Only a failure looks further: every other id is defined later or nowhere.
         Err(match all.contains(input) {

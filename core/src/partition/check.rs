@@ -121,8 +121,7 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             must_save_base[base(i)] = true;
         }
     }
-    for i in 0..n {
-        let v = &g.nodes[i];
+    for (i, v) in g.nodes.iter().enumerate() {
         if let (false, Some(pol @ (Policy::MustOffload | Policy::PreferOffload))) = (v.backward, v.policy) {
             let b = base(i);
             let factory = b != i && g.nodes[b].inputs.is_empty() && !g.nodes[b].flags.random;

@@ -357,11 +357,14 @@ struct Unneeded {
     first: Option<RegionId>,
 }
 
-/// Groups of unneeded Must values, keyed by (function, op, policy), in order of first sight.
+/// What groups unneeded Must values: the region function, the op and the policy.
+type UnneededKey<'a> = (Option<&'a str>, &'a str, Policy);
+
+/// Groups of unneeded Must values, in order of first sight.
 #[derive(Default)]
 struct UnneededGroups<'a> {
-    index: rustc_hash::FxHashMap<(Option<&'a str>, &'a str, Policy), usize>,
-    groups: Vec<((Option<&'a str>, &'a str, Policy), Unneeded)>,
+    index: rustc_hash::FxHashMap<UnneededKey<'a>, usize>,
+    groups: Vec<(UnneededKey<'a>, Unneeded)>,
 }
 
 impl<'a> UnneededGroups<'a> {
