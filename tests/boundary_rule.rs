@@ -159,3 +159,56 @@ fn a_float8_linear_saves_its_matmul_never_a_cast_a_scale_or_an_amax() {
         }
     }
 }
+
+#[checkpoint(policy = rules(default = must_recompute))]
+fn f_must(x: &Tensor, w: &Tensor) -> Tensor {
+    x.matmul(w).tanh()
+}
+
+#[checkpoint(policy = rules(default = must_recompute))]
+fn g_must(x: &Tensor, w: &Tensor) -> Tensor {
+    x.matmul(w).sin()
+}
+
+/// The seeds' own case (PyTorch PR #129295): every op of two consecutive regions tagged
+/// must_recompute. A producer's tag never cancels its reader's keep: the tensor between the
+/// regions is kept (g reads it), the report says so, the model trains, and its gradients equal
+/// every other policy's bit for bit.
+#[test]
+fn consecutive_must_recompute_regions_keep_the_tensor_between_them() {
+    let build = |must: bool| {
+        let trace = Trace::new();
+        let x = trace.input("x", &[4, 8], DType::F32);
+        let (w1, w2) = (trace.param("w1", &[8, 8], DType::F32), trace.param("w2", &[8, 8], DType::F32));
+        let h = if must { f_must(&x, &w1) } else { x.matmul(&w1).tanh() };
+        let y = if must { g_must(&h, &w2) } else { h.matmul(&w2).sin() };
+        (trace, y.square().mean_all(), h)
+    };
+    let feeds =
+        Feeds::new().with("x", HostTensor::f32([4, 8], (0..32).map(|i| (i as f32 * 0.37).sin()).collect()).unwrap());
+    let (reference, ref_loss, _) = build(false);
+    let reference = Model::new(reference.finish(&ref_loss).unwrap()).unwrap();
+    let params = reference.init_params(3).unwrap();
+    let expected = reference.step(&mut CpuBackend::new(), &params, &feeds).unwrap();
+    let (trace, loss, h) = build(true);
+    for model in models(trace, &loss) {
+        let p = model.partition().unwrap();
+        let d = p.decisions.iter().find(|d| d.node == h.id().unwrap()).expect("h is needed");
+        assert_eq!(d.action, Action::Save, "{}", p.strategy);
+        assert!(matches!(d.reason, Reason::ReadByRegion(_)) && d.overrode == Some(Policy::MustRecompute));
+        let report = model.report(None).unwrap();
+        assert!(report.contains("must_recompute applies inside `f_must#0`"), "{report}");
+        let mut params = model.init_params(3).unwrap();
+        let out = model.step(&mut CpuBackend::new(), &params, &feeds).unwrap();
+        let bits = |g: &[HostTensor]| {
+            g.iter().map(|t| t.to_f32_vec().iter().map(|v| v.to_bits()).collect()).collect::<Vec<Vec<u32>>>()
+        };
+        assert_eq!(bits(&out.grads), bits(&expected.grads), "{}", p.strategy);
+        assert_eq!(out.loss.to_bits(), expected.loss.to_bits());
+        let mut opt = AdamW::new(1e-2);
+        for _ in 0..3 {
+            let out = model.step(&mut CpuBackend::new(), &params, &feeds).unwrap();
+            opt.step(&mut params, &out.grads).unwrap();
+        }
+    }
+}

@@ -17,6 +17,7 @@
 
 use crate::graph::{NodeId, RegionId};
 use crate::partition::{counts_bytes, Action, Decision, DocId, PGraph, Partition, Reason};
+use crate::policy::Policy;
 use crate::text;
 pub use crate::text::fmt_bytes;
 use std::fmt::Write as _;
@@ -82,8 +83,15 @@ impl<'a> Report<'a> {
     /// Why a decision was taken, in words, with the Prefer tag it went against.
     fn why(&self, d: &Decision) -> String {
         let mut why = d.reason.describe(self.graph);
-        if let Some(p) = d.overrode {
-            why += &format!(" (overrode {p})");
+        match (d.overrode, self.graph.node(d.node).region) {
+            // A reader's keep: the producer's tag says what its own region keeps.
+            (Some(Policy::MustRecompute), region) => {
+                let inside =
+                    region.map_or_else(|| "its producer".to_string(), |r| format!("`{}`", self.graph.region_label(r)));
+                why += &format!("; must_recompute applies inside {inside}");
+            }
+            (Some(p), _) => why += &format!(" (overrode {p})"),
+            (None, _) => {}
         }
         why
     }
@@ -348,6 +356,7 @@ pub fn reason_code(reason: Reason) -> &'static str {
         Reason::Output => "output",
         Reason::NotRecomputable => "not_recomputable",
         Reason::RandomSource => "random_source",
+        Reason::RngState(_) => "rng_state",
         Reason::MustSave => "must_save",
         Reason::MustOffload => "must_offload",
         Reason::PreferOffload => "prefer_offload",

@@ -110,6 +110,7 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
             not_recomputable: false,
             resident,
             tangent: false,
+            rng_state: false,
         };
         n.flags.not_recomputable = !resident && !n.flags.view && s.flags & 8 != 0 && s.flags & 16 != 0;
         if !resident && !regions.is_empty() && (s.region as usize) < regions.len() {
@@ -139,14 +140,11 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
         g.nodes.push(n);
     }
     // The last forward value that is not a view is an output, and so is about one node in
-    // eight besides (views among them: the caller holds a view as any output); outputs never
-    // carry must_recompute (a document saying so is refused).
+    // eight besides (views among them: the caller holds a view as any output, must_recompute
+    // or not).
     let last = (0..n_fwd).rev().find(|&i| !g.nodes[i].flags.view).unwrap_or(0);
     let extra = (2..n_fwd).filter(|&k| fwd[k].kind >= 14 && k != last);
     for out in std::iter::once(last).chain(extra) {
-        if matches!(g.nodes[out].policy, Some(Policy::MustRecompute | Policy::MustOffload)) {
-            g.nodes[out].policy = Some(Policy::PreferRecompute);
-        }
         g.forward_outputs.push(NodeId(out as u32));
     }
     g
@@ -297,10 +295,6 @@ fn contradictory_documents_are_refused() {
     };
     let cases = [
         (
-            r#"{"id": "y", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"}"#,
-            "must_recompute on a forward output",
-        ),
-        (
             r#"{"id": "y", "op": "param", "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"}"#,
             "must_recompute on a resident value",
         ),
@@ -318,25 +312,52 @@ fn contradictory_documents_are_refused() {
         assert!(e.starts_with("node \"y\""), "{e}");
         assert!(e.contains(expected), "expected `{expected}` in `{e}`");
     }
+    // must_recompute on a forward output is no contradiction: the caller holds it.
+    let output = r#"{"id": "y", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"}"#;
+    let g = remat_core::json::read_joint(&doc(output)).unwrap();
+    for strategy in STRATEGIES {
+        check(&g, &partition(&g, strategy).unwrap()).unwrap();
+    }
 }
 
 #[test]
 fn conflicts_are_errors_naming_both_annotations_in_every_strategy() {
-    // x -> a (must_recompute, region 0) -> b (region 1 reads it): a is a boundary value.
-    let text = r#"{"format": "remat.joint", "version": 1, "nodes": [
-        {"id": "x", "op": "input", "phase": "forward", "bytes": 4},
-        {"id": "a", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"},
-        {"id": "b", "op": "cos", "inputs": ["a"], "phase": "forward", "bytes": 4, "region": 1, "policy": "prefer_recompute"},
-        {"id": "v", "op": "view", "inputs": ["a"], "phase": "forward", "bytes": 4, "flags": ["view"], "region": 0, "policy": "must_save"},
-        {"id": "g", "op": "grad", "inputs": ["b", "v"], "phase": "backward", "bytes": 4}
-    ], "forward_outputs": ["b"]}"#;
-    let g = remat_core::json::read_joint(text).unwrap();
-    let mut first = None;
-    for strategy in STRATEGIES {
-        let e = partition(&g, strategy).unwrap_err().to_string();
-        assert!(e.starts_with("conflicting constraints: \"a\" (sin in r0#0)"), "{strategy}: {e}");
-        assert!(e.contains("must_recompute (an explicit tag)"), "{e}");
-        assert_eq!(first.get_or_insert(e.clone()), &e, "{strategy}");
+    // Only where no plan honours both: a must_save view of a must_recompute base, a
+    // must_recompute value that cannot be recomputed.
+    let doc = |a: &str, b_region: u32| {
+        format!(
+            r#"{{"format": "remat.joint", "version": 1, "nodes": [
+        {{"id": "x", "op": "input", "phase": "forward", "bytes": 4}},
+        {a},
+        {{"id": "b", "op": "cos", "inputs": ["a"], "phase": "forward", "bytes": 4, "region": {b_region}, "policy": "prefer_recompute"}},
+        {{"id": "v", "op": "view", "inputs": ["a"], "phase": "forward", "bytes": 4, "flags": ["view"], "region": 0, "policy": "must_save"}},
+        {{"id": "g", "op": "grad", "inputs": ["b", "v"], "phase": "backward", "bytes": 4}}
+    ], "forward_outputs": ["b"]}}"#
+        )
+    };
+    let a = r#"{"id": "a", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"}"#;
+    let unrecomputable = r#"{"id": "a", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4, "flags": ["not_recomputable"], "region": 0, "policy": "must_recompute"}"#;
+    for (text, clash) in [
+        (doc(a, 0), "it is the base of \"v\" (view in r0#0), which is must_save (an explicit tag)"),
+        (doc(unrecomputable, 0), "it is flagged not_recomputable"),
+    ] {
+        let g = remat_core::json::read_joint(&text).unwrap();
+        let mut first = None;
+        for strategy in STRATEGIES {
+            let e = partition(&g, strategy).unwrap_err().to_string();
+            assert!(e.starts_with("conflicting constraints: \"a\" (sin in r0#0)"), "{strategy}: {e}");
+            assert!(e.contains("must_recompute (an explicit tag)") && e.contains(clash), "{e}");
+            assert_eq!(first.get_or_insert(e.clone()), &e, "{strategy}");
+        }
+    }
+    // Read by region 1 from outside region 0, `a` is kept by its reader: the must_save view of it
+    // is kept with it, and no plan breaks either tag.
+    let g = remat_core::json::read_joint(&doc(a, 1)).unwrap();
+    for strategy in STRATEGIES.into_iter().filter(|s| !matches!(s.budget(), Some(Budget::Bytes(b)) if b < 4)) {
+        let p = partition(&g, strategy).unwrap();
+        check(&g, &p).unwrap();
+        let d = p.decisions.iter().find(|d| g.node(d.node).id.label() == "a").unwrap();
+        assert_eq!((d.action, d.overrode), (remat_core::Action::Save, Some(Policy::MustRecompute)), "{strategy}");
     }
 }
 

@@ -87,7 +87,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     let mut nodes = Vec::with_capacity(parsed.len());
     for (k, d) in parsed.into_iter().enumerate() {
         let id = d.id.owned();
-        ids.define(&d.id, k).map_err(|m| at(&id, &d.op, m))?;
+        ids.define(&d.id, k, k).map_err(|m| at(&id, &d.op, m))?;
         let inputs = d
             .inputs
             .iter()

@@ -22,9 +22,23 @@ enum Phase {
 }
 
 /// The fields of a node, for "did you mean" on unknown ones.
-const FIELDS: [&str; 15] = [
-    "id", "op", "inputs", "phase", "bytes", "shape", "dtype", "flops", "flags", "region", "policy", "source",
-    "grad_of", "name", "loc",
+const FIELDS: [&str; 16] = [
+    "id",
+    "op",
+    "inputs",
+    "phase",
+    "bytes",
+    "shape",
+    "dtype",
+    "flops",
+    "flags",
+    "region",
+    "policy",
+    "source",
+    "grad_of",
+    "name",
+    "loc",
+    "rng_state_bytes",
 ];
 
 #[derive(Deserialize)]
@@ -59,6 +73,8 @@ struct NodeIn<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     loc: Option<Cow<'a, str>>,
+    #[serde(default)]
+    rng_state_bytes: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -90,6 +106,8 @@ struct NodeOut<'a> {
     name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     loc: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rng_state_bytes: Option<u64>,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -129,9 +147,18 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     let mut nodes: Vec<PNode> = Vec::with_capacity(parsed.len());
     for (k, d) in parsed.into_iter().enumerate() {
         let id = d.id.owned();
-        ids.define(&d.id, k).map_err(|m| at(&id, &d.op, m))?;
-        let node = node(&nodes, &ids, &later, &mut regions, id, d)?;
-        debug_assert!(node.inputs.iter().chain(&node.grad_of).all(|i| i.index() < k), "resolve keeps ids before k");
+        let state = rng_state(&nodes, &mut regions, &id, &d)?;
+        let state = state.map(|s| {
+            nodes.push(s);
+            NodeId(nodes.len() as u32 - 1)
+        });
+        ids.define(&d.id, nodes.len(), k).map_err(|m| at(&id, &d.op, m))?;
+        let mut node = node(&nodes, &ids, &later, &mut regions, id, d)?;
+        node.inputs.splice(0..0, state);
+        debug_assert!(
+            node.inputs.iter().chain(&node.grad_of).all(|i| i.index() < nodes.len()),
+            "resolve keeps ids before the node"
+        );
         nodes.push(node);
     }
     let outputs = |what: &str, list: &[IdRef<'_>], backward: bool| -> Result<Vec<NodeId>> {
@@ -149,16 +176,6 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     };
     let forward_outputs = outputs("forward_outputs", &forward, false)?;
     let backward_outputs = outputs("backward_outputs", &backward, true)?;
-    for &o in &forward_outputs {
-        let n = &nodes[o.index()];
-        if n.policy == Some(Policy::MustRecompute) {
-            return Err(at(
-                &n.id,
-                &n.op,
-                "must_recompute on a forward output: the caller holds it, it is never recomputed",
-            ));
-        }
-    }
     let regions = regions
         .parts
         .into_iter()
@@ -166,6 +183,28 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
         .collect();
     Ok(PGraph { nodes, regions, forward_outputs, backward_outputs })
 }
+
+/// The generator state a random node ran from, as the node the reader adds before it (its first
+/// input): `rng_state_bytes` on a forward `random` node that is not a view.
+fn rng_state(before: &[PNode], regions: &mut Regions, id: &DocId, d: &NodeIn<'_>) -> Result<Option<PNode>> {
+    let Some(bytes) = d.rng_state_bytes else { return Ok(None) };
+    let err = |m: &str| super::at_named(id, &d.op, d.name.as_deref(), format!("field \"rng_state_bytes\": {m}"));
+    if d.phase == Phase::Backward {
+        return Err(err("only a forward node is replayed"));
+    }
+    if !d.flags.iter().any(|f| f == "random") || d.flags.iter().any(|f| f == "view") {
+        return Err(err("only a random node that is not a view runs from a generator state"));
+    }
+    let mut state = PNode::new(before.len() as u64, RNG_STATE_OP, &[], false, bytes);
+    state.id = DocId::Name(format!("{}{RNG_STATE_SUFFIX}", id.label_raw()));
+    state.flags = Flags { not_recomputable: true, rng_state: true, ..Flags::default() };
+    state.region = d.region.map(|r| regions.get(r));
+    Ok(Some(state))
+}
+
+/// The op and id suffix of the generator-state nodes the reader adds (`rand:rng_state`).
+pub const RNG_STATE_OP: &str = "rng_state";
+const RNG_STATE_SUFFIX: &str = ":rng_state";
 
 /// Reads one node, checking it against the nodes before it.
 fn node<'a>(
@@ -293,7 +332,10 @@ pub(super) fn to_text(g: &PGraph) -> String {
     let regions = region_docs(
         g.regions.iter().map(|r| (r.key, r.parent.map(|p| g.regions[p.index()].key), r.name.as_str(), r.budget)),
     );
-    let nodes = g.nodes.iter().map(|n| {
+    let nodes = g.nodes.iter().filter(|n| !n.flags.rng_state).map(|n| {
+        // A generator state the reader added goes back to being its op's `rng_state_bytes`.
+        let state = n.inputs.first().map(|&s| g.node(s)).filter(|s| s.flags.rng_state);
+        let inputs = &n.inputs[state.is_some() as usize..];
         let implied = n.shape.as_ref().zip(n.dtype).and_then(|(s, t)| value_bytes(s, t).ok());
         let mut flags = Vec::new();
         let mut f = n.flags;
@@ -306,7 +348,7 @@ pub(super) fn to_text(g: &PGraph) -> String {
         let node = NodeOut {
             id: n.id.to_json(),
             op: &n.op,
-            inputs: n.inputs.iter().map(|&i| g.node(i).id.to_json()).collect(),
+            inputs: inputs.iter().map(|&i| g.node(i).id.to_json()).collect(),
             phase: if n.backward { Phase::Backward } else { Phase::Forward },
             bytes: (implied != Some(n.bytes)).then_some(n.bytes),
             shape: n.shape.as_deref(),
@@ -319,6 +361,7 @@ pub(super) fn to_text(g: &PGraph) -> String {
             grad_of: n.grad_of.map(|u| g.node(u).id.to_json()),
             name: n.name.as_deref(),
             loc: n.loc.as_deref(),
+            rng_state_bytes: state.map(|s| s.bytes),
         };
         spaced(&node)
     });

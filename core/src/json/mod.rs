@@ -192,19 +192,22 @@ fn at_named(id: &DocId, op: &str, name: Option<&str>, message: impl Into<String>
     Error::Json { node: Some(id.in_error()), op: Some(op), message: crate::text::one_line(&message.into()) }
 }
 
-/// The document ids of the nodes read so far, for resolving inputs.
+/// The document ids of the nodes read so far, for resolving inputs: each id's node index in the
+/// graph and its position in the document's list (the two differ where the reader adds nodes of
+/// its own, such as a random op's generator state).
 #[derive(Default)]
 struct Ids<'a> {
-    index: FxHashMap<IdRef<'a>, u32>,
+    index: FxHashMap<IdRef<'a>, (u32, u32)>,
 }
 
 impl<'a> Ids<'a> {
-    /// Registers node `k`'s id; a duplicate is an error naming both positions.
-    fn define(&mut self, id: &IdRef<'a>, k: usize) -> std::result::Result<(), String> {
-        match self.index.insert(id.clone(), k as u32) {
+    /// Registers the id of the node at graph index `index`, listed at `position`; a duplicate is
+    /// an error naming both positions.
+    fn define(&mut self, id: &IdRef<'a>, index: usize, position: usize) -> std::result::Result<(), String> {
+        match self.index.insert(id.clone(), (index as u32, position as u32)) {
             None => Ok(()),
-            Some(first) => {
-                Err(format!("id {} is used twice (nodes {first} and {k} in the list)", id.owned().in_error()))
+            Some((_, first)) => {
+                Err(format!("id {} is used twice (nodes {first} and {position} in the list)", id.owned().in_error()))
             }
         }
     }
@@ -213,7 +216,7 @@ impl<'a> Ids<'a> {
     /// error saying why not (the node itself, a later node, or none). Outputs, read after every
     /// node, pass `usize::MAX`.
     fn resolve(&self, input: &IdRef<'a>, all: &[IdRef<'a>], here: usize) -> std::result::Result<u32, String> {
-        let found = self.index.get(input).copied();
+        let found = self.index.get(input).map(|&(k, _)| k);
         if let Some(k) = found.filter(|&k| (k as usize) < here) {
             return Ok(k);
         }

@@ -74,7 +74,13 @@ impl Offload {
                     Class::Soft(_) => true,
                     Class::Forced(r) => {
                         r.is_boundary()
-                            || matches!(r, Reason::NotRecomputable | Reason::RandomSource | Reason::ViewBase(_))
+                            || matches!(
+                                r,
+                                Reason::NotRecomputable
+                                    | Reason::RandomSource
+                                    | Reason::RngState(_)
+                                    | Reason::ViewBase(_)
+                            )
                     }
                     Class::Forbidden(_) => false,
                 };

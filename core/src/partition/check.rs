@@ -12,7 +12,8 @@ use crate::policy::Policy;
 ///
 /// The rules: views are never saved (a view that is a forward output is held, as any output); a
 /// needed MustSave value is saved (a view through its base, or through a held output it views);
-/// a MustRecompute value is never saved; a needed boundary value is kept (a view through its
+/// a MustRecompute value is never saved unless a region reads it (or a view of it) from outside
+/// the producer's instance — the reader keeps it whatever the producer's tag says; a needed boundary value is kept (a view through its
 /// base, which may be resident); outputs, residents and not-recomputable values are never
 /// recomputed; PreferRecompute values are never saved under `Respect` and `MinCut`; everything
 /// the backward or a recompute reads is saved or recomputed, and nothing else is; a byte budget
@@ -84,8 +85,10 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             }
         }
     }
-    // Bases of views that must be kept (MustSave or boundary views) and that the backward needs.
+    // Bases of views that must be kept (MustSave or boundary views) and that the backward needs;
+    // `read_base`: those kept by a region that reads the view (a boundary view).
     let mut kept_base = vec![false; n];
+    let mut read_base = vec![false; n];
     for i in 0..n {
         let v = &g.nodes[i];
         if !v.backward
@@ -94,6 +97,7 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             && (matches!(v.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i])
         {
             kept_base[base(i)] = true;
+            read_base[base(i)] |= boundary[i];
         }
     }
     // Values inside a region with its own budget: their Prefer tags are soft in every strategy.
@@ -192,7 +196,9 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         if f.view && p.saved[i] && !is_output(i) {
             bad.push(format!("{}: a view is saved", describe(i)));
         }
-        if node.policy == Some(Policy::MustRecompute) && p.saved[i] && !f.resident && !is_output(i) {
+        // A producer's must_recompute never cancels its reader's keep.
+        let read = boundary[i] || read_base[i];
+        if node.policy == Some(Policy::MustRecompute) && p.saved[i] && !f.resident && !is_output(i) && !read {
             bad.push(format!("{}: must_recompute but saved", describe(i)));
         }
         if recomputed[i] && (f.resident || f.not_recomputable || is_output(i)) {

@@ -36,6 +36,13 @@ impl Class {
 pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
     let boundary = boundary_values(g);
     let output = g.output_mask();
+    // The random op each generator state belongs to (its only user, which reads it first).
+    let mut state_of = vec![None; g.len()];
+    for i in g.ids() {
+        if let Some(&s) = g.node(i).inputs.first().filter(|s| g.node(**s).flags.rng_state) {
+            state_of[s.index()] = Some(i);
+        }
+    }
     let mut class: Vec<Class> = g
         .ids()
         .map(|i| {
@@ -47,12 +54,20 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
                 Class::Forced(Reason::Resident)
             } else if output[i.index()] {
                 Class::Forced(Reason::Output)
+            } else if let (true, Some(op)) = (f.rng_state, state_of[i.index()]) {
+                Class::Forced(Reason::RngState(op))
             } else if f.not_recomputable {
                 Class::Forced(Reason::NotRecomputable)
             } else if f.view {
                 Class::Forbidden(Reason::View)
             } else if n.policy == Some(Policy::MustRecompute) {
-                Class::Forbidden(Reason::MustRecompute)
+                // A producer's tag never cancels its reader's keep: must_recompute says what the
+                // producing region keeps for its own backward; a region that reads the value
+                // from outside keeps it all the same.
+                match boundary[i.index()] {
+                    Some(b) => Class::Forced(boundary_reason(b)),
+                    None => Class::Forbidden(Reason::MustRecompute),
+                }
             } else if n.policy == Some(Policy::MustSave) {
                 Class::Forced(Reason::MustSave)
             } else if n.policy == Some(Policy::MustOffload) {
@@ -74,60 +89,107 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
         })
         .collect();
     // A view that must be kept (must_save, or a boundary value) is kept through its base, when
-    // the backward may need the view.
-    let kept_view_of = kept_views(g, &class, &output, &boundary);
-    for (c, v) in class.iter_mut().zip(&kept_view_of) {
-        if let (Class::Soft(_), Some(v)) = (*c, v) {
-            *c = Class::Forced(Reason::ViewBase(*v));
+    // the backward may need the view; a reader's keep outweighs the base's must_recompute.
+    let kept = kept_views(g, &class, &output, &boundary);
+    for (c, k) in class.iter_mut().zip(&kept) {
+        match (*c, k.first(), k.reader) {
+            (Class::Soft(_), Some(v), _) => *c = Class::Forced(Reason::ViewBase(v)),
+            (Class::Forbidden(Reason::MustRecompute), _, Some(v)) if k.tagged.is_none() => {
+                *c = Class::Forced(Reason::ViewBase(v))
+            }
+            _ => {}
         }
     }
-    check_conflicts(g, &class, &output, &boundary, &kept_view_of)?;
+    check_conflicts(g, &class, &kept)?;
     Ok(class)
 }
 
-/// Whether forward node `i` is a view that must be kept: must_save or must_offload, or a
-/// boundary value (kept through its base).
-fn must_keep_view(g: &PGraph, i: usize, boundary: &[Option<Boundary>]) -> bool {
-    let n = &g.nodes[i];
-    !n.backward
-        && n.flags.view
-        && (matches!(n.policy, Some(Policy::MustSave | Policy::MustOffload)) || boundary[i].is_some())
+/// The views kept through a node: the first must_save or must_offload view of it, and the first
+/// boundary view (its reader keeps it), each only where the backward may need the view.
+#[derive(Clone, Copy, Debug, Default)]
+struct KeptViews {
+    tagged: Option<NodeId>,
+    reader: Option<NodeId>,
 }
 
-/// For each node, the first view that must be kept through it and that the backward may need:
-/// one it reaches with only the forced values at hand, and the bases found so far (a view's id
-/// is above its base's, so one sweep from the last node back finds each base before its own
-/// inputs are visited). A view the backward can never need forces nothing.
-fn kept_views(g: &PGraph, class: &[Class], output: &[bool], boundary: &[Option<Boundary>]) -> Vec<Option<NodeId>> {
-    let mut kept_view_of: Vec<Option<NodeId>> = vec![None; g.len()];
+impl KeptViews {
+    fn first(&self) -> Option<NodeId> {
+        match (self.tagged, self.reader) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Whether forward node `i` is a view that must be kept: must_save or must_offload (by tag),
+/// or a boundary value (by its reader); kept through its base.
+fn must_keep_view(g: &PGraph, i: usize, boundary: &[Option<Boundary>]) -> Option<KeepBy> {
+    let n = &g.nodes[i];
+    if n.backward || !n.flags.view {
+        return None;
+    }
+    if matches!(n.policy, Some(Policy::MustSave | Policy::MustOffload)) {
+        Some(KeepBy::Tag)
+    } else {
+        boundary[i].map(|_| KeepBy::Reader)
+    }
+}
+
+/// Who keeps a view: its own tag, or the region that reads it.
+#[derive(Clone, Copy, PartialEq)]
+enum KeepBy {
+    Tag,
+    Reader,
+}
+
+/// For each node, the views that must be kept through it and that the backward may need: those
+/// it reaches with only the forced values at hand and the bases found so far (a view's id is
+/// above its base's, so one sweep from the last node back finds each base before its own inputs
+/// are visited). A view the backward can never need keeps nothing.
+fn kept_views(g: &PGraph, class: &[Class], output: &[bool], boundary: &[Option<Boundary>]) -> Vec<KeptViews> {
+    let mut kept: Vec<KeptViews> = vec![KeptViews::default(); g.len()];
     let mut reached = g.backward_reads();
     for i in (0..g.len()).rev() {
         if g.nodes[i].backward || !reached[i] {
             continue;
         }
-        if must_keep_view(g, i, boundary) {
+        if let Some(by) = must_keep_view(g, i, boundary) {
             let base = g.view_base(NodeId(i as u32), output).index();
             if base != i {
-                kept_view_of[base].get_or_insert(NodeId(i as u32));
+                let slot = if by == KeepBy::Tag { &mut kept[base].tagged } else { &mut kept[base].reader };
+                slot.get_or_insert(NodeId(i as u32));
             }
         }
-        let at_hand = class[i].is_forced() || (kept_view_of[i].is_some() && matches!(class[i], Class::Soft(_)));
+        let k = kept[i];
+        let at_hand = class[i].is_forced()
+            || match class[i] {
+                Class::Soft(_) => k.first().is_some(),
+                Class::Forbidden(Reason::MustRecompute) => k.reader.is_some() && k.tagged.is_none(),
+                _ => false,
+            };
         if !at_hand {
             for &x in &g.nodes[i].inputs {
                 reached[x.index()] = true;
             }
         }
     }
-    kept_view_of
+    kept
 }
 
-/// Lets a prefer_recompute value forced only as the base of a kept view go back to being
-/// recomputed when, under the strategy's choice `at_hand`, the backward needs none of the views
-/// kept through it: classification forces such a base when the backward *may* need the view,
-/// and a choice that saves what lies between the two can make it unneeded. One sweep from the
-/// last node back settles every base before its own inputs; the rest of the choice stands, and
-/// forced values the recompute reaches are kept.
-pub(crate) fn settle_view_bases(g: &PGraph, class: &[Class], at_hand: &mut [bool], chosen: &mut [Option<Reason>]) {
+/// Lets a must_recompute value (and, where Prefer tags bind — `prefer_binds`, under `Respect`
+/// and `MinCut` — a prefer_recompute one) forced only as the base of a kept view go back to
+/// being recomputed when, under the strategy's choice `at_hand`, the backward needs none of the
+/// views kept through it: classification forces such a base when the backward *may* need the
+/// view, and a choice that saves what lies between the two can make it unneeded. One sweep from
+/// the last node back settles every base before its own inputs; the rest of the choice stands,
+/// and forced values the recompute reaches are kept.
+pub(crate) fn settle_view_bases(
+    g: &PGraph,
+    class: &[Class],
+    prefer_binds: bool,
+    at_hand: &mut [bool],
+    chosen: &mut [Option<Reason>],
+) {
     let boundary = boundary_values(g);
     let output = g.output_mask();
     let mut demanded = vec![false; g.len()];
@@ -136,19 +198,22 @@ pub(crate) fn settle_view_bases(g: &PGraph, class: &[Class], at_hand: &mut [bool
         if g.nodes[i].backward || !reached[i] {
             continue;
         }
-        if must_keep_view(g, i, &boundary) {
+        if must_keep_view(g, i, &boundary).is_some() {
             demanded[g.view_base(NodeId(i as u32), &output).index()] = true;
         }
-        match class[i] {
-            Class::Forced(Reason::ViewBase(_))
-                if !demanded[i] && g.nodes[i].policy == Some(Policy::PreferRecompute) =>
-            {
+        let recompute = match g.nodes[i].policy {
+            Some(Policy::MustRecompute) => Some(Reason::MustRecompute),
+            Some(Policy::PreferRecompute) if prefer_binds => Some(Reason::PreferRecompute),
+            _ => None,
+        };
+        match (class[i], recompute) {
+            (Class::Forced(Reason::ViewBase(_)), Some(reason)) if !demanded[i] => {
                 at_hand[i] = false;
-                chosen[i] = Some(Reason::PreferRecompute);
+                chosen[i] = Some(reason);
             }
             // Forced values are kept whenever needed, also those a recompute above now reaches
             // beyond what the strategy looked at.
-            Class::Forced(_) => at_hand[i] = true,
+            (Class::Forced(_), _) => at_hand[i] = true,
             _ => {}
         }
         if !at_hand[i] {
@@ -166,16 +231,13 @@ pub(crate) fn boundary_reason(b: Boundary) -> Reason {
     }
 }
 
-/// MustRecompute values that the rules must keep are an error naming both annotations, in every
+/// MustRecompute values no plan can honour are an error naming both annotations, in every
 /// strategy: judged on everything the backward could need (the closure with only forced values
-/// at hand), which no strategy exceeds.
-fn check_conflicts(
-    g: &PGraph,
-    class: &[Class],
-    output: &[bool],
-    boundary: &[Option<Boundary>],
-    kept_view_of: &[Option<NodeId>],
-) -> Result<()> {
+/// at hand), which no strategy exceeds. A reader's keep is no conflict (the producer's tag
+/// applies inside its own region), nor is a forward output (the caller holds it); what remains
+/// is a value that cannot be recomputed — flagged `not_recomputable`, random without inputs, or
+/// an input or a parameter tagged explicitly — and the base of a view another tag keeps.
+fn check_conflicts(g: &PGraph, class: &[Class], kept: &[KeptViews]) -> Result<()> {
     let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
     let needed = closure(g, &forced);
     for i in g.ids() {
@@ -184,34 +246,26 @@ fn check_conflicts(
             continue;
         }
         let tag = format!("must_recompute ({})", source_text(g, i));
-        // A traced region's policy may reach a constant or the loss it encloses; that tag is moot
-        // (the value is held anyway). Written explicitly, as in a document, it is a contradiction.
+        // A traced region's policy may reach a constant it encloses; that tag is moot (the value
+        // is held anyway). Written explicitly, as in a document, it is a contradiction.
         let explicit = matches!(n.source, None | Some(PolicySource::Explicit));
-        let clash = if n.flags.resident || output[i.index()] {
-            explicit.then(|| {
-                if n.flags.resident {
-                    "it is resident (an input or a parameter): held, never recomputed".to_string()
-                } else {
-                    "it is a forward output: the caller holds it, it is never recomputed".to_string()
-                }
-            })
-        } else if !needed[i.index()] {
+        let clash = if n.flags.resident {
+            explicit.then(|| "it is resident (an input or a parameter): held, never recomputed".to_string())
+        } else if !needed[i.index()]
+            || matches!(class[i.index()], Class::Forced(r) if r.is_boundary() || r == Reason::Output)
+        {
             None
         } else if n.flags.not_recomputable {
             Some("it is flagged not_recomputable".to_string())
         } else if n.inputs.is_empty() && n.flags.random {
             Some("it is random and has no inputs: there is nothing to replay it from".to_string())
-        } else if let (Some(b), false) = (boundary[i.index()], n.flags.view) {
+        } else if let Some(v) = kept[i.index()].tagged {
+            let p = g.node(v).policy.map_or("must_save", Policy::name);
             Some(format!(
-                "it is a boundary value ({}), which is always kept; use prefer_recompute, or end the region after another op",
-                boundary_reason(b).describe(g)
+                "it is the base of {}, which is {p} ({}): a view is kept through its base",
+                g.describe(v),
+                source_text(g, v)
             ))
-        } else if let Some(v) = kept_view_of[i.index()] {
-            let why = match g.node(v).policy {
-                Some(p @ (Policy::MustSave | Policy::MustOffload)) => format!("{p} ({})", source_text(g, v)),
-                _ => "a boundary value".to_string(),
-            };
-            Some(format!("it is the base of {}, which is {why}: a view is kept through its base", g.describe(v)))
         } else {
             None
         };

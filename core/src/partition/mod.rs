@@ -160,6 +160,9 @@ pub enum Reason {
     NotRecomputable,
     /// Random and without inputs: nothing to replay it from.
     RandomSource,
+    /// The generator state this random op ran from (`rng_state_bytes`): kept so that the op
+    /// replays exactly when recomputed.
+    RngState(NodeId),
     /// Tagged MustSave.
     MustSave,
     /// Tagged MustOffload.
@@ -216,6 +219,7 @@ impl Reason {
             }
             Reason::ViewBase(v) => format!("base of view {}, which must be kept (must_save or boundary)", g.node(v).id),
             Reason::RegionBudget(r) => format!("budget of region `{}`", g.region_label(r)),
+            Reason::RngState(r) => format!("generator state of {}: kept to replay it exactly", g.node(r).id),
             Reason::NoPolicy(r) => format!("in region `{}` without a policy: saved when needed", g.region_label(r)),
             other => other.to_string(),
         }
@@ -317,10 +321,10 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
             budget::solve(g, &class, respect.clone(), &respect, Some(b), &ctx)?
         }
     };
-    if matches!(strategy, Strategy::Respect | Strategy::MinCut) {
-        // Prefer tags bind these two: a prefer_recompute base no needed view asks for is recomputed.
-        classify::settle_view_bases(g, &class, &mut at_hand, &mut chosen);
-    }
+    // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
+    // where Prefer tags bind.
+    let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
+    classify::settle_view_bases(g, &class, prefer_binds, &mut at_hand, &mut chosen);
     let mut p = finish(g, strategy, &class, &at_hand, &chosen, &off, &wishes, &exposed);
     p.warnings.extend(wishes.warnings);
     debug_assert!(check(g, &p).is_ok(), "{strategy}: partition breaks a rule: {:?}", check(g, &p).err());
@@ -424,8 +428,14 @@ fn finish(
         let reason = chosen[i.index()].unwrap_or(match class[i.index()] {
             Class::Forced(r) | Class::Forbidden(r) | Class::Soft(r) => r,
         });
-        // Only a soft decision can go against a Prefer tag; forced ones follow the rules.
+        // Only a soft decision can go against a Prefer tag; forced ones follow the rules, and a
+        // reader keeps a value whatever its producer's must_recompute says.
         let overrode = match (class[i.index()], action, n.policy) {
+            (Class::Forced(r), Action::Save | Action::Offload, Some(p @ Policy::MustRecompute))
+                if r.is_boundary() || matches!(r, Reason::ViewBase(_)) =>
+            {
+                Some(p)
+            }
             (Class::Soft(_), Action::Save | Action::Offload, Some(p @ Policy::PreferRecompute))
             | (Class::Soft(_), Action::Recompute | Action::Offload, Some(p @ Policy::PreferSave))
             | (Class::Soft(_), Action::Recompute | Action::Save, Some(p @ Policy::PreferOffload)) => Some(p),
@@ -496,6 +506,7 @@ impl std::fmt::Display for Reason {
             Reason::Output => f.write_str("graph output: the caller holds it"),
             Reason::NotRecomputable => f.write_str("needed and not recomputable"),
             Reason::RandomSource => f.write_str("random without inputs: nothing to replay it from"),
+            Reason::RngState(r) => write!(f, "generator state of {r}: kept to replay it exactly"),
             Reason::MustSave => f.write_str("must_save tag"),
             Reason::MustOffload => f.write_str("must_offload tag"),
             Reason::PreferOffload => f.write_str("prefer_offload tag"),

@@ -31,6 +31,10 @@ pub struct Flags {
     pub resident: bool,
     /// A backward-only input (a tangent) in imported graphs.
     pub tangent: bool,
+    /// The generator state a random op of an imported graph ran from (its `rng_state_bytes`):
+    /// a node the reader adds as that op's first input, kept whenever the op is replayed and
+    /// never recomputed. Documents write it back as the op's `rng_state_bytes`.
+    pub rng_state: bool,
 }
 
 /// A node's id as its document wrote it: a non-negative integer or a string. Traced graphs use
@@ -60,6 +64,14 @@ impl DocId {
             DocId::Index(i) => format!("%{i}"),
             DocId::Name(s) if looks_positional(s) => crate::text::quoted(s),
             DocId::Name(s) => crate::text::shorten(s, crate::text::CELL),
+        }
+    }
+
+    /// The id's text as the document wrote it (`12`, `addmm_1`), unescaped and whole.
+    pub fn label_raw(&self) -> String {
+        match self {
+            DocId::Index(i) => i.to_string(),
+            DocId::Name(s) => s.clone(),
         }
     }
 
@@ -297,6 +309,7 @@ impl PGraph {
                         not_recomputable: false,
                         resident: !backward && n.op.is_resident(),
                         tangent: false,
+                        rng_state: false,
                     },
                     region: n.tag.map(|t| t.region),
                     policy: n.tag.map(|t| t.policy),
