@@ -4,6 +4,7 @@
 //! remat partition FILE [--strategy respect|mincut|budget=B|budget+offload=B] [--offload] [--json]
 //! remat dot FILE [--strategy ..] [--offload] [--out F]
 //! remat pareto FILE --out frontier.svg
+//! remat evaluate FILE --save ID,ID,... [--json]
 //! ```
 //!
 //! A bad file exits with code 2 and one line on stderr naming the node at fault.
@@ -55,6 +56,19 @@ enum Command {
         /// Write to this file instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Score a given decision: keep the listed values (and what is held anyway), recompute the
+    /// rest; print its saved bytes, recompute FLOPs and every rule it breaks.
+    Evaluate {
+        /// A `remat.graph` or `remat.joint` document.
+        file: PathBuf,
+        /// The values to keep, by document id, comma-separated (`addmm,view_4,12`); a view
+        /// stands for its base. Empty keeps only what is held anyway.
+        #[arg(long, value_delimiter = ',', num_args = 0..)]
+        save: Vec<String>,
+        /// Print the evaluation as JSON (the partition report, with `broken` and `unneeded`).
+        #[arg(long)]
+        json: bool,
     },
     /// Sweep budget fractions 0.0..=1.0 and plot saved bytes against recompute FLOPs (SVG).
     Pareto {
@@ -142,6 +156,33 @@ fn run(cli: Cli) -> Result<(), Failure> {
             match out {
                 Some(out) => write_out(&out, &dot)?,
                 None => print!("{dot}"),
+            }
+        }
+        Command::Evaluate { file, save, json } => {
+            let loaded = load(&file)?;
+            let bad = |e: remat::Error| Failure(2, format!("{}: {e}", file.display()));
+            let ids = loaded.pg.find_ids(save.iter().map(String::as_str).filter(|s| !s.is_empty())).map_err(bad)?;
+            let e = remat::partition::evaluate(&loaded.pg, &ids).map_err(bad)?;
+            let report = Report::new(&loaded.pg, &e.partition);
+            let unneeded: Vec<String> = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.label()).collect();
+            if json {
+                let mut v: serde_json::Value = serde_json::from_str(&report.json()).expect("reports are JSON");
+                v["broken"] = serde_json::json!(e.broken);
+                v["unneeded"] = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.to_json()).collect();
+                println!("{}", serde_json::to_string_pretty(&v).expect("JSON values serialize"));
+            } else {
+                print!("{}", report.text());
+                if !unneeded.is_empty() {
+                    println!("\nkept for nothing (the backward never reaches them): {}", unneeded.join(", "));
+                }
+                if e.broken.is_empty() {
+                    println!("\nrules: the decision keeps every rule");
+                } else {
+                    println!("\nrules broken ({}):", e.broken.len());
+                    for line in &e.broken {
+                        println!("  - {line}");
+                    }
+                }
             }
         }
         Command::Pareto { file, out } => {

@@ -194,6 +194,17 @@ impl<'a> Report<'a> {
             p.host_bytes,
             p.exposed_transfer_s * 1e3
         );
+        match p.optimality_gap {
+            Some(gap) if gap == 0.0 => out += "budget search: optimal (gap 0 to the proven lower bound)\n",
+            Some(gap) => {
+                let _ = writeln!(
+                    out,
+                    "budget search: within {:.2} % of the optimum (gap to a proven lower bound)",
+                    gap * 100.0
+                );
+            }
+            None => {}
+        }
         if !p.warnings.is_empty() {
             out += "\nwarnings:\n";
             for w in &p.warnings {
@@ -297,6 +308,9 @@ impl<'a> Report<'a> {
         let _ = write!(out, ",\n  \"bytes_to_device\": {}", p.host_bytes);
         let _ = write!(out, ",\n  \"exposed_transfer_s\": {:e}", p.exposed_transfer_s);
         let _ = write!(out, ",\n  \"recompute_flops\": {}", p.recompute_flops);
+        if let Some(gap) = p.optimality_gap {
+            let _ = write!(out, ",\n  \"optimality_gap\": {gap:?}");
+        }
         if decisions.is_empty() {
             out += ",\n  \"decisions\": []";
         } else {
@@ -367,6 +381,7 @@ pub fn reason_code(reason: Reason) -> &'static str {
         Reason::ComputeIntensive => "compute_intensive",
         Reason::MinCut => "min_cut",
         Reason::Budget => "budget",
+        Reason::Given => "given",
         Reason::RegionBudget(_) => "region_budget",
         Reason::View => "view",
         Reason::Factory => "factory",

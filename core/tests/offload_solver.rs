@@ -98,6 +98,7 @@ fn brute_force(g: &PGraph, strategy: Strategy, exposed: &[f64]) -> Option<f64> {
             exposed_transfer_s: 0.0,
             held_bytes: 0,
             recompute_flops: 0,
+            optimality_gap: None,
         };
         let mut skip = false;
         for i in 0..n_fwd {

@@ -285,6 +285,40 @@ proptest! {
     }
 }
 
+proptest! {
+    // Each case solves a dozen 0-1 programs: fewer cases than the rules above.
+    #![proptest_config(ProptestConfig::with_cases(cases(400)))]
+
+    /// The exact 0-1 program (HiGHS) agrees with trying every combination: on graphs small
+    /// enough for both, every budget gets the same least cost from each, within the rules.
+    #[test]
+    fn the_budget_program_matches_every_combination(
+        fwd in proptest::collection::vec(node_spec(), 2..14),
+        bwd in proptest::collection::vec(node_spec(), 1..6),
+        regions in regions_spec(),
+    ) {
+        let g = build(&fwd, &bwd, &regions, false);
+        let model = remat_core::CostModel::default();
+        for strategy in STRATEGIES.into_iter().filter(|s| s.budget().is_some()) {
+            let every = remat_core::partition::partition_with(&g, strategy, &model);
+            let program = remat_core::partition::partition_by_program(&g, strategy, &model);
+            match (every, program) {
+                (Ok(e), Ok(p)) => {
+                    check(&g, &p).map_err(|err| TestCaseError::fail(format!("{strategy}: {err}")))?;
+                    let cost = |q: &remat_core::Partition| {
+                        q.recompute_flops as f64 / model.flops_per_s + if matches!(strategy, Strategy::BudgetOffload(_)) { q.exposed_transfer_s } else { 0.0 }
+                    };
+                    prop_assert!((cost(&e) - cost(&p)).abs() <= 1e-9 * cost(&e).max(1e-12), "{}: every combination {} vs program {}", strategy, cost(&e), cost(&p));
+                    prop_assert_eq!(p.optimality_gap, Some(0.0));
+                }
+                (Err(e), Err(p)) => prop_assert_eq!(e.to_string(), p.to_string(), "{}", strategy),
+                (e, p) => prop_assert!(false, "{}: every combination {:?}, program {:?}", strategy, e.map(|x| x.saved_bytes), p.map(|x| x.saved_bytes)),
+            }
+        }
+    }
+
+}
+
 #[test]
 fn contradictory_documents_are_refused() {
     let doc = |node: &str| {

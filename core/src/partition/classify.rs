@@ -75,7 +75,8 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
             } else if n.inputs.is_empty() && f.random {
                 Class::Forced(Reason::RandomSource)
             } else if n.inputs.is_empty() {
-                Class::Forbidden(Reason::Factory)
+                // Recomputed for its FLOPs by `Respect` and `MinCut`; a budget may keep one.
+                Class::Soft(Reason::Factory)
             } else if let Some(b) = boundary[i.index()] {
                 Class::Forced(boundary_reason(b))
             } else {
@@ -93,7 +94,8 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
     let kept = kept_views(g, &class, &output, &boundary);
     for (c, k) in class.iter_mut().zip(&kept) {
         match (*c, k.first(), k.reader) {
-            (Class::Soft(_), Some(v), _) => *c = Class::Forced(Reason::ViewBase(v)),
+            // A factory base replays the view for free.
+            (Class::Soft(r), Some(v), _) if r != Reason::Factory => *c = Class::Forced(Reason::ViewBase(v)),
             (Class::Forbidden(Reason::MustRecompute), _, Some(v)) if k.tagged.is_none() => {
                 *c = Class::Forced(Reason::ViewBase(v))
             }
@@ -163,7 +165,7 @@ fn kept_views(g: &PGraph, class: &[Class], output: &[bool], boundary: &[Option<B
         let k = kept[i];
         let at_hand = class[i].is_forced()
             || match class[i] {
-                Class::Soft(_) => k.first().is_some(),
+                Class::Soft(r) => r != Reason::Factory && k.first().is_some(),
                 Class::Forbidden(Reason::MustRecompute) => k.reader.is_some() && k.tagged.is_none(),
                 _ => false,
             };

@@ -37,8 +37,8 @@ pub(super) fn solve(g: &PGraph, class: &[Class]) -> (Vec<bool>, Vec<Option<Reaso
         let node = &g.nodes[i];
         match class[i] {
             Class::Forced(_) => Role::Kept,
+            Class::Forbidden(_) | Class::Soft(Reason::PreferRecompute | Reason::Factory) => Role::Unsaved,
             Class::Soft(_) if node.flags.compute_intensive && node.policy.is_none() => Role::Kept,
-            Class::Forbidden(_) | Class::Soft(Reason::PreferRecompute) => Role::Unsaved,
             Class::Soft(_) => Role::Open,
         }
     };
@@ -83,8 +83,9 @@ pub(super) fn solve(g: &PGraph, class: &[Class]) -> (Vec<bool>, Vec<Option<Reaso
         if reads[i] {
             net.add_infinite_edge(v_out[i], SINK);
         }
-        if let Class::Soft(_) = class[i] {
+        if let Class::Soft(soft) = class[i] {
             chosen[i] = Some(match (role(i), node.policy) {
+                _ if soft == Reason::Factory => Reason::Factory,
                 (_, Some(Policy::PreferRecompute)) => Reason::PreferRecompute,
                 (Role::Kept, _) => Reason::ComputeIntensive,
                 _ => Reason::MinCut,

@@ -22,6 +22,7 @@ pub mod boundary;
 mod budget;
 mod check;
 mod classify;
+mod evaluate;
 mod maxflow;
 mod mincut;
 pub mod offload;
@@ -29,6 +30,7 @@ mod view;
 
 pub use check::check;
 pub use classify::counts_bytes;
+pub use evaluate::{evaluate, Evaluation};
 pub use maxflow::FlowNetwork;
 pub use offload::{exposed_times, CostModel};
 pub use view::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
@@ -188,11 +190,15 @@ pub enum Reason {
     MinCut,
     /// The budget solver chose it.
     Budget,
+    /// A decision given from outside and scored ([`evaluate`]): saved because listed, or
+    /// recomputed because not.
+    Given,
     /// A region's own budget chose it.
     RegionBudget(RegionId),
     /// A view: replayed from its base.
     View,
-    /// Has no inputs: recomputed for its FLOPs (a factory such as `arange` or `full`).
+    /// Has no inputs: recomputed for its FLOPs (a factory such as `arange` or `full`) by
+    /// `Respect` and `MinCut`; a budget may keep one.
     Factory,
     /// Tagged MustRecompute.
     MustRecompute,
@@ -292,6 +298,20 @@ pub struct Partition {
     pub held_bytes: u64,
     /// FLOPs spent recomputing.
     pub recompute_flops: u64,
+    /// How far the budget search's plan may be from the optimum, relative to its cost (recompute
+    /// FLOPs; under `BudgetOffload`, recompute plus exposed transfer seconds): 0.0 when proven
+    /// optimal, `(cost − bound) / cost` against the lower bound it proved otherwise (the
+    /// heuristic of very large graphs). `None` where no budget was searched (`Respect` and
+    /// `MinCut` without region budgets).
+    pub optimality_gap: Option<f64>,
+}
+
+/// [`partition_with`], every budget search solved by the exact 0-1 program however small (the
+/// enumeration of every combination otherwise takes the smallest): for tests that hold one
+/// against the other.
+#[doc(hidden)]
+pub fn partition_by_program(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
+    budget::with_program_only(|| partition_with(g, strategy, model))
 }
 
 /// Partitions `g` with `strategy` and the default [`CostModel`] (the CPU backend's); regions
@@ -311,7 +331,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     let exposed = offload::exposed_times(g, model);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
     let ctx = budget::Offload::new(g, &class, &wishes.wish, &exposed, model, choose);
-    let (mut at_hand, mut chosen, off) = match strategy {
+    let (mut at_hand, mut chosen, off, bound) = match strategy {
         Strategy::Respect => budget::solve(g, &class, respect.clone(), &respect, None, &ctx)?,
         Strategy::MinCut => {
             let (at_hand, chosen) = mincut::solve(g, &class);
@@ -327,6 +347,19 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     classify::settle_view_bases(g, &class, prefer_binds, &mut at_hand, &mut chosen);
     let mut p = finish(g, strategy, &class, &at_hand, &chosen, &off, &wishes, &exposed);
     p.warnings.extend(wishes.warnings);
+    let searched = strategy.budget().is_some() || g.regions.iter().any(|r| r.budget.is_some());
+    p.optimality_gap = searched.then(|| {
+        let cost = if choose {
+            p.recompute_flops as f64 / model.flops_per_s + p.exposed_transfer_s
+        } else {
+            p.recompute_flops as f64
+        };
+        match bound {
+            None => 0.0,
+            Some(b) if cost > 0.0 => ((cost - b) / cost).clamp(0.0, 1.0),
+            Some(_) => 0.0,
+        }
+    });
     debug_assert!(check(g, &p).is_ok(), "{strategy}: partition breaks a rule: {:?}", check(g, &p).err());
     Ok(p)
 }
@@ -338,7 +371,7 @@ fn respect_at_hand(class: &[Class]) -> Vec<bool> {
         .map(|c| match c {
             Class::Forced(_) => true,
             Class::Forbidden(_) => false,
-            Class::Soft(r) => *r != Reason::PreferRecompute,
+            Class::Soft(r) => !matches!(r, Reason::PreferRecompute | Reason::Factory),
         })
         .collect()
 }
@@ -496,6 +529,7 @@ fn finish(
         exposed_transfer_s,
         held_bytes,
         recompute_flops,
+        optimality_gap: None,
     }
 }
 
@@ -519,6 +553,7 @@ impl std::fmt::Display for Reason {
             Reason::ComputeIntensive => f.write_str("compute-intensive and untagged: not recomputed"),
             Reason::MinCut => f.write_str("min-cut"),
             Reason::Budget => f.write_str("budget"),
+            Reason::Given => f.write_str("the given decision"),
             Reason::RegionBudget(r) => write!(f, "budget of region instance {}", r.0),
             Reason::View => f.write_str("view: replayed from its base"),
             Reason::Factory => f.write_str("no inputs: recomputed for its FLOPs"),

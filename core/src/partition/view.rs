@@ -433,6 +433,27 @@ impl PGraph {
         }
     }
 
+    /// The nodes with these document ids, in order: a string id as written, else an integer id
+    /// (`"12"` finds the string id `12` first, then the integer id 12). The error names the
+    /// first id that names no node.
+    pub fn find_ids<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Result<Vec<NodeId>> {
+        let mut by_id: rustc_hash::FxHashMap<&DocId, NodeId> = Default::default();
+        for (k, n) in self.nodes.iter().enumerate() {
+            by_id.entry(&n.id).or_insert(NodeId(k as u32));
+        }
+        ids.into_iter()
+            .map(|text| {
+                let as_name = DocId::Name(text.to_string());
+                let as_index = text.parse().ok().map(DocId::Index);
+                by_id
+                    .get(&as_name)
+                    .or_else(|| as_index.as_ref().and_then(|i| by_id.get(i)))
+                    .copied()
+                    .ok_or_else(|| Error::Invalid(format!("no node has the id {}", crate::text::quoted(text))))
+            })
+            .collect()
+    }
+
     /// Which nodes are forward outputs (see [`PGraph::view_base`]).
     pub fn output_mask(&self) -> Vec<bool> {
         let mut output = vec![false; self.nodes.len()];

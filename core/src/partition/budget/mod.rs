@@ -15,6 +15,8 @@
 //! against a limit still exceeded — and take its first point within every limit. Either way the
 //! saved bytes never rise when the global limit shrinks.
 
+mod milp;
+
 use super::classify::{closure, counts_bytes, Class};
 use super::offload::{can_leave, CostModel};
 use super::{Budget, PGraph, Reason};
@@ -110,13 +112,24 @@ impl Offload {
     }
 }
 
-/// Exact search for up to this many candidates...
-const EXACT_CANDIDATES: usize = 20;
-/// ...when `2^candidates × relevant nodes` stays below this (well under a second).
-const EXACT_WORK: u64 = 1 << 26;
+/// Every combination is tried for up to this many candidates...
+const EXACT_CANDIDATES: usize = 12;
+/// ...when `3^candidates × relevant nodes` stays below this (a few milliseconds); larger
+/// problems go to the exact 0-1 program.
+const EXACT_WORK: u64 = 1 << 22;
+/// The 0-1 program is solved for up to this many values the backward may reach; past it, the
+/// eviction path, with the bound it proves.
+const PROGRAM_NODES: usize = 200_000;
+/// Seconds the 0-1 program may run; past them its best plan stands, with its proven bound.
+const PROGRAM_SECONDS: f64 = 60.0;
 
-/// What is at hand, the reason for each value the search decided, and what is offloaded.
-pub(super) type Solution = (Vec<bool>, Vec<Option<Reason>>, Vec<bool>);
+/// A plan of the search: what is at hand, what is offloaded, and a proven lower bound on its cost
+/// when it is not proven optimal (`None`: optimal).
+type Solved = (Vec<bool>, Vec<bool>, Option<f64>);
+
+/// What is at hand, the reason for each value the search decided, what is offloaded, and a
+/// proven lower bound on the search's cost when the plan is not proven optimal (`None`: optimal).
+pub(super) type Solution = (Vec<bool>, Vec<Option<Reason>>, Vec<bool>, Option<f64>);
 
 /// Solves the budgets over `base` (the strategy's choice; with a global budget, only the forced
 /// values matter). Returns what is at hand and the reason for each value the search decided.
@@ -144,7 +157,7 @@ pub(super) fn refine(
     let budgeted: Vec<RegionId> =
         (0..g.regions.len() as u32).map(RegionId).filter(|&r| g.regions[r.index()].budget.is_some()).collect();
     if global.is_none() && budgeted.is_empty() {
-        return Ok((base, chosen, off.fixed.clone()));
+        return Ok((base, chosen, off.fixed.clone(), None));
     }
     let mut problem = Problem::new(g, class, base, global.is_some(), &budgeted, off);
     problem.hint_min_cut(class);
@@ -158,7 +171,7 @@ pub(super) fn refine(
                 // 0.0 is the fewest bytes any choice within the region budgets keeps.
                 problem.limits[0] = 0;
                 let lo = match problem.solve() {
-                    Ok((at_hand, offloaded)) => problem.global_bytes(&at_hand, &offloaded),
+                    Ok((at_hand, offloaded, _)) => problem.global_bytes(&at_hand, &offloaded),
                     Err(e) => match e.least_global_within_regions {
                         Some(lo) => lo,
                         None => return Err(problem.error(g, e)),
@@ -171,7 +184,7 @@ pub(super) fn refine(
         problem.limits[0] = limit;
     }
     let solved = problem.solve();
-    let (at_hand, offloaded) = if off.choose {
+    let (at_hand, offloaded, bound) = if off.choose {
         // Offloading is a choice, never a constraint: the plain budget's answer (tagged offloads
         // only) is one of this problem's choices, so it stands where the search finds none or
         // a costlier one.
@@ -190,7 +203,7 @@ pub(super) fn refine(
             None => Reason::Budget,
         });
     }
-    Ok((at_hand, chosen, offloaded))
+    Ok((at_hand, chosen, offloaded, bound))
 }
 
 /// A budget problem: which candidates to keep, the rest of `base` fixed, within every limit.
@@ -328,11 +341,13 @@ impl<'a> Problem<'a> {
 
     /// The cheaper of `found` and `other` under this problem's cost (then fewer device bytes),
     /// `other` only where it fits this problem's limits.
+    /// (The bound of the one kept: the plain answer's bound holds for its own, smaller problem
+    /// only, so the pair proves nothing below the better cost when the search's bound is gone.)
     fn better(
         &self,
-        found: std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>,
-        other: Option<(Vec<bool>, Vec<bool>)>,
-    ) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+        found: std::result::Result<Solved, Infeasible>,
+        other: Option<Solved>,
+    ) -> std::result::Result<Solved, Infeasible> {
         let mut scratch = vec![false; self.g.len()];
         let mut bytes = vec![0; self.limits.len()];
         let Some(other) = other else { return found };
@@ -341,11 +356,12 @@ impl<'a> Problem<'a> {
             return found;
         }
         let other_key = (self.cost(flops, exposed), bytes.first().copied().unwrap_or(0));
-        let Ok(found) = found else { return Ok(other) };
+        let Ok(found) = found else { return Ok((other.0, other.1, Some(0.0))) };
         let (flops, exposed) = self.eval_into(&found.0, &found.1, &mut scratch, &mut bytes);
         let found_key = (self.cost(flops, exposed), bytes.first().copied().unwrap_or(0));
         if other_key.0.lt(&found_key.0, other_key.1, found_key.1) {
-            Ok(other)
+            // The search's own bound still bounds this problem's optimum.
+            Ok((other.0, other.1, found.2))
         } else {
             Ok(found)
         }
@@ -419,14 +435,44 @@ impl<'a> Problem<'a> {
         vars
     }
 
-    fn solve(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+    /// The plan of least cost within every limit: every combination for a few candidates, the
+    /// exact 0-1 program up to [`PROGRAM_NODES`], the eviction path past it (or where the
+    /// program fails); with a proven lower bound on the cost where the plan is not proven
+    /// optimal.
+    fn solve(&self) -> std::result::Result<Solved, Infeasible> {
         let vars = self.variables();
         let combos = vars.iter().try_fold(1u64, |acc, (_, o)| acc.checked_mul(o.len() as u64));
-        let exact = self.candidates.len() <= EXACT_CANDIDATES
+        let enumerate = self.candidates.len() <= EXACT_CANDIDATES
             && combos.is_some_and(|c| c.saturating_mul(self.order.len() as u64) <= EXACT_WORK);
-        if exact {
-            return self.solve_exact(&vars);
+        if enumerate && !force_program() {
+            return self.solve_exact(&vars).map(|(a, o)| (a, o, None));
         }
+        if self.order.len() <= PROGRAM_NODES {
+            let program = milp::Program::new(self);
+            match program.solve(self, PROGRAM_SECONDS) {
+                Ok(found) => return Ok((found.at_hand, found.offloaded, found.bound)),
+                Err(milp::Unsolved::Infeasible) => return Err(self.infeasible(&program)),
+                Err(milp::Unsolved::Failed(why)) => {
+                    log::warn!("the exact budget program failed ({why}): the eviction path decides")
+                }
+            }
+        }
+        self.solve_heuristic().map(|(a, o)| (a, o, Some(0.0)))
+    }
+
+    /// Why no plan fits, from the program: per limit the fewest bytes any plan keeps under it
+    /// alone, and the fewest global bytes within the region limits.
+    fn infeasible(&self, program: &milp::Program) -> Infeasible {
+        let least = (0..self.limits.len())
+            .map(|k| program.least_bytes(self, k, false, PROGRAM_SECONDS).unwrap_or(u64::MAX))
+            .collect();
+        let least_global_within_regions =
+            if self.has_global() { program.least_bytes(self, 0, true, PROGRAM_SECONDS) } else { None };
+        Infeasible { least, least_global_within_regions }
+    }
+
+    /// The eviction path, or the min-cut's choice where it fits and costs less.
+    fn solve_heuristic(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
         let path = self.solve_path();
         let Some(hint) = &self.hint else { return path };
         // The hint when it fits and costs less (or the path found nothing). Monotone: the
@@ -647,6 +693,26 @@ impl<'a> Problem<'a> {
             )),
         }
     }
+}
+
+thread_local! {
+    /// Set by [`with_program_only`]: every budget on this thread goes through the 0-1 program.
+    static PROGRAM_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn force_program() -> bool {
+    PROGRAM_ONLY.with(|f| f.get())
+}
+
+/// Runs `f` with every budget search on this thread solved by the 0-1 program, small ones
+/// included — so that tests can hold the program against the enumeration of every combination.
+pub(super) fn with_program_only<T>(f: impl FnOnce() -> T) -> T {
+    PROGRAM_ONLY.with(|flag| {
+        let before = flag.replace(true);
+        let out = f();
+        flag.set(before);
+        out
+    })
 }
 
 /// A decision variable's choice.

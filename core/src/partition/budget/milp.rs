@@ -1,0 +1,360 @@
+//! The exact budget search: one 0-1 program over every value the backward may reach, solved by
+//! HiGHS's branch and bound.
+//!
+//! Per forward value `i` the backward may reach: `r_i` (reached: read by the backward, or an
+//! input of a value it recomputes), `a_i` (at hand when reached: saved or offloaded; a free
+//! choice for candidates, `r_i` for values kept whenever reached, 0 for the rest) and `o_i`
+//! (offloaded: `a_i` for tag-fixed offloads, a free choice where the solver may offload). Rows:
+//!
+//! - `a_i ≤ r_i`, `o_i ≤ a_i`;
+//! - `r_x ≥ r_j − a_j` for every input `x` of every value `j` that may be recomputed (a
+//!   recomputed value's inputs are reached);
+//! - per limit `k`: `Σ b_i (a_i − o_i) ≤ L_k` over the values whose bytes count against `k`.
+//!
+//! The objective is the search's own cost — recompute FLOPs, or under `BudgetOffload` recompute
+//! seconds plus exposed transfer seconds — and, among plans of equal cost, the fewest device
+//! bytes (a second solve with the cost bounded by the first's optimum). Both are solved to a
+//! zero gap, so the answer is optimal under the cost model, and saved bytes never rise when the
+//! global limit shrinks.
+
+use super::{Cost, Problem};
+use highs::{HighsModelStatus, RowProblem, Sense};
+
+/// A 0/1 quantity of the program: a constant or a binary column.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bit {
+    Zero,
+    One,
+    Col(usize),
+}
+
+/// A linear expression over the columns, with a constant.
+#[derive(Clone, Debug, Default)]
+struct Expr {
+    terms: Vec<(usize, f64)>,
+    constant: f64,
+}
+
+impl Expr {
+    /// The terms with one entry per column (HiGHS refuses a row naming a column twice), those
+    /// that cancel left out.
+    fn merged(&self) -> Vec<(usize, f64)> {
+        let mut terms = self.terms.clone();
+        terms.sort_by_key(|&(c, _)| c);
+        let mut out: Vec<(usize, f64)> = Vec::with_capacity(terms.len());
+        for (c, v) in terms {
+            match out.last_mut() {
+                Some((last, sum)) if *last == c => *sum += v,
+                _ => out.push((c, v)),
+            }
+        }
+        out.retain(|&(_, v)| v != 0.0);
+        out
+    }
+
+    fn add(&mut self, bit: Bit, coef: f64) {
+        match bit {
+            Bit::Zero => {}
+            Bit::One => self.constant += coef,
+            Bit::Col(c) => self.terms.push((c, coef)),
+        }
+    }
+}
+
+/// The program's layout: a column per free decision, and each value's three quantities.
+pub(super) struct Program {
+    columns: usize,
+    reached: Vec<Bit>,
+    at_hand: Vec<Bit>,
+    offloaded: Vec<Bit>,
+    /// Rows `(lower, upper, expression)`: `lower ≤ expression ≤ upper`, either side optional.
+    rows: Vec<(Option<f64>, Option<f64>, Expr)>,
+}
+
+/// Which limits a solve leaves out.
+#[derive(Clone, Copy)]
+enum Skip {
+    None,
+    One(usize),
+    All,
+}
+
+impl Skip {
+    fn keeps(self, k: usize) -> bool {
+        match self {
+            Skip::None => true,
+            Skip::One(s) => s != k,
+            Skip::All => false,
+        }
+    }
+}
+
+/// What a solve found: the plan, and a proven lower bound on its cost where it stopped short of
+/// optimality (a time limit).
+pub(super) struct Found {
+    pub at_hand: Vec<bool>,
+    pub offloaded: Vec<bool>,
+    pub bound: Option<f64>,
+}
+
+/// Why a program gave no plan.
+#[derive(Debug)]
+pub(super) enum Unsolved {
+    /// No plan meets the limits.
+    Infeasible,
+    /// The solver stopped (time limit, numerical trouble) without a plan.
+    Failed(String),
+}
+
+impl Program {
+    pub fn new(p: &Problem<'_>) -> Program {
+        let n = p.g.len();
+        let mut prog = Program {
+            columns: 0,
+            reached: vec![Bit::Zero; n],
+            at_hand: vec![Bit::Zero; n],
+            offloaded: vec![Bit::Zero; n],
+            rows: Vec::new(),
+        };
+        let mut candidate = vec![false; n];
+        for &c in &p.candidates {
+            candidate[c.index()] = true;
+        }
+        for &i in &p.order {
+            prog.reached[i] = if p.reads[i] { Bit::One } else { prog.column() };
+            prog.at_hand[i] = if candidate[i] {
+                let a = prog.column();
+                prog.at_most(a, prog.reached[i]);
+                a
+            } else if p.base[i] {
+                prog.reached[i]
+            } else {
+                Bit::Zero
+            };
+            prog.offloaded[i] = if p.off.fixed[i] {
+                prog.at_hand[i]
+            } else if p.off.optional[i] && prog.at_hand[i] != Bit::Zero {
+                let o = prog.column();
+                prog.at_most(o, prog.at_hand[i]);
+                o
+            } else {
+                Bit::Zero
+            };
+        }
+        // A value recomputed (reached, not at hand) reaches its inputs.
+        for &j in &p.order {
+            if prog.at_hand[j] == prog.reached[j] {
+                continue;
+            }
+            for &x in &p.g.node(crate::graph::NodeId(j as u32)).inputs {
+                let mut e = Expr::default();
+                e.add(prog.reached[x.index()], 1.0);
+                e.add(prog.reached[j], -1.0);
+                e.add(prog.at_hand[j], 1.0);
+                prog.rows.push((Some(0.0), None, e));
+            }
+        }
+        prog
+    }
+
+    fn column(&mut self) -> Bit {
+        self.columns += 1;
+        Bit::Col(self.columns - 1)
+    }
+
+    /// `x ≤ y`.
+    fn at_most(&mut self, x: Bit, y: Bit) {
+        let mut e = Expr::default();
+        e.add(y, 1.0);
+        e.add(x, -1.0);
+        self.rows.push((Some(0.0), None, e));
+    }
+
+    /// The device bytes counted against limit `k`.
+    fn bytes(&self, p: &Problem<'_>, k: Option<u32>) -> Expr {
+        let mut e = Expr::default();
+        for &i in &p.order {
+            let counts = match k {
+                Some(k) => p.limits_of(i).contains(&k),
+                None => !p.limits_of(i).is_empty() || super::counts_bytes(p.g, crate::graph::NodeId(i as u32)),
+            };
+            if counts {
+                let b = p.g.nodes[i].bytes as f64;
+                e.add(self.at_hand[i], b);
+                e.add(self.offloaded[i], -b);
+            }
+        }
+        e
+    }
+
+    /// The search's cost in FLOPs: recompute FLOPs, and under `BudgetOffload` exposed transfer
+    /// time as the FLOPs the same seconds compute (seconds per FLOP are around 1e-11: in seconds
+    /// every coefficient would sit below the solver's tolerances).
+    fn cost(&self, p: &Problem<'_>) -> Expr {
+        let mut e = Expr::default();
+        for &i in &p.order {
+            let f = p.g.nodes[i].flops as f64;
+            e.add(self.reached[i], f);
+            e.add(self.at_hand[i], -f);
+            if p.off.choose {
+                e.add(self.offloaded[i], p.off.exposed[i] / p.off.s_per_flop);
+            }
+        }
+        e
+    }
+
+    /// Solves: the least `objective` within every limit of `p` but those `skip` leaves out,
+    /// with the extra rows `extra`; `time_limit` in seconds. Returns the columns, and a proven
+    /// bound on the objective where the solver stopped short of optimality.
+    fn run(
+        &self,
+        p: &Problem<'_>,
+        objective: &Expr,
+        skip: Skip,
+        extra: &[(Option<f64>, Option<f64>, Expr)],
+        integral_objective: bool,
+        time_limit: f64,
+    ) -> Result<(Vec<f64>, Option<f64>), Unsolved> {
+        let mut pb = RowProblem::default();
+        let mut cost = vec![0.0; self.columns];
+        for &(c, v) in &objective.merged() {
+            cost[c] += v;
+        }
+        let cols: Vec<_> = cost.iter().map(|&c| pb.add_integer_column(c, 0.0..=1.0)).collect();
+        let limit_rows = p.limits.iter().enumerate().filter(|&(k, _)| skip.keeps(k)).map(|(k, &l)| {
+            let scope = k as u32;
+            (None, (l != u64::MAX).then_some(l as f64), self.bytes(p, Some(scope)))
+        });
+        for (lo, hi, e) in self.rows.iter().cloned().chain(limit_rows).chain(extra.iter().cloned()) {
+            let terms = e.merged();
+            if terms.is_empty() {
+                // A row of constants: it holds or no plan does.
+                let holds = lo.is_none_or(|l| e.constant >= l - 1e-9) && hi.is_none_or(|h| e.constant <= h + 1e-9);
+                if holds {
+                    continue;
+                }
+                return Err(Unsolved::Infeasible);
+            }
+            let factors: Vec<_> = terms.iter().map(|&(c, v)| (cols[c], v)).collect();
+            let shift = |b: f64| b - e.constant;
+            match (lo, hi) {
+                (Some(l), Some(h)) => pb.add_row(shift(l)..=shift(h), factors),
+                (Some(l), None) => pb.add_row(shift(l).., factors),
+                (None, Some(h)) => pb.add_row(..=shift(h), factors),
+                (None, None) => {}
+            }
+        }
+        let mut model = pb
+            .try_optimise(Sense::Minimise)
+            .map_err(|e| Unsolved::Failed(format!("HiGHS refused the program: {e:?}")))?;
+        model.make_quiet();
+        let options: [(&str, f64); 3] = [
+            ("mip_rel_gap", 0.0),
+            ("mip_abs_gap", if integral_objective { 0.5 } else { 1e-12 }),
+            ("time_limit", time_limit),
+        ];
+        for (key, value) in options {
+            model.try_set_option(key, value).map_err(|e| Unsolved::Failed(format!("{key}: {e:?}")))?;
+        }
+        for (key, value) in [("parallel", "off"), ("presolve", "on")] {
+            model.try_set_option(key, value).map_err(|e| Unsolved::Failed(format!("{key}: {e:?}")))?;
+        }
+        model.try_set_option("threads", 1).map_err(|e| Unsolved::Failed(format!("threads: {e:?}")))?;
+        let solved = model.try_solve().map_err(|e| Unsolved::Failed(format!("HiGHS failed: {e:?}")))?;
+        let status = solved.status();
+        let bound = solved.double_info_value(c"mip_dual_bound").ok().map(|b| b + objective.constant);
+        match status {
+            HighsModelStatus::Optimal | HighsModelStatus::ModelEmpty => {
+                Ok((solved.get_solution().columns().to_vec(), None))
+            }
+            HighsModelStatus::Infeasible => Err(Unsolved::Infeasible),
+            HighsModelStatus::ReachedTimeLimit
+            | HighsModelStatus::ReachedIterationLimit
+            | HighsModelStatus::ReachedSolutionLimit
+                if solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible =>
+            {
+                Ok((solved.get_solution().columns().to_vec(), bound))
+            }
+            other => Err(Unsolved::Failed(format!("HiGHS stopped: {other:?}"))),
+        }
+    }
+
+    /// The 0/1 value of `bit` in a solution.
+    fn value(bit: Bit, columns: &[f64]) -> bool {
+        match bit {
+            Bit::Zero => false,
+            Bit::One => true,
+            Bit::Col(c) => columns.get(c).is_some_and(|&v| v > 0.5),
+        }
+    }
+
+    fn plan(&self, p: &Problem<'_>, columns: &[f64]) -> (Vec<bool>, Vec<bool>) {
+        let mut at_hand = p.base.clone();
+        let mut offloaded = p.off.fixed.clone();
+        for &c in &p.candidates {
+            at_hand[c.index()] = Self::value(self.at_hand[c.index()], columns);
+        }
+        for &i in &p.order {
+            offloaded[i] = p.off.fixed[i] || Self::value(self.offloaded[i], columns);
+        }
+        (at_hand, offloaded)
+    }
+
+    /// The least cost within the limits, then the fewest device bytes at that cost.
+    pub fn solve(&self, p: &Problem<'_>, time_limit: f64) -> Result<Found, Unsolved> {
+        let cost = self.cost(p);
+        let integral = !p.off.choose;
+        let (first, bound) = self.run(p, &cost, Skip::None, &[], integral, time_limit)?;
+        let (at_hand, offloaded) = self.plan(p, &first);
+        let mut scratch = vec![false; p.g.len()];
+        let mut bytes = vec![0; p.limits.len()];
+        let (flops, exposed) = p.eval_into(&at_hand, &offloaded, &mut scratch, &mut bytes);
+        if !p.fits(&bytes) {
+            return Err(Unsolved::Failed(format!(
+                "the program's plan keeps {bytes:?} bytes against limits {:?}",
+                p.limits
+            )));
+        }
+        if bound.is_some() {
+            // Stopped short: the plan as found, with the bound it proved (in the cost's units).
+            let bound = bound.map(|b| if p.off.choose { b * p.off.s_per_flop } else { b });
+            return Ok(Found { at_hand, offloaded, bound });
+        }
+        // Among plans of this cost, the fewest device bytes.
+        let optimum = match p.cost(flops, exposed) {
+            Cost::Flops(f) => f as f64 + 0.5,
+            Cost::Time(t) => {
+                let f = t / p.off.s_per_flop;
+                f + 1e-9 * f.max(1.0)
+            }
+        };
+        let at_cost = [(None, Some(optimum), cost)];
+        let total = self.bytes(p, None);
+        match self.run(p, &total, Skip::None, &at_cost, true, time_limit) {
+            Ok((second, None)) => {
+                let (at_hand2, offloaded2) = self.plan(p, &second);
+                let (f2, e2) = p.eval_into(&at_hand2, &offloaded2, &mut scratch, &mut bytes);
+                let keeps_cost = !p.cost(f2, e2).lt(&p.cost(flops, exposed), 0, 0)
+                    && !p.cost(flops, exposed).lt(&p.cost(f2, e2), 0, 0);
+                if p.fits(&bytes) && keeps_cost {
+                    return Ok(Found { at_hand: at_hand2, offloaded: offloaded2, bound: None });
+                }
+                Ok(Found { at_hand, offloaded, bound: None })
+            }
+            _ => Ok(Found { at_hand, offloaded, bound: None }),
+        }
+    }
+
+    /// The fewest device bytes counted against limit `k` that any plan keeps — within the other
+    /// limits when `others`, else under no limit — or `None` when no plan meets them.
+    pub fn least_bytes(&self, p: &Problem<'_>, k: usize, others: bool, time_limit: f64) -> Option<u64> {
+        let objective = self.bytes(p, Some(k as u32));
+        let skip = if others { Skip::One(k) } else { Skip::All };
+        let (columns, _) = self.run(p, &objective, skip, &[], true, time_limit).ok()?;
+        let (at_hand, offloaded) = self.plan(p, &columns);
+        let mut scratch = vec![false; p.g.len()];
+        let mut bytes = vec![0; p.limits.len()];
+        p.eval_into(&at_hand, &offloaded, &mut scratch, &mut bytes);
+        Some(bytes[k])
+    }
+}
