@@ -263,3 +263,25 @@ fn offload_turns_a_budget_into_a_three_way_choice() {
     let text = stdout(&remat(&["partition", &file, "--strategy", "budget+offload=0.0"]));
     assert!(text.contains("offload:") && text.contains("exposed transfer"), "{text}");
 }
+
+#[test]
+fn evaluate_scores_a_given_decision() {
+    let dir = format!("{}/tests/fixtures/torch", env!("CARGO_MANIFEST_DIR"));
+    let fp8 = format!("{dir}/seed_fp8_scaled_mm-inductor__budget_0.5.json");
+    // PyTorch's own decision at its activation memory budget of 0.5.
+    let o = remat(&["evaluate", &fp8, "--save", "mul,mul_1,convert_element_type,le", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["broken"], serde_json::json!([]), "{v}");
+    assert!(v["saved_bytes"].as_u64().unwrap() > 0 && v["recompute_flops"].as_u64().unwrap() > 0);
+    // Keeping nothing breaks the rules nowhere here but recomputes more; a must-kept value left
+    // out is named with the rule it breaks.
+    let text = stdout(&remat(&["evaluate", &fp8, "--save", ""]));
+    assert!(text.contains("rules: the decision keeps every rule"), "{text}");
+    let chain = format!("{dir}/chain-inductor__full.json");
+    let text = stdout(&remat(&["evaluate", &chain]));
+    assert!(text.contains("rules broken") && text.contains("boundary value, needed, but not kept"), "{text}");
+    let o = remat(&["evaluate", &fp8, "--save", "nonexistent"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no node has the id \"nonexistent\""), "{}", stderr(&o));
+}
