@@ -110,6 +110,59 @@ pub(super) fn nodes<'a, T: Deserialize<'a>>(
     each.iter().enumerate().map(|(k, raw)| node(raw, k, fields)).collect()
 }
 
+/// Reads the `nodes` array in one pass, handing each node to `each` (with its position) as soon
+/// as it is parsed, so that no list of parsed nodes is ever held. The first error `each` returns
+/// stops the pass and is returned; a node that does not parse is found and described node by
+/// node, as [`nodes`] does.
+pub(super) fn each_node<'a, T: Deserialize<'a>>(
+    raw: &'a RawValue,
+    format: &str,
+    fields: &[&'static str],
+    mut each: impl FnMut(usize, T) -> Result<()>,
+) -> Result<()> {
+    struct Seq<'f, F, T> {
+        each: &'f mut F,
+        failed: &'f mut Option<Error>,
+        item: std::marker::PhantomData<fn() -> T>,
+    }
+    impl<'de, T: Deserialize<'de>, F: FnMut(usize, T) -> Result<()>> Visitor<'de> for Seq<'_, F, T> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array of node objects")
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+            let mut k = 0;
+            while let Some(t) = seq.next_element::<T>()? {
+                if let Err(e) = (self.each)(k, t) {
+                    *self.failed = Some(e);
+                    return Err(de::Error::custom("stopped"));
+                }
+                k += 1;
+            }
+            Ok(())
+        }
+    }
+    impl<'de, T: Deserialize<'de>, F: FnMut(usize, T) -> Result<()>> de::DeserializeSeed<'de> for Seq<'_, F, T> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+    let mut failed = None;
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let seq = Seq { each: &mut each, failed: &mut failed, item: std::marker::PhantomData };
+    let outcome = de::DeserializeSeed::deserialize(seq, &mut de).and_then(|()| de.end());
+    match (failed, outcome) {
+        (Some(e), _) => Err(e),
+        (None, Ok(())) => Ok(()),
+        // A node that does not parse: found and described by reading the nodes one by one.
+        (None, Err(_)) => match nodes::<T>(raw, format, fields) {
+            Err(e) => Err(e),
+            Ok(_) => Err(top_error(format!("{format}: field `nodes`: the list does not parse"))),
+        },
+    }
+}
+
 /// Reads node object `raw` (position `k`) as `T`, whose fields are `fields`. Errors name the
 /// node by its id and op.
 pub(super) fn node<'a, T: Deserialize<'a>>(raw: &'a RawValue, k: usize, fields: &[&'static str]) -> Result<T> {

@@ -91,7 +91,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
         let inputs = d
             .inputs
             .iter()
-            .map(|i| ids.resolve(i, &later, k).map(NodeId))
+            .map(|i| ids.resolve(i, |x| later.contains(x), k).map(NodeId))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|m| at(&id, &d.op, m))?;
         let region = d.region.map(|r| regions.get(r));
@@ -110,7 +110,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     }
     let outputs = outputs
         .iter()
-        .map(|o| ids.resolve(o, &later, usize::MAX).map(NodeId))
+        .map(|o| ids.resolve(o, |x| later.contains(x), usize::MAX).map(NodeId))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|m| top_error(format!("outputs: {m}")))?;
     let loss = g.node(outputs[0]);

@@ -137,15 +137,14 @@ fn flag_of<'a>(flags: &'a mut Flags, name: &str) -> Option<&'a mut bool> {
 pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     top.only(FORMAT, &TOP)?;
     let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
-    let raw_nodes: &'a RawValue = top.need(FORMAT, "nodes")?;
+    let raw_nodes: &'a RawValue = top.need_raw(FORMAT, "nodes")?;
     let forward: Vec<IdRef<'a>> = top.need(FORMAT, "forward_outputs")?;
     let backward: Vec<IdRef<'a>> = top.get(FORMAT, "backward_outputs")?.unwrap_or_default();
-    let parsed: Vec<NodeIn<'a>> = fields::nodes(raw_nodes, FORMAT, &FIELDS)?;
-    let later: Vec<IdRef<'a>> = parsed.iter().map(|d| d.id.clone()).collect();
-    let mut ids = Ids::default();
+    let mut ids = Ids::for_text(raw_nodes.get().len());
     let mut regions = Regions::new(region_docs)?;
-    let mut nodes: Vec<PNode> = Vec::with_capacity(parsed.len());
-    for (k, d) in parsed.into_iter().enumerate() {
+    let mut nodes: Vec<PNode> = Vec::with_capacity(raw_nodes.get().len() / 120);
+    // One pass: each node is checked and stored as it is parsed.
+    fields::each_node(raw_nodes, FORMAT, &FIELDS, |k, d: NodeIn<'a>| {
         let id = d.id.owned();
         let state = rng_state(&nodes, &mut regions, &id, &d)?;
         let state = state.map(|s| {
@@ -153,18 +152,21 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
             NodeId(nodes.len() as u32 - 1)
         });
         ids.define(&d.id, nodes.len(), k).map_err(|m| at(&id, &d.op, m))?;
-        let mut node = node(&nodes, &ids, &later, &mut regions, id, d)?;
+        let mut node = node(&nodes, &ids, raw_nodes, &mut regions, id, d)?;
         node.inputs.splice(0..0, state);
         debug_assert!(
             node.inputs.iter().chain(&node.grad_of).all(|i| i.index() < nodes.len()),
             "resolve keeps ids before the node"
         );
         nodes.push(node);
-    }
-    let outputs = |what: &str, list: &[IdRef<'_>], backward: bool| -> Result<Vec<NodeId>> {
+        Ok(())
+    })?;
+    let outputs = |what: &str, list: &[IdRef<'a>], backward: bool| -> Result<Vec<NodeId>> {
         let mut out = Vec::with_capacity(list.len());
         for o in list {
-            let k = ids.resolve(o, &later, usize::MAX).map_err(|m| top_error(format!("{what}: {m}")))?;
+            let k = ids
+                .resolve(o, |x| super::listed_in(raw_nodes, x), usize::MAX)
+                .map_err(|m| top_error(format!("{what}: {m}")))?;
             let node = &nodes[k as usize];
             if node.backward != backward {
                 let phase = if node.backward { "backward" } else { "forward" };
@@ -210,7 +212,7 @@ const RNG_STATE_SUFFIX: &str = ":rng_state";
 fn node<'a>(
     before: &[PNode],
     ids: &Ids<'a>,
-    later: &[IdRef<'a>],
+    raw_nodes: &'a RawValue,
     regions: &mut Regions,
     id: DocId,
     d: NodeIn<'a>,
@@ -220,7 +222,7 @@ fn node<'a>(
     let backward = d.phase == Phase::Backward;
     let mut inputs = Vec::with_capacity(d.inputs.len());
     for input in &d.inputs {
-        let k = ids.resolve(input, later, before.len()).map_err(&err)?;
+        let k = ids.resolve(input, |x| super::listed_in(raw_nodes, x), before.len()).map_err(&err)?;
         if !backward && before[k as usize].backward {
             return Err(err(format!("a forward node cannot read backward node {}", before[k as usize].id.in_error())));
         }
@@ -302,7 +304,9 @@ fn node<'a>(
                 .into()))
         }
         Some(g) => {
-            let k = ids.resolve(g, later, before.len()).map_err(|m| err(format!("field \"grad_of\": {m}")))?;
+            let k = ids
+                .resolve(g, |x| super::listed_in(raw_nodes, x), before.len())
+                .map_err(|m| err(format!("field \"grad_of\": {m}")))?;
             if before[k as usize].backward {
                 return Err(err(format!("field \"grad_of\": {} is a backward node", before[k as usize].id.in_error())));
             }

@@ -166,6 +166,12 @@ impl<'a> Top<'a> {
         })
     }
 
+    /// A required field's raw text, as the one pass over the document found it (not parsed
+    /// again: the `nodes` list is read in a streaming pass of its own).
+    fn need_raw(&self, format: &str, key: &str) -> Result<&'a RawValue> {
+        self.fields.get(key).copied().ok_or_else(|| top_error(format!("{format}: missing field `{key}`")))
+    }
+
     /// A required field.
     fn need<T: Deserialize<'a>>(&self, format: &str, key: &str) -> Result<T> {
         self.get(format, key)?.ok_or_else(|| top_error(format!("{format}: missing field `{key}`")))
@@ -201,6 +207,12 @@ struct Ids<'a> {
 }
 
 impl<'a> Ids<'a> {
+    /// Room for the ids of a `nodes` list of `text_len` bytes (nodes take 60 bytes or more), so
+    /// that reading 10⁶ nodes does not rehash the table twenty times over.
+    fn for_text(text_len: usize) -> Self {
+        Ids { index: FxHashMap::with_capacity_and_hasher(text_len / 120, Default::default()) }
+    }
+
     /// Registers the id of the node at graph index `index`, listed at `position`; a duplicate is
     /// an error naming both positions.
     fn define(&mut self, id: &IdRef<'a>, index: usize, position: usize) -> std::result::Result<(), String> {
@@ -215,7 +227,12 @@ impl<'a> Ids<'a> {
     /// The position of the node an input of node `here` names: defined before `here`, or an
     /// error saying why not (the node itself, a later node, or none). Outputs, read after every
     /// node, pass `usize::MAX`.
-    fn resolve(&self, input: &IdRef<'a>, all: &[IdRef<'a>], here: usize) -> std::result::Result<u32, String> {
+    fn resolve(
+        &self,
+        input: &IdRef<'a>,
+        listed: impl FnOnce(&IdRef<'a>) -> bool,
+        here: usize,
+    ) -> std::result::Result<u32, String> {
         let found = self.index.get(input).map(|&(k, _)| k);
         if let Some(k) = found.filter(|&k| (k as usize) < here) {
             return Ok(k);
@@ -225,13 +242,24 @@ impl<'a> Ids<'a> {
             return Err(format!("input {name} is the node itself (a cycle: a node cannot read its own value)"));
         }
         // Only a failure looks further: every other id is defined later or nowhere.
-        Err(match all.contains(input) {
+        Err(match listed(input) {
             true => format!(
                 "input {name} is defined later in the list (nodes are in topological order: a cycle or a forward reference)"
             ),
             false => format!("input {name} is not a node of the document (a dangling input)"),
         })
     }
+}
+
+/// Whether any node of the `nodes` array has id `id` (the slow path of an error only: it reads
+/// the whole array again).
+fn listed_in<'a>(raw_nodes: &'a RawValue, id: &IdRef<'_>) -> bool {
+    #[derive(Deserialize)]
+    struct IdOnly<'b> {
+        #[serde(borrow)]
+        id: IdRef<'b>,
+    }
+    serde_json::from_str::<Vec<IdOnly<'a>>>(raw_nodes.get()).is_ok_and(|all| all.iter().any(|n| n.id == *id))
 }
 
 /// A region entry, shared by both formats.
