@@ -31,8 +31,9 @@ enum Command {
     Partition {
         /// A `remat.graph` (differentiated first) or `remat.joint` document.
         file: PathBuf,
-        /// `respect`, `mincut`, or `budget=B`: B in bytes when an integer (`4096`, `64KiB`,
-        /// `2MiB`, `1GiB`), a fraction when it has a decimal point (`0.5`, `1.0`).
+        /// `respect`, `mincut`, `budget=B` — B in bytes when an integer (`4096`, `64KiB`,
+        /// `2MiB`, `1GiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or, for a
+        /// `remat.graph`, `peak=BYTES`: the plan's predicted peak at most that.
         #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
         strategy: Strategy,
         /// Let a budget choose offload (host memory) besides save and recompute: `budget=B`
@@ -89,7 +90,13 @@ struct Loaded {
 
 impl Loaded {
     fn partition(&self, strategy: Strategy) -> remat::Result<Partition> {
-        partition(&self.pg, strategy)
+        match (strategy, &self.joint) {
+            // A peak is searched over plans: a remat.graph has one.
+            (Strategy::Peak(limit), Some(joint)) => {
+                remat::peak::partition_for_peak(joint, &self.pg, limit, &Default::default()).map(|(p, _)| p)
+            }
+            _ => partition(&self.pg, strategy),
+        }
     }
 
     /// The plan, for `remat.graph` files.

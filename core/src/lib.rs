@@ -18,6 +18,7 @@ mod model;
 pub mod op;
 mod optim;
 pub mod partition;
+pub mod peak;
 pub mod plan;
 mod policy;
 pub mod region;

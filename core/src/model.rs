@@ -87,11 +87,18 @@ impl Model {
     /// offload solver and the prefetches use.
     pub fn with_cost_model(forward: Graph, strategy: Strategy, model: &CostModel) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
-        let mut partition = crate::partition::partition_with(&PGraph::from_joint(&joint), strategy, model)?;
+        let pg = PGraph::from_joint(&joint);
+        let (mut partition, plan) = match strategy {
+            Strategy::Peak(limit) => crate::peak::partition_for_peak(&joint, &pg, limit, model)?,
+            _ => {
+                let partition = crate::partition::partition_with(&pg, strategy, model)?;
+                let n = joint.n_forward();
+                let plan = Plan::with_offload(&joint, &partition.saved[..n], &partition.offloaded[..n], model)?;
+                (partition, plan)
+            }
+        };
         // What tracing found (names in `save_names` no value carries) leads the warnings.
         partition.warnings.splice(0..0, forward.unknown_save_names());
-        let n = joint.n_forward();
-        let plan = Plan::with_offload(&joint, &partition.saved[..n], &partition.offloaded[..n], model)?;
         Ok(Model { forward, joint, partition: Some(partition), plan })
     }
 

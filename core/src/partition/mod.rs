@@ -52,6 +52,11 @@ pub enum Strategy {
     /// A device-byte budget where the solver chooses, per open value, save, offload or
     /// recompute: the least recompute time plus exposed transfer time ([`CostModel`]).
     BudgetOffload(Budget),
+    /// A peak-memory budget for a model: the plan's predicted peak (inputs and parameters
+    /// included; on the CPU it equals the measured one) at most this many bytes, with the least
+    /// recompute among the exact byte-budget plans ([`crate::Model::with_strategy`]; a joint
+    /// graph alone has no schedule to measure a peak on, so [`partition`] refuses it).
+    Peak(u64),
 }
 
 /// A byte budget for saved values (inputs, parameters and constants excluded).
@@ -73,6 +78,7 @@ impl std::fmt::Display for Strategy {
             Strategy::Budget(Budget::Fraction(x)) => write!(f, "budget={x:?}"),
             Strategy::BudgetOffload(Budget::Bytes(b)) => write!(f, "budget+offload={b}"),
             Strategy::BudgetOffload(Budget::Fraction(x)) => write!(f, "budget+offload={x:?}"),
+            Strategy::Peak(b) => write!(f, "peak={b}"),
         }
     }
 }
@@ -103,16 +109,22 @@ impl std::str::FromStr for Budget {
 impl std::str::FromStr for Strategy {
     type Err = String;
 
-    /// `respect`, `mincut`, `budget=B` or `budget+offload=B` (see [`Budget`]'s `from_str`).
+    /// `respect`, `mincut`, `budget=B`, `budget+offload=B` (see [`Budget`]'s `from_str`) or
+    /// `peak=BYTES` (`peak=3MiB`).
     fn from_str(s: &str) -> Result<Strategy, String> {
         match s {
             "respect" => Ok(Strategy::Respect),
             "mincut" => Ok(Strategy::MinCut),
-            _ => match (s.strip_prefix("budget="), s.strip_prefix("budget+offload=")) {
-                (Some(b), _) => b.parse().map(Strategy::Budget),
-                (_, Some(b)) => b.parse().map(Strategy::BudgetOffload),
+            _ => match (s.strip_prefix("budget="), s.strip_prefix("budget+offload="), s.strip_prefix("peak=")) {
+                (Some(b), ..) => b.parse().map(Strategy::Budget),
+                (_, Some(b), _) => b.parse().map(Strategy::BudgetOffload),
+                (.., Some(b)) => match b.parse() {
+                    Ok(Budget::Bytes(bytes)) => Ok(Strategy::Peak(bytes)),
+                    _ => Err(format!("`peak={b}`: a peak is bytes (`4096`, `64KiB`, `2MiB`, `1GiB`), not a fraction")),
+                },
                 _ => Err(format!(
-                    "unknown strategy `{s}`: expected `respect`, `mincut`, `budget=B` or `budget+offload=B`"
+                    "unknown strategy `{}`: expected `respect`, `mincut`, `budget=B`, `budget+offload=B` or `peak=BYTES`",
+                    crate::text::shorten(s, crate::text::CELL)
                 )),
             },
         }
@@ -339,6 +351,12 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
         }
         Strategy::Budget(b) | Strategy::BudgetOffload(b) => {
             budget::solve(g, &class, respect.clone(), &respect, Some(b), &ctx)?
+        }
+        Strategy::Peak(bytes) => {
+            return Err(crate::error::Error::Invalid(format!(
+                "peak={bytes} needs a plan to measure peaks on: a traced model (Model::with_strategy) or a \
+                 remat.graph document; a joint graph alone has no schedule (budget=B bounds saved bytes)"
+            )))
         }
     };
     // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one

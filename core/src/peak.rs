@@ -1,0 +1,137 @@
+//! `Strategy::Peak`: a peak-memory budget for a model. The plan's predicted peak — which the CPU
+//! backend's measured peak equals — is a property of the schedule, not of the saved set alone,
+//! so it is searched over the exact byte-budget plans: the more a plan may save, the less it
+//! recomputes; the search takes the largest byte budget whose plan peaks within the limit.
+
+use crate::autodiff::JointGraph;
+use crate::error::{Error, Result};
+use crate::partition::{partition_with, Budget, CostModel, PGraph, Partition, Strategy};
+use crate::plan::Plan;
+use crate::text::fmt_bytes;
+
+/// Plans of the family walked through one by one, from the least recompute down, before the
+/// search falls back to a sweep and a bisection.
+const WALK: usize = 400;
+/// Budgets swept (as fractions `k / SWEEP`) by the fallback.
+const SWEEP: usize = 20;
+
+/// A partition and its plan.
+struct Candidate {
+    partition: Partition,
+    plan: Plan,
+}
+
+impl Candidate {
+    fn peak(&self) -> u64 {
+        self.plan.predicted_peak() as u64
+    }
+}
+
+/// The plan of least recompute whose predicted peak is at most `limit` bytes, among the exact
+/// byte-budget plans of `pg` (the joint graph of `joint`); an error giving the smallest peak the
+/// search reached when none fits. The partition's strategy reads `peak=limit`.
+///
+/// The exact plans of the byte budgets form a family ordered by the bytes they may save: a larger
+/// budget recomputes no more. The search walks it down from the least recompute, plan by plan
+/// (a plan's own saved bytes less one is the next budget), so the first plan that fits is the
+/// least-recompute plan of the family within the limit, and when none fits the smallest peak of
+/// the whole family is known. Peaks are not monotone in the budget, which is why every plan is
+/// visited. Past [`WALK`] plans it falls back to a sweep and a bisection, the best plan it visits.
+pub fn partition_for_peak(joint: &JointGraph, pg: &PGraph, limit: u64, model: &CostModel) -> Result<(Partition, Plan)> {
+    let n = joint.n_forward();
+    let plan = |strategy: Strategy| -> Result<Candidate> {
+        let partition = partition_with(pg, strategy, model)?;
+        let plan = Plan::with_offload(joint, &partition.saved[..n], &partition.offloaded[..n], model)?;
+        Ok(Candidate { partition, plan })
+    };
+    let finish = |c: Candidate| {
+        let mut partition = c.partition;
+        partition.strategy = Strategy::Peak(limit);
+        Ok((partition, c.plan))
+    };
+    // Walk the family down from the least recompute: each plan's own saved bytes less one is
+    // the next smaller budget, so every distinct plan is met once, recompute never falling; the
+    // first plan that fits is the least-recompute plan of the family that fits.
+    let mut budget = u64::MAX;
+    let mut lowest: Option<Candidate> = None;
+    let mut exhausted = false;
+    for _ in 0..WALK {
+        let c = match plan(Strategy::Budget(Budget::Bytes(budget))) {
+            Ok(c) => c,
+            // Below the fewest bytes any plan keeps (or a conflict, which no budget lifts).
+            Err(e) if lowest.is_none() => return Err(e),
+            Err(_) => {
+                exhausted = true;
+                break;
+            }
+        };
+        if c.peak() <= limit {
+            return finish(c);
+        }
+        let next = c.partition.saved_bytes.checked_sub(1);
+        if lowest.as_ref().is_none_or(|l| c.peak() < l.peak()) {
+            lowest = Some(c);
+        }
+        match next {
+            Some(b) => budget = b,
+            None => {
+                exhausted = true;
+                break;
+            }
+        }
+    }
+    let unreachable = |lowest: &Candidate| {
+        Error::Invalid(format!(
+            "peak={limit} ({}) cannot be met: the smallest predicted peak reached is {} bytes ({}, under {}), of \
+             which inputs and parameters are {} bytes",
+            fmt_bytes(limit),
+            lowest.peak(),
+            fmt_bytes(lowest.peak()),
+            lowest.partition.strategy,
+            lowest.plan.resident_bytes()
+        ))
+    };
+    if exhausted {
+        // Every plan of the family was met: the smallest peak among them is the least reachable.
+        let mincut = plan(Strategy::MinCut)?;
+        let lowest = lowest.expect("at least one plan");
+        return if mincut.peak() <= limit {
+            finish(mincut)
+        } else {
+            Err(unreachable(if mincut.peak() < lowest.peak() { &mincut } else { &lowest }))
+        };
+    }
+    // A long family: a sweep of it (and the min-cut, the other guess at a low peak), then a
+    // bisection upwards from the best plan that fits.
+    let top = plan(Strategy::Budget(Budget::Bytes(budget)))?;
+    let mut swept = vec![plan(Strategy::MinCut)?];
+    for k in 0..=SWEEP {
+        swept.push(plan(Strategy::Budget(Budget::Fraction(k as f64 / SWEEP as f64)))?);
+    }
+    swept.extend(lowest);
+    let lowest = swept.iter().min_by_key(|c| c.peak()).expect("the sweep is not empty");
+    if lowest.peak() > limit {
+        return Err(unreachable(lowest));
+    }
+    let fits = |c: &Candidate| c.peak() <= limit;
+    let mut best = swept
+        .into_iter()
+        .filter(fits)
+        .min_by_key(|c| (c.partition.recompute_flops, c.peak()))
+        .expect("the lowest peak fits");
+    let (mut lo, mut hi) = (best.partition.saved_bytes, top.partition.saved_bytes.max(best.partition.saved_bytes));
+    while hi > lo + 1 {
+        let mid = lo + (hi - lo) / 2;
+        let c = plan(Strategy::Budget(Budget::Bytes(mid)))?;
+        if fits(&c) {
+            lo = mid;
+            if c.partition.recompute_flops <= best.partition.recompute_flops {
+                best = c;
+            }
+        } else {
+            // Every budget from this plan's own bytes to `mid` gives this plan.
+            hi = c.partition.saved_bytes.max(lo + 1);
+        }
+    }
+    finish(best)
+}
