@@ -247,6 +247,35 @@ proptest! {
         cross_strategy(&g)?;
     }
 
+    /// The heuristic of very large graphs keeps the rules, costs no less than the exact optimum,
+    /// and the bound behind its gap never exceeds it.
+    #[test]
+    fn the_heuristics_bound_is_below_the_optimum(
+        fwd in proptest::collection::vec(node_spec(), 2..14),
+        bwd in proptest::collection::vec(node_spec(), 1..6),
+        regions in proptest::collection::vec((0u8..5).prop_map(|p| (p, None)), 0..3),
+    ) {
+        let g = build(&fwd, &bwd, &regions, false);
+        let model = remat_core::CostModel::default();
+        // Byte budgets: a fraction's limit is itself found by the search.
+        for strategy in STRATEGIES.into_iter().filter(|s| matches!(s.budget(), Some(Budget::Bytes(_)))) {
+            let (Ok(exact), Ok(h)) = (
+                remat_core::partition::partition_with(&g, strategy, &model),
+                remat_core::partition::partition_by_heuristic(&g, strategy, &model),
+            ) else { continue };
+            check(&g, &h).map_err(|err| TestCaseError::fail(format!("{strategy}: {err}")))?;
+            let offload = matches!(strategy, Strategy::BudgetOffload(_));
+            let cost = |q: &remat_core::Partition| {
+                if offload { q.recompute_flops as f64 / model.flops_per_s + q.exposed_transfer_s } else { q.recompute_flops as f64 }
+            };
+            let (opt, heur) = (cost(&exact), cost(&h));
+            prop_assert!(heur + 1e-9 * opt.max(1e-12) >= opt, "{}: heuristic {} below the optimum {}", strategy, heur, opt);
+            let gap = h.optimality_gap.expect("a budget reports its gap");
+            let bound = heur * (1.0 - gap);
+            prop_assert!(bound <= opt * (1.0 + 1e-9) + 1e-12, "{}: bound {} above the optimum {}", strategy, bound, opt);
+        }
+    }
+
     /// A region budget of 1.0 never constrains: whatever partitions without region budgets
     /// partitions with them.
     #[test]

@@ -323,7 +323,15 @@ pub struct Partition {
 /// against the other.
 #[doc(hidden)]
 pub fn partition_by_program(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
-    budget::with_program_only(|| partition_with(g, strategy, model))
+    budget::with_search(budget::Search::Program, || partition_with(g, strategy, model))
+}
+
+/// [`partition_with`], every budget search done by the heuristic the largest graphs get (the
+/// eviction path, with the Lagrangian bound behind its `optimality_gap`): for tests that hold
+/// its plan and bound against the exact optimum.
+#[doc(hidden)]
+pub fn partition_by_heuristic(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
+    budget::with_search(budget::Search::Heuristic, || partition_with(g, strategy, model))
 }
 
 /// Partitions `g` with `strategy` and the default [`CostModel`] (the CPU backend's); regions

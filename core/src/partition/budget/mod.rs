@@ -15,6 +15,7 @@
 //! against a limit still exceeded — and take its first point within every limit. Either way the
 //! saved bytes never rise when the global limit shrinks.
 
+mod bound;
 mod milp;
 
 use super::classify::{closure, counts_bytes, Class};
@@ -444,10 +445,10 @@ impl<'a> Problem<'a> {
         let combos = vars.iter().try_fold(1u64, |acc, (_, o)| acc.checked_mul(o.len() as u64));
         let enumerate = self.candidates.len() <= EXACT_CANDIDATES
             && combos.is_some_and(|c| c.saturating_mul(self.order.len() as u64) <= EXACT_WORK);
-        if enumerate && !force_program() {
+        if enumerate && search() == Search::Auto {
             return self.solve_exact(&vars).map(|(a, o)| (a, o, None));
         }
-        if self.order.len() <= PROGRAM_NODES {
+        if search() == Search::Program || (search() == Search::Auto && self.order.len() <= PROGRAM_NODES) {
             let program = milp::Program::new(self);
             match program.solve(self, PROGRAM_SECONDS) {
                 Ok(found) => return Ok((found.at_hand, found.offloaded, found.bound)),
@@ -457,7 +458,8 @@ impl<'a> Problem<'a> {
                 }
             }
         }
-        self.solve_heuristic().map(|(a, o)| (a, o, Some(0.0)))
+        let (at_hand, offloaded) = self.solve_heuristic()?;
+        Ok((at_hand, offloaded, Some(bound::lower_bound(self))))
     }
 
     /// Why no plan fits, from the program: per limit the fewest bytes any plan keeps under it
@@ -695,20 +697,29 @@ impl<'a> Problem<'a> {
     }
 }
 
+/// Which search decides a budget: the sizes do (`Auto`), or a test asks for one.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Search {
+    Auto,
+    Program,
+    Heuristic,
+}
+
 thread_local! {
-    /// Set by [`with_program_only`]: every budget on this thread goes through the 0-1 program.
-    static PROGRAM_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set by [`with_search`]: the search every budget on this thread goes through.
+    static SEARCH: std::cell::Cell<Search> = const { std::cell::Cell::new(Search::Auto) };
 }
 
-fn force_program() -> bool {
-    PROGRAM_ONLY.with(|f| f.get())
+fn search() -> Search {
+    SEARCH.with(|f| f.get())
 }
 
-/// Runs `f` with every budget search on this thread solved by the 0-1 program, small ones
-/// included — so that tests can hold the program against the enumeration of every combination.
-pub(super) fn with_program_only<T>(f: impl FnOnce() -> T) -> T {
-    PROGRAM_ONLY.with(|flag| {
-        let before = flag.replace(true);
+/// Runs `f` with every budget search on this thread done by `search`, whatever the sizes — so
+/// that tests can hold the program against the enumeration of every combination, and the
+/// heuristic's bound against the program's optimum.
+pub(super) fn with_search<T>(search: Search, f: impl FnOnce() -> T) -> T {
+    SEARCH.with(|flag| {
+        let before = flag.replace(search);
         let out = f();
         flag.set(before);
         out

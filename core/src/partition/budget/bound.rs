@@ -1,0 +1,148 @@
+//! A proven lower bound on a budget problem's least cost, for the plans the exact program is not
+//! run on (very large graphs): the global byte limit is relaxed with a multiplier λ, and the
+//! least `cost + λ·(device bytes − limit)` over plans that keep every other rule is a minimum
+//! cut — so every λ gives a bound, and a few λ give a good one.
+//!
+//! The network, per value `i` the backward may reach: `out_i` on the sink side means reached,
+//! `in_i` on the sink side recomputed. A recompute costs `f_i` (edge source → `in_i`), a value
+//! at hand its device bytes times λ, or its exposed transfer where it may be offloaded, whichever
+//! is less (edge `in_i → out_i`; source → `out_i` for values kept whenever reached). A recomputed
+//! value reaches its inputs (`out_x → in_j`, infinite) and the backward's reads are reached
+//! (`out_i → sink`, infinite). Region limits are dropped, which only lowers the bound. Costs are
+//! in FLOPs (exposed seconds as the FLOPs they compute) and scaled to integers; capacities that
+//! would overflow are cut to the largest integer, which also only lowers the bound.
+
+use super::Problem;
+use crate::partition::maxflow::FlowNetwork;
+use std::time::{Duration, Instant};
+
+/// Integer units per FLOP in the network's capacities.
+const SCALE: f64 = 1024.0;
+/// The most cuts one bound takes, and the time it may spend on them.
+const CUTS: usize = 6;
+const TIME: Duration = Duration::from_secs(1);
+
+/// The best lower bound a few multipliers give on the least cost of `p` within its global limit,
+/// in `p`'s cost units (FLOPs, or seconds under `BudgetOffload`); 0.0 without a global limit.
+pub(super) fn lower_bound(p: &Problem<'_>) -> f64 {
+    if !p.has_global() {
+        return 0.0;
+    }
+    let limit = p.limits[0] as f64;
+    let start = Instant::now();
+    // λ in FLOPs per byte: from the median recompute-per-byte of the candidates, stepped by
+    // factors of four until the cut's bytes straddle the limit, then bisected in log space.
+    let mut ratios: Vec<f64> = p
+        .candidates
+        .iter()
+        .map(|c| p.g.nodes[c.index()].flops as f64 / p.g.nodes[c.index()].bytes.max(1) as f64)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let mut lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
+    let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
+    let mut best = 0.0f64;
+    for k in 0..CUTS {
+        if k > 0 && start.elapsed() > TIME {
+            break;
+        }
+        let (cost, bytes) = cut(p, lambda);
+        best = best.max(cost + lambda * (bytes - limit));
+        if bytes > limit {
+            lo = Some(lambda);
+        } else {
+            hi = Some(lambda);
+        }
+        lambda = match (lo, hi) {
+            (Some(l), Some(h)) => (l * h).sqrt(),
+            (Some(l), None) => l * 4.0,
+            (None, Some(h)) => h / 4.0,
+            (None, None) => lambda,
+        };
+    }
+    let bound = best.max(0.0);
+    if p.off.choose {
+        bound * p.off.s_per_flop
+    } else {
+        bound
+    }
+}
+
+/// The least `cost + λ·device bytes` (FLOPs) over plans that keep every rule but the limits,
+/// and that plan's device bytes.
+fn cut(p: &Problem<'_>, lambda: f64) -> (f64, f64) {
+    let n = p.g.len();
+    let mut candidate = vec![false; n];
+    for &c in &p.candidates {
+        candidate[c.index()] = true;
+    }
+    const SOURCE: u32 = 0;
+    const SINK: u32 = 1;
+    let (mut v_in, mut v_out) = (vec![u32::MAX; n], vec![u32::MAX; n]);
+    let mut count = 2u32;
+    for &i in &p.order {
+        v_out[i] = count;
+        v_in[i] = count + 1;
+        count += 2;
+    }
+    let cap = |x: f64| {
+        let scaled = (x * SCALE).floor();
+        if scaled >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            scaled.max(0.0) as u64
+        }
+    };
+    // A value at hand costs its bytes times λ, or its exposed transfer where offloaded.
+    let keep_cost = |i: usize| {
+        let bytes = if p.limits_of(i).is_empty() { 0.0 } else { lambda * p.g.nodes[i].bytes as f64 };
+        let exposed = p.off.exposed[i] / p.off.s_per_flop;
+        if p.off.fixed[i] {
+            if p.off.choose {
+                exposed
+            } else {
+                0.0
+            }
+        } else if p.off.optional[i] {
+            bytes.min(exposed)
+        } else {
+            bytes
+        }
+    };
+    let mut net = FlowNetwork::new(count as usize);
+    for &i in &p.order {
+        let node = &p.g.nodes[i];
+        let at_hand_possible = candidate[i] || p.base[i];
+        let recompute_possible = candidate[i] || !p.base[i];
+        if recompute_possible {
+            net.add_edge(SOURCE, v_in[i], cap(node.flops as f64));
+            for &x in &node.inputs {
+                if v_out[x.index()] != u32::MAX {
+                    net.add_infinite_edge(v_out[x.index()], v_in[i]);
+                }
+            }
+        } else {
+            net.add_infinite_edge(SOURCE, v_in[i]);
+        }
+        if at_hand_possible {
+            net.add_edge(v_in[i], v_out[i], cap(keep_cost(i)));
+        } else {
+            net.add_infinite_edge(v_in[i], v_out[i]);
+        }
+        if p.reads[i] {
+            net.add_infinite_edge(v_out[i], SINK);
+        }
+    }
+    let value = net.max_flow(SOURCE, SINK) as f64 / SCALE;
+    // The plan of that cut: reached values whose `in` stays on the source side are at hand.
+    let sink = net.sink_side(SINK);
+    let mut bytes = 0.0;
+    for &i in &p.order {
+        let reached = sink[v_out[i] as usize];
+        let recomputed = sink[v_in[i] as usize];
+        let offloaded = p.off.fixed[i] || (p.off.optional[i] && keep_cost(i) < lambda * p.g.nodes[i].bytes as f64);
+        if reached && !recomputed && !offloaded && !p.limits_of(i).is_empty() {
+            bytes += p.g.nodes[i].bytes as f64;
+        }
+    }
+    (value - lambda * bytes, bytes)
+}
