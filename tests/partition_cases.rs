@@ -5,7 +5,7 @@
 use remat::partition::PGraph;
 use remat::prelude::*;
 use remat::zoo::{self, MlpConfig};
-use remat::{Action, Budget, Graph, Op, Reason, Step, Strategy, UnaryOp};
+use remat::{Action, Budget, Graph, Op, Policy, Reason, Step, Strategy, UnaryOp};
 
 const STRATEGIES: [Strategy; 5] = [
     Strategy::Respect,
@@ -279,17 +279,23 @@ fn returns_a_matmul(x: &Tensor, w: &Tensor) -> Tensor {
 }
 
 #[test]
-fn must_recompute_on_a_needed_boundary_value_is_a_conflict() {
+fn must_recompute_on_a_value_read_after_the_region_is_kept_and_reported() {
     let trace = Trace::new();
     let x = trace.param("x", &[4, 4], DType::F32);
     let w = trace.param("w", &[4, 4], DType::F32);
-    // `square` outside the region reads the region's output in the backward.
-    let graph = trace.finish(&returns_a_matmul(&x, &w).square().sum_all()).unwrap();
-    let err = Model::new(graph).unwrap_err().to_string();
-    assert!(err.starts_with("conflicting constraints: %"), "{err}");
-    assert!(err.contains("(matmul in returns_a_matmul#0 at tests/partition_cases.rs:"), "{err}");
-    assert!(err.contains("must_recompute (the policy of region returns_a_matmul#0 for `matmul`)"), "{err}");
-    assert!(err.contains("boundary"), "{err}");
+    // `square` outside the region reads the region's output in the backward: the reader keeps
+    // it (DESIGN.md §4), whatever the producer's region asked of its own op.
+    let out = returns_a_matmul(&x, &w);
+    let graph = trace.finish(&out.square().sum_all()).unwrap();
+    for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.0))] {
+        let model = Model::with_strategy(graph.clone(), strategy).unwrap();
+        let p = model.partition().unwrap();
+        let d = p.decisions.iter().find(|d| Some(d.node) == out.id()).expect("a decision on the matmul");
+        assert_eq!(d.action, Action::Save, "{strategy}");
+        assert_eq!(d.overrode, Some(Policy::MustRecompute), "{strategy}");
+        let report = model.report(None).unwrap();
+        assert!(report.contains("must_recompute applies inside `returns_a_matmul#0`"), "{report}");
+    }
 }
 
 #[test]
