@@ -36,7 +36,7 @@ impl Candidate {
 /// (a plan's own saved bytes less one is the next budget), so the first plan that fits is the
 /// least-recompute plan of the family within the limit, and when none fits the smallest peak of
 /// the whole family is known. Peaks are not monotone in the budget, which is why every plan is
-/// visited. Past [`WALK`] plans it falls back to a sweep and a bisection, the best plan it visits.
+/// visited. Past 400 plans it falls back to a sweep and a bisection, the best plan it visits.
 pub fn partition_for_peak(joint: &JointGraph, pg: &PGraph, limit: u64, model: &CostModel) -> Result<(Partition, Plan)> {
     let n = joint.n_forward();
     let plan = |strategy: Strategy| -> Result<Candidate> {

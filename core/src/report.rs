@@ -195,7 +195,7 @@ impl<'a> Report<'a> {
             p.exposed_transfer_s * 1e3
         );
         match p.optimality_gap {
-            Some(gap) if gap == 0.0 => out += "budget search: optimal (gap 0 to the proven lower bound)\n",
+            Some(0.0) => out += "budget search: optimal (gap 0 to the proven lower bound)\n",
             Some(gap) => {
                 let _ = writeln!(
                     out,

@@ -320,7 +320,7 @@ pub struct Partition {
 
 /// [`partition_with`], every budget search solved by the exact 0-1 program however small (the
 /// enumeration of every combination otherwise takes the smallest): for tests that hold one
-/// against the other.
+/// against the other. Built without the `exact` feature, the eviction path answers instead.
 #[doc(hidden)]
 pub fn partition_by_program(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
     budget::with_search(budget::Search::Program, || partition_with(g, strategy, model))

@@ -16,6 +16,7 @@
 //! saved bytes never rise when the global limit shrinks.
 
 mod bound;
+#[cfg(all(feature = "exact", not(trybuild)))]
 mod milp;
 
 use super::classify::{closure, counts_bytes, Class};
@@ -122,6 +123,7 @@ const EXACT_WORK: u64 = 1 << 22;
 /// eviction path, with the bound it proves.
 const PROGRAM_NODES: usize = 200_000;
 /// Seconds the 0-1 program may run; past them its best plan stands, with its proven bound.
+#[cfg_attr(not(all(feature = "exact", not(trybuild))), allow(dead_code))]
 const PROGRAM_SECONDS: f64 = 60.0;
 
 /// A plan of the search: what is at hand, what is offloaded, and a proven lower bound on its cost
@@ -449,21 +451,37 @@ impl<'a> Problem<'a> {
             return self.solve_exact(&vars).map(|(a, o)| (a, o, None));
         }
         if search() == Search::Program || (search() == Search::Auto && self.order.len() <= PROGRAM_NODES) {
-            let program = milp::Program::new(self);
-            match program.solve(self, PROGRAM_SECONDS) {
-                Ok(found) => return Ok((found.at_hand, found.offloaded, found.bound)),
-                Err(milp::Unsolved::Infeasible) => return Err(self.infeasible(&program)),
-                Err(milp::Unsolved::Failed(why)) => {
-                    log::warn!("the exact budget program failed ({why}): the eviction path decides")
-                }
+            if let Some(answer) = self.solve_program() {
+                return answer;
             }
         }
         let (at_hand, offloaded) = self.solve_heuristic()?;
         Ok((at_hand, offloaded, Some(bound::lower_bound(self))))
     }
 
+    /// The exact 0-1 program's answer, or `None` where it failed (the eviction path decides).
+    #[cfg(all(feature = "exact", not(trybuild)))]
+    fn solve_program(&self) -> Option<std::result::Result<Solved, Infeasible>> {
+        let program = milp::Program::new(self);
+        match program.solve(self, PROGRAM_SECONDS) {
+            Ok(found) => Some(Ok((found.at_hand, found.offloaded, found.bound))),
+            Err(milp::Unsolved::Infeasible) => Some(Err(self.infeasible(&program))),
+            Err(milp::Unsolved::Failed(why)) => {
+                log::warn!("the exact budget program failed ({why}): the eviction path decides");
+                None
+            }
+        }
+    }
+
+    /// Built without the `exact` feature: the eviction path decides.
+    #[cfg(not(all(feature = "exact", not(trybuild))))]
+    fn solve_program(&self) -> Option<std::result::Result<Solved, Infeasible>> {
+        None
+    }
+
     /// Why no plan fits, from the program: per limit the fewest bytes any plan keeps under it
     /// alone, and the fewest global bytes within the region limits.
+    #[cfg(all(feature = "exact", not(trybuild)))]
     fn infeasible(&self, program: &milp::Program) -> Infeasible {
         let least = (0..self.limits.len())
             .map(|k| program.least_bytes(self, k, false, PROGRAM_SECONDS).unwrap_or(u64::MAX))
