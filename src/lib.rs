@@ -278,3 +278,35 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/policies.md")]
+struct PoliciesMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/strategies.md")]
+struct StrategiesMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/offload.md")]
+struct OffloadMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/reports.md")]
+struct ReportsMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+struct CliMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/ops.md")]
+struct OpsMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/performance.md")]
+struct PerformanceMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/gpu.md")]
+struct GpuMd;

@@ -4,7 +4,7 @@
 
 use crate::dtype::DType;
 use crate::op::{AttnLayout, BinaryOp, CompareOp, Op, ReduceOp, UnaryOp};
-use crate::trace::Tensor;
+use crate::tensor::Tensor;
 
 macro_rules! unary_methods {
     ($( $(#[$doc:meta])* $name:ident => $op:expr; )*) => {

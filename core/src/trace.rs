@@ -1,4 +1,4 @@
-//! Tracing: recording ops on [`Tensor`] handles into a tagged [`Graph`].
+//! Tracing: recording ops on [`Tensor`](crate::Tensor) handles into a tagged [`Graph`].
 //!
 //! A [`Trace`] owns the graph being recorded. Tensors are cheap handles (a node id and the
 //! trace). Recording checks shapes and dtypes at once; an error does not panic and does not stop
@@ -12,9 +12,9 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 use crate::host::HostTensor;
 use crate::op::{Init, Op};
-use crate::policy::{Policy, PolicySource};
 use crate::region::active_regions;
 use crate::shape::fmt_shape;
+use crate::tensor::Tensor;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -41,7 +41,7 @@ pub(crate) type Shared = Rc<RefCell<TraceState>>;
 /// assert_eq!(graph.params().len(), 1);
 /// ```
 pub struct Trace {
-    state: Shared,
+    pub(crate) state: Shared,
 }
 
 impl Default for Trace {
@@ -179,7 +179,7 @@ impl Trace {
 }
 
 impl TraceState {
-    fn fail(&mut self, op: &'static str, loc: SrcLoc, message: String) {
+    pub(crate) fn fail(&mut self, op: &'static str, loc: SrcLoc, message: String) {
         let location = loc.to_string();
         self.errors.push(Error::Trace { op, message, location, more: 0 });
     }
@@ -195,7 +195,7 @@ impl TraceState {
 
     /// The region of this graph for the innermost open instance, registering open instances
     /// (outermost first, so parents precede children) on first use.
-    fn current_region(&mut self) -> Option<(RegionId, &'static crate::region::RegionSpec)> {
+    pub(crate) fn current_region(&mut self) -> Option<(RegionId, &'static crate::region::RegionSpec)> {
         let open = active_regions();
         let mut parent = None;
         for active in &open {
@@ -220,165 +220,18 @@ impl TraceState {
 }
 
 /// Appends a node with known shape and tags it with the innermost open region.
-fn record_node(state: &Shared, op: Op, inputs: Vec<NodeId>, shape: Vec<usize>, dtype: DType, loc: SrcLoc) -> NodeId {
+pub(crate) fn record_node(
+    state: &Shared,
+    op: Op,
+    inputs: Vec<NodeId>,
+    shape: Vec<usize>,
+    dtype: DType,
+    loc: SrcLoc,
+) -> NodeId {
     let mut st = state.borrow_mut();
     let tag = st.current_region().map(|(region, spec)| {
         let (policy, source) = spec.policy.resolve(op.kind(), None);
         Tag { region, policy, source }
     });
     st.graph.push(Node { op, inputs, shape, dtype, tag, name: None, loc: Some(loc) })
-}
-
-/// A value in a trace: a handle to one node. Cloning is cheap.
-#[derive(Clone)]
-pub struct Tensor {
-    pub(crate) state: Shared,
-    /// `None` when an earlier error poisoned this value.
-    pub(crate) id: Option<NodeId>,
-}
-
-impl std::fmt::Debug for Tensor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.id {
-            Some(id) => f.write_str(&self.state.borrow().graph.describe(id)),
-            None => f.write_str("<poisoned tensor>"),
-        }
-    }
-}
-
-impl Tensor {
-    /// The node, or `None` if an earlier error poisoned this value.
-    pub fn id(&self) -> Option<NodeId> {
-        self.id
-    }
-
-    /// The shape (empty for a poisoned tensor).
-    pub fn shape(&self) -> Vec<usize> {
-        self.id.map_or_else(Vec::new, |id| self.state.borrow().graph.node(id).shape.clone())
-    }
-
-    /// The number of axes.
-    pub fn rank(&self) -> usize {
-        self.shape().len()
-    }
-
-    /// The dtype (f32 for a poisoned tensor).
-    pub fn dtype(&self) -> DType {
-        self.id.map_or(DType::F32, |id| self.state.borrow().graph.node(id).dtype)
-    }
-
-    /// The tag of this value's node, if recorded inside a region.
-    pub fn tag(&self) -> Option<Tag> {
-        self.id.and_then(|id| self.state.borrow().graph.node(id).tag)
-    }
-
-    /// Names the value (like JAX's `checkpoint_name`): shown in reports, and matched by a
-    /// region's `save_names` policy.
-    #[track_caller]
-    pub fn name(&self, name: &str) -> Tensor {
-        if let Some(id) = self.id {
-            let mut st = self.state.borrow_mut();
-            let regions_spec = st.graph.node(id).tag.and_then(|t| st.graph.region(t.region).spec.map(|s| (t, s)));
-            let node = st.graph.node_mut(id);
-            node.name = Some(name.to_string());
-            if let Some((tag, spec)) = regions_spec {
-                if tag.source != PolicySource::Statement {
-                    let (policy, source) = spec.policy.resolve(node.op.kind(), Some(name));
-                    node.tag = Some(Tag { policy, source, ..tag });
-                }
-            }
-        }
-        self.clone()
-    }
-
-    /// Overrides the policy of this value's node, as `#[save]` / `#[recompute]` do.
-    ///
-    /// The value must have been computed inside the open region (a statement attribute speaks
-    /// for the value its statement computes); otherwise the trace records an error.
-    #[track_caller]
-    pub fn set_policy(&self, policy: Policy) -> Tensor {
-        let loc = SrcLoc::from_caller(std::panic::Location::caller());
-        if let Some(id) = self.id {
-            let mut st = self.state.borrow_mut();
-            let current = st.current_region().map(|(r, _)| r);
-            let node = st.graph.node(id);
-            let op = node.op.name();
-            match (node.tag, current) {
-                (Some(tag), Some(region)) if tag.region == region => {
-                    st.graph.node_mut(id).tag = Some(Tag { policy, source: PolicySource::Statement, ..tag });
-                }
-                _ => st.fail(
-                    op,
-                    loc,
-                    format!("`{policy}` applies to a value computed in this region, but {id} was computed outside it"),
-                ),
-            }
-        }
-        self.clone()
-    }
-
-    /// Records `op` applied to `self` and `others`.
-    #[track_caller]
-    pub(crate) fn apply(&self, op: Op, others: &[&Tensor]) -> Tensor {
-        let loc = SrcLoc::from_caller(std::panic::Location::caller());
-        let mut ids = Vec::with_capacity(others.len() + 1);
-        for t in std::iter::once(self).chain(others.iter().copied()) {
-            if !Rc::ptr_eq(&t.state, &self.state) {
-                self.state.borrow_mut().fail(op.name(), loc, "operands belong to different traces".into());
-                return self.poisoned();
-            }
-            match t.id {
-                Some(id) => ids.push(id),
-                None => return self.poisoned(),
-            }
-        }
-        let inferred = self.state.borrow().graph.infer(&op, &ids);
-        match inferred {
-            Ok((shape, dtype)) => {
-                let op = match op {
-                    Op::Dropout { p, seed, .. } => Op::Dropout { p, seed, key: self.state.borrow().graph.len() as u64 },
-                    op => op,
-                };
-                let id = record_node(&self.state, op, ids, shape, dtype, loc);
-                Tensor { state: self.state.clone(), id: Some(id) }
-            }
-            Err(message) => {
-                let mut st = self.state.borrow_mut();
-                let shapes: Vec<String> = ids
-                    .iter()
-                    .map(|&i| format!("{} {}", fmt_shape(&st.graph.node(i).shape), st.graph.node(i).dtype))
-                    .collect();
-                let message = format!("{message} (inputs: {})", shapes.join(", "));
-                st.fail(op.name(), loc, message);
-                drop(st);
-                self.poisoned()
-            }
-        }
-    }
-
-    /// [`Trace::arange`] on this tensor's trace, for model code that holds tensors but not the
-    /// trace (positions, causal masks).
-    #[track_caller]
-    pub fn arange_like(&self, start: f64, step: f64, len: usize, dtype: DType) -> Tensor {
-        Trace { state: self.state.clone() }.arange(start, step, len, dtype)
-    }
-
-    /// [`Trace::constant_from`] on this tensor's trace.
-    #[track_caller]
-    pub fn constant_like(&self, name: &str, value: HostTensor) -> Tensor {
-        Trace { state: self.state.clone() }.constant_from(name, value)
-    }
-
-    fn poisoned(&self) -> Tensor {
-        Tensor { state: self.state.clone(), id: None }
-    }
-
-    /// A scalar constant of this tensor's dtype (for `x * 0.5` and friends).
-    #[track_caller]
-    pub(crate) fn scalar(&self, value: f64) -> Tensor {
-        let loc = SrcLoc::from_caller(std::panic::Location::caller());
-        let dtype = self.dtype();
-        let id = record_node(&self.state, Op::Constant { value }, vec![], vec![], dtype, loc);
-        Tensor { state: self.state.clone(), id: Some(id) }
-    }
 }

@@ -11,7 +11,8 @@ use crate::host::HostTensor;
 use crate::model::Feeds;
 use crate::op::{AttnLayout, Init};
 use crate::rng;
-use crate::trace::{Tensor, Trace};
+use crate::tensor::Tensor;
+use crate::trace::Trace;
 
 /// A multi-layer perceptron classifier: `relu(x·w + b)` per hidden layer, cross-entropy loss.
 #[derive(Clone, Debug)]

@@ -26,14 +26,14 @@ mod evaluate;
 mod maxflow;
 mod mincut;
 pub mod offload;
-mod view;
+mod pgraph;
 
 pub use check::check;
 pub use classify::counts_bytes;
 pub use evaluate::{evaluate, Evaluation};
 pub use maxflow::FlowNetwork;
 pub use offload::{exposed_times, CostModel};
-pub use view::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
+pub use pgraph::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
 
 use crate::error::Result;
 use crate::graph::{NodeId, RegionId};
