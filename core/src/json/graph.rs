@@ -277,5 +277,5 @@ pub(super) fn to_text(g: &Graph) -> String {
     }
     lists.push(("nodes", nodes.collect()));
     let outputs: Vec<u32> = g.outputs().iter().map(|o| o.0).collect();
-    super::layout(super::GRAPH_FORMAT, &lists, &[("outputs", spaced(&outputs))])
+    super::layout(super::GRAPH_FORMAT, lists, vec![("outputs", spaced(&outputs))])
 }

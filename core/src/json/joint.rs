@@ -375,6 +375,6 @@ pub(super) fn to_text(g: &PGraph) -> String {
     }
     lists.push(("nodes", nodes.collect()));
     let ids = |list: &[NodeId]| spaced(&list.iter().map(|&i| g.node(i).id.to_json()).collect::<Vec<_>>());
-    let tail = [("forward_outputs", ids(&g.forward_outputs)), ("backward_outputs", ids(&g.backward_outputs))];
-    super::layout(super::JOINT_FORMAT, &lists, &tail)
+    let tail = vec![("forward_outputs", ids(&g.forward_outputs)), ("backward_outputs", ids(&g.backward_outputs))];
+    super::layout(super::JOINT_FORMAT, lists, tail)
 }

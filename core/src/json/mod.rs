@@ -389,18 +389,37 @@ pub(crate) fn spaced<T: Serialize + ?Sized>(value: &T) -> String {
     String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
-/// Lays out a document: header fields, then each list with one item a line.
-fn layout(format: &str, lists: &[(&str, Vec<String>)], tail: &[(&str, String)]) -> String {
-    let mut out = format!("{{\n  \"format\": \"{format}\",\n  \"version\": {VERSION}");
-    for (key, items) in lists {
-        if items.is_empty() {
-            out += &format!(",\n  \"{key}\": []");
-        } else {
-            out += &format!(",\n  \"{key}\": [\n    {}\n  ]", items.join(",\n    "));
+/// A field of a laid-out JSON object: one serialized value, or a list with one item a line.
+pub(crate) enum Field {
+    Value(String),
+    Lines(Vec<String>),
+}
+
+/// A JSON object with one field a line, and each `Lines` list with one item a line (every
+/// value and item already serialized by serde).
+pub(crate) fn object(fields: Vec<(&str, Field)>) -> String {
+    let mut out = String::from("{");
+    for (k, (key, field)) in fields.into_iter().enumerate() {
+        out += if k == 0 { "\n  " } else { ",\n  " };
+        out += &spaced(key);
+        out += ": ";
+        match field {
+            Field::Value(v) => out += &v,
+            Field::Lines(items) if items.is_empty() => out += "[]",
+            Field::Lines(items) => {
+                out += "[\n    ";
+                out += &items.join(",\n    ");
+                out += "\n  ]";
+            }
         }
     }
-    for (key, value) in tail {
-        out += &format!(",\n  \"{key}\": {value}");
-    }
     out + "\n}\n"
+}
+
+/// Lays out a document: header fields, then each list with one item a line.
+fn layout(format: &str, lists: Vec<(&str, Vec<String>)>, tail: Vec<(&str, String)>) -> String {
+    let mut fields = vec![("format", Field::Value(spaced(format))), ("version", Field::Value(VERSION.to_string()))];
+    fields.extend(lists.into_iter().map(|(key, items)| (key, Field::Lines(items))));
+    fields.extend(tail.into_iter().map(|(key, value)| (key, Field::Value(value))));
+    object(fields)
 }

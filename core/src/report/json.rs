@@ -1,0 +1,101 @@
+//! The report as JSON, written with serde.
+
+use super::{reason_code, Report};
+use crate::graph::NodeId;
+use crate::json::{object, spaced, Field};
+use crate::partition::{Action, Decision, Reason};
+use crate::policy::Policy;
+use serde::Serialize;
+
+impl Report<'_> {
+    /// The partition as JSON: `strategy`, `saved` (the saved values, what is held anyway apart),
+    /// `held` (the inputs, parameters and forward outputs the backward reads), `recomputed`,
+    /// `saved_bytes` (what is held anyway excluded), `held_bytes`, `recompute_flops`, `decisions`
+    /// (`id`, `action`, `reason` code, `why` text, and `overrode`, `region`, `grad_of` or `view`
+    /// where they apply), `warnings`, and the peaks when given. Ids are the document's own.
+    pub fn json(&self) -> String {
+        let (g, p) = (self.graph, self.partition);
+        let (saved, resident) = self.kept();
+        let ids = |list: &[NodeId]| {
+            let ids: Vec<serde_json::Value> = list.iter().map(|&i| g.node(i).id.to_json()).collect();
+            Field::Value(spaced(&ids))
+        };
+        let decisions = p.decisions.iter().map(|d| spaced(&self.decision_out(d))).collect();
+        let mut fields = vec![
+            ("strategy", value(&p.strategy.to_string())),
+            ("saved", ids(&saved)),
+            ("held", ids(&resident)),
+            ("offloaded", ids(&self.offloaded())),
+            ("recomputed", ids(&p.recomputed)),
+            ("saved_bytes", value(&p.saved_bytes)),
+            ("held_bytes", value(&p.held_bytes)),
+            ("host_bytes", value(&p.host_bytes)),
+            ("bytes_to_host", value(&p.host_bytes)),
+            ("bytes_to_device", value(&p.host_bytes)),
+            ("exposed_transfer_s", value(&p.exposed_transfer_s)),
+            ("recompute_flops", value(&p.recompute_flops)),
+        ];
+        if let Some(gap) = p.optimality_gap {
+            fields.push(("optimality_gap", value(&gap)));
+        }
+        fields.push(("decisions", Field::Lines(decisions)));
+        fields.push(("warnings", value(&p.warnings)));
+        let peaks = [
+            ("planned_peak", self.planned_peak),
+            ("measured_peak", self.measured_peak),
+            ("planned_host_peak", self.planned_host_peak),
+            ("measured_host_peak", self.measured_host_peak),
+        ];
+        fields.extend(peaks.into_iter().filter_map(|(key, b)| Some((key, value(&b?)))));
+        object(fields)
+    }
+
+    fn decision_out(&self, d: &Decision) -> DecisionOut {
+        let g = self.graph;
+        let id = |i: NodeId| Some(g.node(i).id.to_json());
+        let (region, grad_of, view) = match d.reason {
+            Reason::ReadByRegion(r) | Reason::RegionBudget(r) => (Some(g.regions[r.index()].key), None, None),
+            Reason::ReadByGradient(u) => (None, id(u), None),
+            Reason::ViewBase(v) => (None, None, id(v)),
+            _ => (None, None, None),
+        };
+        DecisionOut {
+            id: g.node(d.node).id.to_json(),
+            action: match d.action {
+                Action::Save => "save",
+                Action::Recompute => "recompute",
+                Action::Offload => "offload",
+            },
+            reason: reason_code(d.reason),
+            why: self.why(d),
+            region,
+            grad_of,
+            view,
+            overrode: d.overrode.map(Policy::name),
+            offload: d.offload.map(|o| o.describe(g)),
+        }
+    }
+}
+
+/// One decision of the JSON report; the optional fields only where they apply.
+#[derive(Serialize)]
+struct DecisionOut {
+    id: serde_json::Value,
+    action: &'static str,
+    reason: &'static str,
+    why: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    region: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grad_of: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    view: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    overrode: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offload: Option<String>,
+}
+
+fn value<T: Serialize + ?Sized>(v: &T) -> Field {
+    Field::Value(spaced(v))
+}
