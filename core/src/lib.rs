@@ -8,6 +8,7 @@
 
 pub mod autodiff;
 pub mod backend;
+mod cpu_features;
 mod dtype;
 mod error;
 mod exec;

@@ -33,11 +33,11 @@ pub const LANES: usize = 32;
 pub fn philox_lanes(first: u64, key: u64, seed: [u32; 2]) -> [[u32; LANES]; 4] {
     #[cfg(target_arch = "x86_64")]
     {
-        if crate::backend::cpu::kernels::simd::avx512() {
+        if crate::cpu_features::avx512() {
             // SAFETY: the CPU has AVX-512 F (checked just above).
             return unsafe { philox_lanes_avx512(first, key, seed) };
         }
-        if crate::backend::cpu::kernels::simd::avx2() {
+        if crate::cpu_features::avx2() {
             // SAFETY: the CPU has AVX2 (checked just above).
             return unsafe { philox_lanes_avx2(first, key, seed) };
         }
@@ -258,7 +258,7 @@ mod tests {
                     // SAFETY: the CPU has AVX2.
                     assert_eq!(unsafe { philox_lanes_avx2(first, key, seed) }, lanes, "AVX2 rounds");
                 }
-                // Detected directly, not through `simd::avx512()`, so that a test lowering the
+                // Detected directly, not through `crate::cpu_features::avx512()`, so that a test lowering the
                 // kernels' width cap meanwhile cannot skip this path.
                 if std::is_x86_feature_detected!("avx512f") {
                     // SAFETY: the CPU has AVX-512 F.

@@ -6,13 +6,13 @@
 //! from that log-sum-exp: `dq` by query block, `dk` and `dv` by key block, so every output block
 //! is written by one thread and no reduction crosses threads. Within a block pair the products
 //! are small GEMMs (`matrixmultiply`); the row loops between them (mask, scale, exponentials,
-//! sums) are compiled eight lanes wide ([`simd::wide_fn!`]) with a vectorisable `exp`. Blocks are
+//! sums) are compiled eight lanes wide ([`crate::cpu_features::wide_fn!`]) with a vectorisable `exp`. Blocks are
 //! spread over the kernels' threads; each is computed in a fixed order, so results do not depend
 //! on the thread count. Operands are head-major (one attention's rows back to back) or
 //! token-major (`[.., t, heads, d]`: an attention's rows `heads · d` apart); the block products
 //! read either by strides ([`Dims::row`]), so both layouts compute the same bits.
 
-use super::{finish, simd, Float, KernelCall};
+use super::{finish, pool, simd, Float, KernelCall};
 use crate::error::Result;
 use crate::host::HostTensor;
 use crate::op::{AttnDims, AttnLayout};
@@ -110,7 +110,7 @@ fn mm<T: Float>(
 }
 
 /// A vector of the given chunk lengths' total, each chunk zeroed and then passed to
-/// `f(unit, chunk)` on the kernels' threads (`simd::threads`, the long-lived pool), units
+/// `f(unit, chunk)` on the kernels' threads (`pool::threads`, the long-lived pool), units
 /// claimed as threads get free (causal blocks grow with their index). Each chunk is zeroed by
 /// the thread that fills it, so it is in that thread's cache, and no pass runs before the units.
 fn parallel_units<T: Float>(lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) -> Vec<T> {
@@ -131,11 +131,11 @@ fn parallel_units<T: Float>(lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) 
         // layout of `T`.
         f(u, unsafe { &mut *(chunk as *mut [MaybeUninit<T>] as *mut [T]) })
     };
-    let threads = simd::threads().min(chunks.len());
+    let threads = pool::threads().min(chunks.len());
     if threads <= 1 {
         chunks.into_iter().for_each(run);
     } else {
-        simd::par_tasks(chunks, threads, run);
+        pool::par_tasks(chunks, threads, run);
     }
     // SAFETY: the chunks cover `0..n`, and each was initialised above.
     unsafe { out.set_len(n) };
@@ -166,7 +166,7 @@ fn row_max<T: Float>(row: &[T]) -> T {
     simd::lane_max_by::<T, 16>(row, |m, v| if v > m { v } else { m })
 }
 
-simd::wide_fn! {
+crate::cpu_features::wide_fn! {
     #[allow(clippy::too_many_arguments)]
     /// One block `s` (`rows × kn`, query rows from `first_row`, keys from `kj`) of the online
     /// softmax: scales the visible scores, updates each row's running maximum `m` in place,
@@ -199,7 +199,7 @@ simd::wide_fn! {
     }
 }
 
-simd::wide_fn! {
+crate::cpu_features::wide_fn! {
     #[allow(clippy::too_many_arguments)]
     /// One block of the backward (`rows × kn`, query rows from `first_row`, keys from `kj`):
     /// `p = exp(scale·s − lse)` over the visible keys (0 past them) into `p`, and
@@ -221,7 +221,7 @@ simd::wide_fn! {
     }
 }
 
-simd::wide_fn! {
+crate::cpu_features::wide_fn! {
     /// `out += x · scale`.
     fn add_scaled<[T: Float]>[T](out: &mut [T], x: &[T], scale: T) -> () {
         out.iter_mut().zip(x).for_each(|(o, &v)| *o += v * scale);

@@ -1,9 +1,9 @@
 //! Elementwise kernels: broadcasting binary ops, unary ops, their pointwise gradients,
 //! dropout and casts.
 
-use super::simd;
 use super::strided::{coalesce, row_offsets};
 use super::{finish, node_err, Float, KernelCall};
+use super::{pool, simd};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::{HostData, HostTensor};
@@ -37,10 +37,10 @@ pub(super) fn broadcast_zip<T: Float>(
     };
     // SAFETY: chunks hold whole rows (`par_fill` splits at multiples of `inner`, and the output
     // is `rows · inner` long), and `broadcast_rows` writes every element of each row.
-    unsafe { simd::par_fill(out_shape.iter().product(), inner, fill) }
+    unsafe { pool::par_fill(out_shape.iter().product(), inner, fill) }
 }
 
-simd::wide_fn! {
+crate::cpu_features::wide_fn! {
     #[allow(clippy::too_many_arguments)]
     /// Rows of [`broadcast_zip`]: `out` holds consecutive rows of `inner` elements, row `i`
     /// reading `a` from `rows_a[i]` and `b` from `rows_b[i]` with inner steps `steps`. Writes
@@ -293,14 +293,14 @@ pub(super) fn dropout<T: Float>(
         dropout_loop(&xv[at..at + o.len()], o, at / DROPOUT_SPAN, key, philox_key, threshold, keep_prob)
     };
     // SAFETY: `dropout_loop` writes every element of its output chunk.
-    let out = unsafe { simd::par_fill_min(xv.len(), DROPOUT_SPAN, simd::HEAVY_PAR_MIN, fill) };
+    let out = unsafe { pool::par_fill_min(xv.len(), DROPOUT_SPAN, pool::HEAVY_PAR_MIN, fill) };
     finish(call, out)
 }
 
 /// Elements per group of `rng::LANES` Philox blocks (four words each).
 const DROPOUT_SPAN: usize = 4 * rng::LANES;
 
-simd::wide_fn! {
+crate::cpu_features::wide_fn! {
     /// The body of [`dropout`] for `xv`, which starts at group `first_group`: `rng::LANES`
     /// Philox blocks at a time, element `4·block + w` taking word `w` of its block.
     /// Writes every element of `out` (as long as `xv`).

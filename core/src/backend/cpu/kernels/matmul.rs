@@ -1,13 +1,14 @@
 //! Batched matrix products through `matrixmultiply`.
 //!
 //! Threading is remat's own (`matrixmultiply` is built without its `threading` feature): one
-//! large product is split by rows of the output over the kernels' threads (`simd::threads`:
+//! large product is split by rows of the output over the kernels' threads (`pool::threads`:
 //! the CPUs the process may use, capped by `MATMUL_NUM_THREADS`), when each thread gets enough
 //! work. Batches of small products, which `matrixmultiply` would run on
-//! one thread, are spread over the kernels' threads (`simd::threads`) here instead, when each
+//! one thread, are spread over the kernels' threads (`pool::threads`) here instead, when each
 //! thread gets enough work.
 //! Broadcast batch operands are never copied: their batch stride is 0.
 
+use super::pool;
 use super::{finish, node_err, Float, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -53,7 +54,7 @@ fn batched<T: Float>(
     alpha: T,
     t: Trans,
 ) -> Vec<T> {
-    batched_on(super::simd::threads(), a, b, a_shape, b_shape, out_shape, alpha, t)
+    batched_on(pool::threads(), a, b, a_shape, b_shape, out_shape, alpha, t)
 }
 
 /// [`batched`] on up to `cpus` threads.
@@ -132,7 +133,7 @@ fn batched_on<T: Float>(
                     tasks.push((q, b * per, part));
                 }
             }
-            super::simd::par_tasks(tasks, threads, |(q, r0, part)| rows(q, r0, part));
+            pool::par_tasks(tasks, threads, |(q, r0, part)| rows(q, r0, part));
         }
         // SAFETY: every product wrote all its rows into the `total` reserved elements.
         unsafe { out.set_len(total) };
@@ -145,7 +146,7 @@ fn batched_on<T: Float>(
     } else {
         let per = batches.div_ceil(threads * 4).max(1);
         let tasks: Vec<_> = spare.chunks_mut(per * m * n).enumerate().map(|(t, c)| (t * per, c)).collect();
-        super::simd::par_tasks(tasks, threads, |(first, chunk)| run(first, chunk));
+        pool::par_tasks(tasks, threads, |(first, chunk)| run(first, chunk));
     }
     // SAFETY: every product wrote all its elements into the `total` reserved ones.
     unsafe { out.set_len(total) };

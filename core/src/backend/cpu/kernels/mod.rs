@@ -17,6 +17,7 @@ mod layout;
 mod matmul;
 mod nn;
 mod norm;
+pub(crate) mod pool;
 mod reduce;
 pub(crate) mod simd;
 mod strided;
@@ -488,8 +489,8 @@ mod tests {
 /// with sizes that split over threads and leave loop remainders.
 #[cfg(test)]
 mod widths {
-    use super::simd::WIDTH_CAP;
     use super::testutil::*;
+    use crate::cpu_features::WIDTH_CAP;
     use crate::host::HostTensor;
     use crate::op::{AttnLayout, BinaryOp, Op, UnaryOp};
     use std::sync::atomic::Ordering;

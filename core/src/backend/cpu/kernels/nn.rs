@@ -1,7 +1,7 @@
 //! Row-wise network ops over the last axis: softmax, log-softmax, layer norm, cross-entropy,
 //! their gradients, and the embedding gather and its scatter-add gradient.
 
-use super::{finish, finish_raw, ids, node_err, per_elem, simd, Elem, Float, KernelCall};
+use super::{finish, finish_raw, ids, node_err, per_elem, pool, simd, Elem, Float, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
@@ -39,7 +39,7 @@ pub(super) fn softmax<T: Float>(call: &KernelCall<'_>, x: &HostTensor, log: bool
         }
         return finish(call, out);
     }
-    simd::wide_fn! {
+    crate::cpu_features::wide_fn! {
     fn rows<[T: Float]>[T](out: &mut [T], xv: &[T], d: usize) -> () {
         for (row, o) in xv.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
             let max = simd::lane_max(row);
@@ -55,7 +55,7 @@ pub(super) fn softmax<T: Float>(call: &KernelCall<'_>, x: &HostTensor, log: bool
     }
     }
     let mut out = vec![T::ZERO; xv.len()];
-    simd::par_rows(&mut out, d, |at, o| rows(o, &xv[at..at + o.len()], d));
+    pool::par_rows(&mut out, d, |at, o| rows(o, &xv[at..at + o.len()], d));
     finish(call, out)
 }
 
@@ -76,7 +76,7 @@ pub(super) fn softmax_grad<T: Float>(
         }
         return finish(call, out);
     }
-    simd::wide_fn! {
+    crate::cpu_features::wide_fn! {
         fn rows<[T: Float]>[T](out: &mut [T], yv: &[T], gv: &[T], d: usize) -> () {
             for ((yr, gr), o) in yv.chunks_exact(d).zip(gv.chunks_exact(d)).zip(out.chunks_exact_mut(d)) {
                 let dot = simd::lane_sum2(yr, gr, |y, g| y * g);
@@ -87,7 +87,7 @@ pub(super) fn softmax_grad<T: Float>(
         }
     }
     let mut out = vec![T::ZERO; yv.len()];
-    simd::par_rows(&mut out, d, |at, o| {
+    pool::par_rows(&mut out, d, |at, o| {
         let span = at..at + o.len();
         rows(o, &yv[span.clone()], &gv[span], d)
     });
@@ -107,7 +107,7 @@ fn moments<T: Float>(row: &[T], eps: T) -> (T, T) {
 pub(super) fn layer_norm<T: Float>(call: &KernelCall<'_>, x: &HostTensor, eps: f64) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let d = row_len(x.shape());
-    simd::wide_fn! {
+    crate::cpu_features::wide_fn! {
         fn rows<[T: Float]>[T](out: &mut [MaybeUninit<T>], xv: &[T], d: usize, eps: T) -> () {
             for (row, o) in xv.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
                 let (mean, rstd) = moments(row, eps);
@@ -121,7 +121,7 @@ pub(super) fn layer_norm<T: Float>(call: &KernelCall<'_>, x: &HostTensor, eps: f
     let fill = |at: usize, o: &mut [MaybeUninit<T>]| rows(o, &xv[at..at + o.len()], d, T::of(eps));
     // SAFETY: chunks are whole rows (`par_fill_min` splits at multiples of `d`, and `xv` is rows
     // of `d`), and `rows` writes every element of each.
-    let out = unsafe { simd::par_fill_min(xv.len(), d, simd::HEAVY_PAR_MIN, fill) };
+    let out = unsafe { pool::par_fill_min(xv.len(), d, pool::HEAVY_PAR_MIN, fill) };
     finish(call, out)
 }
 
@@ -134,7 +134,7 @@ pub(super) fn layer_norm_grad<T: Float>(
 ) -> Result<HostTensor> {
     let (xv, gv) = (T::read(x.data()), T::read(g.data()));
     let d = row_len(x.shape());
-    simd::wide_fn! {
+    crate::cpu_features::wide_fn! {
         fn rows<[T: Float]>[T](out: &mut [MaybeUninit<T>], xv: &[T], gv: &[T], d: usize, eps: T) -> () {
             let n = T::of(d as f64);
             for ((xr, gr), o) in xv.chunks_exact(d).zip(gv.chunks_exact(d)).zip(out.chunks_exact_mut(d)) {
@@ -152,7 +152,7 @@ pub(super) fn layer_norm_grad<T: Float>(
         rows(o, &xv[span.clone()], &gv[span], d, T::of(eps))
     };
     // SAFETY: as in `layer_norm`: whole rows, each element written.
-    let out = unsafe { simd::par_fill_min(xv.len(), d, simd::HEAVY_PAR_MIN, fill) };
+    let out = unsafe { pool::par_fill_min(xv.len(), d, pool::HEAVY_PAR_MIN, fill) };
     finish(call, out)
 }
 
