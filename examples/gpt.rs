@@ -17,6 +17,10 @@ use remat::zoo::{self, BlockParams, GptConfig, Part};
 use remat::{Budget, Graph, Strategy};
 use std::time::Instant;
 
+#[path = "common/compare.rs"]
+mod compare;
+use compare::{compare, Row, Table};
+
 // The model's sub-blocks are `zoo::attention` (its context named "attn_ctx") and
 // `zoo::feed_forward` (its pre-activation named "ffn_pre"); `zoo::block` joins them with layer
 // norms, dropout and residuals.
@@ -249,20 +253,6 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-/// One row of the comparison table.
-struct Row {
-    policy: PolicyChoice,
-    saved_bytes: u64,
-    predicted_peak: usize,
-    measured_peak: usize,
-    /// Measured peak less inputs and parameters: what checkpointing acts on.
-    activation_peak: usize,
-    recompute_flops: u64,
-    step_seconds: f64,
-    /// Host bytes held at once (offloaded values), measured.
-    host_peak: usize,
-}
-
 fn train_and_compare<B: Backend>(
     args: &Args,
     cfg: &GptConfig,
@@ -323,33 +313,9 @@ fn train_and_compare<B: Backend>(
         PolicyChoice::BudgetOffload(Budget::Fraction(0.2)),
     ];
     let timed_steps = if args.quick { 2 } else { u64::from(args.timed_steps) };
-    let mut rows = Vec::new();
-    for policy in choices {
-        let model = build(cfg, policy, args.strategy)?;
-        let feeds = zoo::synthetic_tokens(cfg, 0)?;
-        let mut device = backend()?;
-        let mut times = Vec::new();
-        let mut last = None;
-        for i in 0..timed_steps {
-            let start = Instant::now();
-            last = Some(model.step_seeded(&mut device, &params, &feeds, i)?);
-            times.push(start.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        let out = last.expect("at least one timed step");
-        let p = model.partition().expect("with_strategy partitions");
-        rows.push(Row {
-            policy,
-            saved_bytes: p.saved_bytes,
-            predicted_peak: out.predicted_peak,
-            measured_peak: out.measured_peak,
-            activation_peak: out.measured_peak - model.plan().resident_bytes(),
-            recompute_flops: p.recompute_flops,
-            step_seconds: times[times.len() / 2],
-            host_peak: out.measured_host_peak,
-        });
-    }
-    print_table(&rows);
+    let feeds = zoo::synthetic_tokens(cfg, 0)?;
+    let rows = compare(choices, |&p| build(cfg, p, args.strategy), backend, &params, &feeds, timed_steps)?;
+    TABLE.print(&rows);
     if let Some(path) = &args.plot {
         plot(path, &rows)?;
         println!("frontier written to {}", path.display());
@@ -541,47 +507,21 @@ fn rule_of(prompt: &[i64], v: i64) -> (i64, i64) {
     [(1, 1), (1, 3), (3, 1)].into_iter().max_by_key(score).unwrap_or((1, 1))
 }
 
-fn print_table(rows: &[Row]) {
-    let base = &rows[0];
-    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".to_string() };
-    let kib = |b: f64| format!("{:.1}", b / 1024.0);
-    println!(
-        "\n{:<16} {:>10} {:>11} {:>11} {:>11} {:>7} {:>9} {:>10} {:>9} {:>7}",
-        "policy",
-        "saved KiB",
-        "pred. peak",
-        "meas. peak",
-        "act. peak",
-        "act.",
-        "host peak",
-        "recompute",
-        "step ms",
-        "time"
-    );
-    for r in rows {
-        println!(
-            "{:<16} {:>10} {:>11} {:>11} {:>11} {:>7} {:>9} {:>7.2}MFL {:>9.2} {:>7}",
-            r.policy.to_string(),
-            kib(r.saved_bytes as f64),
-            kib(r.predicted_peak as f64),
-            kib(r.measured_peak as f64),
-            kib(r.activation_peak as f64),
-            ratio(r.activation_peak as f64, base.activation_peak as f64),
-            kib(r.host_peak as f64),
-            r.recompute_flops as f64 / 1e6,
-            r.step_seconds * 1e3,
-            ratio(r.step_seconds, base.step_seconds),
-        );
-    }
-    println!("(peaks in KiB; act. peak = measured device peak less inputs and parameters; host peak = offloaded");
-    println!(" copies held at once; ratios against `none`,");
-    println!(" measured in this run; step time is the median of the timed steps)");
-}
+/// The comparison table, with a column for the offloading policies' host memory.
+const TABLE: Table = Table {
+    policy_width: 16,
+    host_peak: true,
+    legend: &[
+        "(peaks in KiB; act. peak = measured device peak less inputs and parameters; host peak = offloaded",
+        " copies held at once; ratios against `none`,",
+        " measured in this run; step time is the median of the timed steps)",
+    ],
+};
 
 fn plot(path: &std::path::Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
     let at = |r: &Row| remat::plot::Point { bytes: r.saved_bytes, flops: r.recompute_flops };
     let line: Vec<_> = rows.iter().map(at).collect();
-    let marks: Vec<_> = rows.iter().map(|r| (r.policy.to_string(), at(r))).collect();
+    let marks: Vec<_> = rows.iter().map(|r| (r.policy.clone(), at(r))).collect();
     remat::plot::frontier(path, "gpt: saved activations vs recompute, per policy", &line, &marks)
 }
 

@@ -14,6 +14,10 @@ use remat::prelude::*;
 use remat::{AttnLayout, Budget, Graph, Strategy};
 use std::time::Instant;
 
+#[path = "common/compare.rs"]
+mod compare;
+use compare::{compare, Row, Table};
+
 /// Sizes of the model and its batches.
 #[derive(Clone, Copy, Debug)]
 struct Config {
@@ -378,17 +382,6 @@ fn main() {
     }
 }
 
-/// One row of the comparison table.
-struct Row {
-    policy: PolicyChoice,
-    saved_bytes: u64,
-    predicted_peak: usize,
-    measured_peak: usize,
-    activation_peak: usize,
-    recompute_flops: u64,
-    step_seconds: f64,
-}
-
 /// Mean loss over `batches` held-out batches.
 fn held_out_loss(
     model: &Model,
@@ -470,7 +463,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("held-out loss after training: {held:.4} ({:.3} bits per byte)", held / std::f64::consts::LN_2);
 
     let rows = compare_policies(&cfg, args, &params, &corpus)?;
-    print_table(&rows);
+    TABLE.print(&rows);
 
     let n = if args.quick { 8 } else { args.generate };
     let prompt = corpus.held_out[..cfg.seq / 2].to_vec();
@@ -497,58 +490,20 @@ fn compare_policies(
     ];
     let timed_steps = if args.quick { 1 } else { 5 };
     let feeds = Corpus::batch(&corpus.train, cfg, 0)?;
-    let mut rows = Vec::new();
-    for policy in choices {
-        let model = build(cfg, policy, args.strategy)?;
-        let mut cpu = CpuBackend::new();
-        let mut times = Vec::new();
-        let mut last = None;
-        for _ in 0..timed_steps {
-            let start = Instant::now();
-            last = Some(model.step(&mut cpu, params, &feeds)?);
-            times.push(start.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        let out = last.expect("at least one timed step");
-        let p = model.partition().expect("with_strategy partitions");
-        rows.push(Row {
-            policy,
-            saved_bytes: p.saved_bytes,
-            predicted_peak: out.predicted_peak,
-            measured_peak: out.measured_peak,
-            activation_peak: out.measured_peak - model.plan().resident_bytes(),
-            recompute_flops: p.recompute_flops,
-            step_seconds: times[times.len() / 2],
-        });
-    }
-    Ok(rows)
+    // The model has no random ops: the seeds the timed steps get change nothing.
+    let model = |&p: &PolicyChoice| build(cfg, p, args.strategy);
+    Ok(compare(choices, model, &mut || Ok(CpuBackend::new()), params, &feeds, timed_steps)?)
 }
 
-fn print_table(rows: &[Row]) {
-    let base = &rows[0];
-    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".to_string() };
-    let kib = |b: f64| format!("{:.1}", b / 1024.0);
-    println!(
-        "\n{:<14} {:>10} {:>11} {:>11} {:>11} {:>7} {:>10} {:>9} {:>7}",
-        "policy", "saved KiB", "pred. peak", "meas. peak", "act. peak", "act.", "recompute", "step ms", "time"
-    );
-    for r in rows {
-        println!(
-            "{:<14} {:>10} {:>11} {:>11} {:>11} {:>7} {:>7.2}MFL {:>9.2} {:>7}",
-            r.policy.to_string(),
-            kib(r.saved_bytes as f64),
-            kib(r.predicted_peak as f64),
-            kib(r.measured_peak as f64),
-            kib(r.activation_peak as f64),
-            ratio(r.activation_peak as f64, base.activation_peak as f64),
-            r.recompute_flops as f64 / 1e6,
-            r.step_seconds * 1e3,
-            ratio(r.step_seconds, base.step_seconds),
-        );
-    }
-    println!("(peaks in KiB; act. peak = measured peak less inputs, parameters and resident constants;");
-    println!(" ratios against `none`, measured in this run; step time is the median of the timed steps)");
-}
+/// The comparison table (no offloading policies here, so no host-memory column).
+const TABLE: Table = Table {
+    policy_width: 14,
+    host_peak: false,
+    legend: &[
+        "(peaks in KiB; act. peak = measured peak less inputs, parameters and resident constants;",
+        " ratios against `none`, measured in this run; step time is the median of the timed steps)",
+    ],
+};
 
 /// Greedy generation: the model traced for one sequence with its logits as an output, run on
 /// the last `seq` bytes (left-padded with spaces) for each new byte.
