@@ -15,7 +15,7 @@ fn gemm(c: &mut Criterion) {
         let metas = [(&[n, n][..], DType::F32), (&[n, n][..], DType::F32)];
         let out_shape = [n, n];
         let call = KernelCall {
-            node: NodeId(0),
+            node: NodeId::new(0),
             op: &Op::Matmul,
             inputs: &metas,
             out_shape: &out_shape,

@@ -80,7 +80,7 @@ fn expect(f: fn(&Tensor, &Tensor) -> Tensor, ops: [(Policy, PolicySource); 4]) {
     assert_eq!(tags(&graph), want);
     assert_eq!(graph.regions().len(), 1);
     for node in &graph.nodes()[2..] {
-        assert_eq!(node.tag.unwrap().region, RegionId(0));
+        assert_eq!(node.tag.unwrap().region, RegionId::new(0));
     }
 }
 
@@ -155,19 +155,19 @@ fn budget_only(x: &Tensor, w: &Tensor) -> Tensor {
 #[test]
 fn budget_reaches_the_spec_and_the_region() {
     let graph = traced(budgeted);
-    let region = graph.region(RegionId(0));
+    let region = graph.region(RegionId::new(0));
     assert_eq!(region.budget, Some(0.25));
     let spec = region.spec.unwrap();
     assert_eq!(spec.budget, Some(0.25));
     assert_eq!(spec.policy.must_save, &[remat::OpKind::Matmul]);
-    assert_eq!(traced(budget_only).region(RegionId(0)).budget, Some(1.0));
-    assert_eq!(traced(bare).region(RegionId(0)).budget, None);
+    assert_eq!(traced(budget_only).region(RegionId::new(0)).budget, Some(1.0));
+    assert_eq!(traced(bare).region(RegionId::new(0)).budget, None);
 }
 
 #[test]
 fn spec_records_name_and_location() {
     let graph = traced(save_some);
-    let region = graph.region(RegionId(0));
+    let region = graph.region(RegionId::new(0));
     assert_eq!(region.name, "save_some");
     assert_eq!(region.parent, None);
     let spec = region.spec.unwrap();
@@ -196,5 +196,5 @@ fn spec_records_name_and_location() {
 fn tag_is_the_public_view() {
     let (_trace, x, w) = setup();
     let y = save_some(&x, &w);
-    assert_eq!(y.tag(), Some(Tag { region: RegionId(0), policy: MustSave, source: OpKind }));
+    assert_eq!(y.tag(), Some(Tag { region: RegionId::new(0), policy: MustSave, source: OpKind }));
 }

@@ -14,7 +14,7 @@ fn setup() -> (Trace, Tensor, Tensor) {
 
 /// `(op, region, policy)` of every node.
 fn tags(graph: &Graph) -> Vec<(&'static str, Option<(u32, Policy)>)> {
-    graph.nodes().iter().map(|n| (n.op.name(), n.tag.map(|t| (t.region.0, t.policy)))).collect()
+    graph.nodes().iter().map(|n| (n.op.name(), n.tag.map(|t| (t.region.raw(), t.policy)))).collect()
 }
 
 #[checkpoint(policy = save(matmul))]
@@ -66,10 +66,10 @@ fn nested_call_opens_a_child_region_with_its_own_policy() {
             ("tanh", Some((0, Policy::PreferSave))),
         ]
     );
-    assert_eq!(graph.region(RegionId(0)).name, "block");
-    assert_eq!(graph.region(RegionId(0)).parent, None);
-    assert_eq!(graph.region(RegionId(1)).name, "layer");
-    assert_eq!(graph.region(RegionId(1)).parent, Some(RegionId(0)));
+    assert_eq!(graph.region(RegionId::new(0)).name, "block");
+    assert_eq!(graph.region(RegionId::new(0)).parent, None);
+    assert_eq!(graph.region(RegionId::new(1)).name, "layer");
+    assert_eq!(graph.region(RegionId::new(1)).parent, Some(RegionId::new(0)));
 }
 
 /// Not checkpointed: its ops belong to whichever region calls it.
@@ -146,8 +146,8 @@ fn methods_open_regions() {
             ("matmul", Some((3, Policy::PreferRecompute))),
         ]
     );
-    assert_eq!(graph.region(RegionId(2)).parent, Some(RegionId(1)));
-    assert_eq!(graph.region(RegionId(1)).name, "forward_mut");
+    assert_eq!(graph.region(RegionId::new(2)).parent, Some(RegionId::new(1)));
+    assert_eq!(graph.region(RegionId::new(1)).name, "forward_mut");
 }
 
 #[checkpoint(policy = save(add))]
@@ -247,7 +247,7 @@ fn traced_graph_has_no_untagged_op_inside_a_region() {
     assert_eq!(regions.len(), 7);
     // Recursion nests: each `deep` is the child of the previous one.
     for (i, r) in regions.iter().enumerate().skip(3).take(3) {
-        assert_eq!((r.name.as_str(), r.parent), ("deep", Some(RegionId(i as u32 - 1))));
+        assert_eq!((r.name.as_str(), r.parent), ("deep", Some(RegionId::new(i as u32 - 1))));
     }
     // Every op recorded by the checkpointed functions is tagged; only the test's own `+` and
     // `sum_all`, recorded after the last region closed, are not.
@@ -256,7 +256,7 @@ fn traced_graph_has_no_untagged_op_inside_a_region() {
     for node in inside.iter().filter(|n| !n.op.info().leaf) {
         let tag = node.tag.unwrap_or_else(|| panic!("untagged {} at {:?}", node.op.name(), node.loc));
         assert_ne!(tag.source, PolicySource::Explicit);
-        assert!(tag.region.0 < 7);
+        assert!(tag.region.raw() < 7);
     }
     assert!(inside.iter().filter(|n| n.op.info().leaf).all(|n| n.tag.is_none()));
     assert_eq!(outside.iter().map(|n| (n.op.name(), n.tag)).collect::<Vec<_>>(), [("add", None), ("sum", None)]);

@@ -157,9 +157,9 @@ fn b_consecutive_regions_save_the_tensor_between_them() {
     let models = run_all(&graph, &Feeds::new());
     let respect = &models[0];
     let p = respect.partition().unwrap();
-    let f_id = f_out.id().unwrap().0;
-    assert!(p.saved[f_id as usize], "f's output is saved");
-    let d = p.decisions.iter().find(|d| d.node.0 == f_id).unwrap();
+    let f_id = f_out.id().unwrap();
+    assert!(p.saved[f_id.index()], "f's output is saved");
+    let d = p.decisions.iter().find(|d| d.node == f_id).unwrap();
     assert!(matches!(d.reason, Reason::ReadByRegion(_) | Reason::ReadByGradient(_)), "{:?}", d.reason);
     // 3 recomputed matmuls and 6 gradient matmuls per region; only each region's first cos.
     assert_eq!(backward_gemms(respect), 18);

@@ -1,6 +1,6 @@
 //! The one error type of remat-core.
 
-use crate::graph::NodeId;
+use crate::id::NodeId;
 use crate::text::fmt_bytes;
 
 /// Everything that can go wrong in remat-core. Messages name the op, the node, the shapes and,

@@ -7,45 +7,12 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+pub(crate) use crate::id::{NodeId, RegionId};
 use crate::op::{Meta, Op};
 use crate::policy::{Policy, PolicySource};
 use crate::region::RegionSpec;
 use crate::shape::{fmt_shape, numel};
 use std::fmt::Write as _;
-
-/// A node of a graph: an index into its arena.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(pub u32);
-
-impl NodeId {
-    /// The arena index.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl std::fmt::Display for NodeId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "%{}", self.0)
-    }
-}
-
-/// A region instance: one call of a checkpointed function (or a region of an imported graph).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RegionId(pub u32);
-
-impl RegionId {
-    /// The arena index.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl std::fmt::Display for RegionId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "r{}", self.0)
-    }
-}
 
 /// The tag every op recorded inside a region carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -144,13 +111,13 @@ impl Graph {
     pub fn push(&mut self, node: Node) -> NodeId {
         debug_assert!(node.inputs.iter().all(|i| i.index() < self.nodes.len()), "inputs must precede");
         self.nodes.push(node);
-        NodeId(self.nodes.len() as u32 - 1)
+        NodeId::new(self.nodes.len() as u32 - 1)
     }
 
     /// Appends an op applied to `inputs`, inferring shape and dtype; errors name the op.
     pub fn push_op(&mut self, op: Op, inputs: Vec<NodeId>) -> Result<NodeId> {
         let (shape, dtype) = self.infer(&op, &inputs).map_err(|message| Error::Node {
-            node: NodeId(self.nodes.len() as u32),
+            node: NodeId::from_index(self.nodes.len()),
             op: op.name(),
             message,
         })?;
@@ -166,7 +133,7 @@ impl Graph {
     /// Adds a region; returns its id.
     pub fn add_region(&mut self, region: Region) -> RegionId {
         self.regions.push(region);
-        RegionId(self.regions.len() as u32 - 1)
+        RegionId::new(self.regions.len() as u32 - 1)
     }
 
     /// The node `id`.
@@ -186,7 +153,7 @@ impl Graph {
 
     /// Ids of all nodes.
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + ExactSizeIterator {
-        (0..self.nodes.len() as u32).map(NodeId)
+        (0..self.nodes.len() as u32).map(NodeId::new)
     }
 
     /// Number of nodes.
@@ -201,7 +168,7 @@ impl Graph {
 
     /// The region `id`.
     pub fn region(&self, id: RegionId) -> &Region {
-        &self.regions[id.0 as usize]
+        &self.regions[id.index()]
     }
 
     /// All regions, by id.
@@ -299,7 +266,7 @@ impl Graph {
     /// op and id (`input_3`, `param_3`) when it has none.
     pub fn leaf_name(&self, id: NodeId) -> String {
         let node = self.node(id);
-        node.name.clone().unwrap_or_else(|| format!("{}_{}", node.op.name(), id.0))
+        node.name.clone().unwrap_or_else(|| format!("{}_{}", node.op.name(), id.raw()))
     }
 
     /// The inputs (nodes of op `input`), in id order.
@@ -355,7 +322,7 @@ impl Graph {
                 return Err(err(format!("input {bad} does not precede the node (cycle or dangling input)")));
             }
             if let Some(tag) = node.tag {
-                if tag.region.0 as usize >= self.regions.len() {
+                if tag.region.index() >= self.regions.len() {
                     return Err(err(format!("region {} does not exist", tag.region)));
                 }
             }
@@ -377,7 +344,7 @@ impl Graph {
             }
         }
         for (i, r) in self.regions.iter().enumerate() {
-            if r.parent.is_some_and(|p| p.0 as usize >= i) {
+            if r.parent.is_some_and(|p| p.index() >= i) {
                 return Err(Error::Invalid(format!("region r{i}: parent must precede it")));
             }
         }
@@ -394,12 +361,12 @@ impl Graph {
     pub fn untagged_inside_regions(&self) -> Vec<NodeId> {
         let mut bad = Vec::new();
         for r in 0..self.regions.len() as u32 {
-            let region = RegionId(r);
+            let region = RegionId::new(r);
             let inside = |n: &Node| n.tag.is_some_and(|t| self.region_within(t.region, region));
             let first = self.nodes.iter().position(inside);
             let last = self.nodes.iter().rposition(inside);
             if let (Some(first), Some(last)) = (first, last) {
-                bad.extend((first..=last).filter(|&i| !inside(&self.nodes[i])).map(|i| NodeId(i as u32)));
+                bad.extend((first..=last).filter(|&i| !inside(&self.nodes[i])).map(NodeId::from_index));
             }
         }
         bad.sort();

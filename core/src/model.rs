@@ -162,8 +162,10 @@ impl Model {
         let graph = &self.forward;
         let mut outputs = Vec::with_capacity(names.len());
         for &name in names {
-            let found: Vec<NodeId> =
-                (0..graph.len() as u32).map(NodeId).filter(|&i| graph.node(i).name.as_deref() == Some(name)).collect();
+            let found: Vec<NodeId> = (0..graph.len() as u32)
+                .map(NodeId::new)
+                .filter(|&i| graph.node(i).name.as_deref() == Some(name))
+                .collect();
             match found.as_slice() {
                 [id] => outputs.push(*id),
                 [] => {
@@ -330,7 +332,7 @@ impl Params {
                 _ => Init::Zeros,
             };
             let name = graph.leaf_name(id);
-            let value = initial_value(&node.shape, node.dtype, init, seed, id.0 as u64).map_err(|e| match e {
+            let value = initial_value(&node.shape, node.dtype, init, seed, id.raw() as u64).map_err(|e| match e {
                 Error::HostMemory { bytes, .. } => Error::HostMemory {
                     what: format!("parameter {} {} {}", crate::text::quoted(&name), fmt_shape(&node.shape), node.dtype),
                     bytes,

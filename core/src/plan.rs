@@ -91,7 +91,7 @@ impl Plan {
         }
         model.validate()?;
         for i in (0..n_fwd).filter(|&i| offloaded[i]) {
-            let id = NodeId(i as u32);
+            let id = NodeId::from_index(i);
             let why = if !saved[i] {
                 Some("it is not saved")
             } else if is_resident(graph, id) {
@@ -109,7 +109,7 @@ impl Plan {
                 });
             }
         }
-        let resident: Vec<NodeId> = (0..n_fwd as u32).map(NodeId).filter(|&i| is_resident(graph, i)).collect();
+        let resident: Vec<NodeId> = (0..n_fwd as u32).map(NodeId::new).filter(|&i| is_resident(graph, i)).collect();
         let kept: Vec<NodeId> = graph.outputs().to_vec();
         let mut at_hand = vec![false; graph.len()];
         for &i in resident.iter().chain(joint.forward_outputs()) {
@@ -121,17 +121,17 @@ impl Plan {
             .forward_outputs()
             .iter()
             .copied()
-            .chain((0..n_fwd as u32).map(NodeId).filter(|i| saved[i.index()]))
+            .chain((0..n_fwd as u32).map(NodeId::new).filter(|i| saved[i.index()]))
             .collect();
         let live_fwd = ancestors(graph, &roots, n_fwd);
         let mut seq: Vec<(NodeId, Kind)> = (0..n_fwd as u32)
-            .map(NodeId)
+            .map(NodeId::new)
             .filter(|&i| live_fwd[i.index()] && !is_resident(graph, i))
             .map(|i| (i, Kind::Compute))
             .collect();
         let n_forward_steps = seq.len();
         let saved_ids: Vec<NodeId> = (0..n_fwd as u32)
-            .map(NodeId)
+            .map(NodeId::new)
             .filter(|&i| saved[i.index()] && live_fwd[i.index()] && !is_resident(graph, i))
             .collect();
         for &i in &saved_ids {
@@ -142,7 +142,7 @@ impl Plan {
         let grad_roots: Vec<NodeId> = joint.grads().iter().map(|&(_, g)| g).collect();
         let live_bwd = ancestors(graph, &grad_roots, graph.len());
         let mut recomputed = Vec::new();
-        for id in (n_fwd..graph.len()).map(|i| NodeId(i as u32)).filter(|i| live_bwd[i.index()]) {
+        for id in (n_fwd..graph.len()).map(NodeId::from_index).filter(|i| live_bwd[i.index()]) {
             for &input in &graph.node(id).inputs {
                 if !at_hand[input.index()] {
                     recompute(graph, input, &mut at_hand, &mut seq, &mut recomputed);
@@ -193,9 +193,9 @@ impl Plan {
         }
         let live = ancestors(graph, outputs, n_fwd);
         let resident: Vec<NodeId> =
-            (0..n_fwd as u32).map(NodeId).filter(|&i| live[i.index()] && is_resident(graph, i)).collect();
+            (0..n_fwd as u32).map(NodeId::new).filter(|&i| live[i.index()] && is_resident(graph, i)).collect();
         let seq: Vec<(NodeId, Kind)> = (0..n_fwd as u32)
-            .map(NodeId)
+            .map(NodeId::new)
             .filter(|&i| live[i.index()] && !is_resident(graph, i))
             .map(|i| (i, Kind::Compute))
             .collect();
@@ -367,7 +367,7 @@ fn ancestors(graph: &Graph, roots: &[NodeId], limit: usize) -> Vec<bool> {
     }
     for i in (0..limit).rev() {
         if mark[i] {
-            for &input in &graph.node(NodeId(i as u32)).inputs {
+            for &input in &graph.node(NodeId::from_index(i)).inputs {
                 mark[input.index()] = true;
             }
         }

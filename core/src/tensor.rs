@@ -3,11 +3,10 @@
 
 use crate::dtype::DType;
 use crate::graph::{NodeId, SrcLoc, Tag};
-use crate::host::HostTensor;
 use crate::op::Op;
 use crate::policy::{Policy, PolicySource};
+use crate::recording::{record_node, Shared};
 use crate::shape::fmt_shape;
-use crate::trace::{record_node, Shared, Trace};
 use std::rc::Rc;
 
 /// A value in a trace: a handle to one node. Cloning is cheap.
@@ -137,20 +136,7 @@ impl Tensor {
         }
     }
 
-    /// [`Trace::arange`] on this tensor's trace, for model code that holds tensors but not the
-    /// trace (positions, causal masks).
-    #[track_caller]
-    pub fn arange_like(&self, start: f64, step: f64, len: usize, dtype: DType) -> Tensor {
-        Trace { state: self.state.clone() }.arange(start, step, len, dtype)
-    }
-
-    /// [`Trace::constant_from`] on this tensor's trace.
-    #[track_caller]
-    pub fn constant_like(&self, name: &str, value: HostTensor) -> Tensor {
-        Trace { state: self.state.clone() }.constant_from(name, value)
-    }
-
-    fn poisoned(&self) -> Tensor {
+    pub(crate) fn poisoned(&self) -> Tensor {
         Tensor { state: self.state.clone(), id: None }
     }
 

@@ -9,25 +9,15 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
+use crate::graph::{Graph, SrcLoc};
 use crate::host::HostTensor;
 use crate::op::{Init, Op};
-use crate::region::active_regions;
+use crate::recording::{record_node, Shared, TraceState};
 use crate::shape::fmt_shape;
 use crate::tensor::Tensor;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-
-pub(crate) struct TraceState {
-    pub graph: Graph,
-    /// Region instance (process-unique) → region of this graph.
-    regions: HashMap<u64, RegionId>,
-    errors: Vec<Error>,
-}
-
-pub(crate) type Shared = Rc<RefCell<TraceState>>;
 
 /// A model being recorded.
 ///
@@ -53,7 +43,7 @@ impl Default for Trace {
 impl Trace {
     /// An empty trace.
     pub fn new() -> Self {
-        let state = TraceState { graph: Graph::new(), regions: HashMap::new(), errors: Vec::new() };
+        let state = TraceState::new();
         Trace { state: Rc::new(RefCell::new(state)) }
     }
 
@@ -178,60 +168,18 @@ impl Trace {
     }
 }
 
-impl TraceState {
-    pub(crate) fn fail(&mut self, op: &'static str, loc: SrcLoc, message: String) {
-        let location = loc.to_string();
-        self.errors.push(Error::Trace { op, message, location, more: 0 });
+/// Recording on a tensor's own trace, for model code that holds tensors but not the trace.
+impl Tensor {
+    /// [`Trace::arange`] on this tensor's trace, for model code that holds tensors but not the
+    /// trace (positions, causal masks).
+    #[track_caller]
+    pub fn arange_like(&self, start: f64, step: f64, len: usize, dtype: DType) -> Tensor {
+        Trace { state: self.state.clone() }.arange(start, step, len, dtype)
     }
 
-    fn take_error(&mut self) -> Option<Error> {
-        let more = self.errors.len().saturating_sub(1);
-        let first = self.errors.drain(..).next()?;
-        Some(match first {
-            Error::Trace { op, message, location, .. } => Error::Trace { op, message, location, more },
-            other => other,
-        })
+    /// [`Trace::constant_from`] on this tensor's trace.
+    #[track_caller]
+    pub fn constant_like(&self, name: &str, value: HostTensor) -> Tensor {
+        Trace { state: self.state.clone() }.constant_from(name, value)
     }
-
-    /// The region of this graph for the innermost open instance, registering open instances
-    /// (outermost first, so parents precede children) on first use.
-    pub(crate) fn current_region(&mut self) -> Option<(RegionId, &'static crate::region::RegionSpec)> {
-        let open = active_regions();
-        let mut parent = None;
-        for active in &open {
-            let id = match self.regions.get(&active.instance) {
-                Some(&id) => id,
-                None => {
-                    let region = Region {
-                        parent,
-                        name: active.spec.name.to_string(),
-                        spec: Some(active.spec),
-                        budget: active.spec.budget,
-                    };
-                    let id = self.graph.add_region(region);
-                    self.regions.insert(active.instance, id);
-                    id
-                }
-            };
-            parent = Some(id);
-        }
-        Some((parent?, open.last()?.spec))
-    }
-}
-
-/// Appends a node with known shape and tags it with the innermost open region.
-pub(crate) fn record_node(
-    state: &Shared,
-    op: Op,
-    inputs: Vec<NodeId>,
-    shape: Vec<usize>,
-    dtype: DType,
-    loc: SrcLoc,
-) -> NodeId {
-    let mut st = state.borrow_mut();
-    let tag = st.current_region().map(|(region, spec)| {
-        let (policy, source) = spec.policy.resolve(op.kind(), None);
-        Tag { region, policy, source }
-    });
-    st.graph.push(Node { op, inputs, shape, dtype, tag, name: None, loc: Some(loc) })
 }

@@ -63,7 +63,7 @@ fn integer_ids_need_not_be_positions_and_may_mix_with_strings() {
     );
     let g = json::read_joint(&text).unwrap();
     assert_eq!(g.nodes[0].id, DocId::Index(10));
-    assert_eq!(g.nodes[2].inputs[1].0, 0, "inputs resolve to positions");
+    assert_eq!(g.nodes[2].inputs[1].raw(), 0, "inputs resolve to positions");
     let p = partition(&g, Strategy::Respect).unwrap();
     let v: Value = serde_json::from_str(&Report::new(&g, &p).json()).unwrap();
     assert_eq!(v["held"], serde_json::json!([10, "s"]));
@@ -324,7 +324,7 @@ fn nested_regions(depth: u32) {
     for r in 0..depth {
         g.regions.push(remat_core::partition::PRegion {
             key: r as u64,
-            parent: r.checked_sub(1).map(remat_core::RegionId),
+            parent: r.checked_sub(1).map(remat_core::RegionId::new),
             name: "r".into(),
             budget: None,
         });
@@ -333,9 +333,9 @@ fn nested_regions(depth: u32) {
     x.flags.resident = true;
     g.nodes.push(x);
     let mut inner = remat_core::partition::PNode::new(1, "sin", &[0], false, 4);
-    inner.region = Some(remat_core::RegionId(depth - 1));
+    inner.region = Some(remat_core::RegionId::new(depth - 1));
     g.nodes.push(inner);
-    g.forward_outputs.push(remat_core::NodeId(1));
+    g.forward_outputs.push(remat_core::NodeId::new(1));
     let d = dot(&g, None);
     assert_eq!(d.matches("subgraph cluster_r").count(), depth as usize);
     assert!(d.len() < 300 * depth as usize, "{} bytes for {depth} regions", d.len());
@@ -380,7 +380,7 @@ fn remat_graph_accepts_bool_masks() {
         {"id": "loss", "op": "sum", "inputs": ["kept"], "attrs": {"axes": [0, 1]}}
     ], "outputs": ["loss"]}"#;
     let g = json::read_graph(text).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(g.node(remat_core::NodeId(1)).dtype, remat_core::DType::Bool);
+    assert_eq!(g.node(remat_core::NodeId::new(1)).dtype, remat_core::DType::Bool);
     let pg = PGraph::from_joint(&remat_core::JointGraph::new(&g).unwrap());
     assert_eq!(pg.nodes[1].dtype, Some(StorageType::Bool));
     assert_eq!(pg.nodes[1].bytes, 6);

@@ -167,7 +167,7 @@ fn two_regions_save_the_boundary() {
     // h = exp(..) is produced in f and consumed in g: saved; f's inner values are recomputed.
     assert!(p.saved[5]);
     // g recomputes from h; the sum's gradient reads nothing, so g's own ops are recomputed too.
-    assert_eq!(p.recomputed, [3, 4, 6, 7].map(remat_core::NodeId).to_vec());
+    assert_eq!(p.recomputed, [3, 4, 6, 7].map(remat_core::NodeId::new).to_vec());
     let text = Report::new(&pg, &p).text();
     assert!(text.contains("read by region `g#1`, which recomputes from it"), "{text}");
     assert!(text.contains("prefer_recompute tag"), "{text}");
@@ -200,9 +200,9 @@ fn a_valid_small_document_reads() {
         "[6]",
     ))
     .unwrap();
-    assert_eq!(g.node(remat_core::NodeId(3)).shape, vec![2, 4]);
-    assert_eq!(g.node(remat_core::NodeId(4)).op, Op::Clamp { min: f64::NEG_INFINITY, max: 1.5 });
-    assert_eq!(g.node(remat_core::NodeId(5)).op, Op::Dropout { p: 0.25, seed: 7, key: 5 });
+    assert_eq!(g.node(remat_core::NodeId::new(3)).shape, vec![2, 4]);
+    assert_eq!(g.node(remat_core::NodeId::new(4)).op, Op::Clamp { min: f64::NEG_INFINITY, max: 1.5 });
+    assert_eq!(g.node(remat_core::NodeId::new(5)).op, Op::Dropout { p: 0.25, seed: 7, key: 5 });
 }
 
 #[test]
@@ -410,7 +410,7 @@ fn reports() {
     let read_params: Vec<_> = g.params().into_iter().filter(|p| reads[p.index()]).collect();
     assert!(!read_params.is_empty());
     for param in read_params {
-        assert!(saved.contains(&(param.0 as u64)), "parameters the backward reads are listed as held");
+        assert!(saved.contains(&(param.raw() as u64)), "parameters the backward reads are listed as held");
     }
     assert_eq!(v["recomputed"].as_array().unwrap().len(), p.recomputed.len());
     assert_eq!(v["decisions"].as_array().unwrap().len(), p.decisions.len());
@@ -421,7 +421,7 @@ fn reports() {
     assert!(dot.contains("subgraph cluster_r0 {"));
     // The nested region's cluster sits inside its parent's.
     let inner = g.regions().iter().position(|r| r.name == "gelu_part").unwrap();
-    let parent = g.regions()[inner].parent.unwrap().0;
+    let parent = g.regions()[inner].parent.unwrap().raw();
     let open_parent = dot.find(&format!("subgraph cluster_r{parent} {{")).unwrap();
     let open_inner = dot.find(&format!("subgraph cluster_r{inner} {{")).unwrap();
     assert!(open_parent < open_inner);

@@ -39,7 +39,7 @@ fn build(specs: &[(usize, usize, u8, u8, u8)], reads: &[usize]) -> PGraph {
         g.nodes.push(n);
     }
     let n_fwd = g.nodes.len();
-    let out = NodeId((n_fwd - 1) as u32);
+    let out = NodeId::new((n_fwd - 1) as u32);
     if g.nodes[out.index()].policy == Some(Policy::MustOffload) {
         g.nodes[out.index()].policy = None;
     }
@@ -106,7 +106,7 @@ fn brute_force(g: &PGraph, strategy: Strategy, exposed: &[f64]) -> Option<f64> {
                 skip |= choice[i] != 0; // one representative per equivalent assignment
                 continue;
             }
-            let id = NodeId(i as u32);
+            let id = NodeId::from_index(i);
             let held = g.nodes[i].flags.resident || g.forward_outputs.contains(&id);
             let action = match choice[i] {
                 0 => Action::Recompute,
@@ -196,7 +196,7 @@ fn offload_wins_when_the_transfer_hides_under_compute() {
     let mut b = PNode::new(2, "work", &[1], false, 4);
     b.flops = 100;
     g.nodes.push(b);
-    g.forward_outputs.push(NodeId(2));
+    g.forward_outputs.push(NodeId::new(2));
     let mut gb = PNode::new(3, "grad", &[2], true, 4);
     gb.flops = 100;
     g.nodes.push(gb);
@@ -205,5 +205,5 @@ fn offload_wins_when_the_transfer_hides_under_compute() {
     assert!(p.offloaded[1], "{p:#?}");
     assert_eq!((p.saved_bytes, p.host_bytes, p.exposed_transfer_s), (0, 8, 0.0));
     let q = partition_with(&g, Strategy::Budget(Budget::Bytes(0)), &MODEL).unwrap();
-    assert_eq!(q.recomputed, vec![NodeId(1)], "without offload it is recomputed");
+    assert_eq!(q.recomputed, vec![NodeId::new(1)], "without offload it is recomputed");
 }

@@ -214,7 +214,7 @@ fn untagged_candidates(pg: &PGraph) -> Vec<usize> {
                 && !n.flags.resident
                 && !n.flags.view
                 && !n.inputs.is_empty()
-                && !outputs.contains(&remat_core::NodeId(i as u32))
+                && !outputs.contains(&remat_core::NodeId::new(i as u32))
         })
         .collect()
 }
@@ -231,7 +231,7 @@ fn brute_force(pg: &PGraph, candidates: &[usize], limit: u64) -> (Option<u64>, u
             kept[c] = mask & (1 << k) != 0;
         }
         for (i, node) in pg.nodes.iter().enumerate() {
-            kept[i] |= node.flags.resident || pg.forward_outputs.contains(&remat_core::NodeId(i as u32));
+            kept[i] |= node.flags.resident || pg.forward_outputs.contains(&remat_core::NodeId::new(i as u32));
         }
         // Needed: read by the backward, or an input of a needed value that is not kept.
         let mut needed = vec![false; n];

@@ -88,7 +88,7 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
         let parent = (parent as usize) < r;
         g.regions.push(PRegion {
             key: r as u64,
-            parent: parent.then(|| RegionId(regions[r].0 as u32)),
+            parent: parent.then(|| RegionId::new(regions[r].0 as u32)),
             name: format!("r{r}"),
             budget: budget.map(|b| b as f64 / 10.0),
         });
@@ -100,7 +100,7 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
         let resident = k < 2 || s.kind == 0;
         if k > 0 && !resident && s.kind != 1 {
             let arity = 1 + (s.kind as usize % 3);
-            n.inputs = s.inputs[..arity].iter().map(|&i| NodeId((i % k) as u32)).collect();
+            n.inputs = s.inputs[..arity].iter().map(|&i| NodeId::new((i % k) as u32)).collect();
             n.inputs.dedup();
         }
         n.flags = Flags {
@@ -114,7 +114,7 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
         };
         n.flags.not_recomputable = !resident && !n.flags.view && s.flags & 8 != 0 && s.flags & 16 != 0;
         if !resident && !regions.is_empty() && (s.region as usize) < regions.len() {
-            n.region = Some(RegionId(s.region as u32));
+            n.region = Some(RegionId::new(s.region as u32));
         }
         n.policy = if resident { None } else { POLICIES[s.policy as usize] };
         if n.flags.view && n.flags.not_recomputable {
@@ -133,10 +133,10 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
     for (k, s) in bwd.iter().enumerate() {
         let id = n_fwd + k;
         let mut n = PNode::new(id as u64, "grad", &[], true, size(s) % (1 << 20));
-        n.inputs = s.inputs.iter().map(|&i| NodeId((i % id) as u32)).collect();
+        n.inputs = s.inputs.iter().map(|&i| NodeId::new((i % id) as u32)).collect();
         n.inputs.sort();
         n.inputs.dedup();
-        n.grad_of = s.grad_of.map(|u| NodeId((u % n_fwd) as u32));
+        n.grad_of = s.grad_of.map(|u| NodeId::new((u % n_fwd) as u32));
         g.nodes.push(n);
     }
     // The last forward value that is not a view is an output, and so is about one node in
@@ -145,7 +145,7 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
     let last = (0..n_fwd).rev().find(|&i| !g.nodes[i].flags.view).unwrap_or(0);
     let extra = (2..n_fwd).filter(|&k| fwd[k].kind >= 14 && k != last);
     for out in std::iter::once(last).chain(extra) {
-        g.forward_outputs.push(NodeId(out as u32));
+        g.forward_outputs.push(NodeId::from_index(out));
     }
     g
 }

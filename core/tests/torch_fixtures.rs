@@ -61,7 +61,7 @@ fn activation_bytes(g: &PGraph, saved: &[bool]) -> u64 {
             b = g.nodes[b].inputs[0].index();
         }
         let n = &g.nodes[b];
-        if !n.flags.resident && !g.forward_outputs.contains(&NodeId(b as u32)) {
+        if !n.flags.resident && !g.forward_outputs.contains(&NodeId::from_index(b)) {
             roots.insert(b);
         }
     }
@@ -164,10 +164,14 @@ fn random_ops_with_a_generator_state_are_replayed() {
     let rands: Vec<usize> = (0..g.len()).filter(|&i| g.nodes[i].op == "aten.rand.default").collect();
     assert_eq!(rands.len(), record["saved_rng_states"].as_array().unwrap().len(), "{name}");
     for &r in &rands {
-        assert!(p.recomputed.contains(&NodeId(r as u32)), "{name}: {} is replayed", g.describe(NodeId(r as u32)));
+        assert!(
+            p.recomputed.contains(&NodeId::from_index(r)),
+            "{name}: {} is replayed",
+            g.describe(NodeId::from_index(r))
+        );
         let state = g.nodes[r].inputs[0];
         let d = p.decisions.iter().find(|d| d.node == state).unwrap();
-        assert_eq!((d.action, d.reason), (Action::Save, Reason::RngState(NodeId(r as u32))));
+        assert_eq!((d.action, d.reason), (Action::Save, Reason::RngState(NodeId::from_index(r))));
     }
     let states: u64 = rands.iter().map(|&r| g.nodes[g.nodes[r].inputs[0].index()].bytes).sum();
     assert_eq!(states, record["saved_rng_state_bytes"].as_u64().unwrap());

@@ -58,7 +58,7 @@ fn exec(g: &mut CudaBackend, op: &Op, inputs: &[&CudaBuffer], seed: u64) -> Resu
     let metas: Vec<_> = inputs.iter().map(|b| (b.shape(), b.dtype())).collect();
     let (shape, dtype) = op.infer(&metas).map_err(remat_core::Error::Invalid)?;
     let call = KernelCall {
-        node: remat_core::NodeId(0),
+        node: remat_core::NodeId::new(0),
         op,
         inputs: &metas,
         out_shape: &shape,

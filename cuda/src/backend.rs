@@ -3,10 +3,11 @@
 use crate::device::{backend_err, Device, Pinned};
 use crate::kernels::compute_dtype;
 use crate::ops::{attention, elementwise as ew, index, layout, nn, reduce, Scratch, View};
+use crate::transfer::{host_bytes, host_from_bytes};
 use crate::{fp8, gemm};
 use cudarc::driver::{result, CudaEvent};
 use remat_core::shape::fmt_shape;
-use remat_core::{Backend, DType, Error, HostData, HostTensor, KernelCall, MemoryStats, Op, ReduceOp, Result};
+use remat_core::{Backend, DType, Error, HostTensor, KernelCall, MemoryStats, Op, ReduceOp, Result};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -126,41 +127,6 @@ impl Drop for CudaHostBuffer {
         let block = Pinned { ptr: std::mem::replace(&mut self.ptr, std::ptr::null_mut()), bytes };
         self.dev.pinned_release(block, self.last.take());
     }
-}
-
-/// The raw little-endian bytes of a host tensor's elements.
-pub(crate) fn host_bytes(t: &HostTensor) -> &[u8] {
-    fn raw<T>(v: &[T]) -> &[u8] {
-        // SAFETY: f32/f64/i64/u8/bf16/f16 are plain old data without padding; the byte slice
-        // covers exactly the elements and borrows them.
-        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
-    }
-    match t.data() {
-        HostData::F32(v) => raw(v),
-        HostData::F64(v) => raw(v),
-        HostData::BF16(v) => raw(v),
-        HostData::F16(v) => raw(v),
-        HostData::F8E4M3(v) | HostData::F8E5M2(v) => raw(v),
-        HostData::I64(v) => raw(v),
-        HostData::Bool(v) => raw(v),
-    }
-}
-
-fn host_from_bytes(shape: &[usize], dtype: DType, bytes: &[u8]) -> Result<HostTensor> {
-    fn elems<T: Copy, const N: usize>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-        b.chunks_exact(N).map(|c| f(c.try_into().expect("chunk of N bytes"))).collect()
-    }
-    let data = match dtype {
-        DType::F32 => HostData::F32(elems(bytes, f32::from_ne_bytes)),
-        DType::F64 => HostData::F64(elems(bytes, f64::from_ne_bytes)),
-        DType::BF16 => HostData::BF16(elems(bytes, |b| half::bf16::from_bits(u16::from_ne_bytes(b)))),
-        DType::F16 => HostData::F16(elems(bytes, |b| half::f16::from_bits(u16::from_ne_bytes(b)))),
-        DType::F8E4M3 => HostData::F8E4M3(bytes.to_vec()),
-        DType::F8E5M2 => HostData::F8E5M2(bytes.to_vec()),
-        DType::I64 => HostData::I64(elems(bytes, i64::from_ne_bytes)),
-        DType::Bool => HostData::Bool(bytes.iter().map(|&b| b != 0).collect()),
-    };
-    HostTensor::new(shape.to_vec(), data)
 }
 
 impl CudaBackend {

@@ -452,7 +452,7 @@ impl Device {
             // SAFETY: as above.
             unsafe { result::memset_d8_sync(self.flag, 0, 32) }.map_err(|e| self.err(format!("memset: {e:?}")))?;
             return Err(remat_core::Error::Node {
-                node: remat_core::NodeId(flag[1] as u32),
+                node: remat_core::NodeId::new(flag[1] as u32),
                 op: "embedding/cross_entropy",
                 message: format!(
                     "id {} at position {} is out of range (found on the GPU; reported at the next synchronisation)",

@@ -1,10 +1,13 @@
-//! Bookkeeping of the asynchronous offload copies that needs no driver: a queue of pinned host
-//! blocks waiting for the copy that last touched them, and a cache of idle pinned blocks.
+//! Host ↔ device transfers without the driver: a host tensor's bytes and a host tensor from
+//! bytes (what uploads, downloads and fetches copy), and the bookkeeping of the asynchronous
+//! offload copies — a queue of pinned host blocks waiting for the copy that last touched them,
+//! and a cache of idle pinned blocks.
 //!
 //! Both are generic over the completion signal and the block, so their logic is unit-tested here
 //! with stand-ins; [`crate::device::Device`] instantiates them with CUDA events and pinned
 //! pointers.
 
+use remat_core::{DType, HostData, HostTensor};
 use std::collections::VecDeque;
 
 /// Something that completes on the device: a CUDA event in the backend, a flag in the tests.
@@ -134,6 +137,42 @@ impl<T> HostCache<T> {
         self.bytes = 0;
         self.blocks.drain(..).map(|(_, b)| b).collect()
     }
+}
+
+/// The raw little-endian bytes of a host tensor's elements.
+pub(crate) fn host_bytes(t: &HostTensor) -> &[u8] {
+    fn raw<T>(v: &[T]) -> &[u8] {
+        // SAFETY: f32/f64/i64/u8/bf16/f16 are plain old data without padding; the byte slice
+        // covers exactly the elements and borrows them.
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+    }
+    match t.data() {
+        HostData::F32(v) => raw(v),
+        HostData::F64(v) => raw(v),
+        HostData::BF16(v) => raw(v),
+        HostData::F16(v) => raw(v),
+        HostData::F8E4M3(v) | HostData::F8E5M2(v) => raw(v),
+        HostData::I64(v) => raw(v),
+        HostData::Bool(v) => raw(v),
+    }
+}
+
+/// A host tensor from the raw little-endian bytes of its elements (a download).
+pub(crate) fn host_from_bytes(shape: &[usize], dtype: DType, bytes: &[u8]) -> remat_core::Result<HostTensor> {
+    fn elems<T: Copy, const N: usize>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+        b.chunks_exact(N).map(|c| f(c.try_into().expect("chunk of N bytes"))).collect()
+    }
+    let data = match dtype {
+        DType::F32 => HostData::F32(elems(bytes, f32::from_ne_bytes)),
+        DType::F64 => HostData::F64(elems(bytes, f64::from_ne_bytes)),
+        DType::BF16 => HostData::BF16(elems(bytes, |b| half::bf16::from_bits(u16::from_ne_bytes(b)))),
+        DType::F16 => HostData::F16(elems(bytes, |b| half::f16::from_bits(u16::from_ne_bytes(b)))),
+        DType::F8E4M3 => HostData::F8E4M3(bytes.to_vec()),
+        DType::F8E5M2 => HostData::F8E5M2(bytes.to_vec()),
+        DType::I64 => HostData::I64(elems(bytes, i64::from_ne_bytes)),
+        DType::Bool => HostData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+    };
+    HostTensor::new(shape.to_vec(), data)
 }
 
 #[cfg(test)]

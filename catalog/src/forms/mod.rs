@@ -7,8 +7,8 @@
 //! [`resolve_policy`] / [`resolve_budget`] / [`resolve_items`], so a form means the same thing and
 //! a mistake gets the same message at compile time and at run time.
 
-//! One file per job: [`words`] (the keywords and the words of messages), [`syntax`] (the tree
-//! both front ends build, and diagnostics), [`resolve`] (what a tree means), [`parse`] (the
+//! One file per job: `words.rs` (the keywords and the words of messages), `syntax.rs` (the tree
+//! both front ends build, and diagnostics), `resolve.rs` (what a tree means), `parse.rs` (the
 //! run-time front end: lexer and parser).
 
 mod parse;

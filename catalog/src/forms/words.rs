@@ -38,7 +38,7 @@ pub mod kw {
     pub const MUST_OFFLOAD: &str = "must_offload";
     /// See [`MUST_SAVE`].
     pub const PREFER_OFFLOAD: &str = "prefer_offload";
-    /// The policies, in the order of [`super::Resolved::lists`].
+    /// The policies, in the order of [`Resolved::lists`](crate::forms::Resolved::lists).
     pub const POLICIES: &[&str] =
         &[MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE, PREFER_RECOMPUTE, MUST_OFFLOAD, PREFER_OFFLOAD];
     /// `rules(default = <policy>)`.
@@ -48,7 +48,7 @@ pub mod kw {
 /// The policies in the order of [`kw::POLICIES`] (checked by a test).
 pub const POLICY_ORDER: [Policy; 6] = Policy::ALL;
 
-/// The index of `policy` in [`Resolved::lists`] and [`kw::POLICIES`].
+/// The index of `policy` in [`Resolved::lists`](crate::forms::Resolved::lists) and [`kw::POLICIES`].
 pub fn list_index(policy: Policy) -> usize {
     POLICY_ORDER.iter().position(|p| *p == policy).expect("every policy has a list")
 }

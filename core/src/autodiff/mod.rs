@@ -79,7 +79,7 @@ impl JointGraph {
         let (mut graph, remap) = without_dead_backward_nodes(bw.graph, forward.len(), &outputs);
         let mut grad_of = vec![None; graph.len()];
         for (old, owner) in owners.into_iter().enumerate() {
-            if remap[old].0 != u32::MAX {
+            if remap[old].raw() != u32::MAX {
                 grad_of[remap[old].index()] = owner;
             }
         }
@@ -155,7 +155,7 @@ fn without_dead_backward_nodes(graph: Graph, n_forward: usize, outputs: &[NodeId
             }
         }
     }
-    let mut remap = vec![NodeId(u32::MAX); graph.len()];
+    let mut remap = vec![NodeId::new(u32::MAX); graph.len()];
     let mut out = Graph::new();
     for r in graph.regions() {
         out.add_region(r.clone());

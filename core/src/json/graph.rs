@@ -91,7 +91,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
         let inputs = d
             .inputs
             .iter()
-            .map(|i| ids.resolve(i, |x| later.contains(x), k).map(NodeId))
+            .map(|i| ids.resolve(i, |x| later.contains(x), k).map(NodeId::new))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|m| at(&id, &d.op, m))?;
         let region = d.region.map(|r| regions.get(r));
@@ -110,7 +110,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     }
     let outputs = outputs
         .iter()
-        .map(|o| ids.resolve(o, |x| later.contains(x), usize::MAX).map(NodeId))
+        .map(|o| ids.resolve(o, |x| later.contains(x), usize::MAX).map(NodeId::new))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|m| top_error(format!("outputs: {m}")))?;
     let loss = g.node(outputs[0]);
@@ -253,18 +253,18 @@ pub(super) fn to_text(g: &Graph) -> String {
         g.regions()
             .iter()
             .enumerate()
-            .map(|(k, r)| (k as u64, r.parent.map(|p| p.0 as u64), r.name.as_str(), r.budget)),
+            .map(|(k, r)| (k as u64, r.parent.map(|p| p.raw() as u64), r.name.as_str(), r.budget)),
     );
     let nodes = g.ids().map(|id| {
         let n = g.node(id);
         spaced(&NodeOut {
-            id: id.0,
+            id: id.raw(),
             op: n.op.name(),
-            inputs: n.inputs.iter().map(|i| i.0).collect(),
-            attrs: attrs::write(&n.op, id.0),
+            inputs: n.inputs.iter().map(|i| i.raw()).collect(),
+            attrs: attrs::write(&n.op, id.raw()),
             shape: &n.shape,
             dtype: n.dtype.name(),
-            region: n.tag.map(|t| t.region.0),
+            region: n.tag.map(|t| t.region.raw()),
             policy: n.tag.map(|t| t.policy.name()),
             source: n.tag.map(|t| t.source).filter(|s| *s != PolicySource::Explicit).map(PolicySource::name),
             name: n.name.as_deref(),
@@ -276,6 +276,6 @@ pub(super) fn to_text(g: &Graph) -> String {
         lists.push(("regions", regions.iter().map(spaced).collect()));
     }
     lists.push(("nodes", nodes.collect()));
-    let outputs: Vec<u32> = g.outputs().iter().map(|o| o.0).collect();
+    let outputs: Vec<u32> = g.outputs().iter().map(|o| o.raw()).collect();
     super::layout(super::GRAPH_FORMAT, lists, vec![("outputs", spaced(&outputs))])
 }

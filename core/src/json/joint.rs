@@ -149,7 +149,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
         let state = rng_state(&nodes, &mut regions, &id, &d)?;
         let state = state.map(|s| {
             nodes.push(s);
-            NodeId(nodes.len() as u32 - 1)
+            NodeId::new(nodes.len() as u32 - 1)
         });
         ids.define(&d.id, nodes.len(), k).map_err(|m| at(&id, &d.op, m))?;
         let mut node = node(&nodes, &ids, raw_nodes, &mut regions, id, d)?;
@@ -172,7 +172,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
                 let phase = if node.backward { "backward" } else { "forward" };
                 return Err(at(&node.id, &node.op, format!("listed in {what} but it is a {phase} node")));
             }
-            out.push(NodeId(k));
+            out.push(NodeId::new(k));
         }
         Ok(out)
     };
@@ -226,7 +226,7 @@ fn node<'a>(
         if !backward && before[k as usize].backward {
             return Err(err(format!("a forward node cannot read backward node {}", before[k as usize].id.in_error())));
         }
-        inputs.push(NodeId(k));
+        inputs.push(NodeId::new(k));
     }
     let mut flags = Flags::default();
     for name in &d.flags {
@@ -310,7 +310,7 @@ fn node<'a>(
             if before[k as usize].backward {
                 return Err(err(format!("field \"grad_of\": {} is a backward node", before[k as usize].id.in_error())));
             }
-            Some(NodeId(k))
+            Some(NodeId::new(k))
         }
     };
     Ok(PNode {

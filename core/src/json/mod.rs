@@ -316,7 +316,7 @@ impl Regions {
     }
 
     fn add(&mut self, parts: RegionParts) -> RegionId {
-        let id = RegionId(self.parts.len() as u32);
+        let id = RegionId::from_index(self.parts.len());
         self.by_key.insert(parts.key, id);
         self.parts.push(parts);
         id

@@ -111,7 +111,7 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         }
         false
     };
-    let describe = |i: usize| g.describe(NodeId(i as u32));
+    let describe = |i: usize| g.describe(NodeId::from_index(i));
     // Offload wishes, restated: a node's own offload tag or that of a view of it, where the value
     // can leave the device (not resident, not an output, not the base of a must_save view).
     let leaves = |i: usize| !g.nodes[i].flags.resident && !is_output(i);

@@ -156,10 +156,10 @@ fn kept_views(g: &PGraph, class: &[Class], output: &[bool], boundary: &[Option<B
             continue;
         }
         if let Some(by) = must_keep_view(g, i, boundary) {
-            let base = g.view_base(NodeId(i as u32), output).index();
+            let base = g.view_base(NodeId::from_index(i), output).index();
             if base != i {
                 let slot = if by == KeepBy::Tag { &mut kept[base].tagged } else { &mut kept[base].reader };
-                slot.get_or_insert(NodeId(i as u32));
+                slot.get_or_insert(NodeId::from_index(i));
             }
         }
         let k = kept[i];
@@ -201,7 +201,7 @@ pub(crate) fn settle_view_bases(
             continue;
         }
         if must_keep_view(g, i, &boundary).is_some() {
-            demanded[g.view_base(NodeId(i as u32), &output).index()] = true;
+            demanded[g.view_base(NodeId::from_index(i), &output).index()] = true;
         }
         let recompute = match g.nodes[i].policy {
             Some(Policy::MustRecompute) => Some(Reason::MustRecompute),

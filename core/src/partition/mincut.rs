@@ -64,7 +64,7 @@ pub(super) fn solve(g: &PGraph, class: &[Class]) -> (Vec<bool>, Vec<Option<Reaso
     let mut chosen = vec![None; n];
     for i in (0..n).filter(|&i| relevant[i]) {
         let node = &g.nodes[i];
-        let id = NodeId(i as u32);
+        let id = NodeId::from_index(i);
         match role(i) {
             Role::Kept => {
                 let cost = if counts_bytes(g, id) { node.bytes } else { 0 };

@@ -242,7 +242,7 @@ impl PNode {
         PNode {
             id: DocId::Index(id),
             op: op.to_string(),
-            inputs: inputs.iter().map(|&i| NodeId(i)).collect(),
+            inputs: inputs.iter().map(|&i| NodeId::new(i)).collect(),
             backward,
             bytes,
             flops: 0,
@@ -296,7 +296,7 @@ impl PGraph {
                 let info = n.op.info();
                 let backward = !joint.is_forward(id);
                 PNode {
-                    id: DocId::Index(id.0 as u64),
+                    id: DocId::Index(id.raw() as u64),
                     op: n.op.name().to_string(),
                     inputs: n.inputs.clone(),
                     backward,
@@ -368,22 +368,22 @@ impl PGraph {
 
     /// All node ids, in order.
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + ExactSizeIterator {
-        (0..self.nodes.len() as u32).map(NodeId)
+        (0..self.nodes.len() as u32).map(NodeId::new)
     }
 
     /// Checks the invariants of the module docs; the error names the first node at fault.
     pub fn validate(&self) -> Result<()> {
         let (mut bytes, mut flops) = (0u64, 0u64);
         for (i, n) in self.nodes.iter().enumerate() {
-            let at = |m: String| Error::Invalid(format!("{}: {m}", self.describe(NodeId(i as u32))));
+            let at = |m: String| Error::Invalid(format!("{}: {m}", self.describe(NodeId::from_index(i))));
             if let Some(&bad) = n.inputs.iter().find(|x| x.index() >= i) {
                 return Err(at(format!("input {bad} does not precede it (a cycle or a dangling input)")));
             }
             if !n.backward && n.inputs.iter().any(|&x| self.node(x).backward) {
                 return Err(at("a forward node reads a backward node".into()));
             }
-            if let Some(r) = n.region.filter(|r| r.0 as usize >= self.regions.len()) {
-                return Err(at(format!("region index {} does not exist", r.0)));
+            if let Some(r) = n.region.filter(|r| r.index() >= self.regions.len()) {
+                return Err(at(format!("region index {} does not exist", r.raw())));
             }
             if let Some(u) = n.grad_of.filter(|u| u.index() >= self.len() || self.node(*u).backward) {
                 return Err(at(format!("grad_of {u} is not a forward node")));
@@ -392,10 +392,10 @@ impl PGraph {
             flops = flops.checked_add(n.flops).ok_or_else(|| at("the graph's FLOPs add up past 2^64".into()))?;
         }
         for (r, region) in self.regions.iter().enumerate() {
-            if region.parent.is_some_and(|p| p.0 as usize >= r) {
+            if region.parent.is_some_and(|p| p.index() >= r) {
                 return Err(Error::Invalid(format!(
                     "region {}: its parent must come before it",
-                    self.region_label(RegionId(r as u32))
+                    self.region_label(RegionId::from_index(r))
                 )));
             }
         }
@@ -439,7 +439,7 @@ impl PGraph {
     pub fn find_ids<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Result<Vec<NodeId>> {
         let mut by_id: rustc_hash::FxHashMap<&DocId, NodeId> = Default::default();
         for (k, n) in self.nodes.iter().enumerate() {
-            by_id.entry(&n.id).or_insert(NodeId(k as u32));
+            by_id.entry(&n.id).or_insert(NodeId::from_index(k));
         }
         ids.into_iter()
             .map(|text| {
@@ -498,7 +498,7 @@ impl PGraph {
     pub fn region_label(&self, r: RegionId) -> String {
         match self.regions.get(r.index()) {
             Some(region) => format!("{}#{}", crate::text::shorten(&region.name, crate::text::CELL), region.key),
-            None => format!("region#{}", r.0),
+            None => format!("region#{}", r.raw()),
         }
     }
 }

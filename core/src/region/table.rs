@@ -7,7 +7,7 @@ use remat_catalog::forms::{self, Resolved};
 use std::sync::Mutex;
 
 /// The per-op policy of a region, resolved at compile time by the macro (or at run time by
-/// [`RegionPolicy::parse`]).
+/// [`RegionPolicy::parse`](super::RegionPolicy::parse)).
 ///
 /// Precedence: a listed name (`save_names`, then `offload_names`), then a listed op kind (must
 /// lists before prefer lists; save, recompute, offload within each), then the default.

@@ -104,7 +104,7 @@ pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
             Visit::Open(r) => {
                 // Deep nesting is indented up to a point; the structure is in the braces.
                 let pad = "  ".repeat(depth.min(8));
-                let mut label = g.region_label(RegionId(r as u32));
+                let mut label = g.region_label(RegionId::from_index(r));
                 if let Some(b) = g.regions[r].budget {
                     label += &format!(" (budget {b})");
                 }
@@ -129,7 +129,7 @@ pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
     for (i, n) in g.nodes.iter().enumerate() {
         for &x in &n.inputs {
             let style = if n.backward && !g.node(x).backward { " [style=dashed]" } else { "" };
-            let _ = writeln!(out, "  n{} -> n{i}{style};", x.0);
+            let _ = writeln!(out, "  n{} -> n{i}{style};", x.raw());
         }
     }
     out + "}\n"

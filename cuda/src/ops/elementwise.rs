@@ -138,7 +138,7 @@ pub(crate) fn copy(dev: &Device, src: u64, dst: u64, bytes: usize) -> Result<()>
 /// `fill_N(E* y, u64 n, E v)` with the element's raw bits.
 pub(crate) fn constant(dev: &Device, value: f64, out: View<'_>) -> Result<()> {
     let one = HostTensor::full(vec![1], value, out.dtype)?;
-    let bytes = crate::backend::host_bytes(&one);
+    let bytes = crate::transfer::host_bytes(&one);
     let pattern = match bytes.len() {
         1 => Arg::U8(bytes[0]),
         2 => Arg::U16(u16::from_ne_bytes([bytes[0], bytes[1]])),
@@ -152,7 +152,7 @@ pub(crate) fn constant(dev: &Device, value: f64, out: View<'_>) -> Result<()> {
 
 /// `out` = a host tensor's bytes (a `constant_data` op computed rather than held resident).
 pub(crate) fn upload_into(dev: &Device, value: &HostTensor, out: View<'_>) -> Result<()> {
-    let bytes = crate::backend::host_bytes(value);
+    let bytes = crate::transfer::host_bytes(value);
     if bytes.len() != out.bytes() {
         return Err(dev.err(format!("constant data of {} bytes for a {}-byte buffer", bytes.len(), out.bytes())));
     }

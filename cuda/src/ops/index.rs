@@ -80,7 +80,7 @@ pub(crate) fn index_select(
         Arg::U64(dim as u64),
         Arg::U64(inner as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.0 as u64),
+        Arg::U64(node.raw() as u64),
     ];
     dev.launch_1d(&INDEX, &format!("index_select_{}", elem_suffix(x.dtype.size())), outer * count * inner, &args)
 }
@@ -100,7 +100,7 @@ pub(crate) fn gather(dev: &Device, node: NodeId, x: View<'_>, idx: View<'_>, axi
         Arg::U64(dim as u64),
         Arg::U64(inner as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.0 as u64),
+        Arg::U64(node.raw() as u64),
     ];
     dev.launch_1d(&INDEX, &format!("gather_{}", elem_suffix(x.dtype.size())), outer * count * inner, &args)
 }

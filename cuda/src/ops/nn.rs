@@ -84,7 +84,7 @@ pub(crate) fn cross_entropy(
         Arg::U64(r as u64),
         Arg::U64(c as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.0 as u64),
+        Arg::U64(node.raw() as u64),
     ];
     row_launch(dev, &fname(dev, "cross_entropy_rows", logits.dtype)?, r, c, &args)?;
     let args = [Arg::U64(partial.ptr), out.arg(), Arg::U64(r as u64)];
@@ -110,7 +110,7 @@ pub(crate) fn cross_entropy_grad(
         Arg::U64(r as u64),
         Arg::U64(c as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.0 as u64),
+        Arg::U64(node.raw() as u64),
     ];
     row_launch(dev, &fname(dev, "cross_entropy_grad", out.dtype)?, r, c, &args)
 }
@@ -129,7 +129,7 @@ pub(crate) fn embedding(dev: &Device, node: NodeId, table: View<'_>, ids: View<'
         Arg::U64(d as u64),
         Arg::U64(rows as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.0 as u64),
+        Arg::U64(node.raw() as u64),
     ];
     dev.launch_1d(&NN, &name, n_ids * d, &args)
 }
@@ -156,7 +156,7 @@ pub(crate) fn embedding_grad(dev: &Device, node: NodeId, ids: View<'_>, g: View<
         Arg::U64(rows as u64),
         Arg::U64(ROWS_PER_BLOCK as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.0 as u64),
+        Arg::U64(node.raw() as u64),
     ];
     dev.launch(&NN, &fname(dev, "embedding_grad", g.dtype)?, (blocks, 1, 1), (threads, 1, 1), &args)?;
     if let Some(s) = &scratch {

@@ -146,7 +146,7 @@ impl Program {
             if prog.at_hand[j] == prog.reached[j] {
                 continue;
             }
-            for &x in &p.g.node(crate::graph::NodeId(j as u32)).inputs {
+            for &x in &p.g.node(crate::graph::NodeId::from_index(j)).inputs {
                 let mut e = Expr::default();
                 e.add(prog.reached[x.index()], 1.0);
                 e.add(prog.reached[j], -1.0);
@@ -176,7 +176,7 @@ impl Program {
         for &i in &p.order {
             let counts = match k {
                 Some(k) => p.limits_of(i).contains(&k),
-                None => !p.limits_of(i).is_empty() || super::counts_bytes(p.g, crate::graph::NodeId(i as u32)),
+                None => !p.limits_of(i).is_empty() || super::counts_bytes(p.g, crate::graph::NodeId::from_index(i)),
             };
             if counts {
                 let b = p.g.nodes[i].bytes as f64;

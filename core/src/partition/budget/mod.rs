@@ -158,7 +158,7 @@ pub(super) fn refine(
     off: &Offload,
 ) -> Result<Solution> {
     let budgeted: Vec<RegionId> =
-        (0..g.regions.len() as u32).map(RegionId).filter(|&r| g.regions[r.index()].budget.is_some()).collect();
+        (0..g.regions.len() as u32).map(RegionId::new).filter(|&r| g.regions[r.index()].budget.is_some()).collect();
     if global.is_none() && budgeted.is_empty() {
         return Ok((base, chosen, off.fixed.clone(), None));
     }

@@ -498,7 +498,7 @@ mod tests {
         use crate::backend::KernelCall;
         use crate::graph::NodeId;
         let call = KernelCall {
-            node: NodeId(0),
+            node: NodeId::new(0),
             op: &Op::Constant { value: 2.5 },
             inputs: &[],
             out_shape: &[2, 2],

@@ -443,7 +443,7 @@ mod tests {
         let x = t32(&[2, 3], &[0.0; 6]);
         let metas = [(x.shape(), x.dtype())];
         let call = KernelCall {
-            node: NodeId(7),
+            node: NodeId::new(7),
             op: &Op::Unary(UnaryOp::Exp),
             inputs: &metas,
             out_shape: &[3, 2],
@@ -469,7 +469,7 @@ mod tests {
         let a = cpu.upload(&t64(&[2, 2], &[1.0, 2.0, 3.0, 4.0])).unwrap();
         let metas = [(&[2usize, 2][..], DType::F64), (&[2usize, 2][..], DType::F64)];
         let call = KernelCall {
-            node: NodeId(1),
+            node: NodeId::new(1),
             op: &Op::Matmul,
             inputs: &metas,
             out_shape: &[2, 2],
