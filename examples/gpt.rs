@@ -19,6 +19,8 @@ use std::time::Instant;
 
 #[path = "common/compare.rs"]
 mod compare;
+#[path = "../cli/src/plot.rs"]
+mod plot;
 use compare::{compare, Row, Table};
 
 // The model's sub-blocks are `zoo::attention` (its context named "attn_ctx") and
@@ -249,7 +251,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let steps = if args.quick { args.steps.min(20) } else { args.steps };
     match args.device {
         Device::Cpu => train_and_compare(args, &cfg, steps, &mut || Ok(CpuBackend::new())),
+        #[cfg(feature = "cuda")]
         Device::Cuda => train_and_compare(args, &cfg, steps, &mut || remat::cuda::CudaBackend::new(0)),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda => Err("--device cuda: remat was built without its `cuda` feature".into()),
     }
 }
 
@@ -519,10 +524,10 @@ const TABLE: Table = Table {
 };
 
 fn plot(path: &std::path::Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
-    let at = |r: &Row| remat::plot::Point { bytes: r.saved_bytes, flops: r.recompute_flops };
+    let at = |r: &Row| plot::Point { bytes: r.saved_bytes, flops: r.recompute_flops };
     let line: Vec<_> = rows.iter().map(at).collect();
     let marks: Vec<_> = rows.iter().map(|r| (r.policy.clone(), at(r))).collect();
-    remat::plot::frontier(path, "gpt: saved activations vs recompute, per policy", &line, &marks)
+    plot::frontier(path, "gpt: saved activations vs recompute, per policy", &line, &marks)
 }
 
 #[cfg(test)]
@@ -580,6 +585,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "cuda")]
     #[test]
     fn a_missing_gpu_is_an_error_not_a_panic() {
         if remat::cuda::unavailable_reason().is_none() {

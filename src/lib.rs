@@ -154,10 +154,9 @@ pub use remat_macros::checkpoint;
 /// ```
 pub use remat_macros::policy;
 
-/// The CUDA backend.
+/// The CUDA backend (the `cuda` feature, on by default).
+#[cfg(feature = "cuda")]
 pub use remat_cuda as cuda;
-
-pub mod plot;
 
 /// What model code needs: `use remat::prelude::*;`.
 pub mod prelude {

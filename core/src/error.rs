@@ -45,6 +45,28 @@ pub enum Error {
     /// Bad arguments to an API call (a strategy, an optimizer setting, ...).
     #[error("{0}")]
     Invalid(String),
+    /// A file could not be read or written (training states).
+    #[error("{path}: {what}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What was being done ("cannot read", "cannot replace", ...).
+        what: &'static str,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A training state is not a valid safetensors file, or could not be encoded as one.
+    #[error("{path}: {what} ({source})")]
+    SafeTensors {
+        /// The file.
+        path: String,
+        /// What was wrong ("not a safetensors file", "corrupt or truncated", "cannot encode").
+        what: &'static str,
+        /// safetensors' own error.
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
     /// A JSON document (`remat.graph`, `remat.joint`) is malformed or describes an invalid graph.
     #[error("{}{message}", json_location(.node.as_deref(), .op.as_deref()))]
     Json {

@@ -29,7 +29,9 @@ pub struct Progress {
 
 /// Saves `params`, `opt` and `progress` to `path` atomically (temporary file + rename).
 pub fn save_state(path: &Path, params: &Params, opt: &AdamW, progress: Progress) -> Result<()> {
-    let io = |what: &str, e: std::io::Error| Error::Invalid(format!("{what} {}: {e}", path.display()));
+    let io = |what: &'static str, source: std::io::Error| Error::Io { path: path.display().to_string(), what, source };
+    let st_error =
+        |source| Error::SafeTensors { path: path.display().to_string(), what: "cannot encode the state", source };
     // Tensors are stored by parameter name: two parameters of one name could not be told apart.
     let mut names = std::collections::HashSet::new();
     if let Some(twice) = params.names().iter().find(|n| !names.insert(n.as_str())) {
@@ -90,13 +92,18 @@ pub fn save_state(path: &Path, params: &Params, opt: &AdamW, progress: Progress)
 /// changes nothing.
 pub fn load_state(path: &Path, params: &mut Params, opt: &mut AdamW) -> Result<Progress> {
     let bad = |message: String| Error::Invalid(format!("{}: {message}", path.display()));
-    let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read: {e}")))?;
-    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(format!("not a safetensors file ({e})")))?;
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        what: "cannot read",
+        source,
+    })?;
+    let st = |what: &'static str| move |source| Error::SafeTensors { path: path.display().to_string(), what, source };
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(st("not a safetensors file"))?;
     let meta = header.metadata().clone().unwrap_or_default();
     if meta.get("format").map(String::as_str) != Some(FORMAT) {
         return Err(bad(format!("not a remat training state (format is {:?})", meta.get("format"))));
     }
-    let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("corrupt or truncated ({e})")))?;
+    let tensors = SafeTensors::deserialize(&bytes).map_err(st("corrupt or truncated"))?;
     let number = |key: &str| -> Result<u64> {
         meta.get(key)
             .and_then(|v| v.parse().ok())
@@ -159,10 +166,6 @@ fn read(
 
 fn f64_bits(x: f64) -> String {
     x.to_bits().to_string()
-}
-
-fn st_error(e: safetensors::SafeTensorError) -> Error {
-    Error::Invalid(format!("safetensors: {e}"))
 }
 
 fn st_dtype(d: DType) -> StDtype {

@@ -91,6 +91,9 @@ fn a_failed_save_leaves_the_previous_file_in_place() {
     std::fs::create_dir_all(&blocker).unwrap();
     let err = save_state(&path, &model.init_params(2).unwrap(), &opt, Progress { step: 6, seed: 1 }).unwrap_err();
     assert!(err.to_string().contains("cannot create"), "{err}");
+    // The operating system's error is kept as the source, not only as text.
+    let source = std::error::Error::source(&err).expect("the io error is the source");
+    assert!(source.downcast_ref::<std::io::Error>().is_some(), "{source:?}");
     assert_eq!(std::fs::read(&path).unwrap(), before, "the previous file is intact");
     std::fs::remove_dir(&blocker).unwrap();
 }

@@ -9,11 +9,13 @@
 //!
 //! A bad file exits with code 2 and one line on stderr naming the node at fault.
 
+mod plot;
+
 use clap::{Parser, Subcommand};
 use remat::json::{self, Document};
 use remat::partition::{partition, PGraph};
 use remat::report::{fmt_bytes, Report};
-use remat::{plot, Budget, JointGraph, Partition, Plan, Strategy};
+use remat::{Budget, JointGraph, Partition, Plan, Strategy};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -9,9 +9,9 @@
 //! must_save value each — end to end beside a plain chain of as many nodes measured in the same
 //! run (the ratio stays near 1 when the time is linear).
 //!
-//! `cargo bench --bench end_to_end` (add `-- --quick` to skip the 10⁶-node document).
+//! `cargo bench -p remat-cli --bench end_to_end` (add `-- --quick` to skip the 10⁶-node document).
 
-#[path = "common/deep_mlp_joint.rs"]
+#[path = "../../benches/common/deep_mlp_joint.rs"]
 mod deep_mlp_joint;
 
 use remat::partition::partition;

@@ -9,7 +9,7 @@ fn remat(args: &[&str]) -> Output {
 }
 
 fn example(name: &str) -> String {
-    format!("{}/docs/examples/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/../docs/examples/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn stdout(o: &Output) -> String {
@@ -214,7 +214,7 @@ fn bad_flags_are_usage_errors() {
 
 #[test]
 fn pytorchs_exported_graphs_partition_as_they_are() {
-    let dir = format!("{}/tests/fixtures/torch", env!("CARGO_MANIFEST_DIR"));
+    let dir = format!("{}/../tests/fixtures/torch", env!("CARGO_MANIFEST_DIR"));
     let fp8 = format!("{dir}/seed_fp8_scaled_mm-inductor__sac_save_mm.json");
     let quantisation = |id: &str| ["convert_element_type", "amax", "mul"].iter().any(|p| id.starts_with(p));
     for strategy in ["respect", "mincut", "budget=0.0", "budget=131072"] {
@@ -266,7 +266,7 @@ fn offload_turns_a_budget_into_a_three_way_choice() {
 
 #[test]
 fn evaluate_scores_a_given_decision() {
-    let dir = format!("{}/tests/fixtures/torch", env!("CARGO_MANIFEST_DIR"));
+    let dir = format!("{}/../tests/fixtures/torch", env!("CARGO_MANIFEST_DIR"));
     let fp8 = format!("{dir}/seed_fp8_scaled_mm-inductor__budget_0.5.json");
     // PyTorch's own decision at its activation memory budget of 0.5.
     let o = remat(&["evaluate", &fp8, "--save", "mul,mul_1,convert_element_type,le", "--json"]);

@@ -19,7 +19,7 @@ const STRATEGIES: [&str; 8] = [
 ];
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/adversarial").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/adversarial").join(name)
 }
 
 fn remat(args: &[&str]) -> Output {
