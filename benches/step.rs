@@ -2,8 +2,9 @@
 //! transformer block. Run with `cargo bench --bench step`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use remat::backend::{Backend, KernelCall};
 use remat::zoo::{self, GptConfig};
-use remat::{Backend, CpuBackend, DType, HostTensor, KernelCall, Model, NodeId, Op};
+use remat::{CpuBackend, DType, HostTensor, Model, NodeId, Op};
 use std::hint::black_box;
 
 fn gemm(c: &mut Criterion) {

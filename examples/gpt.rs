@@ -338,7 +338,7 @@ struct Timed {
 
 impl Timed {
     /// The row a kernel's time is summed under.
-    fn key(&self, call: &remat::KernelCall<'_>, inputs: Vec<&[usize]>) -> String {
+    fn key(&self, call: &remat::backend::KernelCall<'_>, inputs: Vec<&[usize]>) -> String {
         if self.shapes {
             format!("{} {:?} <- {inputs:?}", call.op.name(), call.out_shape)
         } else {
@@ -356,7 +356,7 @@ impl Backend for Timed {
     fn fetch(&mut self, host: Self::Host) -> Result<Self::Buffer, remat::Error> {
         self.inner.fetch(host)
     }
-    fn host_memory(&self) -> remat::MemoryStats {
+    fn host_memory(&self) -> remat::backend::MemoryStats {
         self.inner.host_memory()
     }
     fn name(&self) -> String {
@@ -380,7 +380,7 @@ impl Backend for Timed {
     }
     fn reshape_owned(
         &mut self,
-        call: &remat::KernelCall<'_>,
+        call: &remat::backend::KernelCall<'_>,
         input: Self::Buffer,
     ) -> Result<Self::Buffer, remat::Error> {
         let start = Instant::now();
@@ -401,7 +401,7 @@ impl Backend for Timed {
     }
     fn execute(
         &mut self,
-        call: &remat::KernelCall<'_>,
+        call: &remat::backend::KernelCall<'_>,
         inputs: &[&Self::Buffer],
     ) -> Result<Self::Buffer, remat::Error> {
         let start = Instant::now();
@@ -412,7 +412,7 @@ impl Backend for Timed {
         e.1 += 1;
         out
     }
-    fn memory(&self) -> remat::MemoryStats {
+    fn memory(&self) -> remat::backend::MemoryStats {
         self.inner.memory()
     }
     fn reset_peak(&mut self) {

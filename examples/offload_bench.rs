@@ -10,10 +10,11 @@
 //! cargo run --release --example offload_bench -- --model cpu
 //! ```
 
-use remat::partition::{CostModel, PGraph};
+use remat::partition::PGraph;
 use remat::region::{enter_region, PolicyTable, RegionSpec};
 use remat::report::reason_code;
 use remat::zoo::{self, BlockParams, GptConfig, Part};
+use remat::CostModel;
 use remat::{Action, Budget, CpuBackend, DType, Graph, Model, OpKind, Policy, Step, Strategy, Tensor};
 
 static RECOMPUTE_ALL: RegionSpec = RegionSpec::new("block", PolicyTable::RECOMPUTE_ALL);

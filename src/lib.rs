@@ -5,12 +5,78 @@
 //! recompute — honouring every tag — and runs forward + backward on the CPU (or a GPU),
 //! measuring the memory it really used.
 //!
-//! This crate re-exports [`remat_core`] (ops, tracing, autodiff, planning, the CPU backend),
-//! the `#[checkpoint]` attribute, and the CUDA backend.
+//! The root holds what a model author uses — tracing ([`Trace`], [`Tensor`]), policies
+//! ([`checkpoint`], [`policy!`], [`RegionPolicy`]), planning ([`Model`], [`Strategy`],
+//! [`Partition`], [`Plan`]), running and training ([`CpuBackend`], [`Params`], [`AdamW`]) — each
+//! by one path; `use remat::prelude::*` brings the common ones. Modules: [`json`] (graph
+//! documents), [`partition`] (partitioning a joint graph directly, scoring a decision), [`region`]
+//! (regions entered by hand),
+//! [`report`] (text, JSON and DOT reports), [`zoo`] (ready-made models: an MLP, a GPT),
+//! [`backend`] (for backend authors) and, with the `cuda` feature (on by default), `cuda`.
 
 #![warn(missing_docs)]
 
-pub use remat_core::*;
+// Tracing a model.
+pub use remat_core::{AttnLayout, DType, Init, Tensor, Trace};
+// Policies.
+pub use remat_core::{Policy, PolicyError, PolicySource, RegionPolicy};
+// Graphs and ops.
+pub use remat_core::{BinaryOp, CompareOp, Op, OpKind, ReduceOp, UnaryOp};
+pub use remat_core::{Graph, JointGraph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
+// Planning.
+pub use remat_core::{
+    Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Step, Strategy,
+};
+// Running and training.
+pub use remat_core::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR};
+pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
+pub use remat_core::{
+    CpuBackend, Feeds, HostData, HostTensor, HostValuesMut, Inference, InferenceOutput, Params, StepOutput,
+};
+// Errors.
+pub use remat_core::{Error, Result};
+
+/// Graph documents as JSON: `remat.graph` (a forward graph remat differentiates) and
+/// `remat.joint` (an already-joint graph, e.g. exported from PyTorch). See `docs/graph-json.md`.
+pub mod json {
+    pub use remat_core::json::{read, read_graph, read_joint, write_graph, write_joint, Document};
+    pub use remat_core::json::{GRAPH_FORMAT, JOINT_FORMAT, VERSION};
+}
+
+/// Partitioning a joint graph directly (what [`Model`] does for traced models): the graph the
+/// partitioner sees, the strategies' entry points, the independent rule checker, and scoring a
+/// given decision.
+pub mod partition {
+    pub use remat_core::partition::{check, counts_bytes, evaluate, partition, partition_with, Evaluation};
+    #[doc(hidden)]
+    pub use remat_core::partition::{partition_by_heuristic, partition_by_program};
+    pub use remat_core::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
+    pub use remat_core::peak::partition_for_peak;
+}
+
+/// Regions by hand, without the macro: what `#[checkpoint]` expands into (a `'static`
+/// [`RegionSpec`](region::RegionSpec) entered for the duration of a call).
+pub mod region {
+    pub use remat_core::region::{enter_region, enter_region_with, in_region, PolicyTable, RegionGuard, RegionSpec};
+}
+
+/// Reports of a partition: a text table with a reason per value, JSON, Graphviz DOT.
+pub mod report {
+    pub use remat_core::report::{dot, fmt_bytes, reason_code, Report};
+}
+
+/// Ready-made models — an MLP and a GPT with feeds — for examples, benchmarks and trying remat.
+pub mod zoo {
+    pub use remat_core::zoo::*;
+}
+
+/// For backend authors: the trait a device implements, what a kernel call carries, and the
+/// executor that drives a backend through a plan.
+pub mod backend {
+    pub use remat_core::backend::cpu::{CpuBuffer, CpuHostBuffer};
+    pub use remat_core::op::{Arity, AttnDims, Meta, OpInfo, CATALOG};
+    pub use remat_core::{run, run_inference, Backend, KernelCall, MemoryStats, RunOutput};
+}
 
 /// Makes a function a checkpointed region; see the attribute's own documentation below for the
 /// forms and the compile errors.
@@ -160,7 +226,8 @@ pub use remat_cuda as cuda;
 
 /// What model code needs: `use remat::prelude::*;`.
 pub mod prelude {
-    pub use remat_core::{AdamW, Backend, CpuBackend, DType, Feeds, HostTensor, Init, Model, Optimizer, Params, Sgd};
+    pub use remat_core::Backend;
+    pub use remat_core::{AdamW, CpuBackend, DType, Feeds, HostTensor, Init, Model, Optimizer, Params, Sgd};
     pub use remat_core::{Budget, Policy, RegionPolicy, Strategy, Tensor, Trace};
     pub use remat_macros::{checkpoint, policy};
 }

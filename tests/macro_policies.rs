@@ -178,7 +178,7 @@ fn spec_records_name_and_location() {
     assert_eq!(spec.line, line);
     assert_eq!(
         spec.policy,
-        remat::PolicyTable {
+        remat::region::PolicyTable {
             must_save: &[remat::OpKind::Matmul, remat::OpKind::Exp],
             prefer_save: &[],
             must_recompute: &[],

@@ -95,7 +95,7 @@ impl Loaded {
         match (strategy, &self.joint) {
             // A peak is searched over plans: a remat.graph has one.
             (Strategy::Peak(limit), Some(joint)) => {
-                remat::peak::partition_for_peak(joint, &self.pg, limit, &Default::default()).map(|(p, _)| p)
+                remat::partition::partition_for_peak(joint, &self.pg, limit, &Default::default()).map(|(p, _)| p)
             }
             _ => partition(&self.pg, strategy),
         }
@@ -263,7 +263,7 @@ fn main() -> ExitCode {
         Err(Failure(code, message)) => {
             // One line whatever the document held: newlines joined, control characters escaped,
             // an echo no message shortened cut to a reasonable length.
-            eprintln!("error: {}", remat::text::one_line(&message.replace('\n', " ")));
+            eprintln!("error: {}", remat_core::text::one_line(&message.replace('\n', " ")));
             ExitCode::from(code)
         }
     }

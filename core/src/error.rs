@@ -85,6 +85,10 @@ pub enum Error {
         backend: String,
         /// What happened.
         message: String,
+        /// The driver's or library's own error, where one caused it (cudarc's `DriverError`,
+        /// cuBLAS status, ...).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// Host memory for a tensor could not be had: a shape more than this machine can hold
     /// (allocations are reserved first, so this is an error rather than an abort).

@@ -244,8 +244,8 @@ impl CudaBackend {
 /// Names the node in a backend or out-of-memory error raised while running `call`.
 fn at_node(e: Error, call: &KernelCall<'_>) -> Error {
     match e {
-        Error::Backend { backend, message } => {
-            Error::Backend { backend, message: format!("node {} ({}): {message}", call.node, call.op.name()) }
+        Error::Backend { backend, message, source } => {
+            Error::Backend { backend, message: format!("node {} ({}): {message}", call.node, call.op.name()), source }
         }
         other => other.at_node(call.node, call.op.name()),
     }
@@ -380,9 +380,8 @@ impl Backend for CudaBackend {
         m.live.set(m.live.get() + bytes);
         m.peak.set(m.peak.get().max(m.live.get()));
         if bytes > 0 {
-            let produced =
-                dev.stream.record_event(None).map_err(|e| dev.err(format!("offload: recording an event: {e:?}")))?;
-            dev.d2h.wait(&produced).map_err(|e| dev.err(format!("offload: ordering the copy stream: {e:?}")))?;
+            let produced = dev.stream.record_event(None).map_err(|e| dev.fail("offload: recording an event", e))?;
+            dev.d2h.wait(&produced).map_err(|e| dev.fail("offload: ordering the copy stream", e))?;
             // From here the copy stream may read the buffer: its free must go there.
             buffer.offloaded.set(true);
             // SAFETY: `host.ptr` holds `bytes` bytes that nothing else touches until `host.last`
@@ -391,13 +390,13 @@ impl Backend for CudaBackend {
             // SAFETY: `buffer` holds `bytes` bytes on this device; the copy stream waits above for
             // the kernel that wrote them, and the buffer's free is ordered after the copy.
             unsafe { result::memcpy_dtoh_async(dst, buffer.ptr, dev.d2h.cu_stream()) }
-                .map_err(|e| dev.err(format!("offload of {bytes} bytes: {e:?}")))?;
+                .map_err(|e| dev.fail(format!("offload of {bytes} bytes"), e))?;
             match dev.d2h.record_event(None) {
                 Ok(copied) => host.last = Some(Rc::new(copied)),
                 Err(e) => {
                     // Without the event nothing tells when the block is written: wait here.
                     let _ = dev.d2h.synchronize();
-                    return Err(dev.err(format!("offload: recording the copy's event: {e:?}")));
+                    return Err(dev.fail("offload: recording the copy's event", e));
                 }
             }
         }
@@ -414,11 +413,10 @@ impl Backend for CudaBackend {
         let dev = &self.dev;
         let bytes = host.bytes();
         if bytes > 0 {
-            let allocated =
-                dev.stream.record_event(None).map_err(|e| dev.err(format!("fetch: recording an event: {e:?}")))?;
-            dev.h2d.wait(&allocated).map_err(|e| dev.err(format!("fetch: ordering the copy stream: {e:?}")))?;
+            let allocated = dev.stream.record_event(None).map_err(|e| dev.fail("fetch: recording an event", e))?;
+            dev.h2d.wait(&allocated).map_err(|e| dev.fail("fetch: ordering the copy stream", e))?;
             if let Some(copied) = &host.last {
-                dev.h2d.wait(copied).map_err(|e| dev.err(format!("fetch: waiting for the copy out: {e:?}")))?;
+                dev.h2d.wait(copied).map_err(|e| dev.fail("fetch: waiting for the copy out", e))?;
             }
             // SAFETY: `host.ptr` holds `bytes` bytes written by the copy out, which the stream
             // waits for above; the block is released only after the copy back's event.
@@ -426,7 +424,7 @@ impl Backend for CudaBackend {
             // SAFETY: `buf` holds exactly `bytes` bytes, allocated before the point the stream
             // waits for; the compute stream reads it only after `ready`.
             unsafe { result::memcpy_htod_async(buf.ptr, src, dev.h2d.cu_stream()) }
-                .map_err(|e| dev.err(format!("fetch of {bytes} bytes: {e:?}")))?;
+                .map_err(|e| dev.fail(format!("fetch of {bytes} bytes"), e))?;
             match dev.h2d.record_event(None) {
                 Ok(fetched) => {
                     let fetched = Rc::new(fetched);
@@ -437,7 +435,7 @@ impl Backend for CudaBackend {
                     // Without the event nothing orders the copy before `buf`'s free or the
                     // block's reuse: wait here.
                     let _ = dev.h2d.synchronize();
-                    return Err(dev.err(format!("fetch: recording the copy's event: {e:?}")));
+                    return Err(dev.fail("fetch: recording the copy's event", e));
                 }
             }
         }
@@ -461,8 +459,8 @@ impl Backend for CudaBackend {
             // SAFETY: `buf` holds exactly `bytes.len()` bytes; the stream is synchronised below,
             // before `bytes` can be dropped or changed.
             unsafe { result::memcpy_htod_async(buf.ptr, bytes, self.dev.stream.cu_stream()) }
-                .map_err(|e| self.dev.err(format!("upload of {} bytes: {e:?}", bytes.len())))?;
-            self.dev.stream.synchronize().map_err(|e| self.dev.err(format!("upload: {e:?}")))?;
+                .map_err(|e| self.dev.fail(format!("upload of {} bytes", bytes.len()), e))?;
+            self.dev.stream.synchronize().map_err(|e| self.dev.fail("upload", e))?;
         }
         Ok(buf)
     }
@@ -473,7 +471,7 @@ impl Backend for CudaBackend {
         if !bytes.is_empty() {
             // SAFETY: `bytes` has room for the whole buffer; synchronised below.
             unsafe { result::memcpy_dtoh_async(&mut bytes[..], buffer.ptr, self.dev.stream.cu_stream()) }
-                .map_err(|e| self.dev.err(format!("download of {} bytes: {e:?}", bytes.len())))?;
+                .map_err(|e| self.dev.fail(format!("download of {} bytes", bytes.len()), e))?;
         }
         self.dev.sync_and_check()?;
         host_from_bytes(&buffer.shape, buffer.dtype, &bytes)

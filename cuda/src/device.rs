@@ -86,7 +86,17 @@ impl std::fmt::Debug for Device {
 
 /// An error of the backend on device `ordinal`.
 pub(crate) fn backend_err(ordinal: usize, message: impl Into<String>) -> Error {
-    Error::Backend { backend: format!("cuda:{ordinal}"), message: message.into() }
+    Error::Backend { backend: format!("cuda:{ordinal}"), message: message.into(), source: None }
+}
+
+/// An error of the backend on device `ordinal` caused by a driver or library error, which is
+/// kept as the source (and shown in the message).
+pub(crate) fn driver_err<E>(ordinal: usize, what: impl Into<String>, source: E) -> Error
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let message = format!("{}: {source:?}", what.into());
+    Error::Backend { backend: format!("cuda:{ordinal}"), message, source: Some(Box::new(source)) }
 }
 
 impl Device {
@@ -182,13 +192,22 @@ impl Device {
         backend_err(self.ordinal, message)
     }
 
+    /// [`Device::err`] for a driver or library error, kept as the source.
+    pub(crate) fn fail<E: std::error::Error + Send + Sync + 'static>(
+        &self,
+        what: impl Into<String>,
+        source: E,
+    ) -> Error {
+        driver_err(self.ordinal, what, source)
+    }
+
     /// The cuBLASLt handle, created on first use; an error when `libcublasLt` is missing.
     pub(crate) fn cublaslt(&self) -> Result<cudarc::cublaslt::sys::cublasLtHandle_t> {
         if let Some(h) = self.blas_lt.get() {
             return Ok(*h);
         }
         probe::cublaslt().map_err(|m| self.err(m))?;
-        let h = cudarc::cublaslt::result::create_handle().map_err(|e| self.err(format!("cuBLASLt handle: {e:?}")))?;
+        let h = cudarc::cublaslt::result::create_handle().map_err(|e| self.fail("cuBLASLt handle", e))?;
         Ok(*self.blas_lt.get_or_init(|| h))
     }
 
@@ -237,7 +256,7 @@ impl Device {
                 predicted_peak: None,
             });
         }
-        Err(self.err(format!("allocating {bytes} bytes failed: {e:?}")))
+        Err(self.fail(format!("allocating {bytes} bytes failed"), e))
     }
 
     /// Returns memory to the pool after the stream's pending work (stream-ordered).
@@ -302,7 +321,7 @@ impl Device {
             None => {
                 // SAFETY: a fresh page-locked allocation of `bytes` bytes, freed by `free_pinned`.
                 let ptr = unsafe { result::malloc_host(bytes, 0) }
-                    .map_err(|e| self.err(format!("pinned host allocation of {bytes} bytes: {e:?}")))?;
+                    .map_err(|e| self.fail(format!("pinned host allocation of {bytes} bytes"), e))?;
                 Pinned { ptr: ptr as *mut u8, bytes }
             }
         };
@@ -367,7 +386,7 @@ impl Device {
                 &mut v as *mut u64 as *mut _,
             )
         }
-        .map_err(|e| self.err(format!("pool attribute: {e:?}")))?;
+        .map_err(|e| self.fail("pool attribute", e))?;
         Ok(v)
     }
 
@@ -382,7 +401,7 @@ impl Device {
                 &mut zero as *mut u64 as *mut _,
             )
         }
-        .map_err(|e| self.err(format!("pool attribute: {e:?}")))
+        .map_err(|e| self.fail("pool attribute", e))
     }
 
     /// The kernel `name` of `source`, compiled to a cubin for this device on first use.
@@ -397,12 +416,12 @@ impl Device {
                 let m = self
                     .ctx
                     .load_module(Ptx::from_binary(image.to_vec()))
-                    .map_err(|e| self.err(format!("loading {} for sm_{}: {e:?}", source.name, self.cc)))?;
+                    .map_err(|e| self.fail(format!("loading {} for sm_{}", source.name, self.cc), e))?;
                 self.modules.borrow_mut().insert(source.name, m.clone());
                 m
             }
         };
-        let f = module.load_function(name).map_err(|e| self.err(format!("kernel {name} of {}: {e:?}", source.name)))?;
+        let f = module.load_function(name).map_err(|e| self.fail(format!("kernel {name} of {}", source.name), e))?;
         self.functions.borrow_mut().insert(name.to_string(), f.clone());
         Ok(f)
     }
@@ -427,7 +446,7 @@ impl Device {
         // the call (cuLaunchKernel copies the values before returning); pointers in the args were
         // allocated on this stream and stay live until the stream reaches their frees.
         unsafe { result::launch_kernel(f.cu_function(), grid, block, 0, self.stream.cu_stream(), &mut params) }
-            .map_err(|e| self.err(format!("launching {name}: {e:?}")))
+            .map_err(|e| self.fail(format!("launching {name}"), e))
     }
 
     /// A 1-D grid-stride launch over `n` items.
@@ -442,15 +461,15 @@ impl Device {
     /// Waits for the compute stream (and so for every fetch it has consumed), reclaims finished
     /// pinned blocks, then reports the first bad id a kernel flagged (and clears it).
     pub(crate) fn sync_and_check(&self) -> Result<()> {
-        self.stream.synchronize().map_err(|e| self.err(format!("stream synchronize: {e:?}")))?;
+        self.stream.synchronize().map_err(|e| self.fail("stream synchronize", e))?;
         self.reclaim_pinned()?;
         let mut flag = [0u64; 4];
         // SAFETY: `flag` is 32 bytes of device memory; the stream is idle.
         unsafe { result::memcpy_dtoh_sync(&mut flag[..], self.flag) }
-            .map_err(|e| self.err(format!("reading the error flag: {e:?}")))?;
+            .map_err(|e| self.fail("reading the error flag", e))?;
         if flag[0] != 0 {
             // SAFETY: as above.
-            unsafe { result::memset_d8_sync(self.flag, 0, 32) }.map_err(|e| self.err(format!("memset: {e:?}")))?;
+            unsafe { result::memset_d8_sync(self.flag, 0, 32) }.map_err(|e| self.fail("memset", e))?;
             return Err(remat_core::Error::Node {
                 node: remat_core::NodeId::new(flag[1] as u32),
                 op: "embedding/cross_entropy",

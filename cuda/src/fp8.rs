@@ -172,10 +172,9 @@ impl LtGemm {
         scale_b: u64,
     ) -> Result<LtGemm> {
         let fail = |what: &str, e: lt::CublasError| {
-            dev.err(format!(
-                "cuBLASLt fp8 GEMM ({}x{} · {}x{}, {a_type} × {b_type}): {what}: {e:?}",
-                shape.m, shape.k, shape.k, shape.n
-            ))
+            let gemm =
+                format!("cuBLASLt fp8 GEMM ({}x{} · {}x{}, {a_type} × {b_type})", shape.m, shape.k, shape.k, shape.n);
+            dev.fail(format!("{gemm}: {what}"), e)
         };
         for (what, v) in [("m", shape.m), ("n", shape.n), ("k", shape.k)] {
             to_i32(dev, v, what)?;
@@ -275,7 +274,7 @@ impl LtGemm {
         }
         .map_err(|e| {
             let s = self.shape;
-            dev.err(format!("cuBLASLt fp8 GEMM ({}x{} · {}x{}): {e:?}", s.m, s.k, s.k, s.n))
+            dev.fail(format!("cuBLASLt fp8 GEMM ({}x{} · {}x{})", s.m, s.k, s.k, s.n), e)
         })
     }
 }

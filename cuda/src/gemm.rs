@@ -95,7 +95,7 @@ pub(crate) fn matmul(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>, ta: 
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| dev.err(format!("cuBLAS GEMM ({m}x{k} · {k}x{n}, batch {count}, {}): {e:?}", out.dtype)))?;
+        .map_err(|e| dev.fail(format!("cuBLAS GEMM ({m}x{k} · {k}x{n}, batch {count}, {})", out.dtype), e))?;
     }
     Ok(())
 }

@@ -37,12 +37,12 @@ mod device;
 mod fp8;
 mod gemm;
 mod kernels;
+#[cfg(test)]
+mod nvrtc_tests;
 mod ops;
 mod probe;
 mod transfer;
 
 pub use backend::{CudaBackend, CudaBuffer, CudaHostBuffer};
-pub use compile::{compile, nvrtc_version, Image, Target, OPTIONS};
 pub use device::CUBLAS_WORKSPACE;
-pub use kernels::{Source, PRELUDE, SOURCES};
 pub use probe::unavailable_reason;

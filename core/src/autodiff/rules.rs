@@ -20,7 +20,32 @@ pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> Vec<usize> {
         Op::Where => vec![1, 2],
         Op::Compare(_) => vec![],
         Op::ScaledMatmul => vec![0, 1],
-        _ => (0..arity).collect(),
+        // Every input (listed: a new op is a compile error here until its gradient inputs are).
+        Op::Unary(_) | Op::Binary(_) | Op::Reduce { .. } | Op::Clamp { .. } | Op::Pow { .. } | Op::Matmul => {
+            (0..arity).collect()
+        }
+        Op::Reshape { .. } | Op::Transpose { .. } | Op::Expand { .. } | Op::Concat { .. } | Op::Slice { .. } => {
+            (0..arity).collect()
+        }
+        Op::Softmax | Op::LogSoftmax | Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::Sdpa { .. } => {
+            (0..arity).collect()
+        }
+        Op::Cast { .. } | Op::Dropout { .. } | Op::MatmulT { .. } => (0..arity).collect(),
+        // Leaves have no inputs; backward-only ops are never differentiated again.
+        Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => vec![],
+        Op::SliceGrad { .. } | Op::IndexSelectGrad { .. } | Op::GatherGrad { .. } | Op::ClampGrad { .. } => {
+            (0..arity).collect()
+        }
+        Op::ReluGrad
+        | Op::GeluGrad
+        | Op::SiluGrad
+        | Op::SoftmaxGrad
+        | Op::LogSoftmaxGrad
+        | Op::LayerNormGrad { .. } => (0..arity).collect(),
+        Op::RmsNormGrad { .. } | Op::SdpaGrad { .. } | Op::CrossEntropyGrad | Op::EmbeddingGrad { .. } => {
+            (0..arity).collect()
+        }
+        Op::AmaxGrad { .. } => (0..arity).collect(),
     }
 }
 

@@ -332,7 +332,13 @@ impl Op {
             Op::Slice { axis, start, len } => format!("axis={axis}, start={start}, len={len}"),
             Op::EmbeddingGrad { rows } => format!("rows={rows}"),
             Op::MatmulT { ta, tb, fold } => format!("ta={ta}, tb={tb}, fold={fold}"),
-            _ => String::new(),
+            // No attributes (listed: a new op is a compile error here until its attributes are).
+            Op::Param { .. } | Op::Input | Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Matmul => String::new(),
+            Op::Where | Op::Softmax | Op::LogSoftmax | Op::CrossEntropy | Op::Embedding | Op::ScaledMatmul => {
+                String::new()
+            }
+            Op::ReluGrad | Op::GeluGrad | Op::SiluGrad | Op::SoftmaxGrad | Op::LogSoftmaxGrad => String::new(),
+            Op::CrossEntropyGrad => String::new(),
         }
     }
 
@@ -395,7 +401,13 @@ impl Op {
             OpKind::Gelu | OpKind::GeluGrad => 10 * n,
             OpKind::Silu | OpKind::SiluGrad | OpKind::Pow => 6 * n,
             OpKind::Exp | OpKind::Log | OpKind::Sin | OpKind::Cos | OpKind::Tanh | OpKind::Sigmoid => 4 * n,
-            _ => n,
+            // One operation per output element; listed (no catch-all) so that a new kind is a
+            // compile error here until its cost is stated.
+            OpKind::Neg | OpKind::Relu | OpKind::Abs | OpKind::Sqrt | OpKind::Rsqrt | OpKind::Reciprocal => n,
+            OpKind::Square | OpKind::Sign | OpKind::ReluGrad | OpKind::Clamp | OpKind::ClampGrad => n,
+            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Maximum | OpKind::MaximumMask => n,
+            OpKind::Eq | OpKind::Ne | OpKind::Lt | OpKind::Le | OpKind::Gt | OpKind::Ge => n,
+            OpKind::Dropout | OpKind::AmaxGrad => n,
         }
     }
 }

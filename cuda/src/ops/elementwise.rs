@@ -131,7 +131,7 @@ pub(crate) fn copy(dev: &Device, src: u64, dst: u64, bytes: usize) -> Result<()>
     }
     // SAFETY: both ranges are `bytes` long inside live allocations of this stream.
     unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, dev.stream.cu_stream()) }
-        .map_err(|e| dev.err(format!("device copy of {bytes} bytes: {e:?}")))
+        .map_err(|e| dev.fail(format!("device copy of {bytes} bytes"), e))
 }
 
 /// Every element of `out` = `value` rounded to its dtype (the CPU's `HostTensor::full`).
@@ -162,8 +162,8 @@ pub(crate) fn upload_into(dev: &Device, value: &HostTensor, out: View<'_>) -> Re
     // SAFETY: `out` holds exactly `bytes.len()` bytes; the stream is synchronised before `bytes`
     // (borrowed from `value`, which outlives the call) can change.
     unsafe { cudarc::driver::result::memcpy_htod_async(out.ptr, bytes, dev.stream.cu_stream()) }
-        .map_err(|e| dev.err(format!("upload of {} bytes: {e:?}", bytes.len())))?;
-    dev.stream.synchronize().map_err(|e| dev.err(format!("upload: {e:?}")))
+        .map_err(|e| dev.fail(format!("upload of {} bytes", bytes.len()), e))?;
+    dev.stream.synchronize().map_err(|e| dev.fail("upload", e))
 }
 
 /// Zeros `out` (stream-ordered memset).
@@ -173,5 +173,5 @@ pub(crate) fn zero(dev: &Device, out: View<'_>) -> Result<()> {
     }
     // SAFETY: `out` is `bytes()` long inside a live allocation of this stream.
     unsafe { cudarc::driver::result::memset_d8_async(out.ptr, 0, out.bytes(), dev.stream.cu_stream()) }
-        .map_err(|e| dev.err(format!("memset: {e:?}")))
+        .map_err(|e| dev.fail("memset", e))
 }

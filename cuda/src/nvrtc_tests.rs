@@ -5,7 +5,8 @@
 //! and puts on `LD_LIBRARY_PATH`. Without it the test fails when `CI=true` and skips (printing
 //! why) elsewhere.
 
-use remat_cuda::{compile, nvrtc_version, Target, SOURCES};
+use crate::compile::{compile, nvrtc_version, Target};
+use crate::kernels::{Source, SOURCES};
 
 #[test]
 fn every_kernel_source_compiles_for_sm80_and_sm90() {
@@ -45,7 +46,7 @@ fn compile_errors_carry_the_nvrtc_log() {
         println!("skipped: NVRTC not available");
         return;
     }
-    let bad = remat_cuda::Source { name: "bad.cu", text: "extern \"C\" __global__ void k() { undeclared_thing(); }" };
+    let bad = Source { name: "bad.cu", text: "extern \"C\" __global__ void k() { undeclared_thing(); }" };
     let err = compile(&bad, Target::Ptx(80)).unwrap_err();
     assert!(err.contains("bad.cu") && err.contains("undeclared_thing"), "{err}");
 }
@@ -56,16 +57,16 @@ fn cubins_for_sm90_and_expected_entries() {
         println!("skipped: NVRTC not available");
         return;
     }
-    let ptx = compile(&remat_cuda::SOURCES[0], Target::Ptx(90)).unwrap();
+    let ptx = compile(&SOURCES[0], Target::Ptx(90)).unwrap();
     let text = String::from_utf8_lossy(&ptx);
     for name in ["unary_bf16", "binary_bcast_f32", "dropout_f64", "fill_8"] {
         assert!(text.contains(&format!(".entry {name}(")), "{name} missing");
     }
-    let layout = compile(&remat_cuda::SOURCES[4], Target::Ptx(90)).unwrap();
+    let layout = compile(&SOURCES[4], Target::Ptx(90)).unwrap();
     for name in ["pad_copy_1", "pad_copy_4", "transpose_tiled_1"] {
         assert!(String::from_utf8_lossy(&layout).contains(&format!(".entry {name}(")), "{name} missing");
     }
-    let index = compile(&remat_cuda::SOURCES[5], Target::Ptx(90)).unwrap();
+    let index = compile(&SOURCES[5], Target::Ptx(90)).unwrap();
     for name in [
         "compare_f32",
         "compare_i64",
@@ -79,14 +80,14 @@ fn cubins_for_sm90_and_expected_entries() {
     ] {
         assert!(String::from_utf8_lossy(&index).contains(&format!(".entry {name}(")), "{name} missing");
     }
-    let attention = compile(&remat_cuda::SOURCES[6], Target::Ptx(90)).unwrap();
+    let attention = compile(&SOURCES[6], Target::Ptx(90)).unwrap();
     for name in ["sdpa_fwd_f32", "sdpa_delta_bf16", "sdpa_dq_f16", "sdpa_dkv_f64"] {
         assert!(String::from_utf8_lossy(&attention).contains(&format!(".entry {name}(")), "{name} missing");
     }
-    let nn = compile(&remat_cuda::SOURCES[3], Target::Ptx(90)).unwrap();
+    let nn = compile(&SOURCES[3], Target::Ptx(90)).unwrap();
     for name in ["rms_norm_f32", "rms_norm_grad_bf16"] {
         assert!(String::from_utf8_lossy(&nn).contains(&format!(".entry {name}(")), "{name} missing");
     }
-    let cubin = compile(&remat_cuda::SOURCES[3], Target::Cubin(90)).unwrap();
+    let cubin = compile(&SOURCES[3], Target::Cubin(90)).unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
 }
