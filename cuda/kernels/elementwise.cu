@@ -1,33 +1,10 @@
 // Elementwise kernels: unary ops, binary ops (contiguous and broadcasting), pointwise gradients,
 // dropout, fills and scaling. Contiguous loops move 16-byte packs in grid-stride loops.
 
-// Unary op codes (must match `ops/elementwise.rs`).
-#define U_NEG 0
-#define U_EXP 1
-#define U_LOG 2
-#define U_SIN 3
-#define U_COS 4
-#define U_TANH 5
-#define U_SIGMOID 6
-#define U_RELU 7
-#define U_GELU 8
-#define U_ABS 9
-#define U_SQRT 10
-#define U_RSQRT 11
-#define U_RECIP 12
-#define U_SQUARE 13
-#define U_CLAMP 14
-#define U_SIGN 15
-#define U_SILU 16
-#define U_POW 17
-
-// Binary op codes.
-#define B_ADD 0
-#define B_SUB 1
-#define B_MUL 2
-#define B_DIV 3
-#define B_MAX 4
-#define B_MAXMASK 5
+// Unary (`U_*`, one per `UnaryOp` in catalog order, then `U_CLAMP` and `U_POW`) and binary
+// (`B_*`, one per `BinaryOp`) op codes are generated from the op catalog and defined in front of
+// this source (`cuda/src/kernels.rs`, `op_codes`): a case label naming an op the catalog lacks
+// does not compile.
 
 // Pointwise gradient op codes.
 #define G_CLAMP 0
@@ -72,7 +49,7 @@ template <typename C> __device__ __forceinline__ C unary_op(int op, C v, C lo, C
         case U_ABS: return m_abs(v);
         case U_SQRT: return m_sqrt(v);
         case U_RSQRT: return (C)1 / m_sqrt(v);
-        case U_RECIP: return (C)1 / v;
+        case U_RECIPROCAL: return (C)1 / v;
         case U_SQUARE: return v * v;
         case U_CLAMP: return v < lo ? lo : (v > hi ? hi : v);
         case U_SIGN: return v > (C)0 ? (C)1 : (v < (C)0 ? (C)-1 : v * (C)0);
@@ -88,8 +65,8 @@ template <typename C> __device__ __forceinline__ C binary_op(int op, C p, C q) {
         case B_SUB: return p - q;
         case B_MUL: return p * q;
         case B_DIV: return p / q;
-        case B_MAX: return (p >= q || p != p) ? p : q;
-        case B_MAXMASK: return p > q ? (C)1 : (p == q ? (C)0.5 : (C)0);
+        case B_MAXIMUM: return (p >= q || p != p) ? p : q;
+        case B_MAXIMUM_MASK: return p > q ? (C)1 : (p == q ? (C)0.5 : (C)0);
         default: return p;
     }
 }

@@ -55,7 +55,7 @@ pub fn compile(source: &Source, target: Target) -> Result<Image, String> {
 }
 
 fn compile_uncached(source: &Source, target: Target) -> Result<Vec<u8>, String> {
-    let text = format!("{PRELUDE}\n#line 1 \"{}\"\n{}", source.name, source.text);
+    let text = format!("{PRELUDE}\n{}\n#line 1 \"{}\"\n{}", crate::kernels::op_codes(), source.name, source.text);
     let src = CString::new(text).map_err(|_| format!("{}: source contains a NUL byte", source.name))?;
     let name = CString::new(source.name).map_err(|_| "kernel name contains a NUL byte".to_string())?;
     let prog = nvrtc::create_program(&src, Some(&name))

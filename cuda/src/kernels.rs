@@ -1,10 +1,11 @@
 //! The CUDA C sources (embedded), their kernel names, and how arguments are passed.
 //!
-//! Every source is compiled with [`PRELUDE`] in front. Kernel arguments are pushed as [`Arg`]s
+//! Every source is compiled with [`PRELUDE`] and the catalog's op codes ([`op_codes`]) in front.
+//! Kernel arguments are pushed as [`Arg`]s
 //! whose variants are the C parameter types (`u64`, `int`, `double`, `Dims`, raw fill patterns):
 //! each launch site lists them beside the C signature it must match.
 
-use remat_core::DType;
+use remat_core::{BinaryOp, DType, UnaryOp};
 use std::ffi::c_void;
 
 /// A kernel source file of this crate.
@@ -18,6 +19,38 @@ pub struct Source {
 
 /// Types, conversions, index arithmetic, reductions and Philox shared by every source.
 pub const PRELUDE: &str = include_str!("../kernels/prelude.cuh");
+/// The `U_*` code of `clamp` in the unary kernel: after every [`UnaryOp`].
+pub(crate) const U_CLAMP: i32 = UnaryOp::ALL.len() as i32;
+/// The `U_*` code of `pow` in the unary kernel.
+pub(crate) const U_POW: i32 = U_CLAMP + 1;
+
+/// The `U_*` code of a unary op: its place in the catalog.
+pub(crate) fn unary_code(op: UnaryOp) -> i32 {
+    op as i32
+}
+
+/// The `B_*` code of a binary op: its place in the catalog.
+pub(crate) fn binary_code(op: BinaryOp) -> i32 {
+    op as i32
+}
+
+/// `#define U_<NAME> <code>` for every unary op (then `U_CLAMP`, `U_POW`) and `B_<NAME>` for
+/// every binary op, generated from the catalog, so the kernels' `switch` and the launch sites
+/// cannot drift apart: a case label for an op the catalog lacks does not compile.
+pub(crate) fn op_codes() -> String {
+    let define = |prefix: &str, name: &str, code: i32| format!("#define {prefix}_{} {code}\n", name.to_uppercase());
+    let mut out = String::new();
+    for &u in UnaryOp::ALL {
+        out += &define("U", u.name(), unary_code(u));
+    }
+    out += &define("U", "clamp", U_CLAMP);
+    out += &define("U", "pow", U_POW);
+    for &b in BinaryOp::ALL {
+        out += &define("B", b.name(), binary_code(b));
+    }
+    out
+}
+
 /// Unary, binary, pointwise-gradient, dropout, fill and scale kernels.
 pub const ELEMENTWISE: Source = Source { name: "elementwise.cu", text: include_str!("../kernels/elementwise.cu") };
 /// Dtype casts.
@@ -143,5 +176,52 @@ pub fn elem_suffix(bytes: usize) -> &'static str {
         2 => "2",
         4 => "4",
         _ => "8",
+    }
+}
+
+#[cfg(test)]
+mod op_code_tests {
+    use super::*;
+    use std::collections::{HashMap, HashSet};
+
+    fn defines() -> HashMap<String, i32> {
+        op_codes()
+            .lines()
+            .map(|l| {
+                let mut w = l.strip_prefix("#define ").expect("a #define").split(' ');
+                (w.next().unwrap().to_string(), w.next().unwrap().parse().unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_catalog_op_has_one_distinct_code() {
+        let d = defines();
+        assert_eq!(d.len(), UnaryOp::ALL.len() + 2 + BinaryOp::ALL.len());
+        let unary: HashSet<i32> = d.iter().filter(|(k, _)| k.starts_with("U_")).map(|(_, &v)| v).collect();
+        assert_eq!(unary.len(), UnaryOp::ALL.len() + 2, "unary codes are distinct");
+        for &u in UnaryOp::ALL {
+            assert_eq!(d[&format!("U_{}", u.name().to_uppercase())], unary_code(u), "{}", u.name());
+        }
+        for &b in BinaryOp::ALL {
+            assert_eq!(d[&format!("B_{}", b.name().to_uppercase())], binary_code(b), "{}", b.name());
+        }
+        assert_eq!((d["U_CLAMP"], d["U_POW"]), (U_CLAMP, U_POW));
+    }
+
+    #[test]
+    fn every_case_label_of_the_elementwise_kernels_is_a_generated_code() {
+        let d = defines();
+        let mut labels = 0;
+        for line in ELEMENTWISE.text.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix("case ") else { continue };
+            let label = rest.split(':').next().unwrap();
+            if label.starts_with("U_") || label.starts_with("B_") {
+                assert!(d.contains_key(label), "elementwise.cu: `case {label}` has no generated code");
+                labels += 1;
+            }
+        }
+        // Every unary op, clamp and pow, and every binary op has its case.
+        assert_eq!(labels, d.len(), "a generated code without its case in elementwise.cu");
     }
 }

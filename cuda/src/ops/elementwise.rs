@@ -2,37 +2,18 @@
 
 use super::{coalesce, dims, fname, View};
 use crate::device::Device;
-use crate::kernels::{dtype_code, elem_suffix, Arg, CAST, ELEMENTWISE};
+use crate::kernels::{self, dtype_code, elem_suffix, Arg, CAST, ELEMENTWISE};
 use remat_core::shape::broadcast_strides;
-use remat_core::{rng, BinaryOp, HostTensor, Op, Result, UnaryOp};
+use remat_core::{rng, HostTensor, Op, Result};
 
-/// The `U_*` code of a unary op and its clamp bounds.
+/// The `U_*` code of a unary op and its clamp bounds (or `pow`'s exponent).
 pub(crate) fn unary_code(op: &Op) -> Option<(i32, f64, f64)> {
-    let u = match op {
-        Op::Unary(u) => *u,
-        Op::Clamp { min, max } => return Some((14, *min, *max)),
-        Op::Pow { exponent } => return Some((17, *exponent, 0.0)),
-        _ => return None,
-    };
-    let code = match u {
-        UnaryOp::Neg => 0,
-        UnaryOp::Exp => 1,
-        UnaryOp::Log => 2,
-        UnaryOp::Sin => 3,
-        UnaryOp::Cos => 4,
-        UnaryOp::Tanh => 5,
-        UnaryOp::Sigmoid => 6,
-        UnaryOp::Relu => 7,
-        UnaryOp::Gelu => 8,
-        UnaryOp::Abs => 9,
-        UnaryOp::Sqrt => 10,
-        UnaryOp::Rsqrt => 11,
-        UnaryOp::Reciprocal => 12,
-        UnaryOp::Square => 13,
-        UnaryOp::Sign => 15,
-        UnaryOp::Silu => 16,
-    };
-    Some((code, 0.0, 0.0))
+    match op {
+        Op::Unary(u) => Some((kernels::unary_code(*u), 0.0, 0.0)),
+        Op::Clamp { min, max } => Some((kernels::U_CLAMP, *min, *max)),
+        Op::Pow { exponent } => Some((kernels::U_POW, *exponent, 0.0)),
+        _ => None,
+    }
 }
 
 /// `unary_T(const T* x, T* y, u64 n, int op, double lo, double hi)`.
@@ -47,14 +28,7 @@ pub(crate) fn unary(dev: &Device, op: &Op, x: View<'_>, out: View<'_>) -> Result
 /// `binary_bcast_T(a, b, y, u64 n, int op, Dims da, Dims db)`.
 pub(crate) fn binary(dev: &Device, op: &Op, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
     let code = match op {
-        Op::Binary(b) => match b {
-            BinaryOp::Add => 0,
-            BinaryOp::Sub => 1,
-            BinaryOp::Mul => 2,
-            BinaryOp::Div => 3,
-            BinaryOp::Maximum => 4,
-            BinaryOp::MaximumMask => 5,
-        },
+        Op::Binary(b) => kernels::binary_code(*b),
         other => return Err(dev.err(format!("{} is not binary", other.name()))),
     };
     let n = out.numel();
