@@ -11,7 +11,7 @@
 
 mod plot;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use remat::json::{self, Document};
 use remat::partition::{partition, PGraph};
 use remat::report::{fmt_bytes, Report};
@@ -33,15 +33,8 @@ enum Command {
     Partition {
         /// A `remat.graph` (differentiated first) or `remat.joint` document.
         file: PathBuf,
-        /// `respect`, `mincut`, `budget=B` — B in bytes when an integer (`4096`, `64KiB`,
-        /// `2MiB`, `1GiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or, for a
-        /// `remat.graph`, `peak=BYTES`: the plan's predicted peak at most that.
-        #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
-        strategy: Strategy,
-        /// Let a budget choose offload (host memory) besides save and recompute: `budget=B`
-        /// becomes `budget+offload=B`. Tags asking for offload are honoured either way.
-        #[arg(long)]
-        offload: bool,
+        #[command(flatten)]
+        planning: Planning,
         /// Print the partition as JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -50,12 +43,8 @@ enum Command {
     Dot {
         /// A `remat.graph` or `remat.joint` document.
         file: PathBuf,
-        /// The strategy, as for `partition`.
-        #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
-        strategy: Strategy,
-        /// As for `partition`.
-        #[arg(long)]
-        offload: bool,
+        #[command(flatten)]
+        planning: Planning,
         /// Write to this file instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -109,13 +98,35 @@ impl Loaded {
     }
 }
 
-/// `--offload` turns a budget into `budget+offload`; without it the strategy is as written.
-fn with_offload(strategy: Strategy, offload: bool) -> Strategy {
-    if offload {
-        strategy.with_offload(true)
-    } else {
-        strategy
+/// How `partition` and `dot` plan: `--strategy` and `--offload`.
+#[derive(Args)]
+struct Planning {
+    /// `respect`, `mincut`, `budget=B` — B in bytes when an integer (`4096`, `64KiB`,
+    /// `2MiB`, `1GiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or, for a
+    /// `remat.graph`, `peak=BYTES`: the plan's predicted peak at most that.
+    #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
+    strategy: Strategy,
+    /// Let a budget choose offload (host memory) besides save and recompute: `budget=B`
+    /// becomes `budget+offload=B`. Tags asking for offload are honoured either way.
+    #[arg(long)]
+    offload: bool,
+}
+
+impl Planning {
+    /// `--offload` turns a budget into `budget+offload`; without it the strategy is as written
+    /// (`budget+offload=B` included).
+    fn strategy(&self) -> Strategy {
+        if self.offload {
+            self.strategy.with_offload(true)
+        } else {
+            self.strategy
+        }
     }
+}
+
+/// The failure for an error about document `file`: exit code 2, the file named.
+fn doc_error(file: &Path) -> impl Fn(remat::Error) -> Failure + '_ {
+    move |e| Failure(2, format!("{}: {e}", file.display()))
 }
 
 /// A failure: exit code and one line.
@@ -139,10 +150,10 @@ fn write_out(out: &Path, text: &str) -> Result<(), Failure> {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
-        Command::Partition { file, strategy, offload, json } => {
+        Command::Partition { file, planning, json } => {
             let loaded = load(&file)?;
-            let bad = |e: remat::Error| Failure(2, format!("{}: {e}", file.display()));
-            let p = loaded.partition(with_offload(strategy, offload)).map_err(bad)?;
+            let bad = doc_error(&file);
+            let p = loaded.partition(planning.strategy()).map_err(&bad)?;
             let plan = loaded.plan(&p).map_err(bad)?;
             let windows = match (&plan, &loaded.joint) {
                 (Some(plan), Some(joint)) => plan.transfer_windows(joint.graph()),
@@ -158,11 +169,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             // A graph of 10⁶ nodes takes a tenth of a second to free; the process is ending.
             std::mem::forget((windows, plan, p, loaded));
         }
-        Command::Dot { file, strategy, offload, out } => {
+        Command::Dot { file, planning, out } => {
             let loaded = load(&file)?;
-            let p = loaded
-                .partition(with_offload(strategy, offload))
-                .map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
+            let p = loaded.partition(planning.strategy()).map_err(doc_error(&file))?;
             let dot = Report::new(&loaded.pg, &p).dot();
             match out {
                 Some(out) => write_out(&out, &dot)?,
@@ -171,11 +180,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Evaluate { file, save, json } => {
             let loaded = load(&file)?;
-            let bad = |e: remat::Error| Failure(2, format!("{}: {e}", file.display()));
-            let ids = loaded.pg.find_ids(save.iter().map(String::as_str).filter(|s| !s.is_empty())).map_err(bad)?;
+            let bad = doc_error(&file);
+            let ids = loaded.pg.find_ids(save.iter().map(String::as_str).filter(|s| !s.is_empty())).map_err(&bad)?;
             let e = remat::partition::evaluate(&loaded.pg, &ids).map_err(bad)?;
             let report = Report::new(&loaded.pg, &e.partition);
-            let unneeded: Vec<String> = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.label()).collect();
             if json {
                 let mut v: serde_json::Value = serde_json::from_str(&report.json()).expect("reports are JSON");
                 v["broken"] = serde_json::json!(e.broken);
@@ -183,6 +191,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 println!("{}", serde_json::to_string_pretty(&v).expect("JSON values serialize"));
             } else {
                 print!("{}", report.text());
+                let unneeded: Vec<String> = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.label()).collect();
                 if !unneeded.is_empty() {
                     println!("\nkept for nothing (the backward never reaches them): {}", unneeded.join(", "));
                 }
@@ -201,7 +210,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let mut points = Vec::new();
             let sweep = (0..=20).map(|k| Strategy::Budget(Budget::Fraction(k as f64 / 20.0)));
             for strategy in [Strategy::Respect, Strategy::MinCut].into_iter().chain(sweep) {
-                let p = loaded.partition(strategy).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
+                let p = loaded.partition(strategy).map_err(doc_error(&file))?;
                 points.push(Point {
                     strategy,
                     bytes: p.saved_bytes,
