@@ -21,13 +21,6 @@ def modules(src):
                 mods[tuple(rel)] = p
     return mods
 
-def resolve(path, mods):
-    """The longest known module prefix of a path."""
-    for k in range(len(path), -1, -1):
-        if tuple(path[:k]) in mods:
-            return tuple(path[:k])
-    return None
-
 def edges(mods):
     out = {m: set() for m in mods}
     for m, p in mods.items():

@@ -1,6 +1,6 @@
 //! [`CudaBackend`]: the `Backend` trait on one GPU.
 
-use crate::device::{backend_err, Device, Pinned};
+use crate::device::{Device, Pinned};
 use crate::kernels::compute_dtype;
 use crate::ops::{attention, elementwise as ew, index, layout, nn, reduce, Scratch, View};
 use crate::transfer::{host_bytes, host_from_bytes};
@@ -474,8 +474,7 @@ impl Backend for CudaBackend {
                 .map_err(|e| self.dev.fail(format!("download of {} bytes", bytes.len()), e))?;
         }
         self.dev.sync_and_check()?;
-        host_from_bytes(&buffer.shape, buffer.dtype, &bytes)
-            .map_err(|e| backend_err(self.dev.ordinal, format!("download: {e}")))
+        host_from_bytes(&buffer.shape, buffer.dtype, &bytes).map_err(|e| self.dev.err(format!("download: {e}")))
     }
 
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&CudaBuffer]) -> Result<CudaBuffer> {
@@ -508,7 +507,7 @@ impl Backend for CudaBackend {
                 fmt_shape(call.out_shape),
                 call.out_dtype
             );
-            return Err(at_node(backend_err(self.dev.ordinal, message), call));
+            return Err(at_node(self.dev.err(message), call));
         }
         input.shape = call.out_shape.to_vec();
         Ok(input)
