@@ -21,7 +21,7 @@ pub use remat_core::{AttnLayout, DType, Init, Tensor, Trace};
 // Policies.
 pub use remat_core::{Policy, PolicyError, PolicySource, RegionPolicy};
 // Graphs and ops.
-pub use remat_core::{BinaryOp, CompareOp, Op, OpKind, ReduceOp, UnaryOp};
+pub use remat_core::{BinaryOp, CompareOp, Op, OpKind, ReduceOp, UnaryGradOp, UnaryOp};
 pub use remat_core::{Graph, JointGraph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 // Planning.
 pub use remat_core::{
@@ -74,7 +74,7 @@ pub mod zoo {
 /// executor that drives a backend through a plan.
 pub mod backend {
     pub use remat_core::backend::cpu::{CpuBuffer, CpuHostBuffer};
-    pub use remat_core::op::{Arity, AttnDims, Meta, OpInfo, CATALOG};
+    pub use remat_core::op::{Arity, AttnDims, Domain, GradReads, Member, Meta, OpInfo, OtherKind, CATALOG};
     pub use remat_core::{run, run_inference, Backend, KernelCall, MemoryStats, RunOutput};
 }
 

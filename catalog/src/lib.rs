@@ -2,14 +2,17 @@
 //!
 //! Every op kind remat knows is declared once, in the table below, with the name users write in
 //! policies (`save(matmul)`), its arity and its flags. The runtime (`remat-core`) gives each kind its
-//! shape rule, FLOP count, kernels and gradient through exhaustive `match`es on [`OpKind`], so a kind
-//! added here cannot be forgotten there; the `#[checkpoint]` macro validates policy op names against
-//! [`lookup`] at compile time. There is no second list to drift.
+//! shape rule, kernels and gradient through exhaustive `match`es on [`OpKind`] (no catch-all
+//! arms), so a kind added here cannot be forgotten there; the `#[checkpoint]` macro validates
+//! policy op names against [`lookup`] at compile time. There is no second list to drift.
 //!
 //! Kinds that share an arity, a shape rule and a kernel shape are declared in a *family*
-//! ([`UnaryOp`], [`BinaryOp`], [`CompareOp`], [`ReduceOp`]), like candle's `UnaryOpT` families:
-//! the runtime's `Op` has one variant per family holding the member, so adding a unary op is one
-//! line here, one kernel per backend and one gradient rule, each found by an exhaustive match.
+//! ([`UnaryOp`], [`UnaryGradOp`], [`BinaryOp`], [`CompareOp`], [`ReduceOp`]), like candle's
+//! `UnaryOpT` families: the runtime's `Op` has one variant per family holding the member. A unary
+//! op is four places: its row here (name, FLOPs per element, what its gradient reads, its domain),
+//! one CPU expression, one CUDA expression and one gradient rule. Its `Tensor` method is generated
+//! from the row (`for_each_unary!`), its JSON form is its name, and the CUDA op codes are
+//! generated from the family's order.
 //!
 //! This crate has no dependencies so that the proc-macro crate can use it at compile time.
 
@@ -62,10 +65,37 @@ pub struct OpInfo {
     pub public: bool,
 }
 
+/// What the gradient of an elementwise op reads besides the incoming gradient: the forward
+/// values a plan must keep (or recompute) for it. The gradient rule in `remat-core` builds
+/// exactly this (a test holds every rule to its row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradReads {
+    /// Only the incoming gradient (`neg`).
+    Nothing,
+    /// The op's input `x` (`log`, `silu`).
+    Input,
+    /// The op's output `y`, where that is cheaper than the input (`exp`, `tanh`, `relu`).
+    Output,
+}
+
+/// Where a unary op is defined and smooth: what gradient checks and kernel comparisons feed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Domain {
+    /// Every real number.
+    Real,
+    /// Positive numbers (`log`, `sqrt`).
+    Positive,
+}
+
 macro_rules! catalog {
     (
+        ($d:tt)
+        unary $ufam:ident {
+            $( $(#[$udoc:meta])* $uv:ident = $uname:ident, flops $uflops:literal, reads $ureads:ident,
+               domain $udomain:ident; )*
+        }
         $( family $fam:ident($farity:expr) {
-            $( $(#[$fdoc:meta])* $fv:ident = $fname:literal, [$($fflag:ident),*]; )*
+            $( $(#[$fdoc:meta])* $fv:ident = $fname:literal, flops $fflops:literal, [$($fflag:ident),*]; )*
         } )*
         other {
             $( $(#[$doc:meta])* $variant:ident = $name:literal, $arity:expr, [$($flag:ident),*]; )*
@@ -75,12 +105,23 @@ macro_rules! catalog {
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u8)]
         pub enum OpKind {
+            $( $(#[$udoc])* $uv, )*
             $( $( $(#[$fdoc])* $fv, )* )*
             $( $(#[$doc])* $variant, )*
         }
 
         /// The catalog, one entry per [`OpKind`], in declaration order (`CATALOG[k as usize].kind == k`).
         pub const CATALOG: &[OpInfo] = &[
+            $( OpInfo {
+                kind: OpKind::$uv,
+                name: stringify!($uname),
+                arity: Fixed(1),
+                view: false,
+                random: false,
+                compute_intensive: false,
+                leaf: false,
+                public: true,
+            }, )*
             $( $( OpInfo {
                 kind: OpKind::$fv,
                 name: $fname,
@@ -103,40 +144,100 @@ macro_rules! catalog {
             }, )*
         ];
 
-        $(
-            /// A family of op kinds that share arity, shape rule and kernel shape: the `Op` of each
-            /// member is one variant holding this enum, so a new member is one line here, one
-            /// kernel per backend and one gradient rule.
-            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-            pub enum $fam {
-                $( $(#[$fdoc])* $fv, )*
-            }
+        /// The kinds outside every family: each has an `Op` variant of its own.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum OtherKind {
+            $( $(#[$doc])* $variant, )*
+        }
 
-            impl $fam {
-                /// Every member, in catalog order.
-                pub const ALL: &'static [$fam] = &[$( $fam::$fv, )*];
+        /// An [`OpKind`] split by family, so that a match over a kind's family and member is
+        /// exhaustive without a catch-all arm.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[allow(missing_docs)] // one variant per family, named for it
+        pub enum Member {
+            $ufam($ufam),
+            $( $fam($fam), )*
+            Other(OtherKind),
+        }
 
-                /// The catalog kind of this member.
-                pub fn kind(self) -> OpKind {
-                    match self {
-                        $( $fam::$fv => OpKind::$fv, )*
-                    }
-                }
-
-                /// The member of this family with kind `kind`, if it is one.
-                pub fn from_kind(kind: OpKind) -> Option<$fam> {
-                    match kind {
-                        $( OpKind::$fv => Some($fam::$fv), )*
-                        _ => None,
-                    }
-                }
-
-                /// The DSL name (`"exp"`).
-                pub fn name(self) -> &'static str {
-                    self.kind().name()
+        impl OpKind {
+            /// This kind's family and member.
+            pub fn member(self) -> Member {
+                match self {
+                    $( OpKind::$uv => Member::$ufam($ufam::$uv), )*
+                    $( $( OpKind::$fv => Member::$fam($fam::$fv), )* )*
+                    $( OpKind::$variant => Member::Other(OtherKind::$variant), )*
                 }
             }
-        )*
+        }
+
+        catalog!(@family $ufam { $( $(#[$udoc])* $uv flops $uflops; )* });
+
+        impl $ufam {
+            /// What the gradient reads besides the incoming gradient.
+            pub fn reads(self) -> GradReads {
+                match self {
+                    $( $ufam::$uv => GradReads::$ureads, )*
+                }
+            }
+
+            /// Where the op is defined and smooth.
+            pub fn domain(self) -> Domain {
+                match self {
+                    $( $ufam::$uv => Domain::$udomain, )*
+                }
+            }
+        }
+
+        /// Calls `callback! { $(#[doc] Variant method;)* }` with every unary op of the catalog
+        /// (the [`UnaryOp`] variant, then the DSL name as a method name), so that `remat-core`
+        /// generates one `Tensor` method per op from this table.
+        #[macro_export]
+        #[doc(hidden)]
+        macro_rules! for_each_unary {
+            ($d callback:ident) => { $d callback! { $( $(#[$udoc])* $uv $uname; )* } };
+        }
+
+        $( catalog!(@family $fam { $( $(#[$fdoc])* $fv flops $fflops; )* }); )*
+    };
+    (@family $fam:ident { $( $(#[$fdoc:meta])* $fv:ident flops $fflops:literal; )* }) => {
+        /// A family of op kinds that share arity, shape rule and kernel shape: the `Op` of each
+        /// member is one variant holding this enum, so a new member is one row in the catalog,
+        /// one kernel expression per backend and one gradient rule.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $fam {
+            $( $(#[$fdoc])* $fv, )*
+        }
+
+        impl $fam {
+            /// Every member, in catalog order.
+            pub const ALL: &'static [$fam] = &[$( $fam::$fv, )*];
+
+            /// The catalog kind of this member.
+            pub fn kind(self) -> OpKind {
+                match self {
+                    $( $fam::$fv => OpKind::$fv, )*
+                }
+            }
+
+            /// The member of this family with kind `kind`, if it is one.
+            pub fn from_kind(kind: OpKind) -> Option<$fam> {
+                $fam::ALL.iter().copied().find(|m| m.kind() == kind)
+            }
+
+            /// The DSL name (`"exp"`).
+            pub fn name(self) -> &'static str {
+                self.kind().name()
+            }
+
+            /// Floating-point operations per element (of the output; of the input for a
+            /// reduction).
+            pub fn flops_per_element(self) -> u64 {
+                match self {
+                    $( $fam::$fv => $fflops, )*
+                }
+            }
+        }
     };
     (@has $want:ident) => { false };
     (@has view view $($rest:ident)*) => { true };
@@ -150,75 +251,90 @@ macro_rules! catalog {
 use Arity::{Fixed, Variadic};
 
 catalog! {
-    family UnaryOp(Fixed(1)) {
+    ($)
+    // One row per unary op: the variant, the DSL (and `Tensor` method) name, FLOPs per element,
+    // what its gradient reads, where it is defined. Its CPU expression (`unary` in the CPU
+    // backend's `elementwise.rs`), CUDA expression (`unary_op` in `elementwise.cu`) and gradient
+    // rule (`autodiff/rules.rs`) are found by exhaustive matches and a test of every case label.
+    unary UnaryOp {
         /// `-x`.
-        Neg = "neg", [];
+        Neg = neg, flops 1, reads Nothing, domain Real;
         /// `e^x`.
-        Exp = "exp", [];
+        Exp = exp, flops 4, reads Output, domain Real;
         /// Natural logarithm.
-        Log = "log", [];
+        Log = log, flops 4, reads Input, domain Positive;
         /// Sine.
-        Sin = "sin", [];
+        Sin = sin, flops 4, reads Input, domain Real;
         /// Cosine.
-        Cos = "cos", [];
+        Cos = cos, flops 4, reads Input, domain Real;
         /// Hyperbolic tangent.
-        Tanh = "tanh", [];
+        Tanh = tanh, flops 4, reads Output, domain Real;
         /// Logistic sigmoid.
-        Sigmoid = "sigmoid", [];
+        Sigmoid = sigmoid, flops 4, reads Output, domain Real;
         /// `max(x, 0)`.
-        Relu = "relu", [];
+        Relu = relu, flops 1, reads Output, domain Real;
         /// GELU, tanh approximation.
-        Gelu = "gelu", [];
+        Gelu = gelu, flops 10, reads Input, domain Real;
         /// SiLU (swish): `x * sigmoid(x)`.
-        Silu = "silu", [];
+        Silu = silu, flops 6, reads Input, domain Real;
         /// `|x|`.
-        Abs = "abs", [];
+        Abs = abs, flops 1, reads Input, domain Real;
         /// Square root.
-        Sqrt = "sqrt", [];
+        Sqrt = sqrt, flops 1, reads Output, domain Positive;
         /// `1 / sqrt(x)`.
-        Rsqrt = "rsqrt", [];
+        Rsqrt = rsqrt, flops 1, reads Output, domain Positive;
         /// `1 / x`.
-        Reciprocal = "reciprocal", [];
+        Reciprocal = reciprocal, flops 1, reads Output, domain Positive;
         /// `x * x`.
-        Square = "square", [];
-        /// Internal: `-1, 0, 1` by the sign of x (gradient of `abs`).
-        Sign = "sign", [internal];
+        Square = square, flops 1, reads Input, domain Real;
+    }
+    // The gradients of unary ops that need a kernel of their own: `(v, g) -> g · f'(v)`, where
+    // `v` is the forward input or output as the op's `reads` says.
+    family UnaryGradOp(Fixed(2)) {
+        /// Internal: `g` where `y > 0`, else 0 (gradient of `relu` from its output).
+        ReluGrad = "relu_grad", flops 1, [internal];
+        /// Internal: gradient of `gelu` from its input.
+        GeluGrad = "gelu_grad", flops 10, [internal];
+        /// Internal: gradient of `silu` from its input.
+        SiluGrad = "silu_grad", flops 6, [internal];
+        /// Internal: `g · sign(x)` (gradient of `abs`; 0 at 0, NaN stays NaN).
+        AbsGrad = "abs_grad", flops 2, [internal];
     }
     family BinaryOp(Fixed(2)) {
         /// `a + b`, broadcasting.
-        Add = "add", [];
+        Add = "add", flops 1, [];
         /// `a - b`, broadcasting.
-        Sub = "sub", [];
+        Sub = "sub", flops 1, [];
         /// `a * b`, broadcasting.
-        Mul = "mul", [];
+        Mul = "mul", flops 1, [];
         /// `a / b`, broadcasting.
-        Div = "div", [];
+        Div = "div", flops 1, [];
         /// Elementwise maximum, broadcasting.
-        Maximum = "maximum", [];
+        Maximum = "maximum", flops 1, [];
         /// Internal: 1 where `a > b`, 1/2 where equal, 0 elsewhere (gradient of `maximum`).
-        MaximumMask = "maximum_mask", [internal];
+        MaximumMask = "maximum_mask", flops 1, [internal];
     }
     family CompareOp(Fixed(2)) {
         /// `a == b`, broadcasting; a `bool` result.
-        Eq = "eq", [];
+        Eq = "eq", flops 1, [];
         /// `a != b`, broadcasting; a `bool` result.
-        Ne = "ne", [];
+        Ne = "ne", flops 1, [];
         /// `a < b`, broadcasting; a `bool` result.
-        Lt = "lt", [];
+        Lt = "lt", flops 1, [];
         /// `a <= b`, broadcasting; a `bool` result.
-        Le = "le", [];
+        Le = "le", flops 1, [];
         /// `a > b`, broadcasting; a `bool` result.
-        Gt = "gt", [];
+        Gt = "gt", flops 1, [];
         /// `a >= b`, broadcasting; a `bool` result.
-        Ge = "ge", [];
+        Ge = "ge", flops 1, [];
     }
     family ReduceOp(Fixed(1)) {
         /// Sum over axes.
-        Sum = "sum", [];
+        Sum = "sum", flops 1, [];
         /// Mean over axes.
-        Mean = "mean", [];
+        Mean = "mean", flops 1, [];
         /// Maximum over axes.
-        Amax = "amax", [];
+        Amax = "amax", flops 1, [];
     }
     other {
         /// A graph input (data, ids, targets): resident, never differentiated.
@@ -287,8 +403,6 @@ catalog! {
         IndexSelectGrad = "index_select_grad", Fixed(2), [internal];
         /// Internal: gradient of `gather` (scatter-add along the axis).
         GatherGrad = "gather_grad", Fixed(2), [internal];
-        /// Internal: gradient of `silu` from its input.
-        SiluGrad = "silu_grad", Fixed(2), [internal];
         /// Internal: gradient of `rms_norm` from its input.
         RmsNormGrad = "rms_norm_grad", Fixed(2), [internal];
         /// Internal: gradients of `sdpa` (dq, dk, dv flattened and joined along the last axis),
@@ -296,10 +410,6 @@ catalog! {
         SdpaGrad = "sdpa_grad", Fixed(5), [compute, internal];
         /// Internal: `g` where `lo <= x <= hi`, else 0 (gradient of `clamp`).
         ClampGrad = "clamp_grad", Fixed(2), [internal];
-        /// Internal: `g` where `y > 0`, else 0 (gradient of `relu` from its output).
-        ReluGrad = "relu_grad", Fixed(2), [internal];
-        /// Internal: gradient of `gelu` from its input.
-        GeluGrad = "gelu_grad", Fixed(2), [internal];
         /// Internal: gradient of `softmax` from its output.
         SoftmaxGrad = "softmax_grad", Fixed(2), [internal];
         /// Internal: gradient of `log_softmax` from its output.

@@ -47,7 +47,10 @@ pub use graph::{Graph, Node, Region, SrcLoc, Tag};
 pub use host::{HostData, HostTensor, HostValuesMut};
 pub use id::{NodeId, RegionId};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
-pub use op::{AttnDims, AttnLayout, BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
+pub use op::{
+    AttnDims, AttnLayout, BinaryOp, CompareOp, Domain, GradReads, Init, Member, Op, OpKind, OtherKind, ReduceOp,
+    UnaryGradOp, UnaryOp,
+};
 pub use optim::{AdamW, Optimizer, Sgd};
 pub use partition::{Action, Budget, CostModel, Decision, OffloadReason, Partition, Reason, Strategy};
 pub use plan::{Plan, Step};

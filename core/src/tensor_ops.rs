@@ -6,11 +6,22 @@ use crate::dtype::DType;
 use crate::op::{AttnLayout, BinaryOp, CompareOp, Op, ReduceOp, UnaryOp};
 use crate::tensor::Tensor;
 
+/// One method per unary op of the catalog, named and documented by its row.
 macro_rules! unary_methods {
-    ($( $(#[$doc:meta])* $name:ident => $op:expr; )*) => {
-        $( $(#[$doc])* #[track_caller] pub fn $name(&self) -> Tensor { self.apply($op, &[]) } )*
+    ($( $(#[$doc:meta])* $variant:ident $name:ident; )*) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                #[track_caller]
+                pub fn $name(&self) -> Tensor {
+                    self.unary(UnaryOp::$variant)
+                }
+            )*
+        }
     };
 }
+
+remat_catalog::for_each_unary!(unary_methods);
 
 macro_rules! compare_methods {
     ($( $(#[$doc:meta])* $name:ident => $op:ident; )*) => {
@@ -25,41 +36,23 @@ macro_rules! compare_methods {
 }
 
 impl Tensor {
-    unary_methods! {
-        /// `-x`.
-        neg => Op::Unary(UnaryOp::Neg);
-        /// `e^x`.
-        exp => Op::Unary(UnaryOp::Exp);
-        /// Natural logarithm.
-        log => Op::Unary(UnaryOp::Log);
-        /// Sine.
-        sin => Op::Unary(UnaryOp::Sin);
-        /// Cosine.
-        cos => Op::Unary(UnaryOp::Cos);
-        /// Hyperbolic tangent.
-        tanh => Op::Unary(UnaryOp::Tanh);
-        /// Logistic sigmoid.
-        sigmoid => Op::Unary(UnaryOp::Sigmoid);
-        /// `max(x, 0)`.
-        relu => Op::Unary(UnaryOp::Relu);
-        /// GELU (tanh approximation).
-        gelu => Op::Unary(UnaryOp::Gelu);
-        /// `|x|`.
-        abs => Op::Unary(UnaryOp::Abs);
-        /// Square root.
-        sqrt => Op::Unary(UnaryOp::Sqrt);
-        /// `1 / sqrt(x)`.
-        rsqrt => Op::Unary(UnaryOp::Rsqrt);
-        /// `1 / x`.
-        reciprocal => Op::Unary(UnaryOp::Reciprocal);
-        /// `x * x`.
-        square => Op::Unary(UnaryOp::Square);
-        /// SiLU (swish), `x * sigmoid(x)`.
-        silu => Op::Unary(UnaryOp::Silu);
-        /// Softmax over the last axis.
-        softmax => Op::Softmax;
-        /// Log-softmax over the last axis.
-        log_softmax => Op::LogSoftmax;
+    /// The unary op `op` elementwise (`x.unary(UnaryOp::Exp)` is `x.exp()`): for code generic
+    /// over the [`UnaryOp`] family.
+    #[track_caller]
+    pub fn unary(&self, op: UnaryOp) -> Tensor {
+        self.apply(Op::Unary(op), &[])
+    }
+
+    /// Softmax over the last axis.
+    #[track_caller]
+    pub fn softmax(&self) -> Tensor {
+        self.apply(Op::Softmax, &[])
+    }
+
+    /// Log-softmax over the last axis.
+    #[track_caller]
+    pub fn log_softmax(&self) -> Tensor {
+        self.apply(Op::LogSoftmax, &[])
     }
 
     compare_methods! {

@@ -1,16 +1,11 @@
 // Elementwise kernels: unary ops, binary ops (contiguous and broadcasting), pointwise gradients,
 // dropout, fills and scaling. Contiguous loops move 16-byte packs in grid-stride loops.
 
-// Unary (`U_*`, one per `UnaryOp` in catalog order, then `U_CLAMP` and `U_POW`) and binary
-// (`B_*`, one per `BinaryOp`) op codes are generated from the op catalog and defined in front of
-// this source (`cuda/src/kernels.rs`, `op_codes`): a case label naming an op the catalog lacks
-// does not compile.
-
-// Pointwise gradient op codes.
-#define G_CLAMP 0
-#define G_RELU 1
-#define G_GELU 2
-#define G_SILU 3
+// Unary (`U_*`, one per `UnaryOp` in catalog order, then `U_CLAMP` and `U_POW`), binary (`B_*`,
+// one per `BinaryOp`) and pointwise-gradient (`G_*`, one per `UnaryGradOp`, then `G_CLAMP_GRAD`)
+// op codes are generated from the op catalog and defined in front of this source
+// (`cuda/src/kernels.rs`, `op_codes`): a case label naming an op the catalog lacks does not
+// compile, and a test finds every generated code's case.
 
 template <typename C> __device__ __forceinline__ C gelu(C x) {
     const C c = (C)0.7978845608028654, a = (C)0.044715, h = (C)0.5;
@@ -52,7 +47,6 @@ template <typename C> __device__ __forceinline__ C unary_op(int op, C v, C lo, C
         case U_RECIPROCAL: return (C)1 / v;
         case U_SQUARE: return v * v;
         case U_CLAMP: return v < lo ? lo : (v > hi ? hi : v);
-        case U_SIGN: return v > (C)0 ? (C)1 : (v < (C)0 ? (C)-1 : v * (C)0);
         case U_SILU: return v / ((C)1 + m_exp(-v));
         case U_POW: return pow_const(v, lo);
         default: return v;
@@ -73,13 +67,14 @@ template <typename C> __device__ __forceinline__ C binary_op(int op, C p, C q) {
 
 template <typename C> __device__ __forceinline__ C grad_op(int op, C v, C g, C lo, C hi) {
     switch (op) {
-        case G_CLAMP: return (lo <= v && v <= hi) ? g : (C)0;
-        case G_RELU: return v > (C)0 ? g : (C)0;
-        case G_GELU: return g * gelu_grad(v);
-        case G_SILU: {
+        case G_CLAMP_GRAD: return (lo <= v && v <= hi) ? g : (C)0;
+        case G_RELU_GRAD: return v > (C)0 ? g : (C)0;
+        case G_GELU_GRAD: return g * gelu_grad(v);
+        case G_SILU_GRAD: {
             C s = (C)1 / ((C)1 + m_exp(-v));
-            return g * s * ((C)1 + v * ((C)1 - s));
+            return g * (s * ((C)1 + v * ((C)1 - s)));
         }
+        case G_ABS_GRAD: return g * (v > (C)0 ? (C)1 : (v < (C)0 ? (C)-1 : v * (C)0));
         default: return g;
     }
 }

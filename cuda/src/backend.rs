@@ -257,9 +257,7 @@ fn mixed(call: &KernelCall<'_>) -> bool {
     let uniform_family = matches!(
         call.op,
         Op::ClampGrad { .. }
-            | Op::ReluGrad
-            | Op::GeluGrad
-            | Op::SiluGrad
+            | Op::UnaryGrad(_)
             | Op::SoftmaxGrad
             | Op::LogSoftmaxGrad
             | Op::LayerNormGrad { .. }
@@ -283,12 +281,15 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::Constant { value } => ew::constant(dev, *value, out),
         Op::ConstantData { value } => ew::upload_into(dev, value, out),
         Op::Arange { start, step } => index::arange(dev, *start, *step, out),
-        Op::Binary(_) => ew::binary(dev, call.op, x[0], x[1], out),
+        Op::Binary(b) => ew::binary(dev, *b, x[0], x[1], out),
         Op::Compare(c) => index::compare(dev, *c, x[0], x[1], out),
         Op::Where => index::select_where(dev, x[0], x[1], x[2], out),
-        Op::Unary(_) | Op::Clamp { .. } | Op::Pow { .. } => ew::unary(dev, call.op, x[0], out),
-        Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad | Op::SiluGrad => {
-            ew::pointwise_grad(dev, call.op, x[0], x[1], out)
+        Op::Unary(u) => ew::unary(dev, ew::UnaryCode::op(*u), x[0], out),
+        Op::Clamp { min, max } => ew::unary(dev, ew::UnaryCode::clamp(*min, *max), x[0], out),
+        Op::Pow { exponent } => ew::unary(dev, ew::UnaryCode::pow(*exponent), x[0], out),
+        Op::UnaryGrad(k) => ew::pointwise_grad(dev, ew::PointwiseGrad::Op(*k), x[0], x[1], out),
+        Op::ClampGrad { min, max } => {
+            ew::pointwise_grad(dev, ew::PointwiseGrad::Clamp { min: *min, max: *max }, x[0], x[1], out)
         }
         Op::Dropout { p, seed, key } => ew::dropout(dev, x[0], out, *p, *seed, *key, call.run_seed),
         Op::Cast { .. } => ew::cast(dev, x[0], out),

@@ -5,7 +5,7 @@
 //! whose variants are the C parameter types (`u64`, `int`, `double`, `Dims`, raw fill patterns):
 //! each launch site lists them beside the C signature it must match.
 
-use remat_core::{BinaryOp, DType, UnaryOp};
+use remat_core::{BinaryOp, DType, UnaryGradOp, UnaryOp};
 use std::ffi::c_void;
 
 /// A kernel source file of this crate.
@@ -34,9 +34,18 @@ pub(crate) fn binary_code(op: BinaryOp) -> i32 {
     op as i32
 }
 
-/// `#define U_<NAME> <code>` for every unary op (then `U_CLAMP`, `U_POW`) and `B_<NAME>` for
-/// every binary op, generated from the catalog, so the kernels' `switch` and the launch sites
-/// cannot drift apart: a case label for an op the catalog lacks does not compile.
+/// The `G_*` code of a pointwise gradient op: its place in the catalog.
+pub(crate) fn grad_code(op: UnaryGradOp) -> i32 {
+    op as i32
+}
+
+/// The `G_*` code of `clamp_grad` in the pointwise-gradient kernel: after every [`UnaryGradOp`].
+pub(crate) const G_CLAMP_GRAD: i32 = UnaryGradOp::ALL.len() as i32;
+
+/// `#define U_<NAME> <code>` for every unary op (then `U_CLAMP`, `U_POW`), `B_<NAME>` for every
+/// binary op and `G_<NAME>` for every pointwise gradient op (then `G_CLAMP_GRAD`), generated
+/// from the catalog, so the kernels' `switch` and the launch sites cannot drift apart: a case
+/// label for an op the catalog lacks does not compile.
 pub(crate) fn op_codes() -> String {
     let define = |prefix: &str, name: &str, code: i32| format!("#define {prefix}_{} {code}\n", name.to_uppercase());
     let mut out = String::new();
@@ -48,6 +57,10 @@ pub(crate) fn op_codes() -> String {
     for &b in BinaryOp::ALL {
         out += &define("B", b.name(), binary_code(b));
     }
+    for &g in UnaryGradOp::ALL {
+        out += &define("G", g.name(), grad_code(g));
+    }
+    out += &define("G", "clamp_grad", G_CLAMP_GRAD);
     out
 }
 
@@ -197,7 +210,7 @@ mod op_code_tests {
     #[test]
     fn every_catalog_op_has_one_distinct_code() {
         let d = defines();
-        assert_eq!(d.len(), UnaryOp::ALL.len() + 2 + BinaryOp::ALL.len());
+        assert_eq!(d.len(), UnaryOp::ALL.len() + 2 + BinaryOp::ALL.len() + UnaryGradOp::ALL.len() + 1);
         let unary: HashSet<i32> = d.iter().filter(|(k, _)| k.starts_with("U_")).map(|(_, &v)| v).collect();
         assert_eq!(unary.len(), UnaryOp::ALL.len() + 2, "unary codes are distinct");
         for &u in UnaryOp::ALL {
@@ -206,7 +219,10 @@ mod op_code_tests {
         for &b in BinaryOp::ALL {
             assert_eq!(d[&format!("B_{}", b.name().to_uppercase())], binary_code(b), "{}", b.name());
         }
-        assert_eq!((d["U_CLAMP"], d["U_POW"]), (U_CLAMP, U_POW));
+        for &g in UnaryGradOp::ALL {
+            assert_eq!(d[&format!("G_{}", g.name().to_uppercase())], grad_code(g), "{}", g.name());
+        }
+        assert_eq!((d["U_CLAMP"], d["U_POW"], d["G_CLAMP_GRAD"]), (U_CLAMP, U_POW, G_CLAMP_GRAD));
     }
 
     #[test]
@@ -216,12 +232,13 @@ mod op_code_tests {
         for line in ELEMENTWISE.text.lines().map(str::trim) {
             let Some(rest) = line.strip_prefix("case ") else { continue };
             let label = rest.split(':').next().unwrap();
-            if label.starts_with("U_") || label.starts_with("B_") {
+            if ["U_", "B_", "G_"].iter().any(|p| label.starts_with(p)) {
                 assert!(d.contains_key(label), "elementwise.cu: `case {label}` has no generated code");
                 labels += 1;
             }
         }
-        // Every unary op, clamp and pow, and every binary op has its case.
+        // Every unary op, clamp and pow, every binary op, every pointwise gradient and clamp's
+        // has its case.
         assert_eq!(labels, d.len(), "a generated code without its case in elementwise.cu");
     }
 }

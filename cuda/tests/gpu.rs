@@ -12,8 +12,8 @@
 
 use remat_core::rng::normal_f64;
 use remat_core::{
-    zoo, AttnLayout, Backend, BinaryOp, Budget, CostModel, CpuBackend, DType, HostData, HostTensor, KernelCall, Model,
-    NodeId, Op, OpKind, ReduceOp, Strategy, UnaryOp,
+    zoo, AttnLayout, Backend, BinaryOp, Budget, CostModel, CpuBackend, DType, Domain, HostData, HostTensor, KernelCall,
+    Member, Model, NodeId, Op, OpKind, OtherKind, ReduceOp, Strategy, UnaryOp,
 };
 use remat_cuda::CudaBackend;
 
@@ -174,41 +174,38 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
         v.push(loose(mk(vec![0], true), vec![t(&[3000, 4], 8)]));
         v
     };
-    match kind {
-        OpKind::Input | OpKind::Param => vec![],
-        OpKind::Constant => vec![exact(Op::Constant { value: 2.7 }, vec![])],
-        OpKind::Add => binary(Op::Binary(BinaryOp::Add)),
-        OpKind::Sub => binary(Op::Binary(BinaryOp::Sub)),
-        OpKind::Mul => binary(Op::Binary(BinaryOp::Mul)),
-        OpKind::Div => binary(Op::Binary(BinaryOp::Div)),
-        OpKind::Maximum => binary(Op::Binary(BinaryOp::Maximum)),
-        OpKind::MaximumMask => {
+    let other = match kind.member() {
+        Member::UnaryOp(u) => match u.domain() {
+            Domain::Real => return unary(Op::Unary(u)),
+            Domain::Positive => return pos_unary(Op::Unary(u)),
+        },
+        Member::UnaryGradOp(k) => return vec![f(Op::UnaryGrad(k), vec![t(&[1000], 1), t(&[1000], 2)])],
+        Member::BinaryOp(BinaryOp::MaximumMask) => {
             let a = t(&[64], 1);
-            vec![
+            return vec![
                 exact(Op::Binary(BinaryOp::MaximumMask), vec![a.clone(), a]),
                 f(Op::Binary(BinaryOp::MaximumMask), vec![t(&[8, 8], 1), t(&[8], 2)]),
-            ]
+            ];
         }
-        OpKind::Neg => unary(Op::Unary(UnaryOp::Neg)),
-        OpKind::Exp => unary(Op::Unary(UnaryOp::Exp)),
-        OpKind::Log => pos_unary(Op::Unary(UnaryOp::Log)),
-        OpKind::Sin => unary(Op::Unary(UnaryOp::Sin)),
-        OpKind::Cos => unary(Op::Unary(UnaryOp::Cos)),
-        OpKind::Tanh => unary(Op::Unary(UnaryOp::Tanh)),
-        OpKind::Sigmoid => unary(Op::Unary(UnaryOp::Sigmoid)),
-        OpKind::Relu => unary(Op::Unary(UnaryOp::Relu)),
-        OpKind::Gelu => unary(Op::Unary(UnaryOp::Gelu)),
-        OpKind::Abs => unary(Op::Unary(UnaryOp::Abs)),
-        OpKind::Sqrt => pos_unary(Op::Unary(UnaryOp::Sqrt)),
-        OpKind::Rsqrt => pos_unary(Op::Unary(UnaryOp::Rsqrt)),
-        OpKind::Reciprocal => pos_unary(Op::Unary(UnaryOp::Reciprocal)),
-        OpKind::Square => unary(Op::Unary(UnaryOp::Square)),
-        OpKind::Clamp => unary(Op::Clamp { min: -0.5, max: 0.75 }),
-        OpKind::Sign => unary(Op::Unary(UnaryOp::Sign)),
-        OpKind::Sum => reduce(&|axes, keepdim| Op::Reduce { op: ReduceOp::Sum, axes, keepdim }),
-        OpKind::Mean => reduce(&|axes, keepdim| Op::Reduce { op: ReduceOp::Mean, axes, keepdim }),
-        OpKind::Amax => reduce(&|axes, keepdim| Op::Reduce { op: ReduceOp::Amax, axes, keepdim }),
-        OpKind::AmaxGrad => {
+        Member::BinaryOp(b) => return binary(Op::Binary(b)),
+        Member::CompareOp(c) => {
+            let op = Op::Compare(c);
+            let a = t(&[4, 33], 1);
+            return vec![
+                exact(op.clone(), vec![a.clone(), a.clone()]),
+                exact(op.clone(), vec![a, t(&[33], 2)]),
+                exact(op, vec![ids(&[5, 1], 4, 3), ids(&[6], 4, 4)]),
+            ];
+        }
+        Member::ReduceOp(op) => return reduce(&|axes, keepdim| Op::Reduce { op, axes, keepdim }),
+        Member::Other(other) => other,
+    };
+    use OtherKind as K;
+    match other {
+        K::Input | K::Param => vec![],
+        K::Constant => vec![exact(Op::Constant { value: 2.7 }, vec![])],
+        K::Clamp => unary(Op::Clamp { min: -0.5, max: 0.75 }),
+        K::AmaxGrad => {
             let x = HostTensor::from_f32(vec![2, 3], &[1., 5., 5., 7., 2., 3.], dt).unwrap();
             let y = HostTensor::from_f32(vec![2], &[5., 7.], dt).unwrap();
             let x2 = t(&[4, 50, 6], 9);
@@ -226,14 +223,14 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
                 f(Op::AmaxGrad { axes: vec![1], keepdim: true }, vec![x2, y2, t(&[4, 1, 6], 4)]),
             ]
         }
-        OpKind::Matmul => vec![
+        K::Matmul => vec![
             loose(Op::Matmul, vec![t(&[33, 70], 1), t(&[70, 17], 2)]),
             loose(Op::Matmul, vec![t(&[2, 3, 5, 8], 1), t(&[1, 3, 8, 4], 2)]),
             loose(Op::Matmul, vec![t(&[2, 1, 5, 8], 1), t(&[3, 8, 4], 2)]),
             loose(Op::Matmul, vec![t(&[4, 16, 64], 3), t(&[64, 32], 4)]),
             exact(Op::Matmul, vec![t(&[2, 0], 1), t(&[0, 3], 2)]),
         ],
-        OpKind::MatmulT => {
+        K::MatmulT => {
             let mt = |ta, tb, fold| Op::MatmulT { ta, tb, fold };
             vec![
                 loose(mt(false, true, false), vec![t(&[2, 3, 33, 40], 1), t(&[2, 3, 20, 40], 2)]),
@@ -242,7 +239,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
                 loose(mt(true, false, true), vec![t(&[4, 50, 33], 7), t(&[4, 50, 20], 8)]),
             ]
         }
-        OpKind::ScaledMatmul => {
+        K::ScaledMatmul => {
             // Small integers and power-of-two scales: every partial sum is exact, so the tensor
             // cores must agree bit for bit. Aligned, padded (5x7·7x3) and broadcast batches.
             let (e4, e5) = (DType::F8E4M3, DType::F8E5M2);
@@ -256,40 +253,40 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
                 mm(small_ints(&[33, 20], e5, 9), small_ints(&[20, 17], e4, 10), 1.0, 1.0),
             ]
         }
-        OpKind::Reshape => vec![exact(Op::Reshape { shape: vec![6, 5] }, vec![t(&[2, 15], 1)])],
-        OpKind::Transpose => vec![
+        K::Reshape => vec![exact(Op::Reshape { shape: vec![6, 5] }, vec![t(&[2, 15], 1)])],
+        K::Transpose => vec![
             exact(Op::Transpose { perm: vec![1, 0] }, vec![t(&[37, 70], 1)]),
             exact(Op::Transpose { perm: vec![0, 2, 1, 3] }, vec![t(&[2, 9, 3, 4], 2)]),
             exact(Op::Transpose { perm: vec![0, 1, 3, 2] }, vec![t(&[2, 3, 40, 33], 3)]),
             exact(Op::Transpose { perm: vec![2, 0, 1] }, vec![t(&[2, 3, 4], 4)]),
         ],
-        OpKind::Expand => vec![
+        K::Expand => vec![
             exact(Op::Expand { shape: vec![3, 2, 2] }, vec![t(&[2, 1], 1)]),
             exact(Op::Expand { shape: vec![4, 4] }, vec![t(&[], 2)]),
         ],
-        OpKind::Concat => vec![
+        K::Concat => vec![
             exact(Op::Concat { axis: 1 }, vec![t(&[2, 3], 1), t(&[2, 1], 2), t(&[2, 3], 3)]),
             exact(Op::Concat { axis: 0 }, vec![t(&[2, 3], 1), t(&[4, 3], 2)]),
         ],
-        OpKind::Slice => vec![
+        K::Slice => vec![
             exact(Op::Slice { axis: 1, start: 1, len: 2 }, vec![t(&[2, 3, 4], 1)]),
             exact(Op::Slice { axis: 0, start: 3, len: 2 }, vec![t(&[8, 5], 2)]),
         ],
-        OpKind::Softmax => vec![loose(Op::Softmax, vec![t(&[5, 1000], 1)]), f(Op::Softmax, vec![t(&[3, 7], 2)])],
-        OpKind::LogSoftmax => vec![loose(Op::LogSoftmax, vec![t(&[5, 1000], 1)])],
-        OpKind::SoftmaxGrad => vec![loose(Op::SoftmaxGrad, vec![t(&[4, 300], 1), t(&[4, 300], 2)])],
-        OpKind::LogSoftmaxGrad => vec![loose(Op::LogSoftmaxGrad, vec![t(&[4, 300], 1), t(&[4, 300], 2)])],
-        OpKind::LayerNorm => vec![loose(Op::LayerNorm { eps: 1e-5 }, vec![t(&[6, 1024], 1)])],
-        OpKind::LayerNormGrad => vec![loose(Op::LayerNormGrad { eps: 1e-5 }, vec![t(&[6, 1000], 1), t(&[6, 1000], 2)])],
-        OpKind::CrossEntropy => vec![loose(Op::CrossEntropy, vec![t(&[2, 7, 500], 1), ids(&[2, 7], 500, 2)])],
-        OpKind::CrossEntropyGrad => {
+        K::Softmax => vec![loose(Op::Softmax, vec![t(&[5, 1000], 1)]), f(Op::Softmax, vec![t(&[3, 7], 2)])],
+        K::LogSoftmax => vec![loose(Op::LogSoftmax, vec![t(&[5, 1000], 1)])],
+        K::SoftmaxGrad => vec![loose(Op::SoftmaxGrad, vec![t(&[4, 300], 1), t(&[4, 300], 2)])],
+        K::LogSoftmaxGrad => vec![loose(Op::LogSoftmaxGrad, vec![t(&[4, 300], 1), t(&[4, 300], 2)])],
+        K::LayerNorm => vec![loose(Op::LayerNorm { eps: 1e-5 }, vec![t(&[6, 1024], 1)])],
+        K::LayerNormGrad => vec![loose(Op::LayerNormGrad { eps: 1e-5 }, vec![t(&[6, 1000], 1), t(&[6, 1000], 2)])],
+        K::CrossEntropy => vec![loose(Op::CrossEntropy, vec![t(&[2, 7, 500], 1), ids(&[2, 7], 500, 2)])],
+        K::CrossEntropyGrad => {
             vec![loose(Op::CrossEntropyGrad, vec![t(&[9, 300], 1), ids(&[9], 300, 2), t(&[], 3)])]
         }
-        OpKind::Embedding => vec![exact(Op::Embedding, vec![t(&[50, 12], 1), ids(&[3, 7], 50, 2)])],
-        OpKind::EmbeddingGrad => {
+        K::Embedding => vec![exact(Op::Embedding, vec![t(&[50, 12], 1), ids(&[3, 7], 50, 2)])],
+        K::EmbeddingGrad => {
             vec![loose(Op::EmbeddingGrad { rows: 40 }, vec![ids(&[5, 9], 40, 2), t(&[5, 9, 24], 1)])]
         }
-        OpKind::Cast => {
+        K::Cast => {
             let mut v = Vec::new();
             for to in DType::ALL {
                 if to != DType::I64 && to != DType::Bool {
@@ -307,50 +304,37 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             v.push(exact(Op::Cast { dtype: dt }, vec![mask(&[33], 7)]));
             v
         }
-        OpKind::Dropout => vec![exact(Op::Dropout { p: 0.3, seed: 5, key: 9 }, vec![t(&[10_007], 1)])],
-        OpKind::ClampGrad => vec![f(Op::ClampGrad { min: -0.5, max: 0.5 }, vec![t(&[1000], 1), t(&[1000], 2)])],
-        OpKind::ReluGrad => vec![f(Op::ReluGrad, vec![t(&[1000], 1), t(&[1000], 2)])],
-        OpKind::GeluGrad => vec![f(Op::GeluGrad, vec![t(&[1000], 1), t(&[1000], 2)])],
-        OpKind::Silu => unary(Op::Unary(UnaryOp::Silu)),
-        OpKind::SiluGrad => vec![f(Op::SiluGrad, vec![t(&[1000], 1), t(&[1000], 2)])],
-        OpKind::Pow => vec![
+        K::Dropout => vec![exact(Op::Dropout { p: 0.3, seed: 5, key: 9 }, vec![t(&[10_007], 1)])],
+        K::ClampGrad => vec![f(Op::ClampGrad { min: -0.5, max: 0.5 }, vec![t(&[1000], 1), t(&[1000], 2)])],
+        K::Pow => vec![
             f(Op::Pow { exponent: 3.0 }, vec![t(&[500], 1)]),
             f(Op::Pow { exponent: -0.5 }, vec![positive(&[500], dt, 2)]),
         ],
-        OpKind::ConstantData => vec![exact(Op::ConstantData { value: std::sync::Arc::new(t(&[4, 9], 3)) }, vec![])],
+        K::ConstantData => vec![exact(Op::ConstantData { value: std::sync::Arc::new(t(&[4, 9], 3)) }, vec![])],
         // The run helper gives arange 37 elements of the first input's dtype (the input itself is dropped).
-        OpKind::Arange => vec![exact(Op::Arange { start: -3.0, step: 0.5 }, vec![t(&[1], 1)])],
-        OpKind::Eq | OpKind::Ne | OpKind::Lt | OpKind::Le | OpKind::Gt | OpKind::Ge => {
-            let op = Op::Compare(remat_core::CompareOp::from_kind(kind).unwrap());
-            let a = t(&[4, 33], 1);
-            vec![
-                exact(op.clone(), vec![a.clone(), a.clone()]),
-                exact(op.clone(), vec![a, t(&[33], 2)]),
-                exact(op, vec![ids(&[5, 1], 4, 3), ids(&[6], 4, 4)]),
-            ]
-        }
-        OpKind::Where => vec![
+        K::Arange => vec![exact(Op::Arange { start: -3.0, step: 0.5 }, vec![t(&[1], 1)])],
+        K::Where => vec![
             exact(Op::Where, vec![mask(&[4, 33], 1), t(&[4, 33], 2), t(&[4, 33], 3)]),
             exact(Op::Where, vec![mask(&[5, 1], 2), t(&[5, 7], 4), t(&[], 5)]),
         ],
-        OpKind::IndexSelect => vec![
+        K::IndexSelect => vec![
             exact(Op::IndexSelect { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[17], 10, 2)]),
             exact(Op::IndexSelect { axis: 0 }, vec![ids(&[12, 3], 99, 3), ids(&[5], 12, 4)]),
         ],
-        OpKind::IndexSelectGrad => {
+        K::IndexSelectGrad => {
             vec![loose(Op::IndexSelectGrad { axis: 1, dim: 10 }, vec![ids(&[17], 10, 2), t(&[3, 17, 4], 1)])]
         }
-        OpKind::Gather => vec![
+        K::Gather => vec![
             exact(Op::Gather { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[3, 6, 4], 10, 2)]),
             exact(Op::Gather { axis: 0 }, vec![ids(&[12, 3], 99, 3), ids(&[5, 3], 12, 4)]),
         ],
-        OpKind::GatherGrad => {
+        K::GatherGrad => {
             vec![loose(Op::GatherGrad { axis: 1, dim: 10 }, vec![ids(&[3, 17, 4], 10, 2), t(&[3, 17, 4], 1)])]
         }
-        OpKind::SliceGrad => vec![exact(Op::SliceGrad { axis: 1, start: 2, dim: 7 }, vec![t(&[3, 4, 5], 1)])],
-        OpKind::RmsNorm => vec![loose(Op::RmsNorm { eps: 1e-5 }, vec![t(&[6, 1024], 1)])],
-        OpKind::RmsNormGrad => vec![loose(Op::RmsNormGrad { eps: 1e-5 }, vec![t(&[6, 1000], 1), t(&[6, 1000], 2)])],
-        OpKind::Sdpa => {
+        K::SliceGrad => vec![exact(Op::SliceGrad { axis: 1, start: 2, dim: 7 }, vec![t(&[3, 4, 5], 1)])],
+        K::RmsNorm => vec![loose(Op::RmsNorm { eps: 1e-5 }, vec![t(&[6, 1024], 1)])],
+        K::RmsNormGrad => vec![loose(Op::RmsNormGrad { eps: 1e-5 }, vec![t(&[6, 1000], 1), t(&[6, 1000], 2)])],
+        K::Sdpa => {
             let qkv = |tq: usize, tk: usize, d: usize, s| {
                 vec![t(&[2, tq, d], s), t(&[2, tk, d], s + 1), t(&[2, tk, d], s + 2)]
             };
@@ -365,7 +349,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
                 loose(sdpa(true, 0.25, AttnLayout::TokenMajor), tokens(70, 70, 16, 7)),
             ]
         }
-        OpKind::SdpaGrad => {
+        K::SdpaGrad => {
             let (tq, d) = (40, 16);
             [(AttnLayout::HeadMajor, vec![2, tq, d]), (AttnLayout::TokenMajor, vec![2, tq, 3, d])]
                 .into_iter()

@@ -8,7 +8,7 @@ use super::Backward;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
-use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::op::{BinaryOp, Op, ReduceOp, UnaryGradOp, UnaryOp};
 
 /// Which inputs (by position) gradients flow into. Ids and targets are integers (no gradient);
 /// `scaled_matmul`'s scales are treated as constants.
@@ -36,12 +36,7 @@ pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> Vec<usize> {
         Op::SliceGrad { .. } | Op::IndexSelectGrad { .. } | Op::GatherGrad { .. } | Op::ClampGrad { .. } => {
             (0..arity).collect()
         }
-        Op::ReluGrad
-        | Op::GeluGrad
-        | Op::SiluGrad
-        | Op::SoftmaxGrad
-        | Op::LogSoftmaxGrad
-        | Op::LayerNormGrad { .. } => (0..arity).collect(),
+        Op::UnaryGrad(_) | Op::SoftmaxGrad | Op::LogSoftmaxGrad | Op::LayerNormGrad { .. } => (0..arity).collect(),
         Op::RmsNormGrad { .. } | Op::SdpaGrad { .. } | Op::CrossEntropyGrad | Op::EmbeddingGrad { .. } => {
             (0..arity).collect()
         }
@@ -70,7 +65,7 @@ pub(super) fn backprop(
     match &node.op {
         Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => {}
         Op::Compare(_) => {}
-        Op::Unary(UnaryOp::Silu) => out.push((0, bw.op(Op::SiluGrad, vec![x[0], g])?)),
+        Op::Unary(u) => out.push((0, unary_grad(bw, *u, x[0], id, g)?)),
         Op::Pow { exponent } => {
             // d(x^p)/dx = p·x^(p−1).
             let p = bw.scalar(*exponent, gd);
@@ -158,59 +153,6 @@ pub(super) fn backprop(
             out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
             out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
         }
-        Op::Unary(UnaryOp::Neg) => out.push((0, bw.op(Op::Unary(UnaryOp::Neg), vec![g])?)),
-        Op::Unary(UnaryOp::Exp) => out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, id])?)),
-        Op::Unary(UnaryOp::Log) => out.push((0, bw.op(Op::Binary(BinaryOp::Div), vec![g, x[0]])?)),
-        Op::Unary(UnaryOp::Sin) => {
-            let c = bw.op(Op::Unary(UnaryOp::Cos), vec![x[0]])?;
-            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, c])?));
-        }
-        Op::Unary(UnaryOp::Cos) => {
-            let s = bw.op(Op::Unary(UnaryOp::Sin), vec![x[0]])?;
-            let gs = bw.op(Op::Binary(BinaryOp::Mul), vec![g, s])?;
-            out.push((0, bw.op(Op::Unary(UnaryOp::Neg), vec![gs])?));
-        }
-        Op::Unary(UnaryOp::Tanh) => {
-            let one = bw.scalar(1.0, gd);
-            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![id])?;
-            let d = bw.op(Op::Binary(BinaryOp::Sub), vec![one, y2])?;
-            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, d])?));
-        }
-        Op::Unary(UnaryOp::Sigmoid) => {
-            let one = bw.scalar(1.0, gd);
-            let q = bw.op(Op::Binary(BinaryOp::Sub), vec![one, id])?;
-            let d = bw.op(Op::Binary(BinaryOp::Mul), vec![id, q])?;
-            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, d])?));
-        }
-        Op::Unary(UnaryOp::Relu) => out.push((0, bw.op(Op::ReluGrad, vec![id, g])?)),
-        Op::Unary(UnaryOp::Gelu) => out.push((0, bw.op(Op::GeluGrad, vec![x[0], g])?)),
-        Op::Unary(UnaryOp::Abs) => {
-            let s = bw.op(Op::Unary(UnaryOp::Sign), vec![x[0]])?;
-            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, s])?));
-        }
-        Op::Unary(UnaryOp::Sqrt) => {
-            let half = bw.scalar(0.5, gd);
-            let gh = bw.op(Op::Binary(BinaryOp::Mul), vec![g, half])?;
-            out.push((0, bw.op(Op::Binary(BinaryOp::Div), vec![gh, id])?));
-        }
-        Op::Unary(UnaryOp::Rsqrt) => {
-            // d(x^-1/2)/dx = -x^-3/2 / 2 = -y^3 / 2.
-            let c = bw.scalar(-0.5, gd);
-            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![id])?;
-            let y3 = bw.op(Op::Binary(BinaryOp::Mul), vec![y2, id])?;
-            let gc = bw.op(Op::Binary(BinaryOp::Mul), vec![g, c])?;
-            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![gc, y3])?));
-        }
-        Op::Unary(UnaryOp::Reciprocal) => {
-            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![id])?;
-            let gy = bw.op(Op::Binary(BinaryOp::Mul), vec![g, y2])?;
-            out.push((0, bw.op(Op::Unary(UnaryOp::Neg), vec![gy])?));
-        }
-        Op::Unary(UnaryOp::Square) => {
-            let two = bw.scalar(2.0, gd);
-            let x2 = bw.op(Op::Binary(BinaryOp::Mul), vec![x[0], two])?;
-            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![g, x2])?));
-        }
         Op::Clamp { min, max } => out.push((0, bw.op(Op::ClampGrad { min: *min, max: *max }, vec![x[0], g])?)),
         Op::Reduce { op: ReduceOp::Sum | ReduceOp::Mean, axes, keepdim } => {
             let xs = shape_of(0);
@@ -273,14 +215,11 @@ pub(super) fn backprop(
         Op::SliceGrad { .. }
         | Op::IndexSelectGrad { .. }
         | Op::GatherGrad { .. }
-        | Op::SiluGrad
+        | Op::UnaryGrad(_)
         | Op::RmsNormGrad { .. }
         | Op::SdpaGrad { .. }
-        | Op::Unary(UnaryOp::Sign)
         | Op::Binary(BinaryOp::MaximumMask)
         | Op::ClampGrad { .. }
-        | Op::ReluGrad
-        | Op::GeluGrad
         | Op::SoftmaxGrad
         | Op::LogSoftmaxGrad
         | Op::LayerNormGrad { .. }
@@ -296,6 +235,68 @@ pub(super) fn backprop(
         }
     }
     Ok(out.into_iter().filter(|(k, _)| wanted.contains(k)).map(|(k, grad)| (x[k], grad)).collect())
+}
+
+/// The gradient of unary op `u` at input `x` with output `y`, from the incoming gradient `g`:
+/// one rule per op, reading exactly what the op's catalog row says ([`UnaryOp::reads`]).
+fn unary_grad(bw: &mut Backward, u: UnaryOp, x: NodeId, y: NodeId, g: NodeId) -> Result<NodeId> {
+    use BinaryOp::{Div, Mul, Sub};
+    let gd = bw.dtype(g);
+    let mul = |bw: &mut Backward, a, b| bw.op(Op::Binary(Mul), vec![a, b]);
+    let fused = |bw: &mut Backward, k: UnaryGradOp, v| bw.op(Op::UnaryGrad(k), vec![v, g]);
+    match u {
+        UnaryOp::Neg => bw.op(Op::Unary(UnaryOp::Neg), vec![g]),
+        UnaryOp::Exp => mul(bw, g, y),
+        UnaryOp::Log => bw.op(Op::Binary(Div), vec![g, x]),
+        UnaryOp::Sin => {
+            let c = bw.op(Op::Unary(UnaryOp::Cos), vec![x])?;
+            mul(bw, g, c)
+        }
+        UnaryOp::Cos => {
+            let s = bw.op(Op::Unary(UnaryOp::Sin), vec![x])?;
+            let gs = mul(bw, g, s)?;
+            bw.op(Op::Unary(UnaryOp::Neg), vec![gs])
+        }
+        UnaryOp::Tanh => {
+            let one = bw.scalar(1.0, gd);
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![y])?;
+            let d = bw.op(Op::Binary(Sub), vec![one, y2])?;
+            mul(bw, g, d)
+        }
+        UnaryOp::Sigmoid => {
+            let one = bw.scalar(1.0, gd);
+            let q = bw.op(Op::Binary(Sub), vec![one, y])?;
+            let d = mul(bw, y, q)?;
+            mul(bw, g, d)
+        }
+        UnaryOp::Relu => fused(bw, UnaryGradOp::ReluGrad, y),
+        UnaryOp::Gelu => fused(bw, UnaryGradOp::GeluGrad, x),
+        UnaryOp::Silu => fused(bw, UnaryGradOp::SiluGrad, x),
+        UnaryOp::Abs => fused(bw, UnaryGradOp::AbsGrad, x),
+        UnaryOp::Sqrt => {
+            let half = bw.scalar(0.5, gd);
+            let gh = mul(bw, g, half)?;
+            bw.op(Op::Binary(Div), vec![gh, y])
+        }
+        UnaryOp::Rsqrt => {
+            // d(x^-1/2)/dx = -x^-3/2 / 2 = -y^3 / 2.
+            let c = bw.scalar(-0.5, gd);
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![y])?;
+            let y3 = mul(bw, y2, y)?;
+            let gc = mul(bw, g, c)?;
+            mul(bw, gc, y3)
+        }
+        UnaryOp::Reciprocal => {
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![y])?;
+            let gy = mul(bw, g, y2)?;
+            bw.op(Op::Unary(UnaryOp::Neg), vec![gy])
+        }
+        UnaryOp::Square => {
+            let two = bw.scalar(2.0, gd);
+            let x2 = mul(bw, x, two)?;
+            mul(bw, g, x2)
+        }
+    }
 }
 
 /// Gradients of `a · b` (batched, broadcast batch dims) for the wanted operands.
@@ -326,4 +327,33 @@ fn matmul_grads(
         out.push((1, gb));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::op::{GradReads, Op, UnaryOp};
+    use crate::{DType, JointGraph, Trace};
+
+    /// Every unary op's gradient rule reads what its catalog row declares: the partitioner keeps
+    /// (or recomputes) exactly those values, so a row that lied would cost memory or break a plan.
+    #[test]
+    fn every_unary_gradient_reads_what_its_row_declares() {
+        for &u in UnaryOp::ALL {
+            let t = Trace::new();
+            let w = t.param("w", &[4], DType::F32);
+            // A computed `x` whose own gradient (`g · 2`) does not read it, nor does `sum`'s
+            // read `y`: whatever the backward reads of the two, the rule of `u` reads.
+            let x = &w * 2.0;
+            let y = x.apply(Op::Unary(u), &[]);
+            let g = t.finish(&y.sum(&[0], false)).unwrap();
+            let (xi, yi) = (x.id().unwrap().index(), y.id().unwrap().index());
+            let reads = JointGraph::new(&g).unwrap().backward_reads();
+            let expected = match u.reads() {
+                GradReads::Nothing => (false, false),
+                GradReads::Input => (true, false),
+                GradReads::Output => (false, true),
+            };
+            assert_eq!((reads[xi], reads[yi]), expected, "{}: declared {:?}", u.name(), u.reads());
+        }
+    }
 }

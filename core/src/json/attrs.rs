@@ -5,7 +5,7 @@
 
 use crate::dtype::DType;
 use crate::host::{HostData, HostTensor};
-use crate::op::{AttnLayout, BinaryOp, CompareOp, Init, Op, OpKind, ReduceOp, UnaryOp};
+use crate::op::{AttnLayout, Init, Member, Op, OpKind, OtherKind};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -67,26 +67,20 @@ impl<'a> Attrs<'a> {
 /// The op of kind `kind` with the attributes of `map`; `id` is the node's id (a dropout's
 /// default mask key).
 pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
-    use OpKind as K;
+    use OtherKind as K;
     let mut a = Attrs { map, known: Vec::new() };
-    if let Some(u) = UnaryOp::from_kind(kind) {
-        a.finish(kind)?;
-        return Ok(Op::Unary(u));
-    }
-    if let Some(b) = BinaryOp::from_kind(kind) {
-        a.finish(kind)?;
-        return Ok(Op::Binary(b));
-    }
-    if let Some(c) = CompareOp::from_kind(kind) {
-        a.finish(kind)?;
-        return Ok(Op::Compare(c));
-    }
-    if let Some(op) = ReduceOp::from_kind(kind) {
-        let op = Op::Reduce { op, axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) };
-        a.finish(kind)?;
-        return Ok(op);
-    }
-    let op = match kind {
+    let other = match kind.member() {
+        Member::UnaryOp(u) => return a.finish(kind).map(|()| Op::Unary(u)),
+        Member::UnaryGradOp(u) => return a.finish(kind).map(|()| Op::UnaryGrad(u)),
+        Member::BinaryOp(b) => return a.finish(kind).map(|()| Op::Binary(b)),
+        Member::CompareOp(c) => return a.finish(kind).map(|()| Op::Compare(c)),
+        Member::ReduceOp(op) => {
+            let op = Op::Reduce { op, axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) };
+            return a.finish(kind).map(|()| op);
+        }
+        Member::Other(other) => other,
+    };
+    let op = match other {
         K::Input => Op::Input,
         K::Param => Op::Param { init: a.optional::<Value>("init")?.map_or(Ok(Init::Auto), |v| init(&v))? },
         K::Constant => Op::Constant { value: a.required("value")? },
@@ -99,9 +93,6 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         K::Arange => {
             Op::Arange { start: a.optional("start")?.unwrap_or(0.0), step: a.optional("step")?.unwrap_or(1.0) }
         }
-        K::ReluGrad => Op::ReluGrad,
-        K::GeluGrad => Op::GeluGrad,
-        K::SiluGrad => Op::SiluGrad,
         K::SoftmaxGrad => Op::SoftmaxGrad,
         K::LogSoftmaxGrad => Op::LogSoftmaxGrad,
         K::CrossEntropyGrad => Op::CrossEntropyGrad,
@@ -154,7 +145,6 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
             tb: a.optional("tb")?.unwrap_or(false),
             fold: a.optional("fold")?.unwrap_or(false),
         },
-        family => return Err(format!("{family} is a family member, read above")),
     };
     a.finish(kind)?;
     Ok(op)
@@ -192,9 +182,7 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         | Op::Binary(_)
         | Op::Compare(_)
         | Op::Where
-        | Op::ReluGrad
-        | Op::GeluGrad
-        | Op::SiluGrad
+        | Op::UnaryGrad(_)
         | Op::SoftmaxGrad
         | Op::LogSoftmaxGrad
         | Op::CrossEntropyGrad

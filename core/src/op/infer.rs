@@ -441,9 +441,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             Ok(same())
         }
         Op::ClampGrad { .. }
-        | Op::ReluGrad
-        | Op::GeluGrad
-        | Op::SiluGrad
+        | Op::UnaryGrad(_)
         | Op::SoftmaxGrad
         | Op::LogSoftmaxGrad
         | Op::LayerNormGrad { .. }

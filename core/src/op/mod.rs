@@ -8,7 +8,10 @@
 use crate::dtype::DType;
 use crate::host::HostTensor;
 use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced};
-pub use remat_catalog::{Arity, BinaryOp, CompareOp, OpInfo, OpKind, ReduceOp, UnaryOp, CATALOG};
+pub use remat_catalog::{
+    Arity, BinaryOp, CompareOp, Domain, GradReads, Member, OpInfo, OpKind, OtherKind, ReduceOp, UnaryGradOp, UnaryOp,
+    CATALOG,
+};
 use std::sync::Arc;
 
 /// How fused attention's q, k, v and output lay out their heads.
@@ -86,6 +89,8 @@ pub enum Op {
     },
     /// Every member of the [`UnaryOp`] family (one input, same shape and dtype).
     Unary(UnaryOp),
+    /// Every member of the [`UnaryGradOp`] family: `(v, g)` of one shape to `g · f'(v)`.
+    UnaryGrad(UnaryGradOp),
     /// Every member of the [`BinaryOp`] family (two inputs of one float dtype, broadcasting).
     Binary(BinaryOp),
     /// Every member of the [`CompareOp`] family (two inputs of one dtype, broadcasting; `bool`).
@@ -171,9 +176,6 @@ pub enum Op {
         min: f64,
         max: f64,
     },
-    ReluGrad,
-    GeluGrad,
-    SiluGrad,
     SoftmaxGrad,
     LogSoftmaxGrad,
     LayerNormGrad {
@@ -234,6 +236,7 @@ impl Op {
             Op::ConstantData { .. } => K::ConstantData,
             Op::Arange { .. } => K::Arange,
             Op::Unary(u) => u.kind(),
+            Op::UnaryGrad(u) => u.kind(),
             Op::Binary(b) => b.kind(),
             Op::Compare(c) => c.kind(),
             Op::Reduce { op, .. } => op.kind(),
@@ -262,9 +265,6 @@ impl Op {
             Op::SliceGrad { .. } => K::SliceGrad,
             Op::IndexSelectGrad { .. } => K::IndexSelectGrad,
             Op::ClampGrad { .. } => K::ClampGrad,
-            Op::ReluGrad => K::ReluGrad,
-            Op::GeluGrad => K::GeluGrad,
-            Op::SiluGrad => K::SiluGrad,
             Op::SoftmaxGrad => K::SoftmaxGrad,
             Op::LogSoftmaxGrad => K::LogSoftmaxGrad,
             Op::LayerNormGrad { .. } => K::LayerNormGrad,
@@ -333,12 +333,13 @@ impl Op {
             Op::EmbeddingGrad { rows } => format!("rows={rows}"),
             Op::MatmulT { ta, tb, fold } => format!("ta={ta}, tb={tb}, fold={fold}"),
             // No attributes (listed: a new op is a compile error here until its attributes are).
-            Op::Param { .. } | Op::Input | Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Matmul => String::new(),
+            Op::Param { .. } | Op::Input | Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Compare(_) => {
+                String::new()
+            }
             Op::Where | Op::Softmax | Op::LogSoftmax | Op::CrossEntropy | Op::Embedding | Op::ScaledMatmul => {
                 String::new()
             }
-            Op::ReluGrad | Op::GeluGrad | Op::SiluGrad | Op::SoftmaxGrad | Op::LogSoftmaxGrad => String::new(),
-            Op::CrossEntropyGrad => String::new(),
+            Op::Matmul | Op::SoftmaxGrad | Op::LogSoftmaxGrad | Op::CrossEntropyGrad => String::new(),
         }
     }
 
@@ -359,55 +360,48 @@ impl Op {
     pub fn flops(&self, inputs: &[Meta<'_>], out: &[usize]) -> u64 {
         let n = numel(out) as u64;
         let in0 = inputs.first().map_or(0, |m| numel(m.0) as u64);
-        match self.kind() {
-            OpKind::Matmul | OpKind::ScaledMatmul => {
+        match self {
+            Op::Unary(u) => u.flops_per_element() * n,
+            Op::UnaryGrad(u) => u.flops_per_element() * n,
+            Op::Binary(b) => b.flops_per_element() * n,
+            Op::Compare(c) => c.flops_per_element() * n,
+            Op::Reduce { op, .. } => op.flops_per_element() * in0,
+            Op::Matmul | Op::ScaledMatmul => {
                 let k = inputs[0].0.last().copied().unwrap_or(1) as u64;
                 2 * n * k
             }
-            OpKind::MatmulT => {
+            Op::MatmulT { ta, fold, .. } => {
                 // The contracted length: every row of `a` for a fold, else its k axis.
                 let a = inputs[0].0;
-                let k = match self {
-                    Op::MatmulT { fold: true, .. } => numel(&a[..a.len() - 1]),
-                    Op::MatmulT { ta: true, .. } => a[a.len() - 2],
-                    _ => a[a.len() - 1],
+                let k = match (fold, ta) {
+                    (true, _) => numel(&a[..a.len() - 1]),
+                    (false, true) => a[a.len() - 2],
+                    (false, false) => a[a.len() - 1],
                 };
                 2 * n * k as u64
             }
-            OpKind::Sdpa | OpKind::SdpaGrad => {
+            Op::Sdpa { layout, causal, .. } | Op::SdpaGrad { layout, causal, .. } => {
                 // q·kᵀ and p·v per (query, key) pair (halved when causal); the backward also
                 // recomputes the scores and forms dp, ds·k and the two key-side products.
-                let (layout, causal) = match self {
-                    Op::Sdpa { layout, causal, .. } | Op::SdpaGrad { layout, causal, .. } => (*layout, *causal),
-                    _ => unreachable!("an sdpa kind"),
-                };
                 let AttnDims { outer, heads, tq, tk, d, dv } = layout.dims(inputs[0].0, inputs[1].0, inputs[2].0);
-                let pairs = (outer * heads) as u64 * (tq * tk) as u64 / if causal { 2 } else { 1 };
-                let per_pair = if self.kind() == OpKind::Sdpa { 2 * (d + dv) + 5 } else { 4 * d + 4 * dv + 8 };
+                let pairs = (outer * heads) as u64 * (tq * tk) as u64 / if *causal { 2 } else { 1 };
+                let per_pair = if matches!(self, Op::Sdpa { .. }) { 2 * (d + dv) + 5 } else { 4 * d + 4 * dv + 8 };
                 pairs * per_pair as u64
             }
-            OpKind::Input | OpKind::Param | OpKind::ConstantData | OpKind::Reshape | OpKind::Transpose => 0,
-            OpKind::Expand | OpKind::Slice | OpKind::SliceGrad => 0,
-            OpKind::Constant | OpKind::Arange | OpKind::Concat | OpKind::Cast | OpKind::Embedding => 0,
-            OpKind::IndexSelect | OpKind::Gather | OpKind::Where => 0,
-            OpKind::Sum | OpKind::Mean | OpKind::Amax => in0,
-            OpKind::Softmax | OpKind::LogSoftmax | OpKind::CrossEntropy => 5 * in0,
-            OpKind::LayerNorm => 8 * in0,
-            OpKind::RmsNorm => 4 * in0,
-            OpKind::LayerNormGrad => 12 * in0,
-            OpKind::RmsNormGrad => 8 * in0,
-            OpKind::SoftmaxGrad | OpKind::LogSoftmaxGrad | OpKind::CrossEntropyGrad => 5 * n,
-            OpKind::EmbeddingGrad | OpKind::IndexSelectGrad | OpKind::GatherGrad => numel(inputs[1].0) as u64,
-            OpKind::Gelu | OpKind::GeluGrad => 10 * n,
-            OpKind::Silu | OpKind::SiluGrad | OpKind::Pow => 6 * n,
-            OpKind::Exp | OpKind::Log | OpKind::Sin | OpKind::Cos | OpKind::Tanh | OpKind::Sigmoid => 4 * n,
-            // One operation per output element; listed (no catch-all) so that a new kind is a
-            // compile error here until its cost is stated.
-            OpKind::Neg | OpKind::Relu | OpKind::Abs | OpKind::Sqrt | OpKind::Rsqrt | OpKind::Reciprocal => n,
-            OpKind::Square | OpKind::Sign | OpKind::ReluGrad | OpKind::Clamp | OpKind::ClampGrad => n,
-            OpKind::Add | OpKind::Sub | OpKind::Mul | OpKind::Div | OpKind::Maximum | OpKind::MaximumMask => n,
-            OpKind::Eq | OpKind::Ne | OpKind::Lt | OpKind::Le | OpKind::Gt | OpKind::Ge => n,
-            OpKind::Dropout | OpKind::AmaxGrad => n,
+            // Leaves, views and copies: no arithmetic.
+            Op::Input | Op::Param { .. } | Op::ConstantData { .. } | Op::Reshape { .. } | Op::Transpose { .. } => 0,
+            Op::Expand { .. } | Op::Slice { .. } | Op::SliceGrad { .. } => 0,
+            Op::Constant { .. } | Op::Arange { .. } | Op::Concat { .. } | Op::Cast { .. } | Op::Embedding => 0,
+            Op::IndexSelect { .. } | Op::Gather { .. } | Op::Where => 0,
+            Op::Softmax | Op::LogSoftmax | Op::CrossEntropy => 5 * in0,
+            Op::LayerNorm { .. } => 8 * in0,
+            Op::RmsNorm { .. } => 4 * in0,
+            Op::LayerNormGrad { .. } => 12 * in0,
+            Op::RmsNormGrad { .. } => 8 * in0,
+            Op::SoftmaxGrad | Op::LogSoftmaxGrad | Op::CrossEntropyGrad => 5 * n,
+            Op::EmbeddingGrad { .. } | Op::IndexSelectGrad { .. } | Op::GatherGrad { .. } => numel(inputs[1].0) as u64,
+            Op::Pow { .. } => 6 * n,
+            Op::Clamp { .. } | Op::ClampGrad { .. } | Op::Dropout { .. } | Op::AmaxGrad { .. } => n,
         }
     }
 }
@@ -420,20 +414,16 @@ mod tests {
 
     /// One op of each kind, so the exhaustive matches above are checked against the catalog.
     pub(crate) fn example(kind: OpKind) -> Op {
-        use OpKind as K;
-        if let Some(u) = UnaryOp::from_kind(kind) {
-            return Op::Unary(u);
-        }
-        if let Some(b) = BinaryOp::from_kind(kind) {
-            return Op::Binary(b);
-        }
-        if let Some(c) = CompareOp::from_kind(kind) {
-            return Op::Compare(c);
-        }
-        if let Some(op) = ReduceOp::from_kind(kind) {
-            return Op::Reduce { op, axes: vec![0], keepdim: false };
-        }
-        match kind {
+        use OtherKind as K;
+        let other = match kind.member() {
+            Member::UnaryOp(u) => return Op::Unary(u),
+            Member::UnaryGradOp(u) => return Op::UnaryGrad(u),
+            Member::BinaryOp(b) => return Op::Binary(b),
+            Member::CompareOp(c) => return Op::Compare(c),
+            Member::ReduceOp(op) => return Op::Reduce { op, axes: vec![0], keepdim: false },
+            Member::Other(other) => other,
+        };
+        match other {
             K::Input => Op::Input,
             K::Param => Op::Param { init: Init::Auto },
             K::Constant => Op::Constant { value: 1.0 },
@@ -466,9 +456,6 @@ mod tests {
             K::SliceGrad => Op::SliceGrad { axis: 0, start: 0, dim: 2 },
             K::IndexSelectGrad => Op::IndexSelectGrad { axis: 0, dim: 2 },
             K::ClampGrad => Op::ClampGrad { min: 0.0, max: 1.0 },
-            K::ReluGrad => Op::ReluGrad,
-            K::GeluGrad => Op::GeluGrad,
-            K::SiluGrad => Op::SiluGrad,
             K::SoftmaxGrad => Op::SoftmaxGrad,
             K::LogSoftmaxGrad => Op::LogSoftmaxGrad,
             K::LayerNormGrad => Op::LayerNormGrad { eps: 1e-5 },
@@ -478,7 +465,6 @@ mod tests {
             K::EmbeddingGrad => Op::EmbeddingGrad { rows: 1 },
             K::AmaxGrad => Op::AmaxGrad { axes: vec![0], keepdim: false },
             K::MatmulT => Op::MatmulT { ta: true, tb: false, fold: false },
-            family => unreachable!("{family} is a family member, handled above"),
         }
     }
 

@@ -4,33 +4,44 @@ use super::{coalesce, dims, fname, View};
 use crate::device::Device;
 use crate::kernels::{self, dtype_code, elem_suffix, Arg, CAST, ELEMENTWISE};
 use remat_core::shape::broadcast_strides;
-use remat_core::{rng, HostTensor, Op, Result};
+use remat_core::{rng, BinaryOp, HostTensor, Result, UnaryGradOp, UnaryOp};
 
-/// The `U_*` code of a unary op and its clamp bounds (or `pow`'s exponent).
-pub(crate) fn unary_code(op: &Op) -> Option<(i32, f64, f64)> {
-    match op {
-        Op::Unary(u) => Some((kernels::unary_code(*u), 0.0, 0.0)),
-        Op::Clamp { min, max } => Some((kernels::U_CLAMP, *min, *max)),
-        Op::Pow { exponent } => Some((kernels::U_POW, *exponent, 0.0)),
-        _ => None,
+/// A launch of the unary kernel: the op's `U_*` code and its two constants (clamp's bounds,
+/// `pow`'s exponent, else unused).
+pub(crate) struct UnaryCode {
+    code: i32,
+    lo: f64,
+    hi: f64,
+}
+
+impl UnaryCode {
+    /// A member of the [`UnaryOp`] family.
+    pub(crate) fn op(op: UnaryOp) -> UnaryCode {
+        UnaryCode { code: kernels::unary_code(op), lo: 0.0, hi: 0.0 }
+    }
+
+    /// `clamp(min, max)`.
+    pub(crate) fn clamp(min: f64, max: f64) -> UnaryCode {
+        UnaryCode { code: kernels::U_CLAMP, lo: min, hi: max }
+    }
+
+    /// `pow(exponent)`.
+    pub(crate) fn pow(exponent: f64) -> UnaryCode {
+        UnaryCode { code: kernels::U_POW, lo: exponent, hi: 0.0 }
     }
 }
 
 /// `unary_T(const T* x, T* y, u64 n, int op, double lo, double hi)`.
-pub(crate) fn unary(dev: &Device, op: &Op, x: View<'_>, out: View<'_>) -> Result<()> {
-    let (code, lo, hi) = unary_code(op).ok_or_else(|| dev.err(format!("{} is not unary", op.name())))?;
+pub(crate) fn unary(dev: &Device, op: UnaryCode, x: View<'_>, out: View<'_>) -> Result<()> {
     let n = out.numel();
-    let args = [x.arg(), out.arg(), Arg::U64(n as u64), Arg::I32(code), Arg::F64(lo), Arg::F64(hi)];
+    let args = [x.arg(), out.arg(), Arg::U64(n as u64), Arg::I32(op.code), Arg::F64(op.lo), Arg::F64(op.hi)];
     dev.launch_1d(&ELEMENTWISE, &fname(dev, "unary", out.dtype)?, n.div_ceil(4), &args)
 }
 
 /// `binary_T(a, b, y, u64 n, int op)` for equal shapes, else
 /// `binary_bcast_T(a, b, y, u64 n, int op, Dims da, Dims db)`.
-pub(crate) fn binary(dev: &Device, op: &Op, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
-    let code = match op {
-        Op::Binary(b) => kernels::binary_code(*b),
-        other => return Err(dev.err(format!("{} is not binary", other.name()))),
-    };
+pub(crate) fn binary(dev: &Device, op: BinaryOp, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
+    let code = kernels::binary_code(op);
     let n = out.numel();
     if a.shape == b.shape {
         let args = [a.arg(), b.arg(), out.arg(), Arg::U64(n as u64), Arg::I32(code)];
@@ -50,14 +61,19 @@ pub(crate) fn binary(dev: &Device, op: &Op, a: View<'_>, b: View<'_>, out: View<
     dev.launch_1d(&ELEMENTWISE, &fname(dev, "binary_bcast", out.dtype)?, n, &args)
 }
 
+/// What the pointwise-gradient kernel computes.
+pub(crate) enum PointwiseGrad {
+    /// A member of the [`UnaryGradOp`] family.
+    Op(UnaryGradOp),
+    /// `clamp_grad` with clamp's bounds.
+    Clamp { min: f64, max: f64 },
+}
+
 /// `pointwise_grad_T(const T* x, const T* g, T* y, u64 n, int op, double lo, double hi)`.
-pub(crate) fn pointwise_grad(dev: &Device, op: &Op, x: View<'_>, g: View<'_>, out: View<'_>) -> Result<()> {
+pub(crate) fn pointwise_grad(dev: &Device, op: PointwiseGrad, x: View<'_>, g: View<'_>, out: View<'_>) -> Result<()> {
     let (code, lo, hi) = match op {
-        Op::ClampGrad { min, max } => (0, *min, *max),
-        Op::ReluGrad => (1, 0.0, 0.0),
-        Op::GeluGrad => (2, 0.0, 0.0),
-        Op::SiluGrad => (3, 0.0, 0.0),
-        other => return Err(dev.err(format!("{} is not a pointwise gradient", other.name()))),
+        PointwiseGrad::Op(k) => (kernels::grad_code(k), 0.0, 0.0),
+        PointwiseGrad::Clamp { min, max } => (kernels::G_CLAMP_GRAD, min, max),
     };
     let n = out.numel();
     let args = [x.arg(), g.arg(), out.arg(), Arg::U64(n as u64), Arg::I32(code), Arg::F64(lo), Arg::F64(hi)];

@@ -7,7 +7,7 @@ use super::{pool, simd};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::{HostData, HostTensor};
-use crate::op::{BinaryOp, Op, UnaryOp};
+use crate::op::{BinaryOp, UnaryGradOp, UnaryOp};
 use crate::rng;
 use crate::shape::broadcast_strides;
 use std::mem::MaybeUninit;
@@ -196,30 +196,30 @@ fn map<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync) -> Vec<T> {
     simd::map(x, f)
 }
 
-/// One-input elementwise ops.
-pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor> {
+/// `min(max(x, lo), hi)`.
+pub(super) fn clamp<T: Float>(call: &KernelCall<'_>, x: &HostTensor, min: f64, max: f64) -> Result<HostTensor> {
+    let (lo, hi) = (T::of(min), T::of(max));
+    let clamped = |v| {
+        if v < lo {
+            lo
+        } else if v > hi {
+            hi
+        } else {
+            v
+        }
+    };
+    finish(call, map(&T::read(x.data()), clamped))
+}
+
+/// `x^p` for a constant `p`.
+pub(super) fn pow_const<T: Float>(call: &KernelCall<'_>, x: &HostTensor, p: f64) -> Result<HostTensor> {
+    finish(call, map(&T::read(x.data()), |v| pow(v, p)))
+}
+
+/// The [`UnaryOp`] family: one expression per op.
+pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor, unary: UnaryOp) -> Result<HostTensor> {
     let xv = T::read(x.data());
     let x = &xv[..];
-    let unary = match call.op {
-        Op::Unary(u) => *u,
-        Op::Clamp { min, max } => {
-            let (lo, hi) = (T::of(*min), T::of(*max));
-            return finish(
-                call,
-                map(x, |v| {
-                    if v < lo {
-                        lo
-                    } else if v > hi {
-                        hi
-                    } else {
-                        v
-                    }
-                }),
-            );
-        }
-        Op::Pow { exponent } => return finish(call, map(x, |v| pow(v, *exponent))),
-        other => return Err(node_err(call, format!("{} is not a unary elementwise op", other.name()))),
-    };
     let out = match unary {
         UnaryOp::Neg => map(x, |v| -v),
         UnaryOp::Exp => map(x, T::exp),
@@ -237,32 +237,48 @@ pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor) -> Result<H
         UnaryOp::Rsqrt => map(x, |v| T::ONE / v.sqrt()),
         UnaryOp::Reciprocal => map(x, |v| T::ONE / v),
         UnaryOp::Square => map(x, |v| v * v),
-        UnaryOp::Sign => map(x, |v| {
-            if v > T::ZERO {
-                T::ONE
-            } else if v < T::ZERO {
-                -T::ONE
-            } else {
-                v * T::ZERO // 0 stays 0, NaN stays NaN
-            }
-        }),
     };
     finish(call, out)
 }
 
-/// `clamp_grad relu_grad gelu_grad` of `(x, g)`, same shapes (checked by the shape rule).
-pub(super) fn pointwise_grad<T: Float>(call: &KernelCall<'_>, x: &HostTensor, g: &HostTensor) -> Result<HostTensor> {
+/// `-1`, `0` or `1` by the sign of `v`; 0 stays 0 and NaN stays NaN.
+#[inline]
+fn sign<T: Float>(v: T) -> T {
+    if v > T::ZERO {
+        T::ONE
+    } else if v < T::ZERO {
+        -T::ONE
+    } else {
+        v * T::ZERO
+    }
+}
+
+/// `g` where `lo <= x <= hi`, else 0 (`clamp_grad`), same shapes (checked by the shape rule).
+pub(super) fn clamp_grad<T: Float>(
+    call: &KernelCall<'_>,
+    x: &HostTensor,
+    g: &HostTensor,
+    min: f64,
+    max: f64,
+) -> Result<HostTensor> {
     let (xv, gv) = (T::read(x.data()), T::read(g.data()));
-    let pairs = xv.iter().zip(gv.iter());
-    let out: Vec<T> = match call.op {
-        Op::ClampGrad { min, max } => {
-            let (lo, hi) = (T::of(*min), T::of(*max));
-            pairs.map(|(&v, &g)| if lo <= v && v <= hi { g } else { T::ZERO }).collect()
-        }
-        Op::ReluGrad => pairs.map(|(&y, &g)| if y > T::ZERO { g } else { T::ZERO }).collect(),
-        Op::GeluGrad => simd::zip(&xv, &gv, |v, g| g * gelu_grad(v)),
-        Op::SiluGrad => simd::zip(&xv, &gv, |v, g| g * silu_grad(v)),
-        other => return Err(node_err(call, format!("{} is not a pointwise gradient op", other.name()))),
+    let (lo, hi) = (T::of(min), T::of(max));
+    finish(call, simd::zip(&xv, &gv, |v, g| if lo <= v && v <= hi { g } else { T::ZERO }))
+}
+
+/// The [`UnaryGradOp`] family: `g · f'(v)` for `(v, g)` of one shape, one expression per op.
+pub(super) fn unary_grad<T: Float>(
+    call: &KernelCall<'_>,
+    v: &HostTensor,
+    g: &HostTensor,
+    op: UnaryGradOp,
+) -> Result<HostTensor> {
+    let (xv, gv) = (T::read(v.data()), T::read(g.data()));
+    let out = match op {
+        UnaryGradOp::ReluGrad => simd::zip(&xv, &gv, |y, g| if y > T::ZERO { g } else { T::ZERO }),
+        UnaryGradOp::GeluGrad => simd::zip(&xv, &gv, |v, g| g * gelu_grad(v)),
+        UnaryGradOp::SiluGrad => simd::zip(&xv, &gv, |v, g| g * silu_grad(v)),
+        UnaryGradOp::AbsGrad => simd::zip(&xv, &gv, |v, g| g * sign(v)),
     };
     finish(call, out)
 }
@@ -352,6 +368,7 @@ mod tests {
     use super::{gelu, gelu_grad};
     use crate::dtype::{self, DType};
     use crate::host::{HostData, HostTensor};
+    use crate::op::UnaryGradOp;
     use crate::op::{BinaryOp, Op, UnaryOp};
     use crate::rng;
     use half::bf16;
@@ -392,7 +409,6 @@ mod tests {
         let x = t64(&[5], &[-2., -0.5, 0., 0.5, 3.]);
         let get = |op: Op| run(&op, &[&x]).unwrap().to_f64_vec();
         assert_eq!(get(Op::Unary(UnaryOp::Relu)), [0., 0., 0., 0.5, 3.]);
-        assert_eq!(get(Op::Unary(UnaryOp::Sign)), [-1., -1., 0., 1., 1.]);
         assert_eq!(get(Op::Clamp { min: -1., max: 1. }), [-1., -0.5, 0., 0.5, 1.]);
         assert_eq!(get(Op::Unary(UnaryOp::Square)), [4., 0.25, 0., 0.25, 9.]);
         assert_close(
@@ -426,7 +442,7 @@ mod tests {
         }
         let x = t32(&[2], &[0.5, -1.0]);
         let g = t32(&[2], &[2.0, 3.0]);
-        let y = run(&Op::GeluGrad, &[&x, &g]).unwrap().to_f64_vec();
+        let y = run(&Op::UnaryGrad(UnaryGradOp::GeluGrad), &[&x, &g]).unwrap().to_f64_vec();
         assert_close(&y, &[2.0 * gelu_grad(0.5), 3.0 * gelu_grad(-1.0)], 1e-6);
     }
 
@@ -436,8 +452,13 @@ mod tests {
         let g = t32(&[4], &[1., 2., 3., 4.]);
         let c = run(&Op::ClampGrad { min: 0., max: 1. }, &[&x, &g]).unwrap();
         assert_eq!(c.to_f32_vec(), [0., 2., 3., 0.]);
-        let r = run(&Op::ReluGrad, &[&x, &g]).unwrap();
+        let r = run(&Op::UnaryGrad(UnaryGradOp::ReluGrad), &[&x, &g]).unwrap();
         assert_eq!(r.to_f32_vec(), [0., 0., 3., 4.]);
+        let nan = t32(&[5], &[-2., 0., 1., f32::NAN, -0.0]);
+        let a = run(&Op::UnaryGrad(UnaryGradOp::AbsGrad), &[&nan, &t32(&[5], &[1., 2., 3., 4., 5.])]).unwrap();
+        let a = a.to_f32_vec();
+        assert_eq!(a[..3], [-1., 0., 3.]);
+        assert!(a[3].is_nan() && a[4] == 0.0, "NaN stays NaN, -0 gives 0: {a:?}");
     }
 
     #[test]

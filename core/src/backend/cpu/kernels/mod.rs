@@ -367,10 +367,11 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
         Op::Binary(b) => per_float!(call, ew::binary, (call, *b, x[0], x[1])),
         Op::Compare(c) => index::compare(call, *c, x[0], x[1]),
         Op::Where => index::select_where(call, x[0], x[1], x[2]),
-        Op::Unary(_) | Op::Clamp { .. } | Op::Pow { .. } => per_float!(call, ew::unary, (call, x[0])),
-        Op::ClampGrad { .. } | Op::ReluGrad | Op::GeluGrad | Op::SiluGrad => {
-            per_float!(call, ew::pointwise_grad, (call, x[0], x[1]))
-        }
+        Op::Unary(u) => per_float!(call, ew::unary, (call, x[0], *u)),
+        Op::Clamp { min, max } => per_float!(call, ew::clamp, (call, x[0], *min, *max)),
+        Op::Pow { exponent } => per_float!(call, ew::pow_const, (call, x[0], *exponent)),
+        Op::UnaryGrad(k) => per_float!(call, ew::unary_grad, (call, x[0], x[1], *k)),
+        Op::ClampGrad { min, max } => per_float!(call, ew::clamp_grad, (call, x[0], x[1], *min, *max)),
         Op::Dropout { p, seed, key } => {
             per_float!(call, ew::dropout, (call, x[0], *p, *seed, *key))
         }
@@ -513,7 +514,7 @@ mod widths {
         let cases: Vec<(Op, Vec<&HostTensor>)> = vec![
             (Op::Unary(UnaryOp::Gelu), vec![&x]),
             (Op::Unary(UnaryOp::Exp), vec![&x]),
-            (Op::GeluGrad, vec![&x, &g]),
+            (Op::UnaryGrad(crate::op::UnaryGradOp::GeluGrad), vec![&x, &g]),
             (Op::Binary(BinaryOp::Add), vec![&x, &bias]),
             (Op::Binary(BinaryOp::Mul), vec![&x, &g]),
             (Op::Softmax, vec![&x]),
