@@ -287,6 +287,8 @@ catalog! {
         Reciprocal = reciprocal, flops 1, reads Output, domain Positive;
         /// `x * x`.
         Square = square, flops 1, reads Input, domain Real;
+        /// Softplus, `ln(1 + e^x)` (computed as `max(x, 0) + ln(1 + e^-|x|)`: no overflow).
+        Softplus = softplus, flops 5, reads Input, domain Real;
     }
     // The gradients of unary ops that need a kernel of their own: `(v, g) -> g · f'(v)`, where
     // `v` is the forward input or output as the op's `reads` says.

@@ -46,6 +46,7 @@ template <typename C> __device__ __forceinline__ C unary_op(int op, C v, C lo, C
         case U_RSQRT: return (C)1 / m_sqrt(v);
         case U_RECIPROCAL: return (C)1 / v;
         case U_SQUARE: return v * v;
+        case U_SOFTPLUS: return (v > (C)0 ? v : (C)0) + m_log((C)1 + m_exp(-m_abs(v)));
         case U_CLAMP: return v < lo ? lo : (v > hi ? hi : v);
         case U_SILU: return v / ((C)1 + m_exp(-v));
         case U_POW: return pow_const(v, lo);

@@ -291,6 +291,10 @@ fn unary_grad(bw: &mut Backward, u: UnaryOp, x: NodeId, y: NodeId, g: NodeId) ->
             let gy = mul(bw, g, y2)?;
             bw.op(Op::Unary(UnaryOp::Neg), vec![gy])
         }
+        UnaryOp::Softplus => {
+            let s = bw.op(Op::Unary(UnaryOp::Sigmoid), vec![x])?;
+            mul(bw, g, s)
+        }
         UnaryOp::Square => {
             let two = bw.scalar(2.0, gd);
             let x2 = mul(bw, x, two)?;

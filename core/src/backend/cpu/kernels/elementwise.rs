@@ -237,6 +237,7 @@ pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor, unary: Unar
         UnaryOp::Rsqrt => map(x, |v| T::ONE / v.sqrt()),
         UnaryOp::Reciprocal => map(x, |v| T::ONE / v),
         UnaryOp::Square => map(x, |v| v * v),
+        UnaryOp::Softplus => map(x, |v| (if v > T::ZERO { v } else { T::ZERO }) + (T::ONE + (-v.abs()).exp()).ln()),
     };
     finish(call, out)
 }
