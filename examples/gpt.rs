@@ -297,9 +297,6 @@ fn train_and_compare<B: Backend>(
     }
     bar.finish();
     println!("loss: {:.4} at the start, {:.4} at the end", first_loss.unwrap_or(f64::NAN), last_loss);
-    for warning in model.warnings() {
-        println!("warning: {warning}");
-    }
     if args.profile {
         return profile(&model, &params, cfg, args.profile_shapes);
     }

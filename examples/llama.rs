@@ -202,7 +202,7 @@ fn parse_policy(text: &str) -> Result<PolicyChoice, String> {
 
 /// The model for batches of `batch` sequences; with `logits`, the logits are a further output.
 fn trace_model(cfg: &Config, policy: PolicyChoice, logits_out: bool) -> Result<Graph, remat::Error> {
-    let trace = Trace::new();
+    let trace = Trace::new().strict();
     let (b, t, d) = (cfg.batch, cfg.seq, cfg.d_model);
     let tokens = trace.input("tokens", &[b, t], DType::I64);
     let targets = trace.input("targets", &[b, t], DType::I64);

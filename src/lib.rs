@@ -28,7 +28,7 @@ pub use remat_core::{
     Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Step, Strategy,
 };
 // Running and training.
-pub use remat_core::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR};
+pub use remat_core::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR, THREADS_VAR, WARNINGS_VAR};
 pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
 pub use remat_core::{
     CpuBackend, Feeds, HostData, HostTensor, HostValuesMut, Inference, InferenceOutput, Params, StepOutput,
@@ -237,30 +237,6 @@ pub mod prelude {
 pub mod __private {
     pub use remat_core::region::{enter_region, enter_region_with, PolicyTable, RegionGuard, RegionPolicy, RegionSpec};
     pub use remat_core::{OpKind, Policy, Tensor};
-
-    /// What `#[checkpoint(policy = arg(p))]` reads its policy from: a `RegionPolicy` or a
-    /// reference to one.
-    #[diagnostic::on_unimplemented(
-        message = "`policy = arg(..)` takes a `RegionPolicy`, not `{Self}`",
-        label = "this parameter is a `{Self}`",
-        note = "give the parameter the type `RegionPolicy` or `&RegionPolicy` (built by `policy!(..)` or `RegionPolicy::parse`)"
-    )]
-    pub trait PolicyArg {
-        /// The policy.
-        fn region_policy(&self) -> RegionPolicy;
-    }
-
-    impl PolicyArg for RegionPolicy {
-        fn region_policy(&self) -> RegionPolicy {
-            *self
-        }
-    }
-
-    impl<T: PolicyArg + ?Sized> PolicyArg for &T {
-        fn region_policy(&self) -> RegionPolicy {
-            (**self).region_policy()
-        }
-    }
 
     /// What `#[save]` / `#[recompute]` / `#[offload]` apply their policy to: the value their
     /// `let` binds.

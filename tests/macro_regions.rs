@@ -261,3 +261,28 @@ fn traced_graph_has_no_untagged_op_inside_a_region() {
     assert!(inside.iter().filter(|n| n.op.info().leaf).all(|n| n.tag.is_none()));
     assert_eq!(outside.iter().map(|n| (n.op.name(), n.tag)).collect::<Vec<_>>(), [("add", None), ("sum", None)]);
 }
+
+/// A helper called from several blocks: the error names the helper's line and which block
+/// instance called it.
+fn project(x: &Tensor, w: &Tensor) -> Tensor {
+    x.matmul(w)
+}
+
+#[checkpoint(policy = save(matmul))]
+fn wide_block(x: &Tensor, w: &Tensor, wide: &Tensor) -> Tensor {
+    let h = project(x, w).relu();
+    // The second call slices more columns than there are.
+    project(&h.slice(1, 0, wide.shape()[0]), wide)
+}
+
+#[test]
+fn a_shape_error_names_the_region_instance() {
+    let (trace, x, w) = setup();
+    let fine = trace.param("fine", &[3, 3], DType::F32);
+    let h = wide_block(&x, &w, &fine);
+    let bad = trace.param("bad", &[5, 2], DType::F32);
+    let y = wide_block(&h, &w, &bad);
+    let err = trace.finish(&y.sum_all()).unwrap_err().to_string();
+    assert!(err.starts_with("slice at ") || err.starts_with("matmul at "), "{err}");
+    assert!(err.contains("in region wide_block #1:"), "{err}");
+}

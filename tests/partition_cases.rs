@@ -312,8 +312,28 @@ fn an_unneeded_must_save_is_reported_not_saved() {
     );
 }
 
-#[checkpoint(policy = save(matmul))]
+/// The value is asked for by itself (a statement attribute): not keeping it is worth a warning.
+#[checkpoint]
 fn c_save_plus(x: &Tensor) -> Tensor {
+    #[save]
+    let m = x.matmul(x);
+    &m + &m
+}
+
+/// A kind-wide rule covers every matmul, also those whose output the backward does not read
+/// (a projection feeding a residual add, as in every pre-norm block): no warning.
+#[test]
+fn a_kind_wide_rule_gives_no_unneeded_warning() {
+    let trace = Trace::new();
+    let x = trace.param("x", &[4, 4], DType::F32);
+    let graph = trace.finish(&(&c_save_matmul_plus(&x) + &x).sum_all()).unwrap();
+    let model = Model::new(graph).unwrap();
+    assert_eq!(model.partition().unwrap().warnings, Vec::<String>::new());
+    assert_eq!(model.warnings(), Vec::<String>::new());
+}
+
+#[checkpoint(policy = save(matmul))]
+fn c_save_matmul_plus(x: &Tensor) -> Tensor {
     let m = x.matmul(x);
     &m + &m
 }

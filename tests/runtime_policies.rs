@@ -175,3 +175,55 @@ fn inference_runs_the_forward_alone_with_its_own_peak_and_the_training_values() 
     let missing = infer.run(&mut CpuBackend::new(), &params, &Feeds::new()).unwrap_err().to_string();
     assert!(missing.contains('x'), "{missing}");
 }
+
+/// Warnings reach a program's logger through the `log` facade (and standard error where it has
+/// none); a strict trace makes the same finding an error.
+#[test]
+fn save_name_typos_are_logged_and_refused_by_a_strict_trace() {
+    static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    struct Capture;
+    impl log::Log for Capture {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            if record.target() == "remat" {
+                LOGGED.lock().unwrap().push(record.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    log::set_logger(&Capture).expect("the only logger of this test binary");
+    log::set_max_level(log::LevelFilter::Warn);
+
+    traced(misspelled);
+    let logged = LOGGED.lock().unwrap().clone();
+    assert!(logged.iter().any(|m| m.contains(r#"save_names("ffn_akt")"#)), "{logged:?}");
+
+    let trace = Trace::new().strict();
+    let x = trace.input("x", &[4, 3], DType::F32);
+    let w = trace.param("w", &[3, 3], DType::F32);
+    let err = trace.finish(&misspelled(&x, &w).sum_all()).unwrap_err().to_string();
+    assert!(err.starts_with("strict trace: region `misspelled`"), "{err}");
+    assert!(err.contains(r#"did you mean "ffn_act"?"#), "{err}");
+}
+
+/// `none` opens no region: one `arg(p)` function serves every policy, no checkpointing
+/// included, and its ops are tagged as if it had no `#[checkpoint]` (here, by nothing; inside
+/// another region, by that one).
+#[test]
+fn the_none_policy_opens_no_region() {
+    let none: RegionPolicy = "none".parse().unwrap();
+    assert_eq!((none, none.to_string()), (RegionPolicy::NONE, "none".to_string()));
+    assert_eq!(RegionPolicy::parse("policy = none").unwrap(), RegionPolicy::NONE);
+    assert!(RegionPolicy::parse("none, budget = 0.5").is_err(), "no region has no budget");
+    let graph = traced(|x, w| dynamic(&none, x, w));
+    assert!(graph.regions().is_empty(), "{:?}", graph.regions());
+    assert!(graph.nodes().iter().all(|n| n.tag.is_none()));
+    // With a budget beside `arg(..)`, still no region.
+    let graph = traced(|x, w| dynamic_with_budget(x, RegionPolicy::NONE, w));
+    assert!(graph.regions().is_empty());
+    // Inside another region, the ops belong to it.
+    let graph = traced(|x, w| static_save(&dynamic(&none, x, w), w));
+    assert_eq!(graph.regions().len(), 1);
+}

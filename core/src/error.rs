@@ -3,9 +3,29 @@
 use crate::id::NodeId;
 use crate::text::fmt_bytes;
 
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let message = self.to_string();
+        f.write_str(&message)?;
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !message.contains(&text) {
+                write!(f, "\n  caused by: {text}")?;
+            }
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
 /// Everything that can go wrong in remat-core. Messages name the op, the node, the shapes and,
 /// for traced ops, the caller's source line.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints what `Display` prints, then each underlying cause the message does not
+/// already quote (`caused by: ...`), so `fn main() -> remat::Result<()>` reads well when `?`
+/// returns an error.
+#[derive(thiserror::Error)]
 pub enum Error {
     /// An op was recorded with inputs it cannot take (shape, dtype, arity, attributes).
     #[error("{op} at {location}: {message}{}", if *.more > 0 { format!(" (and {} more error(s) after it)", .more) } else { String::new() })]
@@ -14,7 +34,8 @@ pub enum Error {
         op: &'static str,
         /// What is wrong, with the shapes involved.
         message: String,
-        /// `file:line:column` of the user's call.
+        /// `file:line:column` of the user's call, then the region instance it was recorded in
+        /// (`src/model.rs:40:17 in region decoder_block #1`), if any.
         location: String,
         /// How many further errors were recorded after this one.
         more: usize,

@@ -221,10 +221,7 @@ impl Graph {
                 let known = if seen.is_empty() {
                     "no value in it is named".to_string()
                 } else {
-                    format!(
-                        "its values are named {}",
-                        seen.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
-                    )
+                    format!("its values are named {}", crate::text::short_list(seen.iter().copied(), 8))
                 };
                 warnings.push(format!(
                     "region `{}` ({}:{}): `{form}(\"{listed}\")` matches no value of the region, so it {verb} nothing{hint} ({known})",

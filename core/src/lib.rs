@@ -33,11 +33,12 @@ mod tensor;
 mod tensor_ops;
 pub mod text;
 mod trace;
+mod warning;
 pub mod zoo;
 
 pub use autodiff::JointGraph;
 pub use backend::cpu::{
-    keeps_freed_memory, release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer, KEEP_FREED_MEMORY_VAR,
+    keeps_freed_memory, release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer, KEEP_FREED_MEMORY_VAR, THREADS_VAR,
 };
 pub use backend::{Backend, KernelCall, MemoryStats};
 pub use dtype::DType;
@@ -60,3 +61,4 @@ pub use remat_catalog::PolicyError;
 pub use state::{load_state, save_state, Progress};
 pub use tensor::Tensor;
 pub use trace::Trace;
+pub use warning::WARNINGS_VAR;

@@ -97,7 +97,11 @@ impl Model {
                 (partition, plan)
             }
         };
-        // What tracing found (names in `save_names` no value carries) leads the warnings.
+        for warning in &partition.warnings {
+            crate::warning::emit(warning);
+        }
+        // What tracing found (names in `save_names` no value carries, emitted then) leads the
+        // warnings.
         partition.warnings.splice(0..0, forward.unknown_save_names());
         Ok(Model { forward, joint, partition: Some(partition), plan })
     }
@@ -169,13 +173,12 @@ impl Model {
             match found.as_slice() {
                 [id] => outputs.push(*id),
                 [] => {
-                    let mut known: Vec<&str> = graph.nodes().iter().filter_map(|n| n.name.as_deref()).collect();
-                    known.dedup();
-                    let hint = remat_catalog::closest(name, known.iter().copied())
+                    let known = || graph.nodes().iter().filter_map(|n| n.name.as_deref());
+                    let hint = remat_catalog::closest(name, known())
                         .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
                     return Err(Error::Invalid(format!(
                         "no value of the model is named `{name}`{hint} (named values: {}); name one with `.name(\"{name}\")` when tracing",
-                        known.join(", ")
+                        crate::text::short_list(known(), 8)
                     )));
                 }
                 many => {

@@ -15,6 +15,8 @@ pub(crate) struct TraceState {
     /// Region instance (process-unique) → region of this graph.
     regions: HashMap<u64, RegionId>,
     pub(crate) errors: Vec<Error>,
+    /// Warnings at `finish` are errors ([`crate::Trace::strict`]).
+    pub(crate) strict: bool,
 }
 
 pub(crate) type Shared = Rc<RefCell<TraceState>>;
@@ -22,12 +24,33 @@ pub(crate) type Shared = Rc<RefCell<TraceState>>;
 impl TraceState {
     /// An empty graph.
     pub(crate) fn new() -> TraceState {
-        TraceState { graph: Graph::new(), regions: HashMap::new(), errors: Vec::new() }
+        TraceState { graph: Graph::new(), regions: HashMap::new(), errors: Vec::new(), strict: false }
     }
 
+    /// Records an error of `op` at the user's `loc`, inside the open region instance if any
+    /// (`model.rs:12:9 in region decoder_block #1`: a helper called from several blocks names
+    /// its line, the instance says which call).
     pub(crate) fn fail(&mut self, op: &'static str, loc: SrcLoc, message: String) {
-        let location = loc.to_string();
+        let mut location = loc.to_string();
+        if let Some((region, _)) = self.current_region() {
+            location += &format!(" in region {}", self.instance_label(region));
+        }
         self.errors.push(Error::Trace { op, message, location, more: 0 });
+    }
+
+    /// `block #1`: the region's function and which of its calls this instance is (from 0), then
+    /// the enclosing instances (`mlp #0 in block #1`).
+    fn instance_label(&self, region: RegionId) -> String {
+        let regions = self.graph.regions();
+        let mut parts = Vec::new();
+        let mut at = Some(region);
+        while let Some(id) = at {
+            let r = &regions[id.index()];
+            let nth = regions[..id.index()].iter().filter(|other| other.name == r.name).count();
+            parts.push(format!("{} #{nth}", r.name));
+            at = r.parent;
+        }
+        parts.join(" in ")
     }
 
     pub(crate) fn take_error(&mut self) -> Option<Error> {

@@ -156,9 +156,11 @@ fn read(
     let view = tensors.tensor(name).map_err(|_| format!("tensor `{name}` missing"))?;
     if view.shape() != shape || view.dtype() != st_dtype(dtype) {
         return Err(format!(
-            "tensor `{name}` is {:?} {:?}, the model expects {shape:?} {dtype}",
-            view.shape(),
-            view.dtype()
+            "tensor `{name}` is {} {}, the model expects {} {dtype}",
+            crate::shape::fmt_shape(view.shape()),
+            // safetensors spells dtypes `F32`, `BF16`: remat's spelling is lowercase.
+            format!("{:?}", view.dtype()).to_lowercase(),
+            crate::shape::fmt_shape(shape),
         ));
     }
     HostTensor::new(shape.to_vec(), from_bytes(view.data(), dtype)).map_err(|e| e.to_string())

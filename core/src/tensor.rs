@@ -15,6 +15,9 @@ pub struct Tensor {
     pub(crate) state: Shared,
     /// `None` when an earlier error poisoned this value.
     pub(crate) id: Option<NodeId>,
+    /// For a poisoned value, the shape and dtype it would have had (the failed op's best guess),
+    /// so that model code reading `shape()` runs on until the trace reports the first error.
+    pub(crate) guess: Option<Rc<(Vec<usize>, DType)>>,
 }
 
 impl std::fmt::Debug for Tensor {
@@ -32,9 +35,14 @@ impl Tensor {
         self.id
     }
 
-    /// The shape (empty for a poisoned tensor).
+    /// The shape. For a value poisoned by an error, the shape the failed op would have produced
+    /// (or its best guess): the trace reports the error at `finish`, and the code in between
+    /// runs on.
     pub fn shape(&self) -> Vec<usize> {
-        self.id.map_or_else(Vec::new, |id| self.state.borrow().graph.node(id).shape.clone())
+        match self.id {
+            Some(id) => self.state.borrow().graph.node(id).shape.clone(),
+            None => self.guess.as_ref().map_or_else(Vec::new, |g| g.0.clone()),
+        }
     }
 
     /// The number of axes.
@@ -42,9 +50,12 @@ impl Tensor {
         self.shape().len()
     }
 
-    /// The dtype (f32 for a poisoned tensor).
+    /// The dtype (for a poisoned value, the one the failed op would have produced).
     pub fn dtype(&self) -> DType {
-        self.id.map_or(DType::F32, |id| self.state.borrow().graph.node(id).dtype)
+        match self.id {
+            Some(id) => self.state.borrow().graph.node(id).dtype,
+            None => self.guess.as_ref().map_or(DType::F32, |g| g.1),
+        }
     }
 
     /// The tag of this value's node, if recorded inside a region.
@@ -101,17 +112,17 @@ impl Tensor {
     #[track_caller]
     pub(crate) fn apply(&self, op: Op, others: &[&Tensor]) -> Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
-        let mut ids = Vec::with_capacity(others.len() + 1);
-        for t in std::iter::once(self).chain(others.iter().copied()) {
-            if !Rc::ptr_eq(&t.state, &self.state) {
-                self.state.borrow_mut().fail(op.name(), loc, "operands belong to different traces".into());
-                return self.poisoned();
-            }
-            match t.id {
-                Some(id) => ids.push(id),
-                None => return self.poisoned(),
-            }
+        let operands: Vec<&Tensor> = std::iter::once(self).chain(others.iter().copied()).collect();
+        if operands.iter().any(|t| !Rc::ptr_eq(&t.state, &self.state)) {
+            self.state.borrow_mut().fail(op.name(), loc, "operands belong to different traces".into());
+            return self.poisoned(op.guess(&[]));
         }
+        let Some(ids) = operands.iter().map(|t| t.id).collect::<Option<Vec<NodeId>>>() else {
+            // An operand is poisoned: its error is recorded; carry the shape on.
+            let metas: Vec<(Vec<usize>, DType)> = operands.iter().map(|t| (t.shape(), t.dtype())).collect();
+            let metas: Vec<_> = metas.iter().map(|(s, d)| (&s[..], *d)).collect();
+            return self.poisoned(op.guess(&metas));
+        };
         let inferred = self.state.borrow().graph.infer(&op, &ids);
         match inferred {
             Ok((shape, dtype)) => {
@@ -120,24 +131,35 @@ impl Tensor {
                     op => op,
                 };
                 let id = record_node(&self.state, op, ids, shape, dtype, loc);
-                Tensor { state: self.state.clone(), id: Some(id) }
+                Tensor::of(&self.state, id)
             }
             Err(message) => {
                 let mut st = self.state.borrow_mut();
-                let shapes: Vec<String> = ids
-                    .iter()
-                    .map(|&i| format!("{} {}", fmt_shape(&st.graph.node(i).shape), st.graph.node(i).dtype))
-                    .collect();
+                let metas: Vec<_> = ids.iter().map(|&i| st.graph.node(i).meta()).collect();
+                let guess = op.guess(&metas);
+                let shapes: Vec<String> = metas.iter().map(|(s, d)| format!("{} {d}", fmt_shape(s))).collect();
                 let message = format!("{message} (inputs: {})", shapes.join(", "));
                 st.fail(op.name(), loc, message);
                 drop(st);
-                self.poisoned()
+                self.poisoned(guess)
             }
         }
     }
 
-    pub(crate) fn poisoned(&self) -> Tensor {
-        Tensor { state: self.state.clone(), id: None }
+    /// A value poisoned by an error, with the shape and dtype it would have had.
+    pub(crate) fn poisoned(&self, guess: (Vec<usize>, DType)) -> Tensor {
+        Tensor::poisoned_in(&self.state, guess)
+    }
+
+    /// The value of node `id` of the trace `state`.
+    pub(crate) fn of(state: &Shared, id: NodeId) -> Tensor {
+        Tensor { state: state.clone(), id: Some(id), guess: None }
+    }
+
+    /// A value of the trace `state` poisoned by an error, with the shape and dtype it would have
+    /// had.
+    pub(crate) fn poisoned_in(state: &Shared, guess: (Vec<usize>, DType)) -> Tensor {
+        Tensor { state: state.clone(), id: None, guess: Some(Rc::new(guess)) }
     }
 
     /// A scalar constant of this tensor's dtype (for `x * 0.5` and friends).
@@ -146,6 +168,6 @@ impl Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
         let dtype = self.dtype();
         let id = record_node(&self.state, Op::Constant { value }, vec![], vec![], dtype, loc);
-        Tensor { state: self.state.clone(), id: Some(id) }
+        Tensor::of(&self.state, id)
     }
 }

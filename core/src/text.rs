@@ -64,6 +64,18 @@ fn push_escaped(out: &mut String, c: char) {
     }
 }
 
+/// A short list for a message: the distinct `names` in order of first appearance, each in
+/// backticks, at most `max` of them and then how many more (`` `a`, `b`, `c` and 12 more ``).
+pub fn short_list<'a>(names: impl IntoIterator<Item = &'a str>, max: usize) -> String {
+    let mut seen = std::collections::HashSet::new();
+    let distinct: Vec<&str> = names.into_iter().filter(|n| seen.insert(*n)).collect();
+    let shown: Vec<String> = distinct.iter().take(max).map(|n| format!("`{}`", shorten(n, 60))).collect();
+    match distinct.len().saturating_sub(max) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
 /// `512 B`, `1.5 KiB`, `3.0 MiB`, `2.0 GiB`.
 pub fn fmt_bytes(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];

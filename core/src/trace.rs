@@ -47,6 +47,14 @@ impl Trace {
         Trace { state: Rc::new(RefCell::new(state)) }
     }
 
+    /// This trace, strict: what would be a warning at [`Trace::finish`] is an error instead — a
+    /// name in a region's `save_names` or `offload_names` that no value of the region carries
+    /// (a typo would otherwise train with the value recomputed).
+    pub fn strict(self) -> Self {
+        self.state.borrow_mut().strict = true;
+        self
+    }
+
     /// Declares a graph input (data, ids, targets) fed at every step.
     #[track_caller]
     pub fn input(&self, name: &str, shape: &[usize], dtype: DType) -> Tensor {
@@ -70,7 +78,7 @@ impl Trace {
     pub fn constant(&self, value: f64, shape: &[usize], dtype: DType) -> Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
         let id = record_node(&self.state, Op::Constant { value }, vec![], shape.to_vec(), dtype, loc);
-        Tensor { state: self.state.clone(), id: Some(id) }
+        Tensor::of(&self.state, id)
     }
 
     /// A constant made from host data (a rotary table, a mask): recorded once in the graph,
@@ -99,10 +107,10 @@ impl Trace {
                 loc,
                 format!("arange makes f32, f64, bf16, f16 or i64 values, not {dtype}"),
             );
-            return Tensor { state: self.state.clone(), id: None };
+            return Tensor::poisoned_in(&self.state, (vec![len], DType::F32));
         }
         let id = record_node(&self.state, Op::Arange { start, step }, vec![], vec![len], dtype, loc);
-        Tensor { state: self.state.clone(), id: Some(id) }
+        Tensor::of(&self.state, id)
     }
 
     #[track_caller]
@@ -112,11 +120,11 @@ impl Trace {
             self.state.borrow().graph.nodes().iter().any(|n| n.op.info().leaf && n.name.as_deref() == Some(name));
         if duplicate {
             self.state.borrow_mut().fail(op.name(), loc, format!("`{name}` is already declared"));
-            return Tensor { state: self.state.clone(), id: None };
+            return Tensor::poisoned_in(&self.state, (shape.to_vec(), dtype));
         }
         let id = record_node(&self.state, op, vec![], shape.to_vec(), dtype, loc);
         self.state.borrow_mut().graph.node_mut(id).name = Some(name.to_string());
-        Tensor { state: self.state.clone(), id: Some(id) }
+        Tensor::of(&self.state, id)
     }
 
     /// The graph recorded so far (for dumps while tracing).
@@ -160,8 +168,16 @@ impl Trace {
         state.graph.set_outputs(outputs);
         let graph = std::mem::take(&mut state.graph);
         // Reported here, where the model is traced; `Model` repeats them in its warnings.
-        for warning in graph.unknown_save_names() {
-            log::warn!("{warning}");
+        let unknown = graph.unknown_save_names();
+        if state.strict && !unknown.is_empty() {
+            return Err(Error::Invalid(format!(
+                "strict trace: {}{}",
+                unknown[0],
+                if unknown.len() > 1 { format!(" (and {} more)", unknown.len() - 1) } else { String::new() }
+            )));
+        }
+        for warning in &unknown {
+            crate::warning::emit(warning);
         }
         debug_assert!(graph.validate().is_ok(), "traced graph violates its invariants");
         Ok(graph)

@@ -25,7 +25,7 @@ pub struct MlpConfig {
 
 /// Traces the MLP of `cfg`. Inputs: `x` `[batch, widths[0]]` f32, `y` `[batch]` i64.
 pub fn mlp(cfg: &MlpConfig) -> Result<Graph> {
-    let trace = Trace::new();
+    let trace = Trace::new().strict();
     let x = trace.input("x", &[cfg.batch, cfg.widths[0]], DType::F32);
     let y = trace.input("y", &[cfg.batch], DType::I64);
     let mut h = x;
@@ -214,7 +214,7 @@ pub type BlockFn<'a> = dyn Fn(&Tensor, &BlockParams, usize) -> Tensor + 'a;
 
 /// [`gpt`] with each whole block run by `run` (to checkpoint blocks as units).
 pub fn gpt_blocks(cfg: &GptConfig, run: &BlockFn<'_>) -> Result<Graph> {
-    let trace = Trace::new();
+    let trace = Trace::new().strict();
     let (b, t, d) = (cfg.batch, cfg.seq, cfg.d_model);
     let tokens = trace.input("tokens", &[b, t], DType::I64);
     let targets = trace.input("targets", &[b, t], DType::I64);

@@ -23,6 +23,26 @@ fn mismatched_matmul_shapes() {
     assert!(!err.contains("more error"), "later ops on a poisoned value add no errors: {err}");
 }
 
+/// A value poisoned by a shape error keeps the shape its op would have produced, so model code
+/// that reads shapes (`shape()[0]`, `rank()`) runs on and the library reports the first error.
+#[test]
+fn a_poisoned_value_keeps_a_plausible_shape() {
+    let trace = Trace::new();
+    let x = trace.input("x", &[4, 3], DType::F32);
+    let w = trace.param("w", &[4, 8], DType::F32);
+    let y = x.matmul(&w);
+    assert_eq!((y.shape(), y.dtype(), y.id()), (vec![4, 8], DType::F32, None));
+    // The user's code goes on with the shape; downstream values carry it.
+    let (rows, cols) = (y.shape()[0], y.shape()[1]);
+    let z = y.reshape(&[rows * cols]).sum(&[0], true);
+    assert_eq!(z.shape(), vec![1]);
+    let mask = y.gt(&x);
+    assert_eq!((mask.shape(), mask.dtype()), (vec![4, 8], DType::Bool));
+    let err = trace.finish(&z.sum_all()).unwrap_err().to_string();
+    assert!(err.starts_with("matmul at ") && err.contains("[4, 3] · [4, 8]"), "{err}");
+    assert!(!err.contains("more error"), "the poisoned values add no errors: {err}");
+}
+
 #[test]
 fn reshape_to_a_wrong_element_count() {
     let trace = Trace::new();
@@ -255,4 +275,48 @@ fn out_of_range_indices_at_run_time_name_the_line() {
     let err = model.step(&mut CpuBackend::new(), &model.init_params(0).unwrap(), &feeds).unwrap_err().to_string();
     assert!(err.contains("index 7 at position 1 is out of range for an axis of 3"), "{err}");
     assert!(err.contains(&here(line)), "{err}");
+}
+
+/// `?` in `main` prints an error's `Debug`: it reads as the message, with causes the message does
+/// not already quote, and never as the struct.
+#[test]
+fn debug_prints_the_message_and_its_causes() {
+    let trace = Trace::new();
+    let x = trace.input("x", &[4, 3], DType::F32);
+    let err = trace.finish(&x.matmul(&x).sum_all()).unwrap_err();
+    assert_eq!(format!("{err:?}"), err.to_string());
+
+    let policy = remat_core::RegionPolicy::parse("save(matmull").unwrap_err();
+    assert_eq!(format!("{policy:?}"), policy.to_string());
+    assert!(!format!("{policy:?}").contains("Diagnostic"), "{policy:?}");
+
+    let driver = std::io::Error::other("CUDA_ERROR_OUT_OF_MEMORY");
+    let err = remat_core::Error::Backend {
+        backend: "cuda:0".into(),
+        message: "alloc failed".into(),
+        source: Some(Box::new(driver)),
+    };
+    let debug = format!("{err:?}");
+    assert!(debug.starts_with(&err.to_string()), "{debug}");
+    assert!(debug.ends_with("\n  caused by: CUDA_ERROR_OUT_OF_MEMORY"), "{debug}");
+}
+
+/// An unknown inference output: the closest name, then a short deduplicated list of the names
+/// there are — not every value of the model.
+#[test]
+fn an_unknown_inference_output_names_a_few_candidates() {
+    let trace = Trace::new();
+    let mut h = trace.param("x", &[2, 3], DType::F32);
+    for i in 0..30 {
+        // Thirty layers, each naming its values alike (the common case of a block function).
+        h = h.tanh().name("act").exp().name(&format!("layer{i}"));
+    }
+    let logits = h.name("logits");
+    let model = Model::new(trace.finish(&logits.sum_all()).unwrap()).unwrap();
+    let Err(err) = model.inference(&["logitz"]) else { panic!("no value is named logitz") };
+    let err = err.to_string();
+    assert!(err.contains("did you mean `logits`?"), "{err}");
+    assert_eq!(err.matches("`act`").count(), 1, "each name once: {err}");
+    assert!(err.contains("and 24 more"), "{err}");
+    assert!(err.len() < 400, "{} bytes: {err}", err.len());
 }

@@ -115,6 +115,25 @@ fn recomputing_gives_bitwise_identical_gradients() {
     }
 }
 
+/// The thread count is the backend's: every count computes the same bits (work is split only
+/// where each element is computed the same way whatever the split).
+#[test]
+fn every_thread_count_gives_the_same_bits() {
+    for (name, graph, feeds) in models_under_test() {
+        let model = Model::new(graph).unwrap();
+        let params = model.init_params(5).unwrap();
+        let one = model.step_seeded(&mut CpuBackend::with_threads(1), &params, &feeds, 3).unwrap();
+        for threads in [2, 3, 8] {
+            let mut cpu = CpuBackend::with_threads(threads);
+            assert_eq!(cpu.threads(), threads);
+            let out = model.step_seeded(&mut cpu, &params, &feeds, 3).unwrap();
+            assert_eq!(out.loss.to_bits(), one.loss.to_bits(), "{name} on {threads} threads");
+            assert_eq!(out.grads, one.grads, "{name} on {threads} threads");
+        }
+    }
+    assert_eq!(CpuBackend::with_threads(0).threads(), 1);
+}
+
 #[test]
 fn recompute_is_placed_before_first_use_and_values_are_freed() {
     let graph = zoo::mlp(&mlp_cfg()).unwrap();

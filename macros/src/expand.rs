@@ -141,7 +141,12 @@ fn emit(function: &mut ItemFn, args: &Args) {
     let enter = match param {
         None => quote!(::remat::__private::enter_region(&SPEC)),
         Some(param) => {
-            let arg = quote_spanned!(param.span()=> ::remat::__private::PolicyArg::region_policy(&#param));
+            // A coercion, not a trait: a parameter of another type is a mismatch that names
+            // `RegionPolicy` (a `&RegionPolicy`, `Box<RegionPolicy>`, ... deref-coerce to it).
+            let arg = quote_spanned!(param.span()=> (*{
+                let __remat_policy: &::remat::RegionPolicy = &#param;
+                __remat_policy
+            }));
             // `budget = ..` beside `arg(..)` overrides the value's own budget.
             match args.budget {
                 Some(_) => quote!(::remat::__private::enter_region_with(&SPEC, #arg.with_checked_budget(#budget))),

@@ -7,7 +7,10 @@ use std::fmt;
 use std::ops::Range;
 
 /// A policy string that does not parse or does not resolve: every problem, with where it is.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// `Debug` prints what `Display` prints, so `fn main() -> Result<(), PolicyError>` shows the
+/// message and the underlined text rather than the struct.
+#[derive(Clone, PartialEq)]
 pub struct PolicyError {
     text: String,
     problems: Vec<Diagnostic<Range<usize>>>,
@@ -44,6 +47,12 @@ impl fmt::Display for PolicyError {
 }
 
 impl std::error::Error for PolicyError {}
+
+impl fmt::Debug for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
 
 /// Checks a budget given as a value (`RegionPolicy::with_budget`) as the parser checks
 /// `budget = f`: a fraction in [0, 1]; the error reads like the parser's.

@@ -6,9 +6,7 @@ use super::*;
 /// viewed, concatenated or fed to `scaled_matmul`.
 fn float(what: &str, m: Meta<'_>) -> Result<(), String> {
     if m.1 == DType::Bool {
-        Err(format!(
-            "{what} is bool: arithmetic needs numbers, cast the mask first (`.cast(DType::F32)`) or use `where`"
-        ))
+        Err(format!("{what} is bool: arithmetic needs numbers, cast the mask to f32 first or use `where`"))
     } else if m.1.is_fp8() {
         Err(format!("{what} is {}: cast fp8 values to a wider dtype first (or use scaled_matmul)", m.1))
     } else if m.1.is_float() {

@@ -356,6 +356,39 @@ impl Op {
         infer::infer(self, inputs)
     }
 
+    /// The shape and dtype this op would produce from these inputs: [`Op::infer`]'s answer where
+    /// it has one, else a best guess (a matmul's `[.., m, n]`, a reshape's target, the
+    /// broadcast of the inputs, the first input's shape), so that a value poisoned by a shape
+    /// error still has a plausible shape and the model code after it runs on to the point where
+    /// the error is reported.
+    pub fn guess(&self, inputs: &[Meta<'_>]) -> (Vec<usize>, DType) {
+        if let Ok(meta) = self.infer(inputs) {
+            return meta;
+        }
+        let Some(&(first, dtype)) = inputs.first() else {
+            return (Vec::new(), DType::F32);
+        };
+        let last_of = |k: usize| inputs.get(k).and_then(|m| m.0.last().copied());
+        let shape = match self {
+            Op::Matmul | Op::MatmulT { .. } | Op::ScaledMatmul => {
+                let lead = &first[..first.len().saturating_sub(1)];
+                [lead, &[last_of(1).unwrap_or(1)]].concat()
+            }
+            Op::Reshape { shape } | Op::Expand { shape } => shape.clone(),
+            Op::Reduce { axes, keepdim, .. } if axes.iter().all(|&a| a < first.len()) => reduced(first, axes, *keepdim),
+            _ => {
+                inputs.iter().try_fold(first.to_vec(), |acc, m| broadcast(&acc, m.0)).unwrap_or_else(|| first.to_vec())
+            }
+        };
+        let dtype = match self {
+            Op::Compare(_) => DType::Bool,
+            Op::Cast { dtype } => *dtype,
+            Op::ScaledMatmul => DType::F32,
+            _ => dtype,
+        };
+        (shape, dtype)
+    }
+
     /// Floating-point operations to compute this op once (multiply-adds count as two).
     pub fn flops(&self, inputs: &[Meta<'_>], out: &[usize]) -> u64 {
         let n = numel(out) as u64;

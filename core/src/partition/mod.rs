@@ -37,7 +37,7 @@ pub use pgraph::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType}
 
 use crate::error::Result;
 use crate::graph::{NodeId, RegionId};
-use crate::policy::Policy;
+use crate::policy::{Policy, PolicySource};
 use classify::{classify, closure, Class};
 
 /// How to choose what to save.
@@ -473,7 +473,13 @@ fn finish(
             continue;
         }
         if !reached[i.index()] {
-            if let Some(p @ (Policy::MustSave | Policy::MustOffload)) = n.policy {
+            // Warned about only where the user chose the value itself (a statement attribute,
+            // `save_names`, an explicit tag): a kind-wide rule such as `save(matmul)` covers
+            // values the backward happens not to read (a projection feeding a residual add),
+            // and not keeping those is what the rule means.
+            let chosen_one_by_one =
+                matches!(n.source, Some(PolicySource::Name | PolicySource::Statement | PolicySource::Explicit) | None);
+            if let (Some(p @ (Policy::MustSave | Policy::MustOffload)), true) = (n.policy, chosen_one_by_one) {
                 let function = n.region.map(|r| g.regions[r.index()].name.as_str());
                 unneeded.add(function, &n.op, p, n.region);
             }

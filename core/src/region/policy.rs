@@ -21,11 +21,17 @@ use remat_catalog::forms::{self, PolicyError};
 /// assert!(err.to_string().contains("unknown op kind `matmull`; did you mean `matmul`?"));
 /// ```
 ///
+/// `"none"` ([`RegionPolicy::NONE`]) means no region at all: the function's ops are recorded as
+/// if it were not checkpointed, so one `arg(p)` function serves every choice, no checkpointing
+/// included.
+///
 /// Cheap to copy: the table is `'static` (interned when parsed).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RegionPolicy {
     table: &'static PolicyTable,
     budget: Option<f64>,
+    /// No region: [`RegionPolicy::NONE`].
+    none: bool,
 }
 
 impl RegionPolicy {
@@ -33,21 +39,41 @@ impl RegionPolicy {
     pub const RECOMPUTE_ALL: RegionPolicy = RegionPolicy::from_static(&PolicyTable::RECOMPUTE_ALL, None);
     /// `save_all`.
     pub const SAVE_ALL: RegionPolicy = RegionPolicy::from_static(&PolicyTable::SAVE_ALL, None);
+    /// `none`: no region. A function checkpointed with `arg(p)` and called with this policy
+    /// opens no region; its ops are tagged by the enclosing region, if any, as if the function
+    /// had no `#[checkpoint]`.
+    pub const NONE: RegionPolicy = RegionPolicy { table: &PolicyTable::RECOMPUTE_ALL, budget: None, none: true };
 
     /// A policy from a table known at compile time (what `policy!` expands to).
     pub const fn from_static(table: &'static PolicyTable, budget: Option<f64>) -> RegionPolicy {
-        RegionPolicy { table, budget }
+        RegionPolicy { table, budget, none: false }
+    }
+
+    /// [`RegionPolicy::NONE`]: no region.
+    pub const fn none() -> RegionPolicy {
+        RegionPolicy::NONE
+    }
+
+    /// Whether this is [`RegionPolicy::NONE`].
+    pub fn is_none(&self) -> bool {
+        self.none
     }
 
     /// Reads a policy written as in `#[checkpoint(policy = ..)]`: a form, optionally preceded by
-    /// `policy =` and followed by `, budget = f`. Every problem is reported, each with its
-    /// place in `text` and the message the macro gives for it at compile time.
+    /// `policy =` and followed by `, budget = f`, or `none` (no region). Every problem is
+    /// reported, each with its place in `text` and the message the macro gives for it at
+    /// compile time.
     pub fn parse(text: &str) -> Result<RegionPolicy, PolicyError> {
+        let bare = text.trim();
+        let bare = bare.strip_prefix("policy").map_or(bare, |rest| rest.trim_start().strip_prefix('=').unwrap_or(bare));
+        if bare.trim() == "none" {
+            return Ok(RegionPolicy::NONE);
+        }
         let spec = forms::parse(text)?;
-        Ok(RegionPolicy { table: PolicyTable::intern(&spec.policy), budget: spec.budget })
+        Ok(RegionPolicy { table: PolicyTable::intern(&spec.policy), budget: spec.budget, none: false })
     }
 
-    /// The per-op table.
+    /// The per-op table (`recompute_all`'s for [`RegionPolicy::NONE`], which tags nothing).
     pub fn table(&self) -> &'static PolicyTable {
         self.table
     }
@@ -61,12 +87,15 @@ impl RegionPolicy {
     /// the parser gives for `budget = f`.
     pub fn with_budget(self, budget: Option<f64>) -> Result<RegionPolicy, PolicyError> {
         let budget = budget.map(forms::check_budget).transpose()?;
-        Ok(RegionPolicy { budget, ..self })
+        Ok(RegionPolicy { budget: budget.filter(|_| !self.none), ..self })
     }
 
     /// [`RegionPolicy::with_budget`] for a budget the `#[checkpoint]` macro checked at compile time.
     #[doc(hidden)]
     pub const fn with_checked_budget(self, budget: Option<f64>) -> RegionPolicy {
+        if self.none {
+            return self;
+        }
         RegionPolicy { budget, ..self }
     }
 }
@@ -89,6 +118,9 @@ impl std::str::FromStr for RegionPolicy {
 impl std::fmt::Display for RegionPolicy {
     /// The text [`RegionPolicy::parse`] reads back to this policy.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.none {
+            return f.write_str("none");
+        }
         write!(f, "{}", self.table)?;
         if let Some(b) = self.budget {
             write!(f, ", budget = {b}")?;

@@ -36,6 +36,9 @@ impl RegionSpec {
 /// Region specs are `'static` (reports and graphs refer to them); one spec per distinct
 /// (site, policy) pair is kept for the life of the process.
 pub fn enter_region_with(site: &'static RegionSpec, policy: RegionPolicy) -> RegionGuard {
+    if policy.is_none() {
+        return RegionGuard::no_region();
+    }
     if site.policy == *policy.table() && site.budget == policy.budget() {
         return enter_region(site);
     }

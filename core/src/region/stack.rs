@@ -22,6 +22,7 @@ static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(0);
 #[must_use = "the region closes when this guard is dropped"]
 #[derive(Debug)]
 pub struct RegionGuard {
+    /// The stack's depth with this instance open; 0 for a guard that opened none.
     depth: usize,
     // A guard must be dropped on the thread that opened it.
     _not_send: std::marker::PhantomData<*const ()>,
@@ -38,8 +39,18 @@ pub fn enter_region(spec: &'static RegionSpec) -> RegionGuard {
     RegionGuard { depth, _not_send: std::marker::PhantomData }
 }
 
+impl RegionGuard {
+    /// A guard that opened no region ([`super::RegionPolicy::NONE`]).
+    pub(crate) fn no_region() -> RegionGuard {
+        RegionGuard { depth: 0, _not_send: std::marker::PhantomData }
+    }
+}
+
 impl Drop for RegionGuard {
     fn drop(&mut self) {
+        if self.depth == 0 {
+            return;
+        }
         // Truncating (rather than popping) keeps the stack right even if an inner guard leaked.
         STACK.with(|s| s.borrow_mut().truncate(self.depth - 1));
     }

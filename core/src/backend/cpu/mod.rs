@@ -10,6 +10,7 @@ mod heap;
 pub(crate) mod kernels;
 
 pub use heap::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR};
+pub use kernels::pool::THREADS_VAR;
 
 use super::{Backend, KernelCall, MemoryStats};
 use crate::error::Result;
@@ -94,19 +95,42 @@ impl Drop for CpuHostBuffer {
 pub struct CpuBackend {
     meter: Rc<Meter>,
     host: Rc<Meter>,
+    threads: usize,
 }
 
 impl Default for CpuBackend {
     fn default() -> Self {
         heap::keeps_freed_memory();
-        CpuBackend { meter: Rc::default(), host: Rc::default() }
+        CpuBackend { meter: Rc::default(), host: Rc::default(), threads: kernels::pool::default_threads() }
     }
 }
 
 impl CpuBackend {
-    /// A CPU backend with nothing allocated.
+    /// A CPU backend with nothing allocated, its kernels on the default number of threads
+    /// ([`CpuBackend::default_threads`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A CPU backend whose kernels use at most `threads` threads (this one included; 0 is taken
+    /// as 1). Results are the same bits for every count: kernels split work only where each
+    /// element is computed the same way whatever the split.
+    pub fn with_threads(threads: usize) -> Self {
+        CpuBackend { threads: threads.max(1), ..Self::default() }
+    }
+
+    /// The threads this backend's kernels may use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The thread count of [`CpuBackend::new`]: `REMAT_NUM_THREADS` ([`THREADS_VAR`]) when set,
+    /// else the CPUs this process may run on (so `taskset` limits it), capped by
+    /// `MATMUL_NUM_THREADS` when that is set. Whatever the count, a kernel runs on one thread
+    /// while the helpers are found not to get a core of their own (another process busy on
+    /// the machine), so the default is never much slower than one thread.
+    pub fn default_threads() -> usize {
+        kernels::pool::default_threads()
     }
 
     fn hold(&self, tensor: HostTensor) -> CpuBuffer {
@@ -144,7 +168,7 @@ impl Backend for CpuBackend {
 
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&CpuBuffer]) -> Result<CpuBuffer> {
         let tensors: Vec<&HostTensor> = inputs.iter().map(|b| &b.tensor).collect();
-        let out = kernels::execute(call, &tensors)?;
+        let out = kernels::pool::with_threads(self.threads, || kernels::execute(call, &tensors))?;
         debug_assert_eq!(out.shape(), call.out_shape, "{} produced the wrong shape", call.op.name());
         debug_assert_eq!(out.dtype(), call.out_dtype, "{} produced the wrong dtype", call.op.name());
         Ok(self.hold(out))

@@ -4,16 +4,50 @@
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
-/// Threads the CPU kernels may use: the CPUs this process may run on (so `taskset` limits it),
-/// capped by `MATMUL_NUM_THREADS` when set (the variable `matrixmultiply` reads for its own
-/// threads). Read once.
-pub(crate) fn threads() -> usize {
+/// The environment variable that sets the CPU kernels' default thread count.
+pub const THREADS_VAR: &str = "REMAT_NUM_THREADS";
+
+/// The default thread count of a CPU backend: [`THREADS_VAR`] when set to a positive number,
+/// else the CPUs this process may run on (so `taskset` limits it), capped by
+/// `MATMUL_NUM_THREADS` when set (the variable `matrixmultiply` reads for its own threads).
+/// Read once.
+pub fn default_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
+        let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0);
+        if let Some(n) = var(THREADS_VAR) {
+            return n;
+        }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let cap = std::env::var("MATMUL_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
-        cap.map_or(cpus, |c| c.min(cpus)).max(1)
+        var("MATMUL_NUM_THREADS").map_or(cpus, |c| c.min(cpus)).max(1)
     })
+}
+
+std::thread_local! {
+    /// The thread count of the backend whose kernel this thread is running (0: none set).
+    static CURRENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` with the kernels on this thread limited to `threads` threads (a backend's own
+/// count), restoring the previous limit after.
+pub(crate) fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
+    let before = CURRENT.with(|c| c.replace(threads.max(1)));
+    let out = f();
+    CURRENT.with(|c| c.set(before));
+    out
+}
+
+/// Threads the CPU kernel running on this thread may use: its backend's count, else
+/// [`default_threads`], and one while the helpers are found not to get a core of their own
+/// ([`helpers`]: a busy machine).
+pub(crate) fn threads() -> usize {
+    if helpers::starved() {
+        return 1;
+    }
+    match CURRENT.with(|c| c.get()) {
+        0 => default_threads(),
+        n => n,
+    }
 }
 
 /// Elements below which an elementwise loop stays on one thread: handing work to a polling
@@ -116,17 +150,28 @@ pub(crate) fn par_tasks<T: Send>(tasks: Vec<T>, threads: usize, f: impl Fn(T) + 
     let n = tasks.len();
     let slots: Vec<Mutex<Option<T>>> = tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
     let next = AtomicUsize::new(0);
-    let work = || loop {
+    // Runs the next unclaimed task; false when none is left.
+    let claim = || {
         let i = next.fetch_add(1, Ordering::Relaxed);
         if i >= n {
-            break;
+            return false;
         }
         let task = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(task) = task {
             f(task);
         }
+        true
     };
-    helpers::run(threads.min(n).saturating_sub(1), &work);
+    let work = || while claim() {};
+    let mut mine = 0;
+    let mut caller = || {
+        while claim() {
+            mine += 1;
+        }
+    };
+    if let Some(times) = helpers::run(threads.min(n).saturating_sub(1), &work, &mut caller) {
+        helpers::judge(n, mine, times);
+    }
 }
 
 /// A few long-lived helper threads, each with a mailbox it spins on for a while before sleeping.
@@ -243,13 +288,17 @@ mod helpers {
         HELPERS.get_or_init(|| Mutex::new(Vec::new()))
     }
 
-    /// Runs `work` on this thread and on `extra` helper threads, returning when all are done.
-    pub(super) fn run(extra: usize, work: &(dyn Fn() + Sync)) {
+    /// Runs `work` on `extra` helper threads and `mine` on this one, returning when all are
+    /// done, with how long `mine` took and how long this thread then waited for the helpers
+    /// (`None` when it ran alone).
+    pub(super) fn run(extra: usize, work: &(dyn Fn() + Sync), mine: &mut dyn FnMut()) -> Option<Times> {
         if extra == 0 {
-            return work();
+            mine();
+            return None;
         }
         let Ok(mut list) = helpers().try_lock() else {
-            return work();
+            mine();
+            return None;
         };
         while list.len() < extra {
             let mailbox = Arc::new(Mailbox::new());
@@ -267,12 +316,107 @@ mod helpers {
         for mailbox in posted {
             mailbox.post(job);
         }
-        let mine = catch_unwind(AssertUnwindSafe(work));
+        let start = Instant::now();
+        let own = catch_unwind(AssertUnwindSafe(mine));
+        let worked = start.elapsed();
         let helper_panicked = posted.iter().fold(false, |any, m| m.finish() | any);
+        let waited = start.elapsed() - worked;
         drop(list);
-        if let Err(payload) = mine {
+        if let Err(payload) = own {
             std::panic::resume_unwind(payload);
         }
         assert!(!helper_panicked, "a CPU kernel thread panicked");
+        Some(Times { worked, waited })
+    }
+
+    /// How one parallel job went on the calling thread.
+    pub(super) struct Times {
+        /// Running its own share of the tasks.
+        pub worked: Duration,
+        /// Then waiting for the helpers to finish theirs.
+        pub waited: Duration,
+    }
+
+    /// Jobs shorter than this tell nothing (timer and wake-up noise).
+    const JUDGED_MIN: Duration = Duration::from_micros(30);
+    /// Consecutive-ish lost jobs (a score: +1 per loss, −1 per win) before going serial.
+    const LOSSES_TO_STARVE: u32 = 8;
+    /// The first serial period; doubled while probes keep losing, up to [`STARVE_MAX`].
+    const STARVE_FIRST: Duration = Duration::from_millis(50);
+    const STARVE_MAX: Duration = Duration::from_secs(2);
+
+    /// The helpers' record on this machine: a loss score, and until when the kernels run on
+    /// one thread because the helpers were found not to get a core.
+    struct Record {
+        score: u32,
+        period: Duration,
+        serial_until: Option<Instant>,
+    }
+
+    fn record() -> &'static Mutex<Record> {
+        static RECORD: Mutex<Record> = Mutex::new(Record { score: 0, period: STARVE_FIRST, serial_until: None });
+        &RECORD
+    }
+
+    /// Whether the kernels should run on one thread for now: a busy machine (another process
+    /// on the cores) left the helpers without a core of their own, so that waiting for them
+    /// cost more than doing their share here. Parallel jobs resume after a back-off period,
+    /// and go serial again (for twice as long) if they still lose.
+    pub(super) fn starved() -> bool {
+        let Ok(record) = record().try_lock() else { return false };
+        record.serial_until.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Scores one parallel job of `tasks` tasks of which this thread ran `mine`: lost when it
+    /// took longer than this thread alone would have (its own per-task time times every task).
+    pub(super) fn judge(tasks: usize, mine: usize, times: Times) {
+        let wall = times.worked + times.waited;
+        if wall < JUDGED_MIN {
+            return;
+        }
+        let alone = times.worked.mul_f64(tasks as f64 / mine.max(1) as f64);
+        let lost = wall.as_secs_f64() > 1.1 * alone.as_secs_f64();
+        let mut record = record().lock().unwrap_or_else(|e| e.into_inner());
+        if lost {
+            record.score += 1;
+        } else {
+            record.score = record.score.saturating_sub(1);
+            if record.score == 0 {
+                record.period = STARVE_FIRST;
+            }
+        }
+        if record.score >= LOSSES_TO_STARVE {
+            let period = record.period;
+            record.serial_until = Some(Instant::now() + period);
+            record.period = (period * 2).min(STARVE_MAX);
+            record.score = LOSSES_TO_STARVE / 2;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::helpers::{judge, starved, Times};
+    use std::time::Duration;
+
+    /// Parallel jobs that take longer than this thread alone would (helpers without a core)
+    /// send the kernels to one thread for a while; jobs that win keep them parallel.
+    #[test]
+    fn jobs_that_lose_to_one_thread_make_the_kernels_serial_for_a_while() {
+        let us = Duration::from_micros;
+        // Healthy jobs (half the tasks each, little waiting) are wins. (Other tests' kernels
+        // judge their own jobs meanwhile, so only what must follow is asserted.)
+        for _ in 0..20 {
+            judge(8, 4, Times { worked: us(100), waited: us(5) });
+        }
+        // The helper ran nothing and this thread waited for it as long as it worked: losses.
+        let mut losses = 0;
+        while !starved() && losses < 64 {
+            judge(8, 8, Times { worked: us(100), waited: us(100) });
+            losses += 1;
+        }
+        assert!(starved(), "{losses} lost jobs and still parallel");
+        assert!(losses >= 1);
+        assert_eq!(super::threads(), 1);
     }
 }
