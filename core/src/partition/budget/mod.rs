@@ -16,7 +16,7 @@
 //! saved bytes never rise when the global limit shrinks.
 
 mod bound;
-#[cfg(all(feature = "exact", not(trybuild)))]
+#[cfg(feature = "exact")]
 mod milp;
 
 use super::classify::{closure, counts_bytes, Class};
@@ -123,7 +123,7 @@ const EXACT_WORK: u64 = 1 << 22;
 /// eviction path, with the bound it proves.
 const PROGRAM_NODES: usize = 200_000;
 /// Seconds the 0-1 program may run; past them its best plan stands, with its proven bound.
-#[cfg_attr(not(all(feature = "exact", not(trybuild))), allow(dead_code))]
+#[cfg_attr(not(feature = "exact"), allow(dead_code))]
 const PROGRAM_SECONDS: f64 = 60.0;
 
 /// A plan of the search: what is at hand, what is offloaded, and a proven lower bound on its cost
@@ -460,7 +460,7 @@ impl<'a> Problem<'a> {
     }
 
     /// The exact 0-1 program's answer, or `None` where it failed (the eviction path decides).
-    #[cfg(all(feature = "exact", not(trybuild)))]
+    #[cfg(feature = "exact")]
     fn solve_program(&self) -> Option<std::result::Result<Solved, Infeasible>> {
         let program = milp::Program::new(self);
         match program.solve(self, PROGRAM_SECONDS) {
@@ -474,14 +474,14 @@ impl<'a> Problem<'a> {
     }
 
     /// Built without the `exact` feature: the eviction path decides.
-    #[cfg(not(all(feature = "exact", not(trybuild))))]
+    #[cfg(not(feature = "exact"))]
     fn solve_program(&self) -> Option<std::result::Result<Solved, Infeasible>> {
         None
     }
 
     /// Why no plan fits, from the program: per limit the fewest bytes any plan keeps under it
     /// alone, and the fewest global bytes within the region limits.
-    #[cfg(all(feature = "exact", not(trybuild)))]
+    #[cfg(feature = "exact")]
     fn infeasible(&self, program: &milp::Program) -> Infeasible {
         let least = (0..self.limits.len())
             .map(|k| program.least_bytes(self, k, false, PROGRAM_SECONDS).unwrap_or(u64::MAX))

@@ -4,10 +4,10 @@
 #[rustversion::stable(1.95)]
 #[test]
 fn ui_fail() {
-    trybuild::TestCases::new().compile_fail("tests/ui/fail/*.rs");
+    trybuild::TestCases::new().compile_fail("fail/*.rs");
 }
 
 #[test]
 fn ui_pass() {
-    trybuild::TestCases::new().pass("tests/ui/pass/*.rs");
+    trybuild::TestCases::new().pass("pass/*.rs");
 }
