@@ -38,9 +38,14 @@ fn a_poisoned_value_keeps_a_plausible_shape() {
     assert_eq!(z.shape(), vec![1]);
     let mask = y.gt(&x);
     assert_eq!((mask.shape(), mask.dtype()), (vec![4, 8], DType::Bool));
+    // Attention with mismatched head dims: the output q's rows by v's head dim.
+    let q = trace.input("q", &[2, 4, 8], DType::F32);
+    let kv = trace.input("kv", &[2, 6, 5], DType::F32);
+    let att = Tensor::scaled_dot_product_attention(&q, &kv, &kv, false, 0.5);
+    assert_eq!((att.shape(), att.id()), (vec![2, 4, 5], None));
     let err = trace.finish(&z.sum_all()).unwrap_err().to_string();
     assert!(err.starts_with("matmul at ") && err.contains("[4, 3] · [4, 8]"), "{err}");
-    assert!(!err.contains("more error"), "the poisoned values add no errors: {err}");
+    assert!(err.contains("(and 1 more error(s) after it)"), "the attention's, not the poisoned values': {err}");
 }
 
 #[test]

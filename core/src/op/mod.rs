@@ -375,6 +375,8 @@ impl Op {
                 [lead, &[last_of(1).unwrap_or(1)]].concat()
             }
             Op::Reshape { shape } | Op::Expand { shape } => shape.clone(),
+            // The fused value: the output with the log-sum-exp column, `[.., t, dv + 1]`.
+            Op::Sdpa { .. } => [&first[..first.len().saturating_sub(1)], &[last_of(2).unwrap_or(0) + 1]].concat(),
             Op::Reduce { axes, keepdim, .. } if axes.iter().all(|&a| a < first.len()) => reduced(first, axes, *keepdim),
             _ => {
                 inputs.iter().try_fold(first.to_vec(), |acc, m| broadcast(&acc, m.0)).unwrap_or_else(|| first.to_vec())
