@@ -131,25 +131,9 @@ fn block(x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
     &x + &mlp(&norm(&x, &p.mlp_norm), p)
 }
 
-// ---- One region wrapper per policy: the attribute is all that differs ----
-
-#[checkpoint]
-fn block_full(x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
-    block(x, p, rope, heads)
-}
-
-#[checkpoint(policy = save(matmul))]
-fn block_save_matmuls(x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
-    block(x, p, rope, heads)
-}
-
-#[checkpoint(policy = save(sdpa))]
-fn block_save_attention(x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
-    block(x, p, rope, heads)
-}
-
-#[checkpoint(policy = save(matmul, sdpa))]
-fn block_save_matmuls_attention(x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
+/// A block as a checkpointed region whose policy is chosen at run time (`none`: no region).
+#[checkpoint(policy = arg(policy))]
+fn checkpointed_block(policy: &RegionPolicy, x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
     block(x, p, rope, heads)
 }
 
@@ -168,6 +152,19 @@ enum PolicyChoice {
     SaveMatmulsAttention,
     /// Full-recompute blocks partitioned under a byte budget.
     Budget(Budget),
+}
+
+impl PolicyChoice {
+    /// The blocks' region policy.
+    fn region_policy(self) -> RegionPolicy {
+        match self {
+            PolicyChoice::None => RegionPolicy::NONE,
+            PolicyChoice::Full | PolicyChoice::Budget(_) => RegionPolicy::RECOMPUTE_ALL,
+            PolicyChoice::SaveMatmuls => policy!(save(matmul)),
+            PolicyChoice::SaveAttention => policy!(save(sdpa)),
+            PolicyChoice::SaveMatmulsAttention => policy!(save(matmul, sdpa)),
+        }
+    }
 }
 
 impl std::fmt::Display for PolicyChoice {
@@ -211,14 +208,7 @@ fn trace_model(cfg: &Config, policy: PolicyChoice, logits_out: bool) -> Result<G
     let mut x = embed.embedding(&tokens);
     for layer in 0..cfg.layers {
         let p = Block::declare(&trace, layer, cfg);
-        let h = cfg.heads;
-        x = match policy {
-            PolicyChoice::None => block(&x, &p, &rope, h),
-            PolicyChoice::Full | PolicyChoice::Budget(_) => block_full(&x, &p, &rope, h),
-            PolicyChoice::SaveMatmuls => block_save_matmuls(&x, &p, &rope, h),
-            PolicyChoice::SaveAttention => block_save_attention(&x, &p, &rope, h),
-            PolicyChoice::SaveMatmulsAttention => block_save_matmuls_attention(&x, &p, &rope, h),
-        };
+        x = checkpointed_block(&policy.region_policy(), &x, &p, &rope, cfg.heads);
     }
     let final_norm = trace.param_with("final_norm", &[d], DType::F32, Init::Ones);
     // Tied embeddings: the output projection is the embedding table, transposed (a view).

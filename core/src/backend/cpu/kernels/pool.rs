@@ -339,57 +339,69 @@ mod helpers {
 
     /// Jobs shorter than this tell nothing (timer and wake-up noise).
     const JUDGED_MIN: Duration = Duration::from_micros(30);
-    /// Consecutive-ish lost jobs (a score: +1 per loss, −1 per win) before going serial.
-    const LOSSES_TO_STARVE: u32 = 8;
+    /// Judged jobs between verdicts, and the decay of the running balance per job (a window of
+    /// about 30 jobs).
+    const WINDOW: u32 = 16;
+    const DECAY: f64 = 0.97;
     /// The first serial period; doubled while probes keep losing, up to [`STARVE_MAX`].
     const STARVE_FIRST: Duration = Duration::from_millis(50);
     const STARVE_MAX: Duration = Duration::from_secs(2);
 
-    /// The helpers' record on this machine: a loss score, and until when the kernels run on
-    /// one thread because the helpers were found not to get a core.
+    /// The helpers' record on this machine: the time parallel jobs saved lately (negative: lost)
+    /// and until when the kernels run on one thread because the helpers were found not to get
+    /// a core.
     struct Record {
-        score: u32,
+        /// Seconds saved against running alone, decayed per judged job.
+        balance: f64,
+        /// Judged jobs since the last verdict.
+        judged: u32,
         period: Duration,
         serial_until: Option<Instant>,
     }
 
     fn record() -> &'static Mutex<Record> {
-        static RECORD: Mutex<Record> = Mutex::new(Record { score: 0, period: STARVE_FIRST, serial_until: None });
+        static RECORD: Mutex<Record> =
+            Mutex::new(Record { balance: 0.0, judged: 0, period: STARVE_FIRST, serial_until: None });
         &RECORD
     }
 
     /// Whether the kernels should run on one thread for now: a busy machine (another process
     /// on the cores) left the helpers without a core of their own, so that waiting for them
-    /// cost more than doing their share here. Parallel jobs resume after a back-off period,
-    /// and go serial again (for twice as long) if they still lose.
+    /// cost more than their share of the work saved. Parallel jobs resume after a back-off
+    /// period, and go serial again (for twice as long) if they still lose.
     pub(super) fn starved() -> bool {
         let Ok(record) = record().try_lock() else { return false };
         record.serial_until.is_some_and(|until| Instant::now() < until)
     }
 
-    /// Scores one parallel job of `tasks` tasks of which this thread ran `mine`: lost when it
-    /// took longer than this thread alone would have (its own per-task time times every task).
+    /// Scores one parallel job of `tasks` tasks of which this thread ran `mine`: what it saved
+    /// against this thread alone (its own per-task time times every task), added to a running
+    /// balance; after every [`WINDOW`] judged jobs, a balance below zero (parallel jobs cost
+    /// more than they saved, lately) sends the kernels to one thread for a while. Single lost
+    /// jobs on a noisy machine do not: the time the others save outweighs them.
     pub(super) fn judge(tasks: usize, mine: usize, times: Times) {
         let wall = times.worked + times.waited;
         if wall < JUDGED_MIN {
             return;
         }
-        let alone = times.worked.mul_f64(tasks as f64 / mine.max(1) as f64);
-        let lost = wall.as_secs_f64() > 1.1 * alone.as_secs_f64();
+        let alone = times.worked.as_secs_f64() * tasks as f64 / mine.max(1) as f64;
+        // A loss counts for at most the job's own time: one helper stalled for milliseconds
+        // by a noisy neighbour must not outweigh the many jobs the helpers speed up.
+        let saved = (alone - wall.as_secs_f64()).max(-alone);
         let mut record = record().lock().unwrap_or_else(|e| e.into_inner());
-        if lost {
-            record.score += 1;
-        } else {
-            record.score = record.score.saturating_sub(1);
-            if record.score == 0 {
-                record.period = STARVE_FIRST;
-            }
+        record.balance = record.balance * DECAY + saved;
+        record.judged += 1;
+        if record.judged < WINDOW {
+            return;
         }
-        if record.score >= LOSSES_TO_STARVE {
+        record.judged = 0;
+        if record.balance < 0.0 {
             let period = record.period;
             record.serial_until = Some(Instant::now() + period);
             record.period = (period * 2).min(STARVE_MAX);
-            record.score = LOSSES_TO_STARVE / 2;
+            record.balance = 0.0;
+        } else {
+            record.period = STARVE_FIRST;
         }
     }
 }
