@@ -350,7 +350,7 @@ mod helpers {
     /// The helpers' record on this machine: the time parallel jobs saved lately (negative: lost)
     /// and until when the kernels run on one thread because the helpers were found not to get
     /// a core.
-    struct Record {
+    pub(super) struct Record {
         /// Seconds saved against running alone, decayed per judged job.
         balance: f64,
         /// Judged jobs since the last verdict.
@@ -360,8 +360,7 @@ mod helpers {
     }
 
     fn record() -> &'static Mutex<Record> {
-        static RECORD: Mutex<Record> =
-            Mutex::new(Record { balance: 0.0, judged: 0, period: STARVE_FIRST, serial_until: None });
+        static RECORD: Mutex<Record> = Mutex::new(Record::new());
         &RECORD
     }
 
@@ -371,64 +370,91 @@ mod helpers {
     /// period, and go serial again (for twice as long) if they still lose.
     pub(super) fn starved() -> bool {
         let Ok(record) = record().try_lock() else { return false };
-        record.serial_until.is_some_and(|until| Instant::now() < until)
+        record.serial_at(Instant::now())
     }
 
-    /// Scores one parallel job of `tasks` tasks of which this thread ran `mine`: what it saved
-    /// against this thread alone (its own per-task time times every task), added to a running
-    /// balance; after every [`WINDOW`] judged jobs, a balance below zero (parallel jobs cost
-    /// more than they saved, lately) sends the kernels to one thread for a while. Single lost
-    /// jobs on a noisy machine do not: the time the others save outweighs them.
+    /// Scores one parallel job of `tasks` tasks of which this thread ran `mine` (see
+    /// [`Record::judge`]).
     pub(super) fn judge(tasks: usize, mine: usize, times: Times) {
-        let wall = times.worked + times.waited;
-        if wall < JUDGED_MIN {
-            return;
-        }
-        let alone = times.worked.as_secs_f64() * tasks as f64 / mine.max(1) as f64;
-        // A loss counts for at most the job's own time: one helper stalled for milliseconds
-        // by a noisy neighbour must not outweigh the many jobs the helpers speed up.
-        let saved = (alone - wall.as_secs_f64()).max(-alone);
         let mut record = record().lock().unwrap_or_else(|e| e.into_inner());
-        record.balance = record.balance * DECAY + saved;
-        record.judged += 1;
-        if record.judged < WINDOW {
-            return;
+        record.judge(tasks, mine, times, Instant::now());
+    }
+
+    impl Record {
+        /// A record with nothing judged yet.
+        pub(super) const fn new() -> Record {
+            Record { balance: 0.0, judged: 0, period: STARVE_FIRST, serial_until: None }
         }
-        record.judged = 0;
-        if record.balance < 0.0 {
-            let period = record.period;
-            record.serial_until = Some(Instant::now() + period);
-            record.period = (period * 2).min(STARVE_MAX);
-            record.balance = 0.0;
-        } else {
-            record.period = STARVE_FIRST;
+
+        /// Whether kernels run on one thread at `now`.
+        pub(super) fn serial_at(&self, now: Instant) -> bool {
+            self.serial_until.is_some_and(|until| now < until)
+        }
+
+        /// Scores one parallel job at `now`: what it saved against this thread alone (its own
+        /// per-task time times every task), added to a running balance; after every [`WINDOW`]
+        /// judged jobs, a balance below zero (parallel jobs cost more than they saved, lately)
+        /// sends the kernels to one thread for a while. Single lost jobs on a noisy machine do
+        /// not: the time the others save outweighs them.
+        pub(super) fn judge(&mut self, tasks: usize, mine: usize, times: Times, now: Instant) {
+            let wall = times.worked + times.waited;
+            if wall < JUDGED_MIN {
+                return;
+            }
+            let alone = times.worked.as_secs_f64() * tasks as f64 / mine.max(1) as f64;
+            // A loss counts for at most the job's own time: one helper stalled for milliseconds
+            // by a noisy neighbour must not outweigh the many jobs the helpers speed up.
+            let saved = (alone - wall.as_secs_f64()).max(-alone);
+            self.balance = self.balance * DECAY + saved;
+            self.judged += 1;
+            if self.judged < WINDOW {
+                return;
+            }
+            self.judged = 0;
+            if self.balance < 0.0 {
+                self.serial_until = Some(now + self.period);
+                self.period = (self.period * 2).min(STARVE_MAX);
+                self.balance = 0.0;
+            } else {
+                self.period = STARVE_FIRST;
+            }
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::helpers::{judge, starved, Times};
-    use std::time::Duration;
+    use super::helpers::{Record, Times};
+    use std::time::{Duration, Instant};
 
     /// Parallel jobs that take longer than this thread alone would (helpers without a core)
-    /// send the kernels to one thread for a while; jobs that win keep them parallel.
+    /// send the kernels to one thread for a while, twice as long when probes lose again; jobs
+    /// that win, or a few stalled ones among many that win, keep them parallel.
     #[test]
     fn jobs_that_lose_to_one_thread_make_the_kernels_serial_for_a_while() {
         let us = Duration::from_micros;
-        // Healthy jobs (half the tasks each, little waiting) are wins. (Other tests' kernels
-        // judge their own jobs meanwhile, so only what must follow is asserted.)
-        for _ in 0..20 {
-            judge(8, 4, Times { worked: us(100), waited: us(5) });
+        let win = || Times { worked: us(100), waited: us(5) }; // half the tasks each
+        let loss = || Times { worked: us(100), waited: us(100) }; // the helper ran nothing
+        let stall = || Times { worked: us(100), waited: us(5000) }; // a helper descheduled
+        let t0 = Instant::now();
+        let mut r = Record::new();
+        for k in 0..64 {
+            // One stalled job in eight, the others winning: still parallel.
+            r.judge(8, if k % 8 == 0 { 8 } else { 4 }, if k % 8 == 0 { stall() } else { win() }, t0);
         }
-        // The helper ran nothing and this thread waited for it as long as it worked: losses.
+        assert!(!r.serial_at(t0));
         let mut losses = 0;
-        while !starved() && losses < 64 {
-            judge(8, 8, Times { worked: us(100), waited: us(100) });
+        while !r.serial_at(t0) {
+            r.judge(8, 8, loss(), t0);
             losses += 1;
+            assert!(losses <= 64, "64 lost jobs and still parallel");
         }
-        assert!(starved(), "{losses} lost jobs and still parallel");
-        assert!(losses >= 1);
-        assert_eq!(super::threads(), 1);
+        // Serial for 50 ms, then parallel again; losing again doubles the period.
+        assert!(r.serial_at(t0 + Duration::from_millis(49)) && !r.serial_at(t0 + Duration::from_millis(51)));
+        let t1 = t0 + Duration::from_millis(60);
+        for _ in 0..16 {
+            r.judge(8, 8, loss(), t1);
+        }
+        assert!(r.serial_at(t1 + Duration::from_millis(99)) && !r.serial_at(t1 + Duration::from_millis(101)));
     }
 }
