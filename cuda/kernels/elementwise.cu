@@ -7,6 +7,9 @@
 // (`cuda/src/kernels.rs`, `op_codes`): a case label naming an op the catalog lacks does not
 // compile, and a test finds every generated code's case.
 
+// max(x, 0); NaN passes through (the comparison is false for it).
+template <typename C> __device__ __forceinline__ C relu(C x) { return x <= (C)0 ? (C)0 : x; }
+
 template <typename C> __device__ __forceinline__ C gelu(C x) {
     const C c = (C)0.7978845608028654, a = (C)0.044715, h = (C)0.5;
     return h * x * ((C)1 + m_tanh(c * (x + a * x * x * x)));
@@ -39,14 +42,14 @@ template <typename C> __device__ __forceinline__ C unary_op(int op, C v, C lo, C
         case U_COS: return m_cos(v);
         case U_TANH: return m_tanh(v);
         case U_SIGMOID: return (C)1 / ((C)1 + m_exp(-v));
-        case U_RELU: return v <= (C)0 ? (C)0 : v;
+        case U_RELU: return relu(v);
         case U_GELU: return gelu(v);
         case U_ABS: return m_abs(v);
         case U_SQRT: return m_sqrt(v);
         case U_RSQRT: return (C)1 / m_sqrt(v);
         case U_RECIPROCAL: return (C)1 / v;
         case U_SQUARE: return v * v;
-        case U_SOFTPLUS: return (v > (C)0 ? v : (C)0) + m_log((C)1 + m_exp(-m_abs(v)));
+        case U_SOFTPLUS: return relu(v) + m_log((C)1 + m_exp(-m_abs(v)));
         case U_CLAMP: return v < lo ? lo : (v > hi ? hi : v);
         case U_SILU: return v / ((C)1 + m_exp(-v));
         case U_POW: return pow_const(v, lo);

@@ -159,6 +159,16 @@ fn gelu_grad<T: Float>(x: T) -> T {
     half * (T::ONE + t) + half * x * (T::ONE - t * t) * c * (T::ONE + T::of(3.0) * a * x * x)
 }
 
+/// `max(x, 0)`; `<= 0` is false for NaN, so NaN passes through (as in torch).
+#[inline]
+fn relu<T: Float>(x: T) -> T {
+    if x <= T::ZERO {
+        T::ZERO
+    } else {
+        x
+    }
+}
+
 /// SiLU `x·σ(x)`.
 #[inline]
 fn silu<T: Float>(x: T) -> T {
@@ -228,8 +238,7 @@ pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor, unary: Unar
         UnaryOp::Cos => map(x, T::cos),
         UnaryOp::Tanh => map(x, T::tanh),
         UnaryOp::Sigmoid => map(x, |v| T::ONE / (T::ONE + (-v).exp())),
-        // `<= 0` is false for NaN, so NaN passes through (as in torch).
-        UnaryOp::Relu => map(x, |v| if v <= T::ZERO { T::ZERO } else { v }),
+        UnaryOp::Relu => map(x, relu),
         UnaryOp::Gelu => map(x, gelu),
         UnaryOp::Silu => map(x, silu),
         UnaryOp::Abs => map(x, T::abs),
@@ -237,7 +246,7 @@ pub(super) fn unary<T: Float>(call: &KernelCall<'_>, x: &HostTensor, unary: Unar
         UnaryOp::Rsqrt => map(x, |v| T::ONE / v.sqrt()),
         UnaryOp::Reciprocal => map(x, |v| T::ONE / v),
         UnaryOp::Square => map(x, |v| v * v),
-        UnaryOp::Softplus => map(x, |v| (if v > T::ZERO { v } else { T::ZERO }) + (T::ONE + (-v.abs()).exp()).ln()),
+        UnaryOp::Softplus => map(x, |v| relu(v) + (T::ONE + (-v.abs()).exp()).ln()),
     };
     finish(call, out)
 }

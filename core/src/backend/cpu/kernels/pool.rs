@@ -41,12 +41,15 @@ pub(crate) fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
 /// [`default_threads`], and one while the helpers are found not to get a core of their own
 /// ([`helpers`]: a busy machine).
 pub(crate) fn threads() -> usize {
-    if helpers::starved() {
-        return 1;
-    }
-    match CURRENT.with(|c| c.get()) {
+    let n = match CURRENT.with(|c| c.get()) {
         0 => default_threads(),
         n => n,
+    };
+    // The guard's lock and clock only where there are helpers to guard.
+    if n > 1 && helpers::starved() {
+        1
+    } else {
+        n
     }
 }
 
