@@ -3,7 +3,7 @@
 use crate::autodiff::JointGraph;
 use crate::backend::{Backend, KernelCall};
 use crate::error::{Error, Result};
-use crate::graph::NodeId;
+use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Meta, Op};
 use crate::plan::{Plan, Step};
@@ -30,13 +30,6 @@ pub fn run<B: Backend>(
     resident: &[&HostTensor],
     run_seed: u64,
 ) -> Result<RunOutput> {
-    if resident.len() != plan.resident().len() {
-        return Err(Error::Invalid(format!(
-            "{} resident values given, the plan needs {}",
-            resident.len(),
-            plan.resident().len()
-        )));
-    }
     // An out-of-memory error says what the plan needed.
     run_steps(backend, joint, plan, resident, run_seed, Mode::Train)
         .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
@@ -50,22 +43,49 @@ pub fn run_inference<B: Backend>(
     plan: &Plan,
     resident: &[&HostTensor],
 ) -> Result<RunOutput> {
-    if resident.len() != plan.resident().len() {
-        return Err(Error::Invalid(format!(
-            "{} resident values given, the plan needs {}",
-            resident.len(),
-            plan.resident().len()
-        )));
-    }
     run_steps(backend, joint, plan, resident, 0, Mode::Eval)
         .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
 }
 
 /// Training (random ops draw) or evaluation (dropout is the identity).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Train,
     Eval,
+}
+
+/// A resident value handed to [`run_program`].
+pub(crate) enum Resident<'a, B: Backend> {
+    /// Host data, uploaded when the run starts (counted in the run's peak).
+    Host(&'a HostTensor),
+    /// A device buffer the run takes over: freed after its last use like any value (a decoder's
+    /// cache, replaced by the step's new one).
+    Owned(B::Buffer),
+    /// A device buffer the caller keeps (a decoder's parameters, an encoder's output).
+    Borrowed(&'a B::Buffer),
+}
+
+/// A live value: a buffer the run owns, or one it borrows from the caller.
+pub(crate) enum Slot<'a, B: Backend> {
+    Owned(B::Buffer),
+    Borrowed(&'a B::Buffer),
+}
+
+impl<'a, B: Backend> Slot<'a, B> {
+    pub(crate) fn buffer(&self) -> &B::Buffer {
+        match self {
+            Slot::Owned(b) => b,
+            Slot::Borrowed(b) => b,
+        }
+    }
+}
+
+/// What [`run_program`] leaves: every slot still live (the kept values among them) and the
+/// device and host peaks above the bytes live when it started.
+pub(crate) struct Finished<'a, B: Backend> {
+    pub slots: Vec<Option<Slot<'a, B>>>,
+    pub measured_peak: usize,
+    pub measured_host_peak: usize,
 }
 
 fn run_steps<B: Backend>(
@@ -77,39 +97,12 @@ fn run_steps<B: Backend>(
     mode: Mode,
 ) -> Result<RunOutput> {
     let graph = joint.graph();
-    let baseline = backend.memory().live_bytes;
-    let host_baseline = backend.host_memory().live_bytes;
-    backend.reset_peak();
-    let mut slots: Vec<Option<B::Buffer>> = (0..graph.len()).map(|_| None).collect();
-    let mut host: Vec<Option<B::Host>> = (0..graph.len()).map(|_| None).collect();
     for (&id, &value) in plan.resident().iter().zip(resident) {
-        check_feed(joint, id, value)?;
-        slots[id.index()] = Some(backend.upload(value)?);
+        check_feed(graph, id, value)?;
     }
-    for step in plan.steps() {
-        match *step {
-            Step::Compute(id) | Step::Recompute(id) => {
-                let buffer = compute(backend, joint, &slots, id, run_seed, mode)?;
-                slots[id.index()] = Some(buffer);
-            }
-            Step::Alias(id) => {
-                let input = graph.node(id).inputs[0];
-                let buffer = slots[input.index()].take().ok_or_else(|| missing(joint, input))?;
-                slots[id.index()] = Some(reshape_owned(backend, joint, buffer, id)?);
-            }
-            Step::Free(id) => slots[id.index()] = None,
-            Step::Offload(id) => {
-                let buffer = slots[id.index()].as_ref().ok_or_else(|| missing(joint, id))?;
-                host[id.index()] = Some(backend.offload(buffer).map_err(|e| e.at_node(id, graph.node(id).op.name()))?);
-            }
-            Step::Fetch(id) => {
-                let copy = host[id.index()].take().ok_or_else(|| missing(joint, id))?;
-                slots[id.index()] = Some(backend.fetch(copy).map_err(|e| e.at_node(id, graph.node(id).op.name()))?);
-            }
-        }
-    }
-    let measured_peak = backend.memory().peak_bytes - baseline;
-    let measured_host_peak = backend.host_memory().peak_bytes - host_baseline;
+    let resident = resident.iter().map(|&v| Resident::Host(v)).collect();
+    let Finished { mut slots, measured_peak, measured_host_peak } =
+        run_program(backend, graph, plan, resident, run_seed, mode)?;
     // Each kept buffer moves to the host at its last mention (copied at earlier ones): on the CPU
     // that is no copy at all.
     let mut last = vec![usize::MAX; graph.len()];
@@ -119,24 +112,93 @@ fn run_steps<B: Backend>(
     let mut kept = Vec::with_capacity(plan.kept().len());
     for (k, &id) in plan.kept().iter().enumerate() {
         let slot = &mut slots[id.index()];
-        if last[id.index()] == k {
-            kept.push(backend.move_to_host(slot.take().ok_or_else(|| missing(joint, id))?)?);
-        } else {
-            kept.push(backend.download(slot.as_ref().ok_or_else(|| missing(joint, id))?)?);
+        match slot.take().ok_or_else(|| missing(graph, id))? {
+            Slot::Owned(buffer) if last[id.index()] == k => kept.push(backend.move_to_host(buffer)?),
+            live => {
+                kept.push(backend.download(live.buffer())?);
+                *slot = Some(live);
+            }
         }
     }
     Ok(RunOutput { kept, measured_peak, measured_host_peak })
 }
 
+/// Runs `plan`'s programs over `graph` from the resident values (in [`Plan::resident`] order),
+/// measuring the device and host peaks above what was live when it started.
+pub(crate) fn run_program<'a, B: Backend>(
+    backend: &mut B,
+    graph: &Graph,
+    plan: &Plan,
+    resident: Vec<Resident<'a, B>>,
+    run_seed: u64,
+    mode: Mode,
+) -> Result<Finished<'a, B>> {
+    if resident.len() != plan.resident().len() {
+        return Err(Error::Invalid(format!(
+            "{} resident values given, the plan needs {}",
+            resident.len(),
+            plan.resident().len()
+        )));
+    }
+    let baseline = backend.memory().live_bytes;
+    let host_baseline = backend.host_memory().live_bytes;
+    backend.reset_peak();
+    let mut slots: Vec<Option<Slot<'a, B>>> = (0..graph.len()).map(|_| None).collect();
+    let mut host: Vec<Option<B::Host>> = (0..graph.len()).map(|_| None).collect();
+    for (&id, value) in plan.resident().iter().zip(resident) {
+        slots[id.index()] = Some(match value {
+            Resident::Host(value) => Slot::Owned(backend.upload(value)?),
+            Resident::Owned(buffer) => Slot::Owned(buffer),
+            Resident::Borrowed(buffer) => Slot::Borrowed(buffer),
+        });
+    }
+    for step in plan.steps() {
+        match *step {
+            Step::Compute(id) | Step::Recompute(id) => {
+                let buffer = compute(backend, graph, &slots, id, run_seed, mode)?;
+                slots[id.index()] = Some(Slot::Owned(buffer));
+            }
+            Step::Alias(id) => {
+                let input = graph.node(id).inputs[0];
+                let buffer = match slots[input.index()].take().ok_or_else(|| missing(graph, input))? {
+                    Slot::Owned(buffer) => reshape_owned(backend, graph, buffer, id)?,
+                    // The caller keeps it: the reshape is a copy.
+                    Slot::Borrowed(buffer) => compute(backend, graph, &slots_with(input, buffer), id, 0, mode)?,
+                };
+                slots[id.index()] = Some(Slot::Owned(buffer));
+            }
+            Step::Free(id) => slots[id.index()] = None,
+            Step::Offload(id) => {
+                let buffer = slots[id.index()].as_ref().ok_or_else(|| missing(graph, id))?.buffer();
+                host[id.index()] = Some(backend.offload(buffer).map_err(|e| e.at_node(id, graph.node(id).op.name()))?);
+            }
+            Step::Fetch(id) => {
+                let copy = host[id.index()].take().ok_or_else(|| missing(graph, id))?;
+                let buffer = backend.fetch(copy).map_err(|e| e.at_node(id, graph.node(id).op.name()))?;
+                slots[id.index()] = Some(Slot::Owned(buffer));
+            }
+        }
+    }
+    let measured_peak = backend.memory().peak_bytes - baseline;
+    let measured_host_peak = backend.host_memory().peak_bytes - host_baseline;
+    Ok(Finished { slots, measured_peak, measured_host_peak })
+}
+
+/// A slot table holding only `buffer` at `id` (to compute a reshape of a borrowed value).
+fn slots_with<'a, B: Backend>(id: NodeId, buffer: &'a B::Buffer) -> Vec<Option<Slot<'a, B>>> {
+    let mut slots: Vec<Option<Slot<'a, B>>> = (0..=id.index()).map(|_| None).collect();
+    slots[id.index()] = Some(Slot::Borrowed(buffer));
+    slots
+}
+
 fn compute<B: Backend>(
     backend: &mut B,
-    joint: &JointGraph,
-    slots: &[Option<B::Buffer>],
+    graph: &Graph,
+    slots: &[Option<Slot<'_, B>>],
     id: NodeId,
     run_seed: u64,
     mode: Mode,
 ) -> Result<B::Buffer> {
-    let graph = joint.graph();
     let node = graph.node(id);
     // In evaluation, dropout keeps every element unscaled: p = 0 is an exact copy.
     let eval_op;
@@ -150,7 +212,7 @@ fn compute<B: Backend>(
     let mut inputs = Vec::with_capacity(node.inputs.len());
     let mut metas: Vec<Meta<'_>> = Vec::with_capacity(node.inputs.len());
     for &i in &node.inputs {
-        inputs.push(slots[i.index()].as_ref().ok_or_else(|| missing(joint, i))?);
+        inputs.push(slots.get(i.index()).and_then(Option::as_ref).ok_or_else(|| missing(graph, i))?.buffer());
         metas.push(graph.node(i).meta());
     }
     let call = KernelCall { op, ..KernelCall::for_node(graph, id, &metas, run_seed) };
@@ -164,8 +226,7 @@ fn compute<B: Backend>(
 }
 
 /// [`Step::Alias`]: the reshape `id` computed by taking over `input`'s buffer.
-fn reshape_owned<B: Backend>(backend: &mut B, joint: &JointGraph, input: B::Buffer, id: NodeId) -> Result<B::Buffer> {
-    let graph = joint.graph();
+fn reshape_owned<B: Backend>(backend: &mut B, graph: &Graph, input: B::Buffer, id: NodeId) -> Result<B::Buffer> {
     let node = graph.node(id);
     let metas = [graph.node(node.inputs[0]).meta()];
     let call = KernelCall::for_node(graph, id, &metas, 0);
@@ -173,22 +234,22 @@ fn reshape_owned<B: Backend>(backend: &mut B, joint: &JointGraph, input: B::Buff
 }
 
 /// A value the plan should have had at hand: a planner bug, reported rather than panicking.
-fn missing(joint: &JointGraph, id: NodeId) -> Error {
+fn missing(graph: &Graph, id: NodeId) -> Error {
     Error::Node {
         node: id,
-        op: joint.graph().node(id).op.name(),
+        op: graph.node(id).op.name(),
         message: "value not live when needed (plan is inconsistent)".into(),
     }
 }
 
-fn check_feed(joint: &JointGraph, id: NodeId, value: &HostTensor) -> Result<()> {
-    let node = joint.graph().node(id);
+pub(crate) fn check_feed(graph: &Graph, id: NodeId, value: &HostTensor) -> Result<()> {
+    let node = graph.node(id);
     if value.shape() == node.shape.as_slice() && value.dtype() == node.dtype {
         return Ok(());
     }
     Err(Error::Feed {
         what: node.op.name(),
-        name: joint.graph().leaf_name(id),
+        name: graph.leaf_name(id),
         message: format!(
             "declared {} {}, got {} {}",
             fmt_shape(&node.shape),

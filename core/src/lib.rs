@@ -9,6 +9,7 @@
 pub mod autodiff;
 pub mod backend;
 mod cpu_features;
+pub mod decode;
 mod dtype;
 mod error;
 mod exec;
@@ -41,6 +42,7 @@ pub use backend::cpu::{
     keeps_freed_memory, release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer, KEEP_FREED_MEMORY_VAR, THREADS_VAR,
 };
 pub use backend::{Backend, KernelCall, MemoryStats};
+pub use decode::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use exec::{run, run_inference, RunOutput};

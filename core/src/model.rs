@@ -46,6 +46,11 @@ impl Feeds {
         self.values.insert(name.to_string(), value);
     }
 
+    /// The names given values, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.values.keys().map(String::as_str)
+    }
+
     /// The value of input `name`, if given.
     pub fn get(&self, name: &str) -> Option<&HostTensor> {
         self.values.get(name)

@@ -184,6 +184,13 @@ impl Plan {
     /// ancestors of `outputs` in order, each freed after its last use; no backward program,
     /// nothing saved. Only the inputs and parameters `outputs` depend on are resident.
     pub fn forward_only(joint: &JointGraph, outputs: &[NodeId]) -> Result<Plan> {
+        Self::forward_only_consuming(joint, outputs, &[])
+    }
+
+    /// [`Plan::forward_only`] where the resident values `consumed` are freed after their last
+    /// use like computed ones: the caller hands their buffers over (a decoder's caches, each
+    /// replaced by the step's updated copy, so the two are not held at once).
+    pub fn forward_only_consuming(joint: &JointGraph, outputs: &[NodeId], consumed: &[NodeId]) -> Result<Plan> {
         let graph = joint.graph();
         let n_fwd = joint.n_forward();
         if let Some(bad) = outputs.iter().find(|o| o.index() >= n_fwd) {
@@ -201,7 +208,16 @@ impl Plan {
             .collect();
         let kept = outputs.to_vec();
         let never_free = at_hand_never_freed(graph, &resident, &kept);
-        let (forward, backward) = with_frees(graph, &seq, seq.len(), &never_free, &vec![false; graph.len()]);
+        let (mut forward, backward) = with_frees(graph, &seq, seq.len(), &never_free, &vec![false; graph.len()]);
+        for &id in consumed {
+            if !resident.contains(&id) || kept.contains(&id) {
+                return Err(Error::Invalid(format!(
+                    "{} cannot be handed over to the run: only an input the outputs read, and not an output itself, can",
+                    graph.describe(id)
+                )));
+            }
+            free_after_last_read(graph, &mut forward, id);
+        }
         let resident_bytes = resident.iter().map(|&i| graph.node(i).bytes()).sum();
         let mut plan = Plan {
             forward,
@@ -355,6 +371,17 @@ fn at_hand_never_freed(graph: &Graph, resident: &[NodeId], kept: &[NodeId]) -> V
         never[i.index()] = true;
     }
     never
+}
+
+/// Inserts a [`Step::Free`] of `value` right after the last step of `program` that reads it.
+fn free_after_last_read(graph: &Graph, program: &mut Vec<Step>, value: NodeId) {
+    let reads = |s: &Step| match *s {
+        Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) => graph.node(id).inputs.contains(&value),
+        _ => false,
+    };
+    if let Some(last) = program.iter().rposition(reads) {
+        program.insert(last + 1, Step::Free(value));
+    }
 }
 
 /// Marks the ancestors of `roots` (roots included) among nodes `0..limit`.

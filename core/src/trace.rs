@@ -145,27 +145,35 @@ impl Trace {
 
     /// Ends the trace with `loss` and further outputs the caller wants back from each step.
     pub fn finish_with(self, loss: &Tensor, extra: &[&Tensor]) -> Result<Graph> {
+        let outputs: Vec<&Tensor> = std::iter::once(loss).chain(extra.iter().copied()).collect();
+        self.finish_outputs(&outputs, true)
+    }
+
+    /// Ends the trace with `outputs`; with `loss_first`, the first must be a scalar loss.
+    pub(crate) fn finish_outputs(self, outputs: &[&Tensor], loss_first: bool) -> Result<Graph> {
         let mut state = self.state.borrow_mut();
         if let Some(first) = state.take_error() {
             return Err(first);
         }
-        let mut outputs = Vec::new();
-        for t in std::iter::once(loss).chain(extra.iter().copied()) {
+        let mut ids = Vec::new();
+        for t in outputs {
             if !Rc::ptr_eq(&t.state, &self.state) {
                 return Err(Error::Invalid("an output belongs to another trace".into()));
             }
-            outputs.push(t.id.ok_or_else(|| Error::Invalid("an output is poisoned by an earlier error".into()))?);
+            ids.push(t.id.ok_or_else(|| Error::Invalid("an output is poisoned by an earlier error".into()))?);
         }
-        let loss_node = state.graph.node(outputs[0]);
-        if loss_node.shape.iter().product::<usize>() != 1 || !loss_node.dtype.is_float() {
-            return Err(Error::Invalid(format!(
-                "the loss must be a single floating value, got {} {} ({})",
-                fmt_shape(&loss_node.shape),
-                loss_node.dtype,
-                state.graph.describe(outputs[0])
-            )));
+        if loss_first {
+            let loss_node = state.graph.node(ids[0]);
+            if loss_node.shape.iter().product::<usize>() != 1 || !loss_node.dtype.is_float() {
+                return Err(Error::Invalid(format!(
+                    "the loss must be a single floating value, got {} {} ({})",
+                    fmt_shape(&loss_node.shape),
+                    loss_node.dtype,
+                    state.graph.describe(ids[0])
+                )));
+            }
         }
-        state.graph.set_outputs(outputs);
+        state.graph.set_outputs(ids);
         let graph = std::mem::take(&mut state.graph);
         // Reported here, where the model is traced; `Model` repeats them in its warnings.
         let unknown = graph.unknown_save_names();

@@ -4,6 +4,7 @@
 //! above this one), and take an optional hook that wraps each sub-block so callers can open
 //! regions around them.
 
+use crate::decode::DecodeStep;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::Graph;
@@ -159,6 +160,47 @@ pub fn attention_unfused(x: &Tensor, p: &BlockParams, heads: usize) -> Tensor {
     ctx.transpose(&[0, 2, 1, 3]).reshape(&[b, t, d]).matmul(&p.wo)
 }
 
+/// [`attention`] for one decoding step: `x` `[b, 1, d]` attends through the key/value cache of
+/// block `layer` (`h<layer>.attn`, [`DecodeStep::attend`]) to every position so far.
+pub fn attention_step(x: &Tensor, p: &BlockParams, heads: usize, step: &DecodeStep, layer: usize) -> Tensor {
+    let (q, k, v, [b, t, d]) = qkv(x, p, heads);
+    let scale = 1.0 / ((d / heads) as f64).sqrt();
+    let ctx = step.attend(&format!("h{layer}.attn"), &q, &k, &v, scale);
+    ctx.reshape(&[b, t, d]).matmul(&p.wo)
+}
+
+/// One decoding step of [`gpt`] with the same parameters (a [`crate::Decoder`]'s step): the
+/// token embedding plus the position's row of `wpe` (so the caches hold at most `cfg.seq`
+/// positions), the blocks with [`attention_step`] and no dropout, the logits `[b, 1, vocab]`.
+pub fn gpt_step(cfg: &GptConfig, step: &DecodeStep) -> Tensor {
+    let trace = step.trace();
+    let d = cfg.d_model;
+    let wte = trace.param_with("wte", &[cfg.vocab, d], cfg.dtype, Init::Normal(0.02));
+    let wpe = trace.param_with("wpe", &[cfg.seq, d], cfg.dtype, Init::Normal(0.02));
+    let mut x = &wte.embedding(step.tokens()) + &wpe.index_select(0, step.position());
+    let eval = GptConfig { dropout: 0.0, ..cfg.clone() };
+    for layer in 0..cfg.layers {
+        let p = BlockParams::declare(trace, layer, d, cfg.dtype);
+        x = block(&x, &p, &eval, layer, &|part, x, p, heads| match part {
+            Part::Attention => attention_step(x, p, heads, step, layer),
+            Part::FeedForward => feed_forward(x, p),
+        });
+    }
+    head(trace, &x, cfg)
+}
+
+/// The final layer norm and the head: the logits, named `logits`.
+fn head(trace: &Trace, x: &Tensor, cfg: &GptConfig) -> Tensor {
+    let d = cfg.d_model;
+    let lnf = (
+        trace.param_with("lnf.g", &[d], cfg.dtype, Init::Ones),
+        trace.param_with("lnf.b", &[d], cfg.dtype, Init::Zeros),
+    );
+    let head = trace.param("head", &[d, cfg.vocab], cfg.dtype);
+    // Named so a forward-only call ([`crate::Model::inference`]) can ask for it.
+    layer_norm(x, &lnf).matmul(&head).name("logits")
+}
+
 /// q, k, v `[b, t, heads, dh]` (token-major) of `x` `[b, t, d]`.
 fn qkv(x: &Tensor, p: &BlockParams, heads: usize) -> (Tensor, Tensor, Tensor, [usize; 3]) {
     let shape = x.shape();
@@ -225,13 +267,7 @@ pub fn gpt_blocks(cfg: &GptConfig, run: &BlockFn<'_>) -> Result<Graph> {
         let p = BlockParams::declare(&trace, layer, d, cfg.dtype);
         x = run(&x, &p, layer);
     }
-    let lnf = (
-        trace.param_with("lnf.g", &[d], cfg.dtype, Init::Ones),
-        trace.param_with("lnf.b", &[d], cfg.dtype, Init::Zeros),
-    );
-    let head = trace.param("head", &[d, cfg.vocab], cfg.dtype);
-    // Named so a forward-only call ([`crate::Model::inference`]) can ask for it.
-    let logits = layer_norm(&x, &lnf).matmul(&head).name("logits");
+    let logits = head(&trace, &x, cfg);
     let loss = logits.cast(DType::F32).cross_entropy(&targets);
     trace.finish(&loss)
 }

@@ -89,6 +89,14 @@ impl JointGraph {
         Ok(JointGraph { graph, n_forward: forward.len(), grads, grad_of })
     }
 
+    /// `forward` with no backward pass, for forward-only programs over a graph that has no
+    /// loss (a decoder's step: its outputs are logits and updated caches).
+    pub(crate) fn without_backward(forward: Graph) -> Result<JointGraph> {
+        forward.validate()?;
+        let n = forward.len();
+        Ok(JointGraph { graph: forward, n_forward: n, grads: Vec::new(), grad_of: vec![None; n] })
+    }
+
     /// The joint graph: forward nodes first, then backward nodes.
     pub fn graph(&self) -> &Graph {
         &self.graph
