@@ -187,9 +187,18 @@ struct Args {
     /// Draw the memory/compute frontier with each policy marked to this SVG file.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
-    /// After training, generate this many tokens with the forward-only call (0: none).
+    /// After training, generate this many tokens with the key/value cache (0: none).
     #[arg(long, default_value_t = 48)]
     generate: usize,
+    /// Sampling temperature for --generate (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Draw only among the K most likely tokens (with --temperature).
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Seed of the draws (the same seed gives the same text).
+    #[arg(long, default_value_t = 0)]
+    sample_seed: u64,
     /// Print where the time of a step goes, per op kind (CPU), and exit after training.
     #[arg(long)]
     profile: bool,
@@ -301,7 +310,7 @@ fn train_and_compare<B: Backend>(
         return profile(&model, &params, cfg, args.profile_shapes);
     }
     if args.generate > 0 {
-        generate(&model, &params, &mut device, cfg, args.generate)?;
+        generate(&params, &mut device, cfg, args)?;
     }
 
     let choices = [
@@ -449,43 +458,40 @@ fn profile(model: &Model, params: &Params, cfg: &GptConfig, shapes: bool) -> Res
 /// The synthetic language's 32 tokens as characters.
 const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz.,;:!?";
 
-/// Greedy generation with the forward-only call: the prompt is the first half of a held-out
-/// sequence; each new token is the argmax of the logits at the last position of the window.
+/// Generation with the key/value cache ([`remat::Decoder`], the step traced by
+/// `zoo::gpt_step`): the prompt is the first half of a held-out sequence. The learned position
+/// table has `seq` rows, so when the caches are full the last half-window of text becomes the
+/// prompt of a fresh pass (`generate_sliding`).
 fn generate<B: Backend>(
-    model: &Model,
     params: &Params,
     device: &mut B,
     cfg: &GptConfig,
-    n: usize,
+    args: &Args,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let infer = model.inference(&["logits"])?;
-    let (b, t, v) = (cfg.batch, cfg.seq, cfg.vocab);
-    let held_out = zoo::synthetic_tokens(cfg, 1 << 40)?;
-    let mut text = prompt(cfg)?;
-    let prompt_len = text.len();
-    let mut peak = 0;
-    for _ in 0..n {
-        // The last `t` tokens, left-aligned: the causal mask keeps the padding after them out.
-        let window = &text[text.len().saturating_sub(t)..];
-        let mut tokens = vec![0i64; b * t];
-        for row in 0..b {
-            tokens[row * t..row * t + window.len()].copy_from_slice(window);
-        }
-        let feeds = held_out.clone().with("tokens", remat::HostTensor::i64([b, t], tokens)?);
-        let out = infer.run(device, params, &feeds)?;
-        peak = out.measured_peak;
-        let logits = out.values[0].to_f32_vec();
-        let last = &logits[(window.len() - 1) * v..window.len() * v];
-        let next = (0..v).max_by(|&i, &j| last[i].total_cmp(&last[j])).unwrap_or(0);
-        text.push(next as i64);
-    }
+    let n = args.generate;
+    let one = GptConfig { batch: 1, ..*cfg };
+    let mut decoder = DecoderBuilder::new(1, cfg.seq).build(device, params, |step| zoo::gpt_step(&one, step))?;
+    let sampling = match args.temperature {
+        t if t > 0.0 => Sampling::temperature(t, args.sample_seed),
+        _ => Sampling::greedy(),
+    };
+    let sampling = args.top_k.map_or(sampling, |k| sampling.top_k(k));
+    let prompt = prompt(cfg)?;
+    let prompt_len = prompt.len();
+    let start = Instant::now();
+    let out = decoder.generate_sliding(std::slice::from_ref(&prompt), n, &sampling, (cfg.seq / 2).max(1))?;
+    let (peak, steps) = (out.measured_peak, out.steps);
+    let text = [prompt, out.tokens[0].clone()].concat();
+    let seconds = start.elapsed().as_secs_f64();
     let show = |toks: &[i64]| toks.iter().map(|&k| ALPHABET[k as usize % 32] as char).collect::<String>();
-    let (a, c) = rule_of(&text[..prompt_len], v as i64);
-    let follows = text.windows(2).skip(prompt_len - 1).filter(|w| w[1] == (a * w[0] + c) % v as i64).count();
+    let (a, c) = rule_of(&text[..prompt_len], cfg.vocab as i64);
+    let v = cfg.vocab as i64;
+    let follows = text.windows(2).skip(prompt_len - 1).filter(|w| w[1] == (a * w[0] + c) % v).count();
     println!(
-        "generated (forward only, peak {:.1} KiB vs {:.1} KiB for a training step): {}|{}",
+        "generated with the KV cache ({}, {steps} steps, {:.0} tokens/s, peak {:.1} KiB held on the device): {}|{}",
+        if sampling.temperature > 0.0 { "sampled" } else { "greedy" },
+        n as f64 / seconds,
         peak as f64 / 1024.0,
-        model.plan().predicted_peak() as f64 / 1024.0,
         show(&text[..prompt_len]),
         show(&text[prompt_len..])
     );

@@ -107,16 +107,24 @@ fn norm(x: &Tensor, gain: &Tensor) -> Tensor {
     &x.rms_norm(EPS) * gain
 }
 
-/// Causal self-attention with rotary embeddings, fused (`sdpa`), the heads token-major
-/// (`[b, t, heads, dh]`): the head split and merge are reshapes, with no transpose.
-fn attention(x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
+/// Attention over q, k, v `[b, t, heads, dh]` with a scale: fused causal attention in training,
+/// the key/value cache when decoding.
+type Attend<'a> = dyn Fn(&Tensor, &Tensor, &Tensor, f64) -> Tensor + 'a;
+
+/// Causal attention, fused (`sdpa`).
+fn fused(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Tensor {
+    Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, q, k, v, true, scale)
+}
+
+/// Self-attention with rotary embeddings, the heads token-major (`[b, t, heads, dh]`): the head
+/// split and merge are reshapes, with no transpose.
+fn attention(x: &Tensor, p: &Block, rope: &Rope, heads: usize, attend: &Attend<'_>) -> Tensor {
     let s = x.shape();
     let (b, t, d) = (s[0], s[1], s[2]);
     let dh = d / heads;
     let split = |w: &Tensor| x.matmul(w).reshape(&[b, t, heads, dh]);
     let (q, k, v) = (rope.apply(&split(&p.wq)), rope.apply(&split(&p.wk)), split(&p.wv));
-    let scale = 1.0 / (dh as f64).sqrt();
-    let ctx = Tensor::scaled_dot_product_attention_in(AttnLayout::TokenMajor, &q, &k, &v, true, scale);
+    let ctx = attend(&q, &k, &v, 1.0 / (dh as f64).sqrt());
     ctx.reshape(&[b, t, d]).matmul(&p.wo)
 }
 
@@ -126,15 +134,15 @@ fn mlp(x: &Tensor, p: &Block) -> Tensor {
 }
 
 /// One pre-norm block.
-fn block(x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
-    let x = x + &attention(&norm(x, &p.attn_norm), p, rope, heads);
+fn block(x: &Tensor, p: &Block, rope: &Rope, heads: usize, attend: &Attend<'_>) -> Tensor {
+    let x = x + &attention(&norm(x, &p.attn_norm), p, rope, heads, attend);
     &x + &mlp(&norm(&x, &p.mlp_norm), p)
 }
 
 /// A block as a checkpointed region whose policy is chosen at run time (`none`: no region).
 #[checkpoint(policy = arg(policy))]
 fn checkpointed_block(policy: &RegionPolicy, x: &Tensor, p: &Block, rope: &Rope, heads: usize) -> Tensor {
-    block(x, p, rope, heads)
+    block(x, p, rope, heads, &fused)
 }
 
 /// Which checkpointing policy the blocks use.
@@ -210,15 +218,36 @@ fn trace_model(cfg: &Config, policy: PolicyChoice, logits_out: bool) -> Result<G
         let p = Block::declare(&trace, layer, cfg);
         x = checkpointed_block(&policy.region_policy(), &x, &p, &rope, cfg.heads);
     }
-    let final_norm = trace.param_with("final_norm", &[d], DType::F32, Init::Ones);
-    // Tied embeddings: the output projection is the embedding table, transposed (a view).
-    let logits = norm(&x, &final_norm).matmul(&embed.t());
+    let logits = output(&trace, &x, &embed);
     let loss = logits.cross_entropy(&targets);
     if logits_out {
         trace.finish_with(&loss, &[&logits])
     } else {
         trace.finish(&loss)
     }
+}
+
+/// The final norm and the output projection: tied embeddings, the table transposed (a view).
+fn output(trace: &Trace, x: &Tensor, embed: &Tensor) -> Tensor {
+    let final_norm = trace.param_with("final_norm", &[x.shape()[2]], DType::F32, Init::Ones);
+    norm(x, &final_norm).matmul(&embed.t())
+}
+
+/// One decoding step of the model: the same parameters, the rotary tables' row at the step's
+/// position, each block's attention through its key/value cache (`l<layer>`).
+fn decode_step(cfg: &Config, step: &DecodeStep) -> Tensor {
+    let (trace, d) = (step.trace(), cfg.d_model);
+    let embed = trace.param_with("embed", &[VOCAB, d], DType::F32, Init::Normal(0.02));
+    let tables = Rope::new(trace, step.max_len(), d / cfg.heads);
+    let at = |table: &Tensor| table.index_select(0, step.position());
+    let rope = Rope { cos: at(&tables.cos), sin: at(&tables.sin) };
+    let mut x = embed.embedding(step.tokens());
+    for layer in 0..cfg.layers {
+        let p = Block::declare(trace, layer, cfg);
+        let cached = |q: &Tensor, k: &Tensor, v: &Tensor, scale: f64| step.attend(&format!("l{layer}"), q, k, v, scale);
+        x = block(&x, &p, &rope, cfg.heads, &cached);
+    }
+    output(trace, &x, &embed)
 }
 
 fn build(cfg: &Config, policy: PolicyChoice, strategy: Strategy) -> Result<Model, remat::Error> {
@@ -496,32 +525,24 @@ const TABLE: Table = Table {
     ],
 };
 
-/// Greedy generation: the model traced for one sequence with its logits as an output, run on
-/// the last `seq` bytes (left-padded with spaces) for each new byte.
+/// Greedy generation with the key/value cache ([`remat::Decoder`]): the prompt and then one
+/// step per byte, each attending through the caches to everything before it. The caches hold
+/// the training length; when they are full, the last half of it starts a fresh pass
+/// (`generate_sliding`), so no position is one the model never trained at.
 fn generate(cfg: &Config, trained: &Params, prompt: &[u8], n: usize) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-    let one = Config { batch: 1, ..*cfg };
-    let model = Model::new(trace_model(&one, PolicyChoice::None, true)?)?;
-    let mut params = model.init_params(0)?;
-    for (name, value) in trained.names().iter().zip(trained.values()) {
-        params.set(name, value.clone())?;
-    }
-    let t = cfg.seq;
-    let mut text = prompt.to_vec();
     let mut cpu = CpuBackend::new();
-    for _ in 0..n {
-        let mut window = vec![b' '; t.saturating_sub(text.len())];
-        window.extend_from_slice(&text[text.len().saturating_sub(t)..]);
-        let tokens: Vec<i64> = window.iter().map(|&c| c as i64).collect();
-        let feeds = Feeds::new()
-            .with("tokens", HostTensor::i64([1, t], tokens)?)
-            .with("targets", HostTensor::i64([1, t], vec![0; t])?);
-        let out = model.step(&mut cpu, &params, &feeds)?;
-        let logits = out.outputs[0].to_f32_vec();
-        let last = &logits[(t - 1) * VOCAB..t * VOCAB];
-        let best = (0..VOCAB).max_by(|&a, &b| last[a].total_cmp(&last[b])).unwrap_or(b' ' as usize);
-        text.push(best as u8);
-    }
-    Ok(text[prompt.len()..].to_vec())
+    let mut decoder = DecoderBuilder::new(1, cfg.seq).build(&mut cpu, trained, |step| decode_step(cfg, step))?;
+    let start = Instant::now();
+    let prompt: Vec<i64> = prompt.iter().map(|&c| c as i64).collect();
+    let out = decoder.generate_sliding(&[prompt], n, &Sampling::greedy(), cfg.seq / 2)?;
+    println!(
+        "generated {n} bytes in {} steps with the KV cache: {:.0} tokens/s, peak {:.1} KiB held (parameters {:.1} KiB, caches and all)",
+        out.steps,
+        n as f64 / start.elapsed().as_secs_f64(),
+        out.measured_peak as f64 / 1024.0,
+        trained.values().iter().map(HostTensor::bytes).sum::<usize>() as f64 / 1024.0
+    );
+    Ok(out.tokens[0].iter().map(|&t| t as u8).collect())
 }
 
 #[cfg(test)]
@@ -566,6 +587,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn cached_generation_equals_the_cache_free_model() {
+        let cfg = Config { batch: 1, seq: 12, d_model: 16, heads: 2, layers: 2, hidden: 24 };
+        let model = Model::new(trace_model(&cfg, PolicyChoice::None, true).unwrap()).unwrap();
+        let params = model.init_params(3).unwrap();
+        let prompt = b"the ";
+        let n = cfg.seq - prompt.len();
+        let cached = generate(&cfg, &params, prompt, n).unwrap();
+        // Cache-free: the whole text so far, left-aligned in the traced window (causal attention
+        // keeps the padding after it out), the argmax at its last position.
+        let mut text: Vec<i64> = prompt.iter().map(|&c| c as i64).collect();
+        for _ in 0..n {
+            let mut window = text.clone();
+            window.resize(cfg.seq, 0);
+            let feeds = Feeds::new()
+                .with("tokens", HostTensor::i64([1, cfg.seq], window).unwrap())
+                .with("targets", HostTensor::i64([1, cfg.seq], vec![0; cfg.seq]).unwrap());
+            let logits = model.step(&mut CpuBackend::new(), &params, &feeds).unwrap().outputs[0].to_f32_vec();
+            let last = &logits[(text.len() - 1) * VOCAB..text.len() * VOCAB];
+            let best = (0..VOCAB).fold(0, |b, i| if last[i] > last[b] { i } else { b });
+            text.push(best as i64);
+        }
+        let expected: Vec<u8> = text[prompt.len()..].iter().map(|&t| t as u8).collect();
+        assert_eq!(cached, expected);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
 pub use remat_core::{
     CpuBackend, Feeds, HostData, HostTensor, HostValuesMut, Inference, InferenceOutput, Params, StepOutput,
 };
+// Generation.
+pub use remat_core::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 // Errors.
 pub use remat_core::{Error, Result};
 
@@ -229,6 +231,7 @@ pub mod prelude {
     pub use remat_core::Backend;
     pub use remat_core::{AdamW, CpuBackend, DType, Feeds, HostTensor, Init, Model, Optimizer, Params, Sgd};
     pub use remat_core::{Budget, Policy, RegionPolicy, Strategy, Tensor, Trace};
+    pub use remat_core::{DecodeStep, DecoderBuilder, Sampling};
     pub use remat_macros::{checkpoint, policy};
 }
 

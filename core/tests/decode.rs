@@ -347,3 +347,33 @@ fn mistakes_are_errors_that_name_the_problem() {
     let err = decoder.encode(&Feeds::new()).unwrap_err().to_string();
     assert!(err.contains("no encoder"), "{err}");
 }
+
+#[test]
+fn sliding_generation_is_passes_of_plain_generation() {
+    let cfg = gpt_config(2);
+    let (_, params) = trained_gpt(&cfg);
+    let (max_len, keep, n) = (6, 3, 14);
+    let mut cpu = CpuBackend::new();
+    let mut decoder = DecoderBuilder::new(2, max_len).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
+    let prompts = tokens(2, 2, cfg.vocab, 8);
+    let slid = decoder.generate_sliding(&prompts, n, &Sampling::greedy(), keep).unwrap();
+    // The same by hand: a pass as long as the caches allow, then passes over the last `keep`.
+    let mut text = prompts.clone();
+    let mut context = prompts.clone();
+    while text[0].len() - 2 < n {
+        let room = (max_len + 1 - context[0].len()).min(n - (text[0].len() - 2));
+        let pass = decoder.generate(&context, room, &Sampling::greedy()).unwrap();
+        for r in 0..2 {
+            text[r].extend_from_slice(&pass.tokens[r]);
+            context[r] = text[r][text[r].len() - keep..].to_vec();
+        }
+    }
+    for r in 0..2 {
+        assert_eq!(slid.tokens[r], text[r][2..], "row {r}");
+    }
+    assert_eq!(slid.measured_peak, slid.predicted_peak);
+    let err = decoder.generate(&prompts, n, &Sampling::greedy()).unwrap_err().to_string();
+    assert!(err.contains("generate_sliding"), "{err}");
+    let err = decoder.generate_sliding(&prompts, n, &Sampling::greedy(), 0).unwrap_err().to_string();
+    assert!(err.contains("kept per pass (0)"), "{err}");
+}

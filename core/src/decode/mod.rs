@@ -483,9 +483,31 @@ impl<'b, B: Backend> Decoder<'b, B> {
     }
 
     /// Generates `n` tokens after each sequence's prompt (all of one length), picking each as
-    /// `sampling` says, and starts over at position 0 ([`Decoder::reset`]); the prompts are run
-    /// through the caches one token at a time.
+    /// `sampling` says. The prompts run through the caches one token at a time from position 0
+    /// ([`Decoder::reset`]); prompt and generated text must fit the caches (see
+    /// [`Decoder::generate_sliding`] for longer text).
     pub fn generate(&mut self, prompts: &[Vec<i64>], n: usize, sampling: &Sampling) -> Result<Generation> {
+        let len = prompts.first().map_or(0, Vec::len);
+        if len + n.saturating_sub(1) > self.max_len {
+            return Err(Error::Invalid(format!(
+                "a prompt of {len} tokens and {n} generated need {} positions; the caches hold {} (generate_sliding goes on past them)",
+                len + n - 1,
+                self.max_len
+            )));
+        }
+        self.generate_sliding(prompts, n, sampling, self.max_len)
+    }
+
+    /// [`Decoder::generate`] for text longer than the caches: whenever they are full, the last
+    /// `keep` tokens of each sequence become the prompt of a fresh pass from position 0 (what a
+    /// model with a fixed context window sees of them). Draws continue, not repeat, across passes.
+    pub fn generate_sliding(
+        &mut self,
+        prompts: &[Vec<i64>],
+        n: usize,
+        sampling: &Sampling,
+        keep: usize,
+    ) -> Result<Generation> {
         sampling.validate()?;
         let len = prompts.first().map_or(0, Vec::len);
         if prompts.len() != self.batch || len == 0 || prompts.iter().any(|p| p.len() != len) {
@@ -495,35 +517,42 @@ impl<'b, B: Backend> Decoder<'b, B> {
                 self.batch
             )));
         }
-        if len + n.saturating_sub(1) > self.max_len {
+        if keep == 0 || keep > self.max_len || len > self.max_len {
             return Err(Error::Invalid(format!(
-                "a prompt of {len} tokens and {n} generated need {} positions; the caches hold {}",
-                len + n - 1,
+                "the caches hold {} positions: the prompt ({len} tokens) and the tokens kept per pass ({keep}) must be 1 to {0}",
                 self.max_len
             )));
         }
-        self.reset()?;
         self.measured_peak = 0;
-        let mut logits = Vec::new();
-        for i in 0..len {
-            let column: Vec<i64> = prompts.iter().map(|p| p[i]).collect();
-            logits = self.step(&column)?;
-        }
-        let mut tokens = vec![Vec::with_capacity(n); self.batch];
-        for index in 0..n {
-            let next: Vec<i64> = (0..self.batch)
-                .map(|row| sampling.pick(&logits[row * self.vocab..(row + 1) * self.vocab], index as u64, row as u64))
-                .collect();
-            for (row, &t) in next.iter().enumerate() {
-                tokens[row].push(t);
+        let mut text: Vec<Vec<i64>> = prompts.to_vec();
+        let mut context = len;
+        let mut steps = 0;
+        while text[0].len() - len < n {
+            self.reset()?;
+            let mut logits = Vec::new();
+            for i in text[0].len() - context..text[0].len() {
+                let column: Vec<i64> = text.iter().map(|t| t[i]).collect();
+                logits = self.step(&column)?;
             }
-            if index + 1 < n {
+            loop {
+                let index = (text[0].len() - len) as u64;
+                let next: Vec<i64> = (0..self.batch)
+                    .map(|row| sampling.pick(&logits[row * self.vocab..(row + 1) * self.vocab], index, row as u64))
+                    .collect();
+                for (row, &t) in next.iter().enumerate() {
+                    text[row].push(t);
+                }
+                if text[0].len() - len == n || self.position == self.max_len {
+                    break;
+                }
                 logits = self.step(&next)?;
             }
+            steps += self.position;
+            context = keep;
         }
         Ok(Generation {
-            tokens,
-            steps: self.position,
+            tokens: text.into_iter().map(|t| t[len..].to_vec()).collect(),
+            steps,
             predicted_peak: self.step_predicted_peak(),
             measured_peak: self.measured_peak,
         })

@@ -58,22 +58,45 @@ pub(super) fn select_where(
         );
         let n = numel(out_shape);
         let mut out = Vec::with_capacity(n);
-        let mut idx = vec![0usize; out_shape.len()];
+        // The innermost axis runs as a tight loop; an odometer moves the offsets over the outer
+        // axes, once per row (a per-element odometer cost most of a decoder step's cache update).
+        let rank = out_shape.len();
+        let row = if rank == 0 { 1 } else { out_shape[rank - 1] };
+        let inner = |s: &[usize]| if rank == 0 { 0 } else { s[rank - 1] };
+        let (ic, ia, ib) = (inner(&sc), inner(&sa), inner(&sb));
+        let outer = &out_shape[..rank.saturating_sub(1)];
+        let mut idx = vec![0usize; outer.len()];
         let (mut oc, mut oa, mut ob) = (0usize, 0usize, 0usize);
-        for _ in 0..n {
-            out.push(if cv[oc] { av[oa] } else { bv[ob] });
-            // Odometer step over the output index, moving each operand's offset along.
-            for ax in (0..out_shape.len()).rev() {
+        for _ in 0..n.checked_div(row).unwrap_or(0) {
+            // A last-axis stride is 1 or 0 (broadcast). A contiguous `b` row is copied whole and
+            // `a` written over it where the condition holds (a masked update is mostly `b`).
+            if ib == 1 {
+                let start = out.len();
+                out.extend_from_slice(&bv[ob..ob + row]);
+                let dst = &mut out[start..];
+                if ic == 0 {
+                    if cv[oc] {
+                        dst.iter_mut().enumerate().for_each(|(i, d)| *d = av[oa + i * ia]);
+                    }
+                } else {
+                    for (i, _) in cv[oc..oc + row].iter().enumerate().filter(|(_, &c)| c) {
+                        dst[i] = av[oa + i * ia];
+                    }
+                }
+            } else {
+                out.extend((0..row).map(|i| if cv[oc + i * ic] { av[oa + i * ia] } else { bv[ob + i * ib] }));
+            }
+            for ax in (0..outer.len()).rev() {
                 idx[ax] += 1;
                 oc += sc[ax];
                 oa += sa[ax];
                 ob += sb[ax];
-                if idx[ax] < out_shape[ax] {
+                if idx[ax] < outer[ax] {
                     break;
                 }
-                oc -= sc[ax] * out_shape[ax];
-                oa -= sa[ax] * out_shape[ax];
-                ob -= sb[ax] * out_shape[ax];
+                oc -= sc[ax] * outer[ax];
+                oa -= sa[ax] * outer[ax];
+                ob -= sb[ax] * outer[ax];
                 idx[ax] = 0;
             }
         }

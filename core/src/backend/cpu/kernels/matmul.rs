@@ -100,6 +100,11 @@ fn batched_on<T: Float>(
     let rows = |q: usize, r0: usize, c: &mut [MaybeUninit<T>]| {
         let (pa, pb) = (&a[oa[q]..], &b[ob[q]..]);
         debug_assert!(pa.len() >= m * k && pb.len() >= k * n);
+        if m == 1 {
+            // Whether a product takes this path depends on its shape alone, never on how
+            // threads split it: the bits do not depend on the thread count.
+            return row_product(&pa[..k], &pb[..k * n], n, alpha, t.b, c);
+        }
         let rows = c.len() / n;
         // SAFETY: `pa` holds the m×k elements of op(a) at steps (rsa, csa) and `pb` the k×n of
         // op(b) at (rsb, csb): the offsets come from the operands' own shapes, and the shape
@@ -151,6 +156,27 @@ fn batched_on<T: Float>(
     // SAFETY: every product wrote all its elements into the `total` reserved ones.
     unsafe { out.set_len(total) };
     out
+}
+
+/// `c = alpha · a · op(b)` for one row `a` (`1 × k`, contiguous whichever way it is stored):
+/// packing `b` for the blocked kernel would cost more than the product (a decoding step's
+/// products are such rows). `b` is `k × n`, or `n × k` read transposed.
+fn row_product<T: Float>(a: &[T], b: &[T], n: usize, alpha: T, b_transposed: bool, c: &mut [MaybeUninit<T>]) {
+    let k = a.len();
+    if b_transposed {
+        for (j, out) in c.iter_mut().enumerate().take(n) {
+            let sum = a.iter().zip(&b[j * k..(j + 1) * k]).fold(T::ZERO, |s, (&x, &y)| s + x * y);
+            out.write(alpha * sum);
+        }
+        return;
+    }
+    let mut sums = vec![T::ZERO; n];
+    for (&x, row) in a.iter().zip(b.chunks_exact(n.max(1))) {
+        sums.iter_mut().zip(row).for_each(|(s, &y)| *s += x * y);
+    }
+    for (out, s) in c.iter_mut().zip(sums) {
+        out.write(alpha * s);
+    }
 }
 
 /// `[..., m, k] · [..., k, n]` with broadcast batch dims, in the compute type (bf16/f16/f32
@@ -283,6 +309,28 @@ mod tests {
         let y = run(&Op::ScaledMatmul, &[&a, &b, &sa, &sb]).unwrap();
         assert_eq!(y.dtype(), DType::F32);
         assert_eq!(y.to_f32_vec(), [3.5 * 0.5, 7.5 * 0.5]);
+    }
+
+    /// One-row products (a decoding step's) skip the blocked kernel: they match the f64 triple
+    /// loop, broadcast like any product, and read either operand transposed to the same bits.
+    #[test]
+    fn one_row_products() {
+        let (k, n) = (37, 23);
+        let (a, b) = (values(2 * 3 * k, 5), values(3 * k * n, 6));
+        let y = run(&Op::Matmul, &[&t64(&[2, 3, 1, k], &a), &t64(&[1, 3, k, n], &b)]).unwrap();
+        assert_close(&y.to_f64_vec(), &naive(&a, [2, 3], &b, [1, 3], 1, k, n), 1e-12);
+        let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+        let (a1, b1) = (t32(&[1, k], &f32s(&a[..k])), t32(&[k, n], &f32s(&b[..k * n])));
+        let want = run(&Op::Matmul, &[&a1, &b1]).unwrap().to_f32_vec();
+        let bt = run(&Op::Transpose { perm: vec![1, 0] }, &[&b1]).unwrap();
+        let at = run(&Op::Reshape { shape: vec![k, 1] }, &[&a1]).unwrap();
+        for (ta, tb, x, y) in [(false, true, &a1, &bt), (true, false, &at, &b1), (true, true, &at, &bt)] {
+            let got = run(&Op::MatmulT { ta, tb, fold: false }, &[x, y]).unwrap().to_f32_vec();
+            assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "ta={ta} tb={tb}");
+        }
+        // An empty inner dimension is zeros.
+        let z = run(&Op::Matmul, &[&t32(&[1, 0], &[]), &t32(&[0, 3], &[])]).unwrap();
+        assert_eq!(z.to_f32_vec(), [0.0; 3]);
     }
 
     /// `matmul_t` equals `matmul` of materialised transposes bit for bit (f32, where rounding
