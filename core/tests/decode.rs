@@ -95,8 +95,8 @@ fn greedy_generation_equals_the_cache_free_loop() {
             row.push(first_argmax(&full[at..at + cfg.vocab]));
         }
     }
-    for r in 0..2 {
-        assert_eq!(generated.tokens[r], text[r][3..], "row {r}");
+    for (r, row) in text.iter().enumerate() {
+        assert_eq!(generated.tokens[r], row[3..], "row {r}");
     }
     // The plan's peak is the backend's, and what the decoder holds (parameters and caches) is
     // below it.
@@ -368,8 +368,8 @@ fn sliding_generation_is_passes_of_plain_generation() {
             context[r] = text[r][text[r].len() - keep..].to_vec();
         }
     }
-    for r in 0..2 {
-        assert_eq!(slid.tokens[r], text[r][2..], "row {r}");
+    for (r, row) in text.iter().enumerate() {
+        assert_eq!(slid.tokens[r], row[2..], "row {r}");
     }
     assert_eq!(slid.measured_peak, slid.predicted_peak);
     let err = decoder.generate(&prompts, n, &Sampling::greedy()).unwrap_err().to_string();

@@ -554,7 +554,8 @@ fn decoding_with_caches_on_the_device_matches_the_cpu() {
         }
     }
     let sampling = remat_core::Sampling::greedy();
-    let (want, got) = (on_cpu.generate(&prompts, 12, &sampling).unwrap(), on_gpu.generate(&prompts, 12, &sampling).unwrap());
+    let (want, got) =
+        (on_cpu.generate(&prompts, 12, &sampling).unwrap(), on_gpu.generate(&prompts, 12, &sampling).unwrap());
     assert_eq!(got.measured_peak, got.predicted_peak, "the device peak is the plan's");
     assert_eq!(got.predicted_peak, want.predicted_peak);
     assert_eq!(got.tokens, want.tokens, "greedy tokens (a near tie could differ; none at these seeds)");

@@ -374,7 +374,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
             return Err(Error::Invalid("this decoder has no encoder (add one with `DecoderBuilder::encoder`)".into()));
         };
         let graph = encoder.joint.graph();
-        let declared: Vec<String> = encoder.roles.iter().filter_map(|r| feed_name(r)).collect();
+        let declared: Vec<String> = encoder.roles.iter().filter_map(feed_name).collect();
         let mut resident = Vec::with_capacity(encoder.roles.len());
         for (&id, role) in encoder.plan.resident().iter().zip(&encoder.roles) {
             resident.push(match role {
