@@ -471,3 +471,55 @@ fn new_ops_round_trip_and_differentiate_after_reading() {
     let err = json::read_graph(&bad).unwrap_err().to_string();
     assert!(err.contains("attribute `layout`") && err.contains("head_major") && err.contains("token_major"), "{err}");
 }
+
+/// A joint chain of `n` nodes (large documents are parsed on a second thread while the first
+/// checks what is parsed): `node(k)` may replace node `k`'s text.
+fn long_chain(n: usize, node: impl Fn(usize) -> Option<String>) -> String {
+    let mut nodes =
+        vec![r#"{"id": "x", "op": "placeholder", "phase": "forward", "bytes": 64, "flags": ["resident"]}"#.to_string()];
+    for k in 1..n {
+        let text = node(k).unwrap_or_else(|| {
+            format!(r#"{{"id": "relu_{k}", "op": "aten.relu.default", "inputs": ["{}"], "phase": "forward", "shape": [4, 4], "dtype": "f32", "flops": 16}}"#,
+                if k == 1 { "x".to_string() } else { format!("relu_{}", k - 1) })
+        });
+        nodes.push(text);
+    }
+    format!(
+        r#"{{"format": "remat.joint", "version": 1, "nodes": [{}], "forward_outputs": ["relu_{}"]}}"#,
+        nodes.join(",\n"),
+        n - 1
+    )
+}
+
+#[test]
+fn a_large_document_reads_and_errors_like_a_small_one() {
+    let n = 60_000;
+    let good = long_chain(n, |_| None);
+    assert!(good.len() > 4 << 20, "large enough to be parsed on a second thread");
+    let g = json::read_joint(&good).unwrap();
+    assert_eq!(g.nodes.len(), n);
+    assert_eq!(g.nodes[n - 1].inputs, [remat_core::NodeId::new(n as u32 - 2)]);
+
+    // An input defined nowhere (found by the checking thread), a node that does not parse (found
+    // by the parsing thread), and both: the error of the earlier node is the one returned, with
+    // the same text a small document gives.
+    let unknown = |k: usize| {
+        format!(
+            r#"{{"id": "relu_{k}", "op": "aten.relu.default", "inputs": ["nope"], "phase": "forward", "bytes": 64}}"#
+        )
+    };
+    let unparsable =
+        |k: usize| format!(r#"{{"id": "relu_{k}", "op": "aten.relu.default", "phase": "sideways", "bytes": 64}}"#);
+    let small_unknown = json::read_joint(&long_chain(3, |k| (k == 2).then(|| unknown(2)))).unwrap_err().to_string();
+    let err = json::read_joint(&long_chain(n, |k| (k == 50_000).then(|| unknown(k)))).unwrap_err().to_string();
+    assert_eq!(err, small_unknown.replace("relu_2", "relu_50000").replace("relu_1", "relu_49999"));
+    let err = json::read_joint(&long_chain(n, |k| (k == 40_000).then(|| unparsable(k)))).unwrap_err().to_string();
+    assert!(err.contains("relu_40000") && err.contains("sideways"), "{err}");
+    let both = |first: usize, second: usize, a: &dyn Fn(usize) -> String, b: &dyn Fn(usize) -> String| {
+        long_chain(n, |k| (k == first).then(|| a(k)).or_else(|| (k == second).then(|| b(k))))
+    };
+    let err = json::read_joint(&both(30_000, 50_000, &unknown, &unparsable)).unwrap_err().to_string();
+    assert!(err.contains("relu_30000") && err.contains("nope"), "{err}");
+    let err = json::read_joint(&both(20_000, 45_000, &unparsable, &unknown)).unwrap_err().to_string();
+    assert!(err.contains("relu_20000") && err.contains("sideways"), "{err}");
+}

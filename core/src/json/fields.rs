@@ -163,6 +163,58 @@ pub(super) fn each_node<'a, T: Deserialize<'a>>(
     }
 }
 
+/// Documents at least this large are parsed on a thread of their own while the caller's `each`
+/// checks and stores the nodes already parsed (a 10⁶-node document spends about half its reading
+/// time in each).
+const PIPELINE_FROM_BYTES: usize = 4 << 20;
+
+/// Nodes handed from the parsing thread to the caller at a time.
+const PIPELINE_BATCH: usize = 2048;
+
+/// [`each_node`], with the parsing on a second thread when the document is large and the machine
+/// has a second CPU: `each` runs on the calling thread, in order, on nodes parsed ahead of it.
+/// Errors are those of the one-thread pass: `each`'s first error, else the parser's.
+pub(super) fn each_node_pipelined<'a, T: Deserialize<'a> + Send>(
+    raw: &'a RawValue,
+    format: &str,
+    fields: &[&'static str],
+    mut each: impl FnMut(usize, T) -> Result<()>,
+) -> Result<()> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if raw.get().len() < PIPELINE_FROM_BYTES || cpus < 2 {
+        return each_node(raw, format, fields, each);
+    }
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(usize, T)>>(8);
+        let parser = scope.spawn(move || {
+            let mut batch = Vec::with_capacity(PIPELINE_BATCH);
+            let parsed = each_node(raw, format, fields, |k, t| {
+                batch.push((k, t));
+                if batch.len() == PIPELINE_BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
+                    // The caller stopped at an error of its own, which is the one returned.
+                    tx.send(full).map_err(|_| top_error("stopped".into()))?;
+                }
+                Ok(())
+            });
+            // Nodes parsed before a failure are still checked: an error among them comes first.
+            let _ = tx.send(batch);
+            parsed
+        });
+        let mut checked = Ok(());
+        'batches: for batch in rx {
+            for (k, t) in batch {
+                if let Err(e) = each(k, t) {
+                    checked = Err(e);
+                    break 'batches;
+                }
+            }
+        }
+        let parsed = parser.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        checked.and(parsed)
+    })
+}
+
 /// Reads node object `raw` (position `k`) as `T`, whose fields are `fields`. Errors name the
 /// node by its id and op.
 pub(super) fn node<'a, T: Deserialize<'a>>(raw: &'a RawValue, k: usize, fields: &[&'static str]) -> Result<T> {

@@ -8,6 +8,7 @@ use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, Storag
 use crate::policy::{Policy, PolicySource};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use smallvec::SmallVec;
 use std::borrow::Cow;
 
 /// The top-level fields of a document.
@@ -49,18 +50,18 @@ struct NodeIn<'a> {
     #[serde(borrow)]
     op: Cow<'a, str>,
     #[serde(default, borrow)]
-    inputs: Vec<IdRef<'a>>,
+    inputs: SmallVec<[IdRef<'a>; 4]>,
     phase: Phase,
     #[serde(default)]
     bytes: Option<u64>,
     #[serde(default)]
-    shape: Option<Vec<u64>>,
+    shape: Option<SmallVec<[u64; 4]>>,
     #[serde(default, borrow)]
     dtype: Option<Cow<'a, str>>,
     #[serde(default)]
     flops: u64,
     #[serde(default, borrow)]
-    flags: Vec<Cow<'a, str>>,
+    flags: SmallVec<[Cow<'a, str>; 2]>,
     #[serde(default)]
     region: Option<u64>,
     #[serde(default, borrow)]
@@ -143,8 +144,8 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     let mut ids = Ids::for_text(raw_nodes.get().len());
     let mut regions = Regions::new(region_docs)?;
     let mut nodes: Vec<PNode> = Vec::with_capacity(raw_nodes.get().len() / 120);
-    // One pass: each node is checked and stored as it is parsed.
-    fields::each_node(raw_nodes, FORMAT, &FIELDS, |k, d: NodeIn<'a>| {
+    // One pass: each node is checked and stored as it is parsed (parsed ahead on a second thread).
+    fields::each_node_pipelined(raw_nodes, FORMAT, &FIELDS, |k, d: NodeIn<'a>| {
         let id = d.id.owned();
         let state = rng_state(&nodes, &mut regions, &id, &d)?;
         let state = state.map(|s| {
