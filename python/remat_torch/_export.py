@@ -1,0 +1,194 @@
+"""PyTorch's joint forward/backward FX graph as a ``remat.joint`` document.
+
+The conventions are those of the fixtures (``tests/fixtures/torch/README.md``): ids are FX node
+names in FX order; placeholders are ``input``, ``param`` or ``tangent``; a node is ``backward``
+iff it depends on a tangent; every tensor has ``shape`` and ``dtype``; ``flops`` is 2mnk for
+matrix products, else the largest element count among inputs and output, 0 for views;
+``flags`` are ``view``, ``compute_intensive``, ``random``; ``region`` is PyTorch's
+``ac_graph_id`` renumbered from 0 and ``policy`` the node's ``CheckpointPolicy``; a multi-output
+op appears as its ``getitem`` users, each with the producer's op, inputs and FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+_DTYPES = {
+    torch.float64: "f64",
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float8_e4m3fn: "f8e4m3",
+    torch.float8_e5m2: "f8e5m2",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
+
+_aten = torch.ops.aten
+_COMPUTE_INTENSIVE = {
+    _aten.mm,
+    _aten.addmm,
+    _aten.bmm,
+    _aten.baddbmm,
+    _aten._scaled_mm,
+    _aten.convolution,
+    _aten._scaled_dot_product_flash_attention,
+    _aten._scaled_dot_product_efficient_attention,
+    _aten._scaled_dot_product_cudnn_attention,
+    _aten._flash_attention_forward,
+    _aten._efficient_attention_forward,
+}
+_MATMULS = {_aten.mm, _aten.addmm, _aten.bmm, _aten.baddbmm, _aten._scaled_mm}
+
+_POLICIES = {
+    "MUST_SAVE": "must_save",
+    "PREFER_SAVE": "prefer_save",
+    "MUST_RECOMPUTE": "must_recompute",
+    "PREFER_RECOMPUTE": "prefer_recompute",
+}
+
+
+class ExportError(ValueError):
+    """A joint graph remat cannot describe; the message names the FX node."""
+
+
+def _packet(target: Any) -> Any:
+    return getattr(target, "overloadpacket", None)
+
+
+def _is_view(target: Any) -> bool:
+    return bool(getattr(target, "is_view", False))
+
+
+def _tensor(val: Any) -> torch.Tensor | None:
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _value_fields(node: fx.Node, val: Any) -> dict:
+    t = _tensor(val)
+    if t is None:
+        # A symbolic size, None or another non-tensor value: no device memory.
+        return {"bytes": 0}
+    shape = [int(d) for d in t.shape]
+    dtype = _DTYPES.get(t.dtype)
+    if dtype is None:
+        return {"shape": shape, "bytes": math.prod(shape) * t.element_size()}
+    return {"shape": shape, "dtype": dtype}
+
+
+def _numel(val: Any) -> int:
+    t = _tensor(val)
+    return int(t.numel()) if t is not None else 0
+
+
+def _flops(node: fx.Node, producer: fx.Node, out_val: Any) -> int:
+    target = producer.target
+    if _is_view(target):
+        return 0
+    if _packet(target) in _MATMULS:
+        out = _tensor(producer.meta.get("val"))
+        if out is not None:
+            a = producer.args[1] if _packet(target) in {_aten.addmm, _aten.baddbmm} else producer.args[0]
+            a_val = _tensor(a.meta.get("val")) if isinstance(a, fx.Node) else None
+            if a_val is not None:
+                return 2 * int(out.numel()) * int(a_val.shape[-1])
+    sizes = [_numel(i.meta.get("val")) for i in producer.all_input_nodes]
+    return max(sizes + [_numel(out_val)])
+
+
+def export_joint(joint: fx.GraphModule, num_fwd_outputs: int, *, params: int | None = None) -> dict:
+    """The ``remat.joint`` document of ``joint`` (as ``aot_autograd`` hands it to a
+    partitioner). The first ``params`` primals are parameters (``param``), the rest inputs."""
+    graph = joint.graph
+    nodes = list(graph.nodes)
+    backward: dict[fx.Node, bool] = {}
+    primal = 0
+    regions: dict[Any, int] = {}
+    out: list[dict] = []
+    for node in nodes:
+        if node.op == "output":
+            continue
+        backward[node] = (node.op == "placeholder" and node.name.startswith("tangents")) or any(
+            backward.get(i, False) for i in node.all_input_nodes
+        )
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            if node.name.startswith("tangents"):
+                doc = {"id": node.name, "op": "tangent", "phase": "backward", "flags": ["tangent"]}
+            else:
+                is_param = params is not None and primal < params
+                primal += 1
+                doc = {"id": node.name, "op": "param" if is_param else "input", "phase": "forward"}
+            doc.update(_value_fields(node, val))
+            out.append(doc)
+            continue
+        if node.op == "get_attr":
+            out.append({"id": node.name, "op": "param", "phase": "forward", **_value_fields(node, val)})
+            continue
+        if node.op != "call_function":
+            raise ExportError(f"FX node {node.name!r} ({node.op} {node.target}): only call_function nodes are supported")
+        if isinstance(val, (tuple, list)):
+            # A multi-output op: its getitem users stand for it.
+            continue
+        producer = node
+        if node.target is operator.getitem:
+            producer = node.args[0]
+            if not isinstance(producer, fx.Node):
+                raise ExportError(f"FX node {node.name!r}: getitem of a non-node")
+        inputs = [i.name for i in producer.all_input_nodes]
+        doc = {
+            "id": node.name,
+            "op": str(producer.target),
+            "inputs": inputs,
+            "phase": "backward" if backward[node] else "forward",
+            **_value_fields(node, val),
+        }
+        flops = _flops(node, producer, val)
+        if flops:
+            doc["flops"] = flops
+        flags = []
+        if node.target is not operator.getitem and _is_view(producer.target):
+            if not inputs:
+                raise ExportError(f"FX node {node.name!r} ({producer.target}): a view with no input")
+            flags.append("view")
+        if _packet(producer.target) in _COMPUTE_INTENSIVE:
+            flags.append("compute_intensive")
+        tags = getattr(producer.target, "tags", ())
+        if torch.Tag.nondeterministic_seeded in tags:
+            flags.append("random")
+        if flags:
+            doc["flags"] = flags
+        if not backward[node]:
+            graph_id = producer.meta.get("ac_graph_id")
+            if graph_id is not None:
+                doc["region"] = regions.setdefault(graph_id, len(regions))
+            policy = producer.meta.get("recompute")
+            if policy is not None:
+                name = getattr(policy, "name", str(policy))
+                if name not in _POLICIES:
+                    raise ExportError(f"FX node {node.name!r}: unknown checkpoint policy {policy!r}")
+                doc["policy"] = _POLICIES[name]
+        out.append(doc)
+    output = next(n for n in nodes if n.op == "output")
+    outs = list(output.args[0])
+    # A multi-output node listed among the outputs is referred to by its getitems only.
+    names = {d["id"] for d in out}
+    fwd = [n.name for n in outs[:num_fwd_outputs] if isinstance(n, fx.Node) and n.name in names]
+    bwd = [n.name for n in outs[num_fwd_outputs:] if isinstance(n, fx.Node) and n.name in names]
+    return {
+        "format": "remat.joint",
+        "version": 1,
+        "regions": [{"id": i, "name": f"ac_graph_{k}"} for k, i in regions.items()],
+        "nodes": out,
+        "forward_outputs": fwd,
+        "backward_outputs": bwd,
+    }

@@ -1,0 +1,44 @@
+//! `remat_torch._remat`: remat's partitioner for Python. One call: a `remat.joint` (or
+//! `remat.graph`) document and a strategy in, remat's JSON report out — in process, no
+//! subprocess and no file. The Python side (`remat_torch`) writes the document from
+//! PyTorch's joint graph and builds the forward and backward graphs from the report.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use remat_core::json::{self, Document};
+use remat_core::partition::{partition, PGraph};
+use remat_core::report::Report;
+use remat_core::{JointGraph, Strategy};
+
+/// Partitions `document` (JSON text) with `strategy` (`"respect"`, `"mincut"`, `"budget=0.5"`,
+/// `"budget=64MiB"`, ...) and returns remat's report as JSON text: `saved`, `held`,
+/// `offloaded`, `recomputed`, a decision with its reason per value, totals.
+pub fn partition_report(document: &str, strategy: &str) -> Result<String, String> {
+    let strategy: Strategy = strategy.parse().map_err(|e: String| format!("strategy {strategy:?}: {e}"))?;
+    let pg = match json::read(document).map_err(|e| e.to_string())? {
+        Document::Joint(pg) => pg,
+        Document::Graph(graph, ids) => {
+            let joint = JointGraph::new(&graph).map_err(|e| e.to_string())?;
+            PGraph::from_joint(&joint).with_forward_ids(&ids)
+        }
+    };
+    let p = partition(&pg, strategy).map_err(|e| e.to_string())?;
+    Ok(Report::new(&pg, &p).json())
+}
+
+/// `partition(document, strategy) -> str`: see [`partition_report`]. A document or strategy
+/// remat refuses raises `ValueError` with remat's message (which names the node).
+#[pyfunction]
+#[pyo3(name = "partition")]
+fn py_partition(py: Python<'_>, document: &str, strategy: &str) -> PyResult<String> {
+    // The partition holds no Python object: other Python threads may run meanwhile.
+    py.detach(|| partition_report(document, strategy)).map_err(PyValueError::new_err)
+}
+
+/// The extension module.
+#[pymodule]
+fn _remat(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(py_partition, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! Runs the Python package's tests (`python/tests/*.py`, pytest) against the extension module
+//! this build made (`lib_remat.so`, the package's cdylib), so `cargo test --workspace` tests
+//! the Python side too.
+//!
+//! The Python is `REMAT_TORCH_PYTHON`, else `.venv-torch/bin/python` at the workspace root
+//! (what `.ci/run` installs: PyTorch 2.15 and pytest). Without one that imports torch and
+//! pytest the test prints why and passes, unless `REMAT_REQUIRE_TORCH=1` (set by `.ci/run`),
+//! which makes that a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn python() -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("python/ is in the workspace");
+    let python = std::env::var_os("REMAT_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join(".venv-torch/bin/python"));
+    let probe = Command::new(&python)
+        .args(["-c", "import torch, pytest; print(torch.__version__)"])
+        .output()
+        .map_err(|e| format!("{}: {e}", python.display()))?;
+    if !probe.status.success() {
+        return Err(format!("{} cannot import torch and pytest", python.display()));
+    }
+    Ok(python)
+}
+
+/// The extension module cargo built beside this test's executable.
+fn extension() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let deps = exe.parent().expect("target/<profile>/deps");
+    for name in ["lib_remat.so", "lib_remat.dylib"] {
+        for dir in [deps, deps.parent().unwrap_or(deps)] {
+            if dir.join(name).exists() {
+                return dir.join(name);
+            }
+        }
+    }
+    panic!("the extension module (lib_remat.so) is not beside {}", exe.display());
+}
+
+#[test]
+fn python_package_tests() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) if std::env::var("REMAT_REQUIRE_TORCH").is_ok_and(|v| v == "1") => {
+            panic!("REMAT_REQUIRE_TORCH=1 but {why}")
+        }
+        Err(why) => {
+            println!("skipped: {why} (set REMAT_TORCH_PYTHON, or run .ci/run's set-up)");
+            return;
+        }
+    };
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let site = std::env::temp_dir().join(format!("remat-torch-{}", std::process::id()));
+    let package = site.join("remat_torch");
+    std::fs::create_dir_all(&package).unwrap();
+    for entry in std::fs::read_dir(manifest.join("remat_torch")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "py") {
+            std::fs::copy(&path, package.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::copy(extension(), package.join("_remat.abi3.so")).unwrap();
+    // Run from the copy, so the sources beside this file (without the module) are not imported.
+    let out = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging"])
+        .arg(manifest.join("tests"))
+        .current_dir(&site)
+        .env("PYTHONPATH", &site)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&site);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(out.status.success(), "pytest failed:\n{text}");
+}

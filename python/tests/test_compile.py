@@ -1,0 +1,185 @@
+"""remat_torch as a PyTorch user uses it: torch.compile with remat's partition gives eager's
+outputs and gradients bit for bit, keeps what remat decides (inspected in the compiled forward
+graph), honours selective-checkpoint tags, and refuses bad input with a Python exception."""
+
+import functools
+
+import pytest
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+import remat_torch
+
+aten = torch.ops.aten
+
+
+def compiled_with(model, strategy="mincut"):
+    """The model compiled with remat's partition, and the forward graphs it produced."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    forwards = []
+
+    def fw(gm, _inputs):
+        forwards.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def bw(gm, _inputs):
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    part = functools.partial(remat_torch.partition_fn, strategy=strategy)
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=part)
+    return torch.compile(model, backend=backend, dynamic=False), forwards
+
+
+def saved_targets(forward):
+    """The ops whose values the forward graph hands to the backward (its outputs past the
+    user's), by FX target name."""
+    out = next(n for n in forward.graph.nodes if n.op == "output")
+    values = [v for v in out.args[0] if isinstance(v, torch.fx.Node)]
+    return [str(v.target) for v in values if v.op == "call_function"]
+
+
+def run(model, *inputs):
+    """Loss, input gradients and parameter gradients of one forward and backward."""
+    for p in model.parameters():
+        p.grad = None
+    inputs = [i.detach().clone().requires_grad_(True) for i in inputs]
+    loss = model(*inputs)
+    loss.backward()
+    return loss.detach(), [i.grad for i in inputs], [p.grad.clone() for p in model.parameters()]
+
+
+def assert_bitwise(a, b):
+    (la, ia, pa), (lb, ib, pb) = a, b
+    assert torch.equal(la, lb), (la, lb)
+    for x, y in zip(ia + pa, ib + pb):
+        assert torch.equal(x, y), (x - y).abs().max()
+
+
+class Chain(torch.nn.Module):
+    """`g(f(x))`, each linear + relu in its own checkpointed region: the boundary case."""
+
+    def __init__(self, policy=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.f = torch.nn.Linear(16, 32)
+        self.g = torch.nn.Linear(32, 16)
+        self.policy = policy
+
+    def region(self, fn, x):
+        if self.policy is None:
+            return checkpoint(fn, x, use_reentrant=False)
+        context = functools.partial(create_selective_checkpoint_contexts, self.policy)
+        return checkpoint(fn, x, use_reentrant=False, context_fn=context)
+
+    def forward(self, x):
+        h = self.region(lambda x: torch.relu(self.f(x)), x)
+        return self.region(lambda h: torch.relu(self.g(h)), h).sum()
+
+
+def recompute_everything(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_RECOMPUTE
+
+
+def save_matmuls(ctx, op, *args, **kwargs):
+    if op in (aten.mm.default, aten.addmm.default, aten.bmm.default, aten._scaled_mm.default):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+@pytest.mark.parametrize("strategy", ["mincut", "respect", "budget=0.0", "budget=1.0"])
+def test_consecutive_regions_give_eager_bits(strategy):
+    model = Chain()
+    x = torch.randn(8, 16)
+    compiled, forwards = compiled_with(model, strategy)
+    assert_bitwise(run(compiled, x), run(model, x))
+    assert forwards, "the forward graph was compiled"
+
+
+def test_must_recompute_everywhere_keeps_the_boundary():
+    # The seeds' question (PyTorch PR #129295): every op tagged MUST_RECOMPUTE in two
+    # consecutive regions. remat keeps the tensor between them (its reader's rule).
+    model = Chain(recompute_everything)
+    x = torch.randn(8, 16)
+    compiled, forwards = compiled_with(model, "mincut")
+    assert_bitwise(run(compiled, x), run(model, x))
+    saved = saved_targets(forwards[0])
+    assert "aten.relu.default" in saved, saved
+
+
+def test_save_matmuls_keeps_the_needed_matmul_and_the_boundary():
+    model = Chain(save_matmuls)
+    x = torch.randn(8, 16)
+    compiled, forwards = compiled_with(model, "respect")
+    assert_bitwise(run(compiled, x), run(model, x))
+    # g's matmul (must_save, read by relu's backward) and the boundary f(x) (read by g's weight
+    # gradient); f's matmul output is must_save but no backward op reads it (relu's backward
+    # reads relu's output), so it is not kept. The loss is the forward's own output.
+    assert sorted(saved_targets(forwards[0])) == ["aten.addmm.default", "aten.relu.default", "aten.sum.default"]
+
+
+def to_fp8(t):
+    scale = t.abs().amax().clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
+    return (t / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
+
+
+class Float8Linear(torch.autograd.Function):
+    """`x @ wᵀ` through float8 `_scaled_mm`, casts by absmax scale and clamp inside; the
+    backward in float32 from the fp8 values, straight through the casts (the seed's function)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        (x8, sx), (w8, sw) = to_fp8(x), to_fp8(w)
+        ctx.save_for_backward(x8, w8, sx, sw)
+        return torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx, g):
+        x8, w8, sx, sw = ctx.saved_tensors
+        return g @ (w8.float() * sw), g.t() @ (x8.float() * sx)
+
+
+class Float8Seed(torch.nn.Module):
+    """`x + relu(_scaled_mm(cast_fp8(x), cast_fp8(w)))` in one selective-checkpoint region whose
+    policy saves the matmul and recomputes everything else: PyTorch's compiler once saved the
+    fp8 cast of the input instead (the reason remat exists)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.w = torch.nn.Parameter(torch.randn(64, 64) / 8)
+
+    def block(self, x):
+        return x + torch.relu(Float8Linear.apply(x, self.w))
+
+    def forward(self, x):
+        context = functools.partial(create_selective_checkpoint_contexts, save_matmuls)
+        return checkpoint(self.block, x, use_reentrant=False, context_fn=context).sum()
+
+
+def test_float8_seed_saves_no_cast_scale_or_amax():
+    model = Float8Seed()
+    x = torch.randn(32, 64)
+    compiled, forwards = compiled_with(model, "respect")
+    assert_bitwise(run(compiled, x), run(model, x))
+    saved = saved_targets(forwards[0])
+    assert "aten._scaled_mm.default" in saved, saved
+    casts = [s for s in saved if any(k in s for k in ("_to_copy", "amax", "clamp", "div", "abs"))]
+    assert not casts, f"the forward keeps fp8 casts or scales: {saved}"
+
+
+def test_bad_input_raises_python_exceptions_naming_the_problem():
+    with pytest.raises(ValueError, match="strategy"):
+        remat_torch.backend("budget=lots")
+    with pytest.raises(ValueError, match="not both"):
+        remat_torch.backend("mincut", budget=0.5)
+    bad = {
+        "format": "remat.joint",
+        "version": 1,
+        "nodes": [{"id": "mm_3", "op": "aten.mm.default", "inputs": ["nowhere"], "phase": "forward", "bytes": 4}],
+        "forward_outputs": ["mm_3"],
+    }
+    with pytest.raises(remat_torch.RematError, match="mm_3"):
+        remat_torch.partition_joint(bad)
