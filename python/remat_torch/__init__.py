@@ -20,7 +20,16 @@ import torch.fx as fx
 from . import _remat
 from ._export import ExportError, export_joint
 
-__all__ = ["backend", "partition_fn", "partition_joint", "export_joint", "ExportError", "RematError"]
+__all__ = [
+    "backend",
+    "partition_fn",
+    "partition_joint",
+    "export",
+    "export_joint",
+    "explain",
+    "ExportError",
+    "RematError",
+]
 __version__ = _remat.__version__
 
 
@@ -28,13 +37,29 @@ class RematError(ValueError):
     """remat refused the joint graph (the message names the node) or the strategy."""
 
 
-def partition_joint(doc: dict, strategy: str = "mincut") -> dict:
+def partition_joint(doc: dict, strategy: str = "mincut", *, text: bool = False) -> dict | str:
     """remat's report on a ``remat.joint`` document: ``saved``, ``held``, ``recomputed``, one
-    decision per value with its reason, totals."""
+    decision per value with its reason, totals; with ``text``, the table ``remat partition``
+    prints."""
     try:
-        return json.loads(_remat.partition(json.dumps(doc), strategy))
+        report = _remat.partition(json.dumps(doc), strategy, text)
     except ValueError as e:
         raise RematError(str(e)) from None
+    return report if text else json.loads(report)
+
+
+def _torch_budget_strategy(doc: dict) -> str | None:
+    """PyTorch's ``activation_memory_budget`` (0 = recompute everything, 1 = min-cut's memory)
+    as remat bytes between the fewest remat can keep and what its min-cut keeps; ``None`` at the
+    default 1.0."""
+    from torch._functorch import config
+
+    fraction = float(getattr(config, "activation_memory_budget", 1.0))
+    if fraction >= 1.0:
+        return None
+    fewest = partition_joint(doc, "budget=0.0")["saved_bytes"]
+    mincut = partition_joint(doc, "mincut")["saved_bytes"]
+    return f"budget={int(fewest + max(fraction, 0.0) * max(mincut - fewest, 0))}"
 
 
 def _strategy(strategy: str | None, budget: float | int | None) -> str:
@@ -55,10 +80,14 @@ def partition_fn(
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """A ``partition_fn`` for ``aot_autograd``: remat chooses the saved values, PyTorch's
     ``_extract_fwd_bwd_modules`` builds the two graphs (recomputing in the backward whatever the
-    forward does not keep)."""
+    forward does not keep). ``strategy="torch"`` reads PyTorch's
+    ``torch._functorch.config.activation_memory_budget`` with its own meaning (1.0: min-cut;
+    0.0: keep the fewest bytes; between: bytes in proportion)."""
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
 
     doc = export_joint(joint_module, num_fwd_outputs)
+    if strategy == "torch":
+        strategy = _torch_budget_strategy(doc) or "mincut"
     report = partition_joint(doc, strategy)
     keep = set(report["saved"]) | set(report["held"])
     saved, saved_sym = [], []
@@ -74,14 +103,16 @@ def partition_fn(
 
 def backend(strategy: str | None = None, *, budget: float | int | None = None) -> Callable:
     """A ``torch.compile`` backend that partitions with remat: ``strategy`` is ``"mincut"``
-    (the default), ``"respect"`` or ``"budget=B"``; ``budget`` (a fraction with a decimal point,
-    else bytes) is ``"budget=B"``. The graphs run as ``aot_eager`` runs them."""
+    (the default), ``"respect"``, ``"budget=B"`` or ``"torch"`` (PyTorch's
+    ``activation_memory_budget``, see :func:`partition_fn`); ``budget`` (a fraction with a
+    decimal point, else bytes) is ``"budget=B"``. The graphs run as ``aot_eager`` runs them."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
     chosen = _strategy(strategy, budget)
     # Check the strategy now, not at the first call of the compiled model.
-    _remat.partition(json.dumps(_EMPTY), chosen)
+    if chosen != "torch":
+        _remat.partition(json.dumps(_EMPTY), chosen)
 
     def compiler(gm: fx.GraphModule, _example_inputs: Any) -> Callable:
         return make_boxed_func(gm.forward)
@@ -91,6 +122,57 @@ def backend(strategy: str | None = None, *, budget: float | int | None = None) -
         bw_compiler=compiler,
         partition_fn=functools.partial(partition_fn, strategy=chosen),
     )
+
+
+def _capture(model: Callable, inputs: tuple, on_joint: Callable[[fx.GraphModule, int], None]) -> None:
+    """Traces ``model(*inputs)`` (forward and backward) once through ``aot_autograd``, handing
+    the joint graph to ``on_joint`` before partitioning it with min-cut."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def part(joint_module, joint_inputs, *, num_fwd_outputs, **kwargs):
+        on_joint(joint_module, num_fwd_outputs)
+        return partition_fn(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+
+    def compiler(gm, _inputs):
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    traced = torch.compile(model, backend=aot_autograd(fw_compiler=compiler, bw_compiler=compiler, partition_fn=part))
+    out = traced(*inputs)
+    del out
+    torch._dynamo.reset()
+
+
+def export(model: Callable, *inputs: Any, path: str | None = None) -> list[dict]:
+    """The ``remat.joint`` documents of ``model(*inputs)``'s joint graphs (one per graph
+    ``torch.compile`` makes), written to ``path`` as JSON when given (the first graph; more are
+    ``path`` with ``.1``, ``.2``, ... before the extension)."""
+    docs: list[dict] = []
+    _capture(model, inputs, lambda gm, n: docs.append(export_joint(gm, n)))
+    if path is not None:
+        for k, doc in enumerate(docs):
+            target = path if k == 0 else _numbered(path, k)
+            with open(target, "w") as f:
+                json.dump(doc, f, indent=1)
+    return docs
+
+
+def _numbered(path: str, k: int) -> str:
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{k}.{ext}" if dot else f"{path}.{k}"
+
+
+def explain(model: Callable, *inputs: Any, strategy: str = "mincut", file: Any = None) -> str:
+    """Prints (to ``file``, standard output by default) and returns remat's report for each joint
+    graph of ``model(*inputs)``: what the forward keeps, why, and what is recomputed."""
+    import sys
+
+    texts: list[str] = []
+    _capture(model, inputs, lambda gm, n: texts.append(partition_joint(export_joint(gm, n), strategy, text=True)))
+    text = "\n".join(texts)
+    print(text, file=file or sys.stdout)
+    return text
 
 
 _EMPTY = {

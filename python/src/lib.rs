@@ -11,9 +11,10 @@ use remat_core::report::Report;
 use remat_core::{JointGraph, Strategy};
 
 /// Partitions `document` (JSON text) with `strategy` (`"respect"`, `"mincut"`, `"budget=0.5"`,
-/// `"budget=64MiB"`, ...) and returns remat's report as JSON text: `saved`, `held`,
-/// `offloaded`, `recomputed`, a decision with its reason per value, totals.
-pub fn partition_report(document: &str, strategy: &str) -> Result<String, String> {
+/// `"budget=64MiB"`, ...) and returns remat's report as JSON text (`saved`, `held`,
+/// `offloaded`, `recomputed`, a decision with its reason per value, totals), or as the text
+/// table with `text`.
+pub fn partition_report(document: &str, strategy: &str, text: bool) -> Result<String, String> {
     let strategy: Strategy = strategy.parse().map_err(|e: String| format!("strategy {strategy:?}: {e}"))?;
     let pg = match json::read(document).map_err(|e| e.to_string())? {
         Document::Joint(pg) => pg,
@@ -23,16 +24,19 @@ pub fn partition_report(document: &str, strategy: &str) -> Result<String, String
         }
     };
     let p = partition(&pg, strategy).map_err(|e| e.to_string())?;
-    Ok(Report::new(&pg, &p).json())
+    let report = Report::new(&pg, &p);
+    Ok(if text { report.text() } else { report.json() })
 }
 
-/// `partition(document, strategy) -> str`: see [`partition_report`]. A document or strategy
-/// remat refuses raises `ValueError` with remat's message (which names the node).
+/// `partition(document, strategy, text=False) -> str`: see [`partition_report`]; with
+/// `text`, the report as `remat partition` prints it (a table with a reason per value). A
+/// document or strategy remat refuses raises `ValueError` with remat's message (which names the
+/// node).
 #[pyfunction]
-#[pyo3(name = "partition")]
-fn py_partition(py: Python<'_>, document: &str, strategy: &str) -> PyResult<String> {
+#[pyo3(name = "partition", signature = (document, strategy, text = false))]
+fn py_partition(py: Python<'_>, document: &str, strategy: &str, text: bool) -> PyResult<String> {
     // The partition holds no Python object: other Python threads may run meanwhile.
-    py.detach(|| partition_report(document, strategy)).map_err(PyValueError::new_err)
+    py.detach(|| partition_report(document, strategy, text)).map_err(PyValueError::new_err)
 }
 
 /// The extension module.

@@ -183,3 +183,45 @@ def test_bad_input_raises_python_exceptions_naming_the_problem():
     }
     with pytest.raises(remat_torch.RematError, match="mm_3"):
         remat_torch.partition_joint(bad)
+
+
+def test_explain_and_export_describe_the_joint_graph(tmp_path):
+    model = Chain(recompute_everything)
+    x = torch.randn(8, 16, requires_grad=True)
+    lines = []
+
+    class Sink:
+        def write(self, s):
+            lines.append(s)
+
+    text = remat_torch.explain(model, x, file=Sink())
+    assert "".join(lines).startswith(text[:40])
+    assert "relu" in text and "must_recompute" in text, text
+    path = tmp_path / "chain.json"
+    docs = remat_torch.export(model, x, path=str(path))
+    assert path.exists() and len(docs) == 1
+    doc = docs[0]
+    assert doc["format"] == "remat.joint"
+    ops = {n["op"] for n in doc["nodes"]}
+    assert {"input", "tangent", "aten.addmm.default", "aten.relu.default"} <= ops, ops
+    regions = {n.get("region") for n in doc["nodes"] if n["phase"] == "forward" and n.get("policy")}
+    assert regions == {0, 1}, regions
+    # The user's ops carry the policy's tag (PyTorch tags the detaches it adds itself).
+    user_ops = {"aten.t.default", "aten.addmm.default", "aten.relu.default"}
+    tagged = [n for n in doc["nodes"] if n.get("region") is not None and n["op"] in user_ops]
+    assert len(tagged) == 6 and all(n["policy"] == "must_recompute" for n in tagged), tagged
+
+
+def test_pytorchs_activation_memory_budget_is_honoured():
+    from torch._functorch import config
+
+    model = Chain()
+    x = torch.randn(8, 16)
+    eager = run(model, x)
+    saved = {}
+    for fraction in (1.0, 0.0):
+        with config.patch(activation_memory_budget=fraction):
+            compiled, forwards = compiled_with(model, "torch")
+            assert_bitwise(run(compiled, x), eager)
+            saved[fraction] = len(saved_targets(forwards[0]))
+    assert saved[0.0] <= saved[1.0], saved
