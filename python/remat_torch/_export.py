@@ -4,7 +4,8 @@ The conventions are those of the fixtures (``tests/fixtures/torch/README.md``): 
 names in FX order; placeholders are ``input``, ``param`` or ``tangent``; a node is ``backward``
 iff it depends on a tangent; every tensor has ``shape`` and ``dtype``; ``flops`` is 2mnk for
 matrix products, else the largest element count among inputs and output, 0 for views;
-``flags`` are ``view``, ``compute_intensive``, ``random``; ``region`` is PyTorch's
+``flags`` are ``view``, ``compute_intensive``, ``random`` (with ``not_recomputable``: PyTorch's
+generator does not replay); ``region`` is PyTorch's
 ``ac_graph_id`` renumbered from 0 and ``policy`` the node's ``CheckpointPolicy``; a multi-output
 op appears as its ``getitem`` users, each with the producer's op, inputs and FLOPs.
 """
@@ -71,6 +72,16 @@ def _is_view(target: Any) -> bool:
 
 def _tensor(val: Any) -> torch.Tensor | None:
     return val if isinstance(val, torch.Tensor) else None
+
+
+def _is_rng_op(node: fx.Node) -> bool:
+    """Whether the op draws random numbers: PyTorch's own rule where it has one (seeded ops,
+    attention only when its dropout probability is not zero)."""
+    try:
+        from torch._functorch.partitioners import is_rng_op
+    except ImportError:
+        return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    return bool(is_rng_op(node))
 
 
 def _value_fields(node: fx.Node, val: Any) -> dict:
@@ -162,9 +173,10 @@ def export_joint(joint: fx.GraphModule, num_fwd_outputs: int, *, params: int | N
             flags.append("view")
         if _packet(producer.target) in _COMPUTE_INTENSIVE:
             flags.append("compute_intensive")
-        tags = getattr(producer.target, "tags", ())
-        if torch.Tag.nondeterministic_seeded in tags:
-            flags.append("random")
+        if _is_rng_op(producer):
+            # PyTorch's generator is stateful: running the op again draws anew, so it is kept
+            # (PyTorch's own partitioner never recomputes it either, short of functionalized RNG).
+            flags.extend(["random", "not_recomputable"])
         if flags:
             doc["flags"] = flags
         if not backward[node]:
