@@ -85,7 +85,7 @@ def partition_fn(
     0.0: keep the fewest bytes; between: bytes in proportion)."""
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
 
-    doc = export_joint(joint_module, num_fwd_outputs)
+    doc = export_joint(joint_module, num_fwd_outputs, static_inputs=_kwargs.get("static_lifetime_input_indices"))
     if strategy == "torch":
         strategy = _torch_budget_strategy(doc) or "mincut"
     report = partition_joint(doc, strategy)

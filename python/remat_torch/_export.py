@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 import torch.fx as fx
@@ -116,9 +116,13 @@ def _flops(node: fx.Node, producer: fx.Node, out_val: Any) -> int:
     return max(sizes + [_numel(out_val)])
 
 
-def export_joint(joint: fx.GraphModule, num_fwd_outputs: int, *, params: int | None = None) -> dict:
+def export_joint(
+    joint: fx.GraphModule, num_fwd_outputs: int, *, static_inputs: Iterable[int] | None = None
+) -> dict:
     """The ``remat.joint`` document of ``joint`` (as ``aot_autograd`` hands it to a
-    partitioner). The first ``params`` primals are parameters (``param``), the rest inputs."""
+    partitioner). Primals whose positions are in ``static_inputs`` (the partitioner's
+    ``static_lifetime_input_indices``: parameters and buffers) are ``param``, the rest ``input``."""
+    static = set(static_inputs or ())
     graph = joint.graph
     nodes = list(graph.nodes)
     backward: dict[fx.Node, bool] = {}
@@ -136,7 +140,7 @@ def export_joint(joint: fx.GraphModule, num_fwd_outputs: int, *, params: int | N
             if node.name.startswith("tangents"):
                 doc = {"id": node.name, "op": "tangent", "phase": "backward", "flags": ["tangent"]}
             else:
-                is_param = params is not None and primal < params
+                is_param = primal in static
                 primal += 1
                 doc = {"id": node.name, "op": "param" if is_param else "input", "phase": "forward"}
             doc.update(_value_fields(node, val))
