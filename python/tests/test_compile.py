@@ -3,6 +3,7 @@ outputs and gradients bit for bit, keeps what remat decides (inspected in the co
 graph), honours selective-checkpoint tags, and refuses bad input with a Python exception."""
 
 import functools
+import operator
 
 import pytest
 import torch
@@ -34,11 +35,11 @@ def compiled_with(model, strategy="mincut"):
 
 
 def saved_targets(forward):
-    """The ops whose values the forward graph hands to the backward (its outputs past the
-    user's), by FX target name."""
+    """The ops whose values the forward graph outputs (the user's outputs, then what it hands to
+    the backward), by FX target name; a getitem by its producer's."""
     out = next(n for n in forward.graph.nodes if n.op == "output")
-    values = [v for v in out.args[0] if isinstance(v, torch.fx.Node)]
-    return [str(v.target) for v in values if v.op == "call_function"]
+    values = [v for v in out.args[0] if isinstance(v, torch.fx.Node) and v.op == "call_function"]
+    return [str(v.args[0].target if v.target is operator.getitem else v.target) for v in values]
 
 
 def run(model, *inputs, grad_inputs=True):

@@ -4,14 +4,13 @@ equal to eager, and no more saved activation bytes than PyTorch's own min-cut pa
 same model."""
 
 import functools
-import operator
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
-from test_compile import assert_bitwise, compiled_with, recompute_everything, run, save_matmuls
+from test_compile import assert_bitwise, compiled_with, recompute_everything, run, save_matmuls, saved_targets
 
 
 class RMSNorm(torch.nn.Module):
@@ -165,12 +164,5 @@ def test_dropout_under_checkpoint_matches_pytorchs_partitioner_with_the_same_see
     assert_bitwise(ours, theirs)
     # The masks are drawn once, in the forward: remat keeps what the dropout produced rather than
     # drawing again in the backward.
-    saved = saved_targets_of(forwards[0])
+    saved = saved_targets(forwards[0])
     assert any("dropout" in s for s in saved), saved
-
-
-def saved_targets_of(forward):
-    """The ops whose values the forward hands to the backward (a getitem by its producer)."""
-    out = next(n for n in forward.graph.nodes if n.op == "output")
-    values = [v for v in out.args[0] if isinstance(v, torch.fx.Node) and v.op == "call_function"]
-    return [str(v.args[0].target if v.target is operator.getitem else v.target) for v in values]
