@@ -355,3 +355,11 @@ struct PerformanceMd;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/gpu.md")]
 struct GpuMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/generation.md")]
+struct GenerationMd;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/torch.md")]
+struct TorchMd;
