@@ -84,7 +84,7 @@ def saved_activation_bytes(forward):
     for v in values:
         val = v.meta.get("val")
         if isinstance(val, torch.Tensor):
-            total += val.numel() * val.element_size()
+            total += int(val.numel()) * val.element_size()
     return total
 
 
