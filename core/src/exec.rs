@@ -160,10 +160,13 @@ pub(crate) fn run_program<'a, B: Backend>(
             }
             Step::Alias(id) => {
                 let input = graph.node(id).inputs[0];
-                let buffer = match slots[input.index()].take().ok_or_else(|| missing(graph, input))? {
-                    Slot::Owned(buffer) => reshape_owned(backend, graph, buffer, id)?,
-                    // The caller keeps it: the reshape is a copy.
-                    Slot::Borrowed(buffer) => compute(backend, graph, &slots_with(input, buffer), id, 0, mode)?,
+                let buffer = match slots[input.index()].take() {
+                    Some(Slot::Owned(buffer)) => reshape_owned(backend, graph, buffer, id)?,
+                    // A value the caller keeps (or none: `compute` says so): the reshape is a copy.
+                    other => {
+                        slots[input.index()] = other;
+                        compute(backend, graph, &slots, id, run_seed, mode)?
+                    }
                 };
                 slots[id.index()] = Some(Slot::Owned(buffer));
             }
@@ -182,13 +185,6 @@ pub(crate) fn run_program<'a, B: Backend>(
     let measured_peak = backend.memory().peak_bytes - baseline;
     let measured_host_peak = backend.host_memory().peak_bytes - host_baseline;
     Ok(Finished { slots, measured_peak, measured_host_peak })
-}
-
-/// A slot table holding only `buffer` at `id` (to compute a reshape of a borrowed value).
-fn slots_with<'a, B: Backend>(id: NodeId, buffer: &'a B::Buffer) -> Vec<Option<Slot<'a, B>>> {
-    let mut slots: Vec<Option<Slot<'a, B>>> = (0..=id.index()).map(|_| None).collect();
-    slots[id.index()] = Some(Slot::Borrowed(buffer));
-    slots
 }
 
 fn compute<B: Backend>(
@@ -212,7 +208,7 @@ fn compute<B: Backend>(
     let mut inputs = Vec::with_capacity(node.inputs.len());
     let mut metas: Vec<Meta<'_>> = Vec::with_capacity(node.inputs.len());
     for &i in &node.inputs {
-        inputs.push(slots.get(i.index()).and_then(Option::as_ref).ok_or_else(|| missing(graph, i))?.buffer());
+        inputs.push(slots[i.index()].as_ref().ok_or_else(|| missing(graph, i))?.buffer());
         metas.push(graph.node(i).meta());
     }
     let call = KernelCall { op, ..KernelCall::for_node(graph, id, &metas, run_seed) };

@@ -4,8 +4,8 @@
 
 use remat_core::zoo::{self, GptConfig};
 use remat_core::{
-    AttnLayout, CpuBackend, DType, DecodeStep, DecoderBuilder, Feeds, HostTensor, Init, Model, Params, Sampling,
-    Tensor, Trace,
+    AttnLayout, CpuBackend, DType, DecodeStep, Decoder, DecoderBuilder, Feeds, HostTensor, Init, Model, Params,
+    Sampling, Tensor, Trace,
 };
 
 fn gpt_config(batch: usize) -> GptConfig {
@@ -40,6 +40,25 @@ fn trained_gpt(cfg: &GptConfig) -> (Model, Params) {
     (model, params)
 }
 
+/// Feeds `rows` (one per sequence, all of one length) through `decoder` a position at a time and
+/// returns the largest difference between its logits and `full`, the cache-free logits
+/// `[rows, len, vocab]` of the same tokens.
+fn largest_step_difference(decoder: &mut Decoder<'_, CpuBackend>, rows: &[Vec<i64>], full: &[f32]) -> f32 {
+    let (t, v) = (rows[0].len(), decoder.vocab());
+    let mut worst = 0f32;
+    for pos in 0..t {
+        let column: Vec<i64> = rows.iter().map(|r| r[pos]).collect();
+        let logits = decoder.step(&column).unwrap();
+        for r in 0..rows.len() {
+            let expected = &full[(r * t + pos) * v..(r * t + pos + 1) * v];
+            for (a, b) in logits[r * v..(r + 1) * v].iter().zip(expected) {
+                worst = worst.max((a - b).abs());
+            }
+        }
+    }
+    worst
+}
+
 fn first_argmax(row: &[f32]) -> i64 {
     let mut best = 0;
     for (i, &v) in row.iter().enumerate() {
@@ -58,20 +77,9 @@ fn cached_logits_equal_the_cache_free_forward_at_every_position() {
     let full = cache_free_logits(&model, &params, &cfg, &rows);
     let mut cpu = CpuBackend::new();
     let mut decoder = DecoderBuilder::new(2, cfg.seq).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
-    let (t, v) = (cfg.seq, cfg.vocab);
-    let mut worst = 0f32;
-    for pos in 0..t {
-        let column: Vec<i64> = rows.iter().map(|r| r[pos]).collect();
-        let logits = decoder.step(&column).unwrap();
-        for r in 0..2 {
-            let expected = &full[(r * t + pos) * v..(r * t + pos + 1) * v];
-            for (a, b) in logits[r * v..(r + 1) * v].iter().zip(expected) {
-                worst = worst.max((a - b).abs());
-            }
-        }
-    }
+    let worst = largest_step_difference(&mut decoder, &rows, &full);
     assert!(worst <= 1e-5, "largest logit difference {worst}");
-    assert_eq!(decoder.position(), t);
+    assert_eq!(decoder.position(), cfg.seq);
     let err = decoder.step(&[0, 0]).unwrap_err().to_string();
     assert!(err.contains("hold 12 positions"), "{err}");
 }
@@ -289,17 +297,7 @@ fn an_encoder_runs_once_and_its_outputs_serve_every_step() {
     assert!(!graph.params().iter().any(|&p| graph.leaf_name(p).starts_with("enc.")));
 
     decoder.encode(&Feeds::new().with("source", source)).unwrap();
-    let mut worst = 0f32;
-    for pos in 0..t {
-        let column: Vec<i64> = target.iter().map(|r| r[pos]).collect();
-        let logits = decoder.step(&column).unwrap();
-        for r in 0..b {
-            let expected = &full[(r * t + pos) * VOCAB..(r * t + pos + 1) * VOCAB];
-            for (a, e) in logits[r * VOCAB..(r + 1) * VOCAB].iter().zip(expected) {
-                worst = worst.max((a - e).abs());
-            }
-        }
-    }
+    let worst = largest_step_difference(&mut decoder, &target, &full);
     assert!(worst <= 1e-5, "largest logit difference {worst}");
     let generated = decoder.generate(&[vec![1], vec![2]], t, &Sampling::greedy()).unwrap();
     assert_eq!(generated.measured_peak, generated.predicted_peak);
