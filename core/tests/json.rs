@@ -384,6 +384,62 @@ fn joint_residency_and_flags() {
     assert_eq!(json::read_joint(&json::write_joint(&pg)).unwrap(), pg);
 }
 
+/// A multi-output draw (`native_dropout`'s result and mask) as two nodes naming one
+/// `rng_state`: one generator state, counted once however many of its outputs are replayed.
+fn dropout_doc(mask_bytes: u64, mask_key: &str) -> String {
+    format!(
+        r#"{{"format": "remat.joint", "version": 1, "nodes": [
+        {{"id": "x", "op": "input", "phase": "forward", "bytes": 4096}},
+        {{"id": "h", "op": "relu", "inputs": ["x"], "phase": "forward", "bytes": 4096, "region": 0, "policy": "prefer_recompute"}},
+        {{"id": "out", "op": "native_dropout[0]", "inputs": ["h"], "phase": "forward", "bytes": 4096, "flags": ["random"],
+          "region": 0, "policy": "prefer_recompute", "rng_state_bytes": 16, "rng_state": "drop"}},
+        {{"id": "mask", "op": "native_dropout[1]", "inputs": ["h"], "phase": "forward", "bytes": 1024, "flags": ["random"],
+          "region": 0, "policy": "prefer_recompute", "rng_state_bytes": {mask_bytes}, "rng_state": "{mask_key}"}},
+        {{"id": "y", "op": "sin", "inputs": ["out"], "phase": "forward", "bytes": 4096}},
+        {{"id": "dy", "op": "tangent", "phase": "backward", "bytes": 4096, "flags": ["tangent"]}},
+        {{"id": "dout", "op": "cos_mul", "inputs": ["out", "dy"], "phase": "backward", "bytes": 4096}},
+        {{"id": "dh", "op": "mul", "inputs": ["dout", "mask"], "phase": "backward", "bytes": 4096}},
+        {{"id": "dx", "op": "relu_grad", "inputs": ["dh", "h"], "phase": "backward", "bytes": 4096}}
+    ], "forward_outputs": ["y"], "backward_outputs": ["dx"]}}"#
+    )
+}
+
+#[test]
+fn the_outputs_of_one_draw_share_one_generator_state() {
+    let g = json::read_joint(&dropout_doc(16, "drop")).unwrap();
+    let states: Vec<_> = g.ids().filter(|&i| g.node(i).flags.rng_state).collect();
+    assert_eq!(states.len(), 1, "one state for the draw");
+    assert_eq!(g.node(states[0]).id.label_raw(), "drop:rng_state");
+    let readers: Vec<_> = g.ids().filter(|&i| g.node(i).inputs.first() == Some(&states[0])).collect();
+    assert_eq!(readers.len(), 2, "both outputs run from it");
+    // Replaying the draw from 16 bytes of state is cheaper than keeping its 4 KiB output.
+    for strategy in [Strategy::MinCut, Strategy::Respect] {
+        let p = partition(&g, strategy).unwrap();
+        remat_core::partition::check(&g, &p).unwrap();
+        let replayed = |id: &str| p.recomputed.iter().any(|&r| g.node(r).id.label_raw() == id);
+        assert!(replayed("out") && replayed("mask"), "{strategy}: both outputs are replayed");
+        assert!(p.saved[states[0].index()], "{strategy}: a replayed draw keeps its state");
+        assert_eq!(p.saved_bytes, 16, "{strategy}: the state, counted once, is all that is kept");
+    }
+    // Written back, both outputs name the shared state again.
+    let text = json::write_joint(&g);
+    assert_eq!(text.matches("\"rng_state\": \"drop\"").count(), 2, "{text}");
+    assert_eq!(json::read_joint(&text).unwrap(), g);
+    // The state's size is the draw's, given alike by every output.
+    let e = json::read_joint(&dropout_doc(32, "drop")).unwrap_err().to_string();
+    assert!(e.contains("\"mask\"") && e.contains("shares was given 16 bytes"), "{e}");
+    // A key names the state of a draw that has one.
+    let e = json::read_joint(
+        &dropout_doc(16, "drop").replace(r#""rng_state_bytes": 16, "rng_state": "drop"}"#, r#""rng_state": "drop"}"#),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("\"rng_state\" (\"drop\") needs \"rng_state_bytes\""), "{e}");
+    // Different keys are different states.
+    let g = json::read_joint(&dropout_doc(16, "other")).unwrap();
+    assert_eq!(g.ids().filter(|&i| g.node(i).flags.rng_state).count(), 2);
+}
+
 #[test]
 fn reports() {
     let g = gpt_with_regions();

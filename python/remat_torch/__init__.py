@@ -98,7 +98,38 @@ def partition_fn(
             saved.append(node)
         else:
             saved_sym.append(node)
-    return _extract_fwd_bwd_modules(joint_module, saved, saved_sym, num_fwd_outputs=num_fwd_outputs)
+    fw, bw = _extract_fwd_bwd_modules(joint_module, saved, saved_sym, num_fwd_outputs=num_fwd_outputs)
+    return _replay_random_ops(joint_module, fw, bw, len(saved_sym))
+
+
+def _replay_random_ops(
+    joint: fx.GraphModule, fw: fx.GraphModule, bw: fx.GraphModule, num_sym: int
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """A random op remat recomputes runs in both graphs; the backward's run must draw what the
+    forward's drew. PyTorch's own ``functionalize_rng_ops`` does that (the forward saves the
+    generator state before the op, the backward runs it from that state) for the ops it finds
+    tagged for recomputation, so those remat recomputes are tagged so while it runs."""
+    from torch._functorch.partitioners import functionalize_rng_ops, is_rng_op, must_recompute
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    in_fw = {n.name for n in fw.graph.nodes if n.op == "call_function"}
+    in_bw = {n.name for n in bw.graph.nodes if n.op == "call_function"}
+    replayed = [
+        n for n in joint.graph.nodes if n.op == "call_function" and n.name in in_fw and n.name in in_bw and is_rng_op(n)
+    ]
+    if not replayed:
+        return fw, bw
+    retagged = {n: n.meta.get("recompute") for n in replayed if not must_recompute(n)}
+    for node in retagged:
+        node.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
+    try:
+        return functionalize_rng_ops(joint, fw, bw, num_sym)
+    finally:
+        for node, policy in retagged.items():
+            if policy is None:
+                node.meta.pop("recompute", None)
+            else:
+                node.meta["recompute"] = policy
 
 
 def backend(strategy: str | None = None, *, budget: float | int | None = None) -> Callable:

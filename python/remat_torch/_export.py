@@ -4,8 +4,9 @@ The conventions are those of the fixtures (``tests/fixtures/torch/README.md``): 
 names in FX order; placeholders are ``input``, ``param`` or ``tangent``; a node is ``backward``
 iff it depends on a tangent; every tensor has ``shape`` and ``dtype``; ``flops`` is 2mnk for
 matrix products, else the largest element count among inputs and output, 0 for views;
-``flags`` are ``view``, ``compute_intensive``, ``random`` (with ``not_recomputable``: PyTorch's
-generator does not replay); ``region`` is PyTorch's
+``flags`` are ``view``, ``compute_intensive``, ``random``; a forward random op on the CPU or a
+CUDA device carries ``rng_state_bytes`` (the generator state PyTorch saves to replay it; elsewhere
+it is ``not_recomputable``); ``region`` is PyTorch's
 ``ac_graph_id`` renumbered from 0 and ``policy`` the node's ``CheckpointPolicy``; a multi-output
 op appears as its ``getitem`` users, each with the producer's op, inputs and FLOPs.
 """
@@ -82,6 +83,18 @@ def _is_rng_op(node: fx.Node) -> bool:
     except ImportError:
         return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
     return bool(is_rng_op(node))
+
+
+def _rng_state_bytes(val: Any) -> int | None:
+    """The bytes of generator state PyTorch saves to replay a random op whose output is
+    ``val`` (a CPU generator's state is 5 056 B), or ``None`` where it cannot replay one."""
+    t = next((v for v in (val if isinstance(val, (tuple, list)) else (val,)) if isinstance(v, torch.Tensor)), None)
+    device = t.device if t is not None else torch.device("cpu")
+    if device.type == "cpu":
+        return int(torch.get_rng_state().numel())
+    if device.type == "cuda":
+        return int(torch.cuda.get_rng_state(device).numel())
+    return None
 
 
 def _value_fields(node: fx.Node, val: Any) -> dict:
@@ -177,12 +190,22 @@ def export_joint(
             flags.append("view")
         if _packet(producer.target) in _COMPUTE_INTENSIVE:
             flags.append("compute_intensive")
+        state_bytes = None
         if _is_rng_op(producer):
-            # PyTorch's generator is stateful: running the op again draws anew, so it is kept
-            # (PyTorch's own partitioner never recomputes it either, short of functionalized RNG).
-            flags.extend(["random", "not_recomputable"])
+            flags.append("random")
+            state_bytes = _rng_state_bytes(producer.meta.get("val"))
+            if state_bytes is None or backward[node]:
+                # Running it again would draw anew and no saved state can replay it here.
+                flags.append("not_recomputable")
         if flags:
             doc["flags"] = flags
+        if state_bytes is not None and not backward[node]:
+            # remat_torch.partition_fn replays the op from its generator state when remat
+            # recomputes it (PyTorch's run_and_save_rng_state / run_with_rng_state).
+            doc["rng_state_bytes"] = state_bytes
+            if producer is not node:
+                # The outputs of one draw (native_dropout's result and mask) share its state.
+                doc["rng_state"] = producer.name
         if not backward[node]:
             graph_id = producer.meta.get("ac_graph_id")
             if graph_id is not None:

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use smallvec::SmallVec;
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 /// The top-level fields of a document.
 const TOP: [&str; 6] = ["format", "version", "regions", "nodes", "forward_outputs", "backward_outputs"];
@@ -23,7 +24,7 @@ enum Phase {
 }
 
 /// The fields of a node, for "did you mean" on unknown ones.
-const FIELDS: [&str; 16] = [
+const FIELDS: [&str; 17] = [
     "id",
     "op",
     "inputs",
@@ -40,6 +41,7 @@ const FIELDS: [&str; 16] = [
     "name",
     "loc",
     "rng_state_bytes",
+    "rng_state",
 ];
 
 #[derive(Deserialize)]
@@ -76,6 +78,8 @@ struct NodeIn<'a> {
     loc: Option<Cow<'a, str>>,
     #[serde(default)]
     rng_state_bytes: Option<u64>,
+    #[serde(default, borrow)]
+    rng_state: Option<Cow<'a, str>>,
 }
 
 #[derive(Serialize)]
@@ -109,6 +113,8 @@ struct NodeOut<'a> {
     loc: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rng_state_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rng_state: Option<&'a str>,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -144,14 +150,22 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     let mut ids = Ids::for_text(raw_nodes.get().len());
     let mut regions = Regions::new(region_docs)?;
     let mut nodes: Vec<PNode> = Vec::with_capacity(raw_nodes.get().len() / 120);
+    let mut shared_states: HashMap<String, NodeId> = HashMap::new();
     // One pass: each node is checked and stored as it is parsed (parsed ahead on a second thread).
     fields::each_node_pipelined(raw_nodes, FORMAT, &FIELDS, |k, d: NodeIn<'a>| {
         let id = d.id.owned();
-        let state = rng_state(&nodes, &mut regions, &id, &d)?;
-        let state = state.map(|s| {
-            nodes.push(s);
-            NodeId::new(nodes.len() as u32 - 1)
-        });
+        let state = match rng_state(&nodes, &mut regions, &shared_states, &id, &d)? {
+            State::None => None,
+            State::Shared(s) => Some(s),
+            State::New(s) => {
+                nodes.push(s);
+                let s = NodeId::new(nodes.len() as u32 - 1);
+                if let Some(key) = &d.rng_state {
+                    shared_states.insert(key.to_string(), s);
+                }
+                Some(s)
+            }
+        };
         ids.define(&d.id, nodes.len(), k).map_err(|m| at(&id, &d.op, m))?;
         let mut node = node(&nodes, &ids, raw_nodes, &mut regions, id, d)?;
         node.inputs.splice(0..0, state);
@@ -187,22 +201,63 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     Ok(PGraph { nodes, regions, forward_outputs, backward_outputs })
 }
 
+/// The generator state a random node runs from: none, one the reader adds before it, or one an
+/// earlier node with the same `rng_state` key ran from (the outputs of one multi-output draw).
+enum State {
+    None,
+    New(PNode),
+    Shared(NodeId),
+}
+
 /// The generator state a random node ran from, as the node the reader adds before it (its first
-/// input): `rng_state_bytes` on a forward `random` node that is not a view.
-fn rng_state(before: &[PNode], regions: &mut Regions, id: &DocId, d: &NodeIn<'_>) -> Result<Option<PNode>> {
-    let Some(bytes) = d.rng_state_bytes else { return Ok(None) };
-    let err = |m: &str| super::at_named(id, &d.op, d.name.as_deref(), format!("field \"rng_state_bytes\": {m}"));
+/// input): `rng_state_bytes` on a forward `random` node that is not a view. Nodes naming the
+/// same `rng_state` share the state the first of them added (id `<key>:rng_state`).
+fn rng_state(
+    before: &[PNode],
+    regions: &mut Regions,
+    shared: &HashMap<String, NodeId>,
+    id: &DocId,
+    d: &NodeIn<'_>,
+) -> Result<State> {
+    let err = |m: String| super::at_named(id, &d.op, d.name.as_deref(), m);
+    let Some(bytes) = d.rng_state_bytes else {
+        return match &d.rng_state {
+            Some(key) => Err(err(format!("field \"rng_state\" ({key:?}) needs \"rng_state_bytes\" beside it"))),
+            None => Ok(State::None),
+        };
+    };
+    let field = |m: &str| err(format!("field \"rng_state_bytes\": {m}"));
     if d.phase == Phase::Backward {
-        return Err(err("only a forward node is replayed"));
+        return Err(field("only a forward node is replayed"));
     }
     if !d.flags.iter().any(|f| f == "random") || d.flags.iter().any(|f| f == "view") {
-        return Err(err("only a random node that is not a view runs from a generator state"));
+        return Err(field("only a random node that is not a view runs from a generator state"));
     }
+    if let Some(&s) = d.rng_state.as_ref().and_then(|key| shared.get(key.as_ref())) {
+        let state = &before[s.index()];
+        if state.bytes != bytes {
+            let key = d.rng_state.as_deref().unwrap_or_default();
+            return Err(field(&format!(
+                "{bytes}, but the generator state {key:?} it shares was given {} bytes",
+                state.bytes
+            )));
+        }
+        return Ok(State::Shared(s));
+    }
+    let label = d.rng_state.as_deref().map_or_else(|| id.label_raw(), str::to_string);
     let mut state = PNode::new(before.len() as u64, RNG_STATE_OP, &[], false, bytes);
-    state.id = DocId::Name(format!("{}{RNG_STATE_SUFFIX}", id.label_raw()));
+    state.id = DocId::Name(format!("{label}{RNG_STATE_SUFFIX}"));
     state.flags = Flags { not_recomputable: true, rng_state: true, ..Flags::default() };
     state.region = d.region.map(|r| regions.get(r));
-    Ok(Some(state))
+    Ok(State::New(state))
+}
+
+/// The `rng_state` key to write on `user` for its generator state `state`: none when the state
+/// is the user's own (`<user id>:rng_state`).
+fn shared_state_key<'g>(state: &'g PNode, user: &PNode) -> Option<&'g str> {
+    let DocId::Name(id) = &state.id else { return None };
+    let key = id.strip_suffix(RNG_STATE_SUFFIX)?;
+    (key != user.id.label_raw()).then_some(key)
 }
 
 /// The op and id suffix of the generator-state nodes the reader adds (`rand:rng_state`).
@@ -367,6 +422,7 @@ pub(super) fn to_text(g: &PGraph) -> String {
             name: n.name.as_deref(),
             loc: n.loc.as_deref(),
             rng_state_bytes: state.map(|s| s.bytes),
+            rng_state: state.and_then(|s| shared_state_key(s, n)),
         };
         spaced(&node)
     });
