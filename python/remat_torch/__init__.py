@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from typing import Any, Callable
 
 import torch
@@ -132,27 +133,68 @@ def _replay_random_ops(
                 node.meta["recompute"] = policy
 
 
-def backend(strategy: str | None = None, *, budget: float | int | None = None) -> Callable:
+_COMPILERS = ("inductor", "aot_eager")
+
+
+def backend(strategy: str | None = None, *, budget: float | int | None = None, compiler: str = "inductor") -> Callable:
     """A ``torch.compile`` backend that partitions with remat: ``strategy`` is ``"mincut"``
     (the default), ``"respect"``, ``"budget=B"`` or ``"torch"`` (PyTorch's
     ``activation_memory_budget``, see :func:`partition_fn`); ``budget`` (a fraction with a
-    decimal point, else bytes) is ``"budget=B"``. The graphs run as ``aot_eager`` runs them."""
+    decimal point, else bytes) is ``"budget=B"``. ``compiler`` is what runs the two graphs:
+    ``"inductor"`` (``torch.compile``'s default: its joint-graph passes, then remat's partition
+    in place of its min-cut, then its code generation) or ``"aot_eager"`` (the graphs run op by
+    op, as ``backend="aot_eager"`` runs them: bitwise what eager computes)."""
+    chosen = _strategy(strategy, budget)
+    if compiler not in _COMPILERS:
+        raise ValueError(f"compiler {compiler!r}: expected one of {', '.join(map(repr, _COMPILERS))}")
+    # Check the strategy now, not at the first call of the compiled model.
+    if chosen != "torch":
+        try:
+            _remat.partition(json.dumps(_EMPTY), chosen)
+        except ValueError as e:
+            raise ValueError(str(e)) from None
+    if compiler == "inductor":
+        return _inductor_backend(chosen)
+
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
-    chosen = _strategy(strategy, budget)
-    # Check the strategy now, not at the first call of the compiled model.
-    if chosen != "torch":
-        _remat.partition(json.dumps(_EMPTY), chosen)
-
-    def compiler(gm: fx.GraphModule, _example_inputs: Any) -> Callable:
+    def run_as_is(gm: fx.GraphModule, _example_inputs: Any) -> Callable:
         return make_boxed_func(gm.forward)
 
     return aot_autograd(
-        fw_compiler=compiler,
-        bw_compiler=compiler,
+        fw_compiler=run_as_is,
+        bw_compiler=run_as_is,
         partition_fn=functools.partial(partition_fn, strategy=chosen),
     )
+
+
+def _inductor_backend(strategy: str) -> Callable:
+    """Inductor with remat's partition: Inductor's ``custom_partitioner_fn`` hook, set while
+    the model compiles, so Inductor's decompositions and joint-graph passes run first and its
+    code generation after."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
+
+    class RematPartitioner(CustomPartitionerFn):
+        def __call__(self, gm: fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+            kwargs.pop("compiler", None)
+            return partition_fn(gm, joint_inputs, strategy=strategy, **kwargs)
+
+        def uuid(self) -> Any:
+            # Inductor's caches key compiled graphs on this: the partitioner's code, the
+            # extension's version and the strategy decide the graphs.
+            export = os.path.join(os.path.dirname(__file__), "_export.py")
+            return (get_hash_for_files((__file__, export)), _remat.__version__, strategy)
+
+    partitioner = RematPartitioner()
+
+    def compile_with_inductor(gm: fx.GraphModule, example_inputs: Any) -> Callable:
+        with inductor_config.patch(custom_partitioner_fn=partitioner):
+            return compile_fx(gm, example_inputs)
+
+    return compile_with_inductor
 
 
 def _capture(model: Callable, inputs: tuple, on_joint: Callable[[fx.GraphModule, int], None]) -> None:

@@ -2,13 +2,15 @@
 
 The conventions are those of the fixtures (``tests/fixtures/torch/README.md``): ids are FX node
 names in FX order; placeholders are ``input``, ``param`` or ``tangent``; a node is ``backward``
-iff it depends on a tangent; every tensor has ``shape`` and ``dtype``; ``flops`` is 2mnk for
-matrix products, else the largest element count among inputs and output, 0 for views;
+iff it depends on a tangent; every tensor has ``shape`` and ``dtype``; ``flops`` is PyTorch's
+flop counter's formula where it has one (2mnk for matrix products, attention, convolutions), else
+the largest element count among inputs and output, 0 for views (``_unsafe_view`` is one);
 ``flags`` are ``view``, ``compute_intensive``, ``random``; a forward random op on the CPU or a
 CUDA device carries ``rng_state_bytes`` (the generator state PyTorch saves to replay it; elsewhere
 it is ``not_recomputable``); ``region`` is PyTorch's
 ``ac_graph_id`` renumbered from 0 and ``policy`` the node's ``CheckpointPolicy``; a multi-output
-op appears as its ``getitem`` users, each with the producer's op, inputs and FLOPs.
+op appears as its ``getitem`` users, each with the producer's op and the output's index
+(``aten.var_mean.correction[1]``), inputs and FLOPs.
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ _COMPUTE_INTENSIVE = {
     _aten._flash_attention_forward,
     _aten._efficient_attention_forward,
 }
-_MATMULS = {_aten.mm, _aten.addmm, _aten.bmm, _aten.baddbmm, _aten._scaled_mm}
 
 _POLICIES = {
     "MUST_SAVE": "must_save",
@@ -68,7 +69,9 @@ def _packet(target: Any) -> Any:
 
 
 def _is_view(target: Any) -> bool:
-    return bool(getattr(target, "is_view", False))
+    # `_unsafe_view` shares its input's storage although its schema does not say so (PyTorch
+    # uses it for reshapes whose input nothing else reads).
+    return bool(getattr(target, "is_view", False)) or _packet(target) is _aten._unsafe_view
 
 
 def _tensor(val: Any) -> torch.Tensor | None:
@@ -114,17 +117,21 @@ def _numel(val: Any) -> int:
     return int(t.numel()) if t is not None else 0
 
 
-def _flops(node: fx.Node, producer: fx.Node, out_val: Any) -> int:
+def _flops(producer: fx.Node, out_val: Any) -> int:
+    """PyTorch's flop counter's formula where it has one (matrix products: 2mnk; attention;
+    convolutions), else the largest element count among inputs and output; 0 for views."""
     target = producer.target
     if _is_view(target):
         return 0
-    if _packet(target) in _MATMULS:
-        out = _tensor(producer.meta.get("val"))
-        if out is not None:
-            a = producer.args[1] if _packet(target) in {_aten.addmm, _aten.baddbmm} else producer.args[0]
-            a_val = _tensor(a.meta.get("val")) if isinstance(a, fx.Node) else None
-            if a_val is not None:
-                return 2 * int(out.numel()) * int(a_val.shape[-1])
+    from torch.utils.flop_counter import flop_registry
+
+    formula = flop_registry.get(_packet(target))
+    if formula is not None:
+        args, kwargs = fx.node.map_arg((producer.args, producer.kwargs), lambda n: n.meta.get("val"))
+        try:
+            return int(formula(*args, **kwargs, out_val=producer.meta.get("val")))
+        except Exception:  # noqa: BLE001 — a formula that cannot read these shapes: count elements
+            pass
     sizes = [_numel(i.meta.get("val")) for i in producer.all_input_nodes]
     return max(sizes + [_numel(out_val)])
 
@@ -175,16 +182,16 @@ def export_joint(
         inputs = [i.name for i in producer.all_input_nodes]
         doc = {
             "id": node.name,
-            "op": str(producer.target),
+            "op": str(producer.target) if producer is node else f"{producer.target}[{node.args[1]}]",
             "inputs": inputs,
             "phase": "backward" if backward[node] else "forward",
             **_value_fields(node, val),
         }
-        flops = _flops(node, producer, val)
+        flops = _flops(producer, val)
         if flops:
             doc["flops"] = flops
         flags = []
-        if node.target is not operator.getitem and _is_view(producer.target):
+        if _is_view(producer.target):
             if not inputs:
                 raise ExportError(f"FX node {node.name!r} ({producer.target}): a view with no input")
             flags.append("view")

@@ -173,11 +173,45 @@ def test_float8_seed_saves_no_cast_scale_or_amax():
     assert not casts, f"the forward keeps fp8 casts or scales: {saved}"
 
 
+def test_the_backend_runs_aot_eager_with_eagers_bits():
+    model = Chain(save_matmuls)
+    x = torch.randn(8, 16)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=remat_torch.backend("respect", compiler="aot_eager"), dynamic=False)
+    assert_bitwise(run(compiled, x), run(model, x))
+
+
+def test_the_backend_puts_remats_partition_inside_inductor(monkeypatch):
+    # Inductor (torch.compile's default compiler) partitions through remat: counted here, with
+    # Inductor's caches off so that the partition really runs.
+    calls = []
+    real = remat_torch.partition_fn
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["strategy"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(remat_torch, "partition_fn", counted)
+    model = Chain(recompute_everything)
+    x = torch.randn(8, 16)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        compiled = torch.compile(model, backend=remat_torch.backend("mincut"), dynamic=False)
+        (loss, grads, params) = run(compiled, x)
+    assert calls == ["mincut"], calls
+    (eager_loss, eager_grads, eager_params) = run(model, x)
+    # Inductor fuses and reorders, so its bits may differ from eager's; its values may not.
+    for a, b in zip([loss, *grads, *params], [eager_loss, *eager_grads, *eager_params]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_bad_input_raises_python_exceptions_naming_the_problem():
     with pytest.raises(ValueError, match="strategy"):
         remat_torch.backend("budget=lots")
     with pytest.raises(ValueError, match="not both"):
         remat_torch.backend("mincut", budget=0.5)
+    with pytest.raises(ValueError, match="compiler 'eager'"):
+        remat_torch.backend("mincut", compiler="eager")
     bad = {
         "format": "remat.joint",
         "version": 1,
