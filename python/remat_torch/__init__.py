@@ -68,7 +68,16 @@ def _strategy(strategy: str | None, budget: float | int | None) -> str:
         if strategy not in (None, "budget"):
             raise ValueError(f"give a strategy or a budget, not both ({strategy!r}, budget={budget!r})")
         return f"budget={float(budget)!r}" if isinstance(budget, float) else f"budget={int(budget)}"
-    return strategy or "mincut"
+    chosen = strategy or "mincut"
+    if chosen.startswith("peak="):
+        # remat's peak bound plans the run it predicts; PyTorch schedules and allocates the
+        # compiled graphs itself, so remat cannot promise their peak.
+        raise ValueError(
+            f"strategy {chosen!r}: a peak bound needs remat to run the model (its own executor predicts "
+            "and measures the peak); under torch.compile, PyTorch schedules the graphs, so bound the "
+            "saved bytes instead: budget=<bytes or fraction>"
+        )
+    return chosen
 
 
 def partition_fn(
@@ -86,6 +95,7 @@ def partition_fn(
     0.0: keep the fewest bytes; between: bytes in proportion)."""
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
 
+    strategy = _strategy(strategy, None)
     doc = export_joint(joint_module, num_fwd_outputs, static_inputs=_kwargs.get("static_lifetime_input_indices"))
     if strategy == "torch":
         strategy = _torch_budget_strategy(doc) or "mincut"

@@ -210,6 +210,8 @@ def test_bad_input_raises_python_exceptions_naming_the_problem():
         remat_torch.backend("budget=lots")
     with pytest.raises(ValueError, match="not both"):
         remat_torch.backend("mincut", budget=0.5)
+    with pytest.raises(ValueError, match="peak bound .* budget="):
+        remat_torch.backend("peak=64MiB")
     with pytest.raises(ValueError, match="compiler 'eager'"):
         remat_torch.backend("mincut", compiler="eager")
     bad = {
