@@ -19,14 +19,14 @@ import torch
 import torch.fx as fx
 
 from . import _remat
-from ._export import ExportError, export_joint
+from ._export import ExportError, joint_document
 
 __all__ = [
     "backend",
     "partition_fn",
     "partition_joint",
-    "export",
     "export_joint",
+    "joint_document",
     "explain",
     "ExportError",
     "RematError",
@@ -96,7 +96,7 @@ def partition_fn(
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
 
     strategy = _strategy(strategy, None)
-    doc = export_joint(joint_module, num_fwd_outputs, static_inputs=_kwargs.get("static_lifetime_input_indices"))
+    doc = joint_document(joint_module, num_fwd_outputs, static_inputs=_kwargs.get("static_lifetime_input_indices"))
     if strategy == "torch":
         strategy = _torch_budget_strategy(doc) or "mincut"
     report = partition_joint(doc, strategy)
@@ -227,12 +227,12 @@ def _capture(model: Callable, inputs: tuple, on_joint: Callable[[fx.GraphModule,
     torch._dynamo.reset()
 
 
-def export(model: Callable, *inputs: Any, path: str | None = None) -> list[dict]:
+def export_joint(model: Callable, *inputs: Any, path: str | None = None) -> list[dict]:
     """The ``remat.joint`` documents of ``model(*inputs)``'s joint graphs (one per graph
     ``torch.compile`` makes), written to ``path`` as JSON when given (the first graph; more are
     ``path`` with ``.1``, ``.2``, ... before the extension)."""
     docs: list[dict] = []
-    _capture(model, inputs, lambda gm, n: docs.append(export_joint(gm, n)))
+    _capture(model, inputs, lambda gm, n: docs.append(joint_document(gm, n)))
     if path is not None:
         for k, doc in enumerate(docs):
             target = path if k == 0 else _numbered(path, k)
@@ -252,7 +252,7 @@ def explain(model: Callable, *inputs: Any, strategy: str = "mincut", file: Any =
     import sys
 
     texts: list[str] = []
-    _capture(model, inputs, lambda gm, n: texts.append(partition_joint(export_joint(gm, n), strategy, text=True)))
+    _capture(model, inputs, lambda gm, n: texts.append(partition_joint(joint_document(gm, n), strategy, text=True)))
     text = "\n".join(texts)
     print(text, file=file or sys.stdout)
     return text

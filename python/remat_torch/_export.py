@@ -136,7 +136,7 @@ def _flops(producer: fx.Node, out_val: Any) -> int:
     return max(sizes + [_numel(out_val)])
 
 
-def export_joint(
+def joint_document(
     joint: fx.GraphModule, num_fwd_outputs: int, *, static_inputs: Iterable[int] | None = None
 ) -> dict:
     """The ``remat.joint`` document of ``joint`` (as ``aot_autograd`` hands it to a

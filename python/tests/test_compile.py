@@ -224,6 +224,50 @@ def test_bad_input_raises_python_exceptions_naming_the_problem():
         remat_torch.partition_joint(bad)
 
 
+def meta(shape, dtype=torch.float32):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def dropout_joint(tag_mask):
+    """A hand-built joint graph: dropout on a device whose generator PyTorch cannot save (meta),
+    its mask read by the backward; `tag_mask` tags the dropout MUST_RECOMPUTE."""
+    g = torch.fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = meta((4, 8))
+    t = g.placeholder("tangents_1")
+    t.meta["val"] = meta((4, 8))
+    d = g.call_function(aten.native_dropout.default, (x, 0.5, True))
+    d.meta["val"] = (meta((4, 8)), meta((4, 8), torch.bool))
+    if tag_mask:
+        d.meta["recompute"], d.meta["ac_graph_id"] = CheckpointPolicy.MUST_RECOMPUTE, 1
+    out = g.call_function(operator.getitem, (d, 0))
+    out.meta["val"] = meta((4, 8))
+    mask = g.call_function(operator.getitem, (d, 1))
+    mask.meta["val"] = meta((4, 8), torch.bool)
+    grad = g.call_function(aten.mul.Tensor, (t, mask))
+    grad.meta["val"] = meta((4, 8))
+    g.output([out, grad])
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_graphs_remat_cannot_take_raise_exceptions_naming_the_fx_node():
+    # A mask that must be recomputed but cannot be replayed: remat refuses, naming the getitem.
+    with pytest.raises(remat_torch.RematError, match="getitem_1") as refused:
+        remat_torch.partition_fn(dropout_joint(tag_mask=True), [], num_fwd_outputs=1)
+    assert "must_recompute" in str(refused.value) and "not_recomputable" in str(refused.value), refused.value
+    # Untagged, the same graph partitions: the mask is kept (nothing could replay it).
+    fw, bw = remat_torch.partition_fn(dropout_joint(tag_mask=False), [], num_fwd_outputs=1)
+    assert "getitem_1" in [n.name for n in bw.graph.nodes if n.op == "placeholder"]
+    # A node the exporter cannot describe (a method call, which aot_autograd never makes).
+    joint = dropout_joint(tag_mask=False)
+    x = next(iter(joint.graph.nodes))
+    with joint.graph.inserting_after(x):
+        odd = joint.graph.call_method("relu", (x,))
+    odd.meta["val"] = meta((4, 8))
+    with pytest.raises(remat_torch.ExportError, match="'relu'.*call_method"):
+        remat_torch.partition_fn(joint, [], num_fwd_outputs=1)
+
+
 def test_explain_and_export_describe_the_joint_graph(tmp_path):
     model = Chain(recompute_everything)
     x = torch.randn(8, 16, requires_grad=True)
@@ -237,7 +281,7 @@ def test_explain_and_export_describe_the_joint_graph(tmp_path):
     assert "".join(lines).startswith(text[:40])
     assert "relu" in text and "must_recompute" in text, text
     path = tmp_path / "chain.json"
-    docs = remat_torch.export(model, x, path=str(path))
+    docs = remat_torch.export_joint(model, x, path=str(path))
     assert path.exists() and len(docs) == 1
     doc = docs[0]
     assert doc["format"] == "remat.joint"

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
 import remat_torch
-from remat_torch import export_joint
+from remat_torch import joint_document
 from test_compile import recompute_everything, save_matmuls
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "torch"
@@ -187,7 +187,7 @@ def exported(model, x, inductor=True):
 
     def part(joint, inputs, *, num_fwd_outputs, **kwargs):
         static = kwargs.get("static_lifetime_input_indices")
-        docs.append(export_joint(joint, num_fwd_outputs, static_inputs=static))
+        docs.append(joint_document(joint, num_fwd_outputs, static_inputs=static))
         return remat_torch.partition_fn(joint, inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
 
     boxed = lambda gm, _: make_boxed_func(gm.forward)  # noqa: E731
