@@ -35,6 +35,61 @@ pub fn run<B: Backend>(
         .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
 }
 
+/// Called with a kept value's index in [`Plan::kept`] and a copy of it as soon as its node is
+/// computed (a gradient is final then: no later step changes it), so a data-parallel step can
+/// start reducing it while the backward goes on.
+pub type OnFinal<'f> = &'f mut dyn FnMut(usize, HostTensor) -> Result<()>;
+
+/// [`run`], calling `on_final` for each kept value from index `from` on (the gradients, past the
+/// forward outputs) the moment it is final; the returned [`RunOutput`] still holds every kept
+/// value.
+pub fn run_streaming<B: Backend>(
+    backend: &mut B,
+    joint: &JointGraph,
+    plan: &Plan,
+    resident: &[&HostTensor],
+    run_seed: u64,
+    from: usize,
+    on_final: OnFinal<'_>,
+) -> Result<RunOutput> {
+    let graph = joint.graph();
+    let mut watch = vec![None; graph.len()];
+    for (k, &id) in plan.kept().iter().enumerate().skip(from) {
+        watch[id.index()].get_or_insert(k);
+    }
+    let mut notify = Notify { watch, on_final };
+    run_steps_with(backend, joint, plan, resident, run_seed, Mode::Train, Some(&mut notify))
+        .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
+}
+
+/// Which nodes' values are reported final (`watch[node]`: the kept index), and to whom.
+pub(crate) struct Notify<'f> {
+    watch: Vec<Option<usize>>,
+    on_final: OnFinal<'f>,
+}
+
+impl Notify<'_> {
+    fn computed<B: Backend>(&mut self, backend: &mut B, id: NodeId, buffer: &B::Buffer) -> Result<()> {
+        if let Some(k) = self.watch[id.index()].take() {
+            (self.on_final)(k, backend.download(buffer)?)?;
+        }
+        Ok(())
+    }
+
+    /// Kept values the steps never computed (a resident value kept as it is): final at the end.
+    fn rest<B: Backend>(&mut self, backend: &mut B, slots: &[Option<Slot<'_, B>>]) -> Result<()> {
+        let pending: Vec<(usize, usize)> =
+            self.watch.iter().enumerate().filter_map(|(node, k)| k.map(|k| (k, node))).collect();
+        for (k, node) in pending {
+            if let Some(slot) = &slots[node] {
+                self.watch[node] = None;
+                (self.on_final)(k, backend.download(slot.buffer())?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Runs a forward-only `plan` ([`Plan::forward_only`]) in evaluation mode: dropout passes its
 /// input through unchanged.
 pub fn run_inference<B: Backend>(
@@ -96,13 +151,25 @@ fn run_steps<B: Backend>(
     run_seed: u64,
     mode: Mode,
 ) -> Result<RunOutput> {
+    run_steps_with(backend, joint, plan, resident, run_seed, mode, None)
+}
+
+fn run_steps_with<B: Backend>(
+    backend: &mut B,
+    joint: &JointGraph,
+    plan: &Plan,
+    resident: &[&HostTensor],
+    run_seed: u64,
+    mode: Mode,
+    notify: Option<&mut Notify<'_>>,
+) -> Result<RunOutput> {
     let graph = joint.graph();
     for (&id, &value) in plan.resident().iter().zip(resident) {
         check_feed(graph, id, value)?;
     }
     let resident = resident.iter().map(|&v| Resident::Host(v)).collect();
     let Finished { mut slots, measured_peak, measured_host_peak } =
-        run_program(backend, graph, plan, resident, run_seed, mode)?;
+        run_program_with(backend, graph, plan, resident, run_seed, mode, notify)?;
     // Each kept buffer moves to the host at its last mention (copied at earlier ones): on the CPU
     // that is no copy at all.
     let mut last = vec![usize::MAX; graph.len()];
@@ -133,6 +200,19 @@ pub(crate) fn run_program<'a, B: Backend>(
     run_seed: u64,
     mode: Mode,
 ) -> Result<Finished<'a, B>> {
+    run_program_with(backend, graph, plan, resident, run_seed, mode, None)
+}
+
+/// [`run_program`], telling `notify` of each watched value as soon as it is computed.
+fn run_program_with<'a, B: Backend>(
+    backend: &mut B,
+    graph: &Graph,
+    plan: &Plan,
+    resident: Vec<Resident<'a, B>>,
+    run_seed: u64,
+    mode: Mode,
+    mut notify: Option<&mut Notify<'_>>,
+) -> Result<Finished<'a, B>> {
     if resident.len() != plan.resident().len() {
         return Err(Error::Invalid(format!(
             "{} resident values given, the plan needs {}",
@@ -156,6 +236,9 @@ pub(crate) fn run_program<'a, B: Backend>(
         match *step {
             Step::Compute(id) | Step::Recompute(id) => {
                 let buffer = compute(backend, graph, &slots, id, run_seed, mode)?;
+                if let Some(n) = notify.as_deref_mut() {
+                    n.computed(backend, id, &buffer)?;
+                }
                 slots[id.index()] = Some(Slot::Owned(buffer));
             }
             Step::Alias(id) => {
@@ -168,6 +251,9 @@ pub(crate) fn run_program<'a, B: Backend>(
                         compute(backend, graph, &slots, id, run_seed, mode)?
                     }
                 };
+                if let Some(n) = notify.as_deref_mut() {
+                    n.computed(backend, id, &buffer)?;
+                }
                 slots[id.index()] = Some(Slot::Owned(buffer));
             }
             Step::Free(id) => slots[id.index()] = None,
@@ -184,6 +270,9 @@ pub(crate) fn run_program<'a, B: Backend>(
     }
     let measured_peak = backend.memory().peak_bytes - baseline;
     let measured_host_peak = backend.host_memory().peak_bytes - host_baseline;
+    if let Some(n) = notify {
+        n.rest(backend, &slots)?;
+    }
     Ok(Finished { slots, measured_peak, measured_host_peak })
 }
 

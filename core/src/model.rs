@@ -235,6 +235,29 @@ impl Model {
     ) -> Result<StepOutput> {
         let resident = self.resident_values(&self.plan, params, feeds)?;
         let out = exec::run(backend, &self.joint, &self.plan, &resident, run_seed)?;
+        self.step_output(out)
+    }
+
+    /// [`Model::step_seeded`], handing each parameter's gradient to `on_grad` (its index in
+    /// [`Params`] order and a copy) the moment the backward has finished it — before the step
+    /// returns, so a data-parallel run reduces gradients while the backward goes on. The plan
+    /// decides the order; it is the same on every run of the same model.
+    pub fn step_streaming<B: Backend>(
+        &self,
+        backend: &mut B,
+        params: &Params,
+        feeds: &Feeds,
+        run_seed: u64,
+        on_grad: &mut dyn FnMut(usize, HostTensor) -> Result<()>,
+    ) -> Result<StepOutput> {
+        let resident = self.resident_values(&self.plan, params, feeds)?;
+        let n_outputs = self.joint.forward_outputs().len();
+        let mut on_final = |k: usize, value: HostTensor| on_grad(k - n_outputs, value);
+        let out = exec::run_streaming(backend, &self.joint, &self.plan, &resident, run_seed, n_outputs, &mut on_final)?;
+        self.step_output(out)
+    }
+
+    fn step_output(&self, out: exec::RunOutput) -> Result<StepOutput> {
         let n_outputs = self.joint.forward_outputs().len();
         let mut kept = out.kept.into_iter();
         let loss = kept.next().ok_or_else(|| Error::Invalid("the plan returned no loss".into()))?.scalar()?;

@@ -198,17 +198,52 @@ impl Optimizer for AdamW {
             .ok_or_else(|| Error::Invalid(format!("AdamW has taken {} steps, the most it counts", self.t)))?;
         bind(&mut self.layout, &mut [&mut self.m, &mut self.v], params, "the AdamW state")?;
         self.t = t;
+        let rule = self.rule(t);
+        let moments = params.values_mut().iter_mut().zip(grads).zip(self.m.iter_mut().zip(&mut self.v));
+        for ((p, g), (m, v)) in moments {
+            update(p, g, m.iter_mut().zip(v.iter_mut()), &rule)?;
+        }
+        Ok(())
+    }
+}
+
+impl AdamW {
+    /// The update of one element at step `t` (1 for the first): new weight from the old one, its
+    /// gradient and its moments (updated in place).
+    fn rule(&self, t: u64) -> impl Fn(f64, f64, (&mut f64, &mut f64)) -> f64 {
         let bias1 = bias_correction(self.beta1, t);
         let bias2 = bias_correction(self.beta2, t);
         let (lr, beta1, beta2, eps, decay) = (self.lr, self.beta1, self.beta2, self.eps, self.weight_decay);
-        let moments = params.values_mut().iter_mut().zip(grads).zip(self.m.iter_mut().zip(&mut self.v));
-        for ((p, g), (m, v)) in moments {
-            update(p, g, m.iter_mut().zip(v.iter_mut()), |w, g, (m, v)| {
-                *m = beta1 * *m + (1.0 - beta1) * g;
-                *v = beta2 * *v + (1.0 - beta2) * g * g;
-                let step = (*m / bias1) / ((*v / bias2).sqrt() + eps);
-                w - lr * (step + decay * w)
-            })?;
+        move |w, g, (m, v)| {
+            *m = beta1 * *m + (1.0 - beta1) * g;
+            *v = beta2 * *v + (1.0 - beta2) * g * g;
+            let step = (*m / bias1) / ((*v / bias2).sqrt() + eps);
+            w - lr * (step + decay * w)
+        }
+    }
+
+    /// Step `t` (1 for the first) of AdamW on a run of elements: `w` (the weights, in f64;
+    /// round them to the parameter's dtype as [`Optimizer::step`] does), `g` their gradients,
+    /// `m` and `v` their moments. The arithmetic of [`Optimizer::step`] element for element, for
+    /// an optimizer that owns a slice of the parameters (ZeRO-1: each rank updates its shard and
+    /// the shards are gathered), so a sharded run's weights equal an unsharded run's bit for bit.
+    pub fn update_elements(&self, t: u64, w: &mut [f64], g: &[f64], m: &mut [f64], v: &mut [f64]) -> Result<()> {
+        self.validate()?;
+        if t == 0 {
+            return Err(Error::Invalid("AdamW steps count from 1".into()));
+        }
+        let n = w.len();
+        if g.len() != n || m.len() != n || v.len() != n {
+            return Err(Error::Invalid(format!(
+                "AdamW on {n} weights got {} gradients and {} + {} moments",
+                g.len(),
+                m.len(),
+                v.len()
+            )));
+        }
+        let rule = self.rule(t);
+        for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+            *w = rule(*w, g, (m, v));
         }
         Ok(())
     }

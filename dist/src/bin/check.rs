@@ -1,0 +1,196 @@
+//! The multi-process checks of `remat-dist`, run by `tests/mpirun.rs` under
+//! `mpirun -np 2 remat-dist-check <scenario>`. Each prints `ok <scenario> rank R` when every
+//! assertion held on its rank, and exits non-zero with the reason otherwise.
+//!
+//! Scenarios: `collectives` (every operation against values worked out by hand), `train`
+//! (2 ranks × batch b against 1 process × batch 2b: losses to 1e-5 relative over 50 steps,
+//! parameters bitwise equal on every rank), `zero` (ZeRO-1 against unsharded AdamW: bitwise
+//! equal parameters, half the optimizer state), `shapes` (ranks that built different models are
+//! refused at start), `world` (a run that expects 3 ranks under 2), `die` (rank 1 dies before
+//! the first all-reduce: rank 0 gives up within the timeout).
+
+use remat_core::zoo::{self, GptConfig};
+use remat_core::{AdamW, CpuBackend, DType, Model, Optimizer, Params, Result};
+use remat_dist::{sum_in_rank_order, Collective, DataParallel, Mpi, ShardedAdamW};
+
+fn main() {
+    let scenario = std::env::args().nth(1).unwrap_or_default();
+    let mut comm = match Mpi::init() {
+        Ok(c) => c,
+        Err(e) => fail("init", 0, &e.to_string()),
+    };
+    let rank = comm.rank();
+    let result = match scenario.as_str() {
+        "collectives" => collectives(&mut comm),
+        "train" => train(comm, false),
+        "zero" => train(comm, true),
+        "shapes" => shapes(comm),
+        "world" => DataParallel::new(comm).expect_world_size(3),
+        "die" => die(comm),
+        "hang" => hang(comm),
+        other => Err(remat_core::Error::Invalid(format!("unknown scenario {other:?}"))),
+    };
+    match result {
+        Ok(()) => println!("ok {scenario} rank {rank}"),
+        Err(e) => fail(&scenario, rank, &e.to_string()),
+    }
+}
+
+fn fail(scenario: &str, rank: usize, why: &str) -> ! {
+    eprintln!("FAILED {scenario} rank {rank}: {why}");
+    remat_dist::exit_now(3)
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(remat_core::Error::Invalid(what()))
+    }
+}
+
+/// Each operation against what it must give, written out for ranks 0..world.
+fn collectives(comm: &mut Mpi) -> Result<()> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    check(world == 2, || format!("run under mpirun -np 2, got {world} ranks"))?;
+    // All-reduce of rank-dependent values, with a length that does not divide by the world size.
+    let mine: Vec<f32> = (0..7).map(|i| (rank * 10 + i) as f32 + 0.25).collect();
+    let sums = comm.all_reduce(mine)?;
+    let expected: Vec<f32> = (0..7).map(|i| (i as f32 + 0.25) + ((10 + i) as f32 + 0.25)).collect();
+    check(sums == expected, || format!("all-reduce gave {sums:?}, expected {expected:?}"))?;
+    // Rank order: values whose f32 sum depends on the order of addition.
+    let tricky = if rank == 0 { vec![1.0e8f32, 1.0] } else { vec![-1.0e8f32, 1.0e-8] };
+    let sums = comm.all_reduce(tricky)?;
+    let in_order = sum_in_rank_order(&[1.0e8, 1.0, -1.0e8, 1.0e-8], 2);
+    check(sums == in_order, || format!("all-reduce is not the rank-order sum: {sums:?} vs {in_order:?}"))?;
+    // Empty.
+    check(comm.all_reduce(Vec::new())?.is_empty(), || "all-reduce of nothing".into())?;
+    // Broadcast from rank 1.
+    let got = comm.broadcast(vec![rank as u8; 5], 1)?;
+    check(got == vec![1u8; 5], || format!("broadcast from rank 1 gave {got:?}"))?;
+    // All-gather, in rank order.
+    let got = comm.all_gather(vec![rank as u8 + 7; 3])?;
+    check(got == vec![7, 7, 7, 8, 8, 8], || format!("all-gather gave {got:?}"))?;
+    let varied = comm.all_gather_varied(&vec![b'x'; rank + 1])?;
+    check(varied == vec![b"x".to_vec(), b"xx".to_vec()], || format!("varied all-gather gave {varied:?}"))?;
+    // Reduce-scatter: chunk r of the sum to rank r.
+    let values: Vec<f32> = (0..4).map(|i| (i + 100 * rank) as f32).collect();
+    let got = comm.reduce_scatter(values)?;
+    let expected = if rank == 0 { vec![100.0, 102.0] } else { vec![104.0, 106.0] };
+    check(got == expected, || format!("reduce-scatter gave {got:?}, expected {expected:?}"))?;
+    comm.barrier()?;
+    check(comm.bytes_sent() > 0, || "no bytes counted".into())?;
+    // Errors a caller can make.
+    let e = comm.broadcast(vec![0], 5).err().map(|e| e.to_string()).unwrap_or_default();
+    check(e.contains("rank 5") && e.contains("2 rank"), || format!("broadcast from rank 5: {e:?}"))?;
+    let e = comm.reduce_scatter(vec![0.0; 3]).err().map(|e| e.to_string()).unwrap_or_default();
+    check(e.contains("divide evenly"), || format!("reduce-scatter of 3 over 2: {e:?}"))
+}
+
+fn config(batch: usize, d_model: usize) -> GptConfig {
+    GptConfig { batch, seq: 8, d_model, heads: 2, layers: 2, vocab: 32, dropout: 0.0, dtype: DType::F32 }
+}
+
+/// 2 ranks × batch 2 against 1 process × batch 4 (computed on every rank), 50 AdamW steps.
+fn train(comm: Mpi, sharded: bool) -> Result<()> {
+    let steps = 50;
+    let whole = config(4, 16);
+    let reference_model = Model::new(zoo::gpt(&whole)?)?;
+    let shard_model = Model::new(zoo::gpt(&config(2, 16))?)?;
+    let mut dp = DataParallel::new(comm).with_bucket_bytes(4096);
+    let (rank, world) = (dp.rank(), dp.world_size());
+    // Each rank starts from its own draw: the broadcast makes them rank 0's.
+    let mut params = shard_model.init_params(100 + rank as u64)?;
+    dp.broadcast_params(&mut params)?;
+    let mut reference_params = reference_model.init_params(100)?;
+    check(same_bits(&params, &reference_params), || "broadcast did not give rank 0's parameters".into())?;
+    let mut opt = AdamW::new(3e-3);
+    let mut sharded_opt = ShardedAdamW::new(AdamW::new(3e-3), &params, rank, world)?;
+    let mut reference_opt = AdamW::new(3e-3);
+    let mut worst = 0.0f64;
+    let (mut buckets, mut hidden) = (0usize, 0.0f64);
+    for step in 0..steps {
+        let feeds = zoo::synthetic_tokens(&whole, step)?;
+        let reference = reference_model.step(&mut CpuBackend::new(), &reference_params, &feeds)?;
+        reference_opt.step(&mut reference_params, &reference.grads)?;
+        let out = dp.step(&shard_model, &mut CpuBackend::new(), &params, &dp.shard_feeds(&feeds)?, 0)?;
+        check(out.local.predicted_peak == out.local.measured_peak, || {
+            format!("step {step}: predicted peak {} != measured {}", out.local.predicted_peak, out.local.measured_peak)
+        })?;
+        buckets += out.comm.buckets;
+        hidden += out.comm.hidden_fraction();
+        if sharded {
+            let mut plain = params.clone();
+            opt.step(&mut plain, &out.grads)?;
+            sharded_opt.step(dp.comm(), &mut params, &out.grads)?;
+            check(same_bits(&plain, &params), || format!("step {step}: ZeRO-1 parameters differ from AdamW's"))?;
+        } else {
+            opt.step(&mut params, &out.grads)?;
+        }
+        let rel = (out.loss - reference.loss).abs() / reference.loss.abs();
+        worst = worst.max(rel);
+        check(rel <= 1e-5, || {
+            format!("step {step}: loss {} vs {} on one process (relative {rel:.2e})", out.loss, reference.loss)
+        })?;
+        // Every rank holds the same bits.
+        let digest = digest(&params);
+        let all = dp.comm().all_gather(digest.to_le_bytes().to_vec())?;
+        check(all.chunks_exact(8).all(|c| c == digest.to_le_bytes()), || {
+            format!("step {step}: ranks hold different parameters")
+        })?;
+    }
+    if sharded {
+        let full = 2 * 8 * params.values().iter().map(|p| p.numel()).sum::<usize>();
+        check(sharded_opt.state_bytes() * world <= full + 16 * world, || {
+            format!("sharded state {} B per rank, unsharded {full} B", sharded_opt.state_bytes())
+        })?;
+        println!("rank {rank}: optimizer state {} B per rank against {full} B unsharded", sharded_opt.state_bytes());
+    }
+    println!(
+        "rank {rank}: {steps} steps, largest relative loss difference {worst:.2e}, {:.1} buckets per step, {:.0}% of the reduction hidden",
+        buckets as f64 / steps as f64,
+        100.0 * hidden / steps as f64
+    );
+    Ok(())
+}
+
+fn same_bits(a: &Params, b: &Params) -> bool {
+    a.values().iter().zip(b.values()).all(|(x, y)| {
+        x.shape() == y.shape() && x.to_f64_vec().iter().zip(y.to_f64_vec()).all(|(p, q)| p.to_bits() == q.to_bits())
+    })
+}
+
+fn digest(params: &Params) -> u64 {
+    params
+        .values()
+        .iter()
+        .flat_map(|p| p.to_f64_vec())
+        .fold(0xcbf29ce484222325u64, |h, x| (h ^ x.to_bits()).wrapping_mul(0x100000001b3))
+}
+
+/// Rank 1 builds a wider model: both ranks are refused at the broadcast, naming the parameter.
+fn shapes(comm: Mpi) -> Result<()> {
+    let d = if comm.rank() == 1 { 24 } else { 16 };
+    let model = Model::new(zoo::gpt(&config(2, d))?)?;
+    let mut params = model.init_params(1)?;
+    DataParallel::new(comm).broadcast_params(&mut params)
+}
+
+/// Rank 1 leaves before the first all-reduce; rank 0 must not wait forever.
+fn die(comm: Mpi) -> Result<()> {
+    if comm.rank() == 1 {
+        eprintln!("rank 1: leaving without a word");
+        std::process::exit(7);
+    }
+    let mut comm = comm;
+    comm.all_reduce(vec![1.0; 4]).map(|_| ())
+}
+
+/// Rank 1 stops answering (stuck, not dead); rank 0 gives up after the timeout.
+fn hang(comm: Mpi) -> Result<()> {
+    if comm.rank() == 1 {
+        std::thread::sleep(std::time::Duration::from_secs(600));
+    }
+    let mut comm = comm;
+    comm.all_reduce(vec![1.0; 4]).map(|_| ())
+}

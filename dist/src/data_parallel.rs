@@ -1,0 +1,320 @@
+//! Data-parallel steps: each rank runs forward and backward on its shard of the batch, and the
+//! gradients are averaged over the ranks in buckets while the backward is still running.
+
+use crate::collective::{Collective, Pending, Span};
+use remat_core::{Backend, DType, Error, Feeds, HostTensor, Model, Params, Result, StepOutput};
+use std::ops::Range;
+use std::time::Instant;
+
+/// The bucket size of [`DataParallel::new`]: 1 MiB of f32 gradients per all-reduce.
+pub const DEFAULT_BUCKET_BYTES: usize = 1 << 20;
+
+/// Data-parallel training over a [`Collective`].
+pub struct DataParallel<C: Collective> {
+    comm: C,
+    bucket_bytes: usize,
+}
+
+/// Where one parameter's gradient sits in a bucket.
+struct Entry {
+    param: usize,
+    offset: usize,
+    len: usize,
+}
+
+/// A bucket being filled, or sent and awaited.
+#[derive(Default)]
+struct Filling {
+    values: Vec<f32>,
+    entries: Vec<Entry>,
+}
+
+/// What one data-parallel step returns.
+#[derive(Debug)]
+pub struct DpStep {
+    /// The loss averaged over the ranks (each rank's mean over its shard): the loss of the whole
+    /// batch when the loss is a mean and the shards are equal.
+    pub loss: f64,
+    /// The gradients averaged over the ranks, in [`Params`] order (every rank holds the same
+    /// bits).
+    pub grads: Vec<HostTensor>,
+    /// This rank's own step: its loss, its predicted and measured peaks.
+    pub local: StepOutput,
+    /// The step's communication.
+    pub comm: StepComm,
+}
+
+/// The communication of one step.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepComm {
+    /// Gradient buckets reduced.
+    pub buckets: usize,
+    /// Bytes this rank sent during the step.
+    pub bytes_sent: u64,
+    /// Seconds the engine spent reducing gradients.
+    pub reduce_seconds: f64,
+    /// Of those, seconds that passed while the backward was still running (hidden behind it).
+    pub hidden_seconds: f64,
+    /// Seconds from the end of the backward to the last bucket's arrival (exposed).
+    pub exposed_seconds: f64,
+    /// The most bytes of gradient buckets held at once (the communication buffers: copies of
+    /// finished gradients waiting for, or back from, the engine).
+    pub buffer_peak_bytes: usize,
+}
+
+impl StepComm {
+    /// The fraction of the reduction time hidden behind the backward (1 when there was none).
+    pub fn hidden_fraction(&self) -> f64 {
+        if self.reduce_seconds > 0.0 {
+            self.hidden_seconds / self.reduce_seconds
+        } else {
+            1.0
+        }
+    }
+}
+
+impl<C: Collective> DataParallel<C> {
+    /// Data parallelism over `comm`, reducing gradients in buckets of [`DEFAULT_BUCKET_BYTES`].
+    pub fn new(comm: C) -> Self {
+        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES }
+    }
+
+    /// With buckets of `bytes` (at least one gradient per bucket whatever its size).
+    pub fn with_bucket_bytes(mut self, bytes: usize) -> Self {
+        self.bucket_bytes = bytes.max(4);
+        self
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    /// The collective underneath.
+    pub fn comm(&mut self) -> &mut C {
+        &mut self.comm
+    }
+
+    /// Gives every rank rank 0's parameter values, after checking that every rank has the same
+    /// parameters (names, shapes, dtypes, in order): a mismatch is an error on every rank,
+    /// naming the parameter and the ranks that differ.
+    pub fn broadcast_params(&mut self, params: &mut Params) -> Result<()> {
+        self.check_same_params(params)?;
+        for (i, name) in params.names().to_vec().iter().enumerate() {
+            let value = &params.values()[i];
+            let bytes = self.comm.broadcast(value_bytes(value), 0)?;
+            let data = from_bytes(&bytes, value.dtype(), value.numel())?;
+            params.set(name, HostTensor::new(value.shape().to_vec(), data)?)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses parameters that differ across ranks, naming the first that does.
+    pub fn check_same_params(&mut self, params: &Params) -> Result<()> {
+        let mine = describe(params);
+        let all = self.comm.all_gather_varied(mine.join("\n").as_bytes())?;
+        let all: Vec<Vec<String>> =
+            all.iter().map(|b| String::from_utf8_lossy(b).lines().map(str::to_string).collect()).collect();
+        let reference = &all[0];
+        for (rank, theirs) in all.iter().enumerate().skip(1) {
+            for k in 0..reference.len().max(theirs.len()) {
+                let (a, b) = (reference.get(k), theirs.get(k));
+                if a != b {
+                    let show = |d: Option<&String>| d.map_or("nothing".to_string(), |d| d.replace('\t', " "));
+                    let name = a.or(b).and_then(|d| d.split('\t').next()).unwrap_or("?");
+                    return Err(Error::Feed {
+                        what: "param",
+                        name: name.to_string(),
+                        message: format!(
+                            "ranks disagree on parameter {k}: rank 0 has {}, rank {rank} has {} (every rank must build the same model)",
+                            show(a),
+                            show(b)
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// This rank's rows of a batch of `rows`: equal contiguous shards, rank 0 first. An error
+    /// when `rows` does not divide evenly (the averaged gradient would weigh rows unequally).
+    pub fn shard(&self, rows: usize) -> Result<Range<usize>> {
+        let world = self.world_size();
+        if rows % world != 0 {
+            return Err(Error::Invalid(format!(
+                "a batch of {rows} rows cannot be split evenly over {world} ranks; use a multiple of {world}"
+            )));
+        }
+        let per = rows / world;
+        let r = self.rank();
+        Ok(r * per..(r + 1) * per)
+    }
+
+    /// This rank's shard of a whole batch: every feed's rows [`DataParallel::shard`] along its
+    /// first axis (a feed whose first axis does not divide evenly is an error naming it).
+    pub fn shard_feeds(&self, feeds: &Feeds) -> Result<Feeds> {
+        let mut shard = Feeds::new();
+        for name in feeds.names() {
+            let value = feeds.get(name).ok_or_else(|| Error::Invalid(format!("feed `{name}` vanished")))?;
+            let rows = *value.shape().first().ok_or_else(|| Error::Feed {
+                what: "input",
+                name: name.to_string(),
+                message: "a scalar cannot be split over ranks".into(),
+            })?;
+            let range = self.shard(rows).map_err(|e| Error::Feed {
+                what: "input",
+                name: name.to_string(),
+                message: e.to_string(),
+            })?;
+            let per_row = value.numel() / rows.max(1);
+            let values = value.to_f64_vec();
+            let start = range.start * per_row;
+            let mut shape = value.shape().to_vec();
+            shape[0] = range.len();
+            let part = HostTensor::from_fn(shape, value.dtype(), |i| values[start + i])?;
+            shard.insert(name, part);
+        }
+        Ok(shard)
+    }
+
+    /// An error on every rank when the job does not have `expected` ranks (a run resumed with
+    /// another world size, a sharded state from another job).
+    pub fn expect_world_size(&self, expected: usize) -> Result<()> {
+        let world = self.world_size();
+        if world == expected {
+            Ok(())
+        } else {
+            Err(Error::Invalid(format!(
+                "rank {}: this job has {world} rank(s), the run expects {expected} (start it with mpirun -np {expected})",
+                self.rank()
+            )))
+        }
+    }
+
+    /// One step: forward and backward on this rank's `feeds` (its shard), each gradient copied
+    /// into a bucket the moment the backward finishes it and a full bucket handed to the engine
+    /// at once, so reducing overlaps the rest of the backward. The gradients come back averaged
+    /// over the ranks, identical on every rank. Random ops on rank `r` draw from
+    /// `seed · world_size + r` (different masks for different rows; on one rank, `seed`).
+    pub fn step<B: Backend>(
+        &mut self,
+        model: &Model,
+        backend: &mut B,
+        params: &Params,
+        feeds: &Feeds,
+        seed: u64,
+    ) -> Result<DpStep> {
+        // Ranks draw different dropout masks for their different rows; one rank draws what
+        // `Model::step_seeded(.., seed)` does.
+        let rank_seed = seed.wrapping_mul(self.world_size() as u64).wrapping_add(self.rank() as u64);
+        let sent_before = self.comm.bytes_sent();
+        let bucket_floats = (self.bucket_bytes / 4).max(1);
+        let mut filling = Filling::default();
+        let mut in_flight: Vec<(Filling, Pending<Vec<f32>>)> = Vec::new();
+        let mut held = 0usize;
+        let mut buffer_peak = 0usize;
+        let comm = &mut self.comm;
+        let mut on_grad = |param: usize, grad: HostTensor| -> Result<()> {
+            let values = grad_values(&grad, params, param)?;
+            filling.entries.push(Entry { param, offset: filling.values.len(), len: values.len() });
+            filling.values.extend_from_slice(&values);
+            held += values.len() * 4;
+            buffer_peak = buffer_peak.max(held);
+            if filling.values.len() >= bucket_floats {
+                let full = std::mem::take(&mut filling);
+                let pending = comm.start_all_reduce(full.values.clone())?;
+                held += full.values.len() * 4; // the engine's copy
+                buffer_peak = buffer_peak.max(held);
+                in_flight.push((Filling { values: Vec::new(), entries: full.entries }, pending));
+            }
+            Ok(())
+        };
+        let local = model.step_streaming(backend, params, feeds, rank_seed, &mut on_grad)?;
+        let backward_end = Instant::now();
+        if !filling.values.is_empty() {
+            let pending = comm.start_all_reduce(filling.values.clone())?;
+            in_flight.push((Filling { values: Vec::new(), entries: filling.entries }, pending));
+        }
+        let world = comm.world_size() as f32;
+        let mut grads: Vec<Option<HostTensor>> = (0..params.len()).map(|_| None).collect();
+        let mut stats = StepComm { buckets: in_flight.len(), ..StepComm::default() };
+        let mut last_end = backward_end;
+        for (bucket, pending) in in_flight {
+            let (sums, Span { start, end }) = pending.wait_timed()?;
+            stats.reduce_seconds += (end - start).as_secs_f64();
+            stats.hidden_seconds += (end.min(backward_end).saturating_duration_since(start)).as_secs_f64();
+            last_end = last_end.max(end);
+            for e in bucket.entries {
+                let mean: Vec<f32> = sums[e.offset..e.offset + e.len].iter().map(|&s| s / world).collect();
+                let p = &params.values()[e.param];
+                grads[e.param] =
+                    Some(HostTensor::new(p.shape().to_vec(), remat_core::HostData::from_f32(&mean, p.dtype()))?);
+            }
+        }
+        stats.exposed_seconds = (last_end.saturating_duration_since(backward_end)).as_secs_f64();
+        stats.buffer_peak_bytes = buffer_peak;
+        // The loss in f64, summed in rank order: the mean of the ranks' means.
+        let losses = self.comm.all_gather(local.loss.to_le_bytes().to_vec())?;
+        let loss = losses.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).sum::<f64>()
+            / f64::from(world);
+        stats.bytes_sent = self.comm.bytes_sent() - sent_before;
+        let grads = grads
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| {
+                g.ok_or_else(|| {
+                    Error::Invalid(format!("the step gave no gradient for parameter `{}`", params.names()[i]))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DpStep { loss, grads, local, comm: stats })
+    }
+}
+
+/// `name\tshape\tdtype` per parameter.
+fn describe(params: &Params) -> Vec<String> {
+    params.names().iter().zip(params.values()).map(|(n, v)| format!("{n}\t{:?}\t{}", v.shape(), v.dtype())).collect()
+}
+
+/// A gradient's values as f32 (what the engine reduces), checked against its parameter.
+fn grad_values(grad: &HostTensor, params: &Params, param: usize) -> Result<Vec<f32>> {
+    let p = params
+        .values()
+        .get(param)
+        .ok_or_else(|| Error::Invalid(format!("gradient for parameter {param}, the model has {}", params.len())))?;
+    if grad.shape() != p.shape() {
+        return Err(Error::Feed {
+            what: "param",
+            name: params.names()[param].clone(),
+            message: format!("gradient of shape {:?} for a parameter of shape {:?}", grad.shape(), p.shape()),
+        });
+    }
+    match grad.dtype() {
+        DType::F32 | DType::F16 | DType::BF16 => Ok(grad.to_f32_vec()),
+        other => Err(Error::Feed {
+            what: "param",
+            name: params.names()[param].clone(),
+            message: format!("data-parallel steps reduce f32, f16 and bf16 gradients; this one is {other}"),
+        }),
+    }
+}
+
+/// A tensor's elements as little-endian f64 bytes (f64 holds every float dtype's values exactly).
+pub(crate) fn value_bytes(value: &HostTensor) -> Vec<u8> {
+    value.to_f64_vec().iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// [`value_bytes`] back to data of `dtype` (f64 carries every dtype's values exactly).
+pub(crate) fn from_bytes(bytes: &[u8], dtype: DType, n: usize) -> Result<remat_core::HostData> {
+    if bytes.len() != n * 8 {
+        return Err(Error::Invalid(format!("expected {} bytes for {n} values, got {}", n * 8, bytes.len())));
+    }
+    let values: Vec<f64> = bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    Ok(remat_core::HostData::from_f64(&values, dtype))
+}

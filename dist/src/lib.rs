@@ -1,0 +1,30 @@
+//! Data-parallel training for remat.
+//!
+//! - [`Collective`]: the operations data parallelism needs (all-reduce, broadcast, all-gather,
+//!   reduce-scatter, barrier; rank and world size), with two engines: [`Local`] (one process,
+//!   every operation the identity) and, with the `mpi` feature, [`Mpi`] (Open MPI, for CPU
+//!   processes started by `mpirun -np N`). Reductions sum in rank order, so every rank gets the
+//!   same bits and a run is deterministic for a given world size.
+//! - [`DataParallel`]: parameters broadcast from rank 0 (refused, naming the parameter, when
+//!   ranks built different models); each rank runs forward and backward on its shard of the
+//!   batch ([`DataParallel::shard`]); each gradient goes into a bucket the moment the backward
+//!   finishes it ([`remat_core::Model::step_streaming`]) and a full bucket is reduced while the
+//!   backward goes on. [`StepComm`] reports the bytes moved and how much of the reduction was
+//!   hidden behind the backward.
+//! - [`ShardedAdamW`]: ZeRO-1, AdamW's moments split over the ranks.
+//!
+//! A collective that does not finish within `REMAT_DIST_TIMEOUT` seconds (120 by default) is an
+//! error naming it on the rank that waited: a rank that dies ends the job instead of hanging it.
+
+mod collective;
+mod data_parallel;
+#[cfg(feature = "mpi")]
+mod mpi_engine;
+mod zero;
+
+pub use collective::{exit_now, sum_in_rank_order, timeout_from_env, Collective, Local, Pending, Span};
+pub use collective::{DEFAULT_TIMEOUT, TIMEOUT_VAR};
+pub use data_parallel::{DataParallel, DpStep, StepComm, DEFAULT_BUCKET_BYTES};
+#[cfg(feature = "mpi")]
+pub use mpi_engine::Mpi;
+pub use zero::ShardedAdamW;

@@ -1,0 +1,140 @@
+//! ZeRO-1: AdamW whose moments are sharded over the ranks.
+
+use crate::collective::Collective;
+use crate::data_parallel::{from_bytes, value_bytes};
+use remat_core::{AdamW, DType, Error, HostData, HostTensor, Params, Result};
+use std::ops::Range;
+
+/// AdamW with its moments split over the ranks (ZeRO stage 1): the parameters' elements, laid
+/// end to end in [`Params`] order, are cut into `world` equal runs; rank `r` keeps the moments
+/// of run `r` only, updates those elements with [`AdamW::update_elements`] (the arithmetic of
+/// the unsharded optimizer, element for element) and the updated runs are gathered on every
+/// rank. Per-rank optimizer memory is `1 / world` of AdamW's; the parameters after any number
+/// of steps are bitwise those of an unsharded AdamW given the same gradients.
+#[derive(Clone, Debug)]
+pub struct ShardedAdamW {
+    /// The hyperparameters (its own moments stay empty).
+    pub adamw: AdamW,
+    t: u64,
+    range: Range<usize>,
+    total: usize,
+    m: Vec<f64>,
+    v: Vec<f64>,
+}
+
+impl ShardedAdamW {
+    /// Shard `rank` of `world` of an AdamW over `params`.
+    pub fn new(adamw: AdamW, params: &Params, rank: usize, world: usize) -> Result<Self> {
+        if world == 0 || rank >= world {
+            return Err(Error::Invalid(format!("rank {rank} of a {world}-rank job")));
+        }
+        let total: usize = params.values().iter().map(HostTensor::numel).sum();
+        let per = total.div_ceil(world);
+        let range = (rank * per).min(total)..((rank + 1) * per).min(total);
+        let n = range.len();
+        Ok(ShardedAdamW { adamw, t: 0, range, total, m: vec![0.0; n], v: vec![0.0; n] })
+    }
+
+    /// The elements (in the parameters laid end to end) whose moments this rank keeps.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// Bytes of optimizer state this rank holds (two f64 moments per element of its shard).
+    pub fn state_bytes(&self) -> usize {
+        (self.m.len() + self.v.len()) * 8
+    }
+
+    /// Steps taken.
+    pub fn t(&self) -> u64 {
+        self.t
+    }
+
+    /// One step: this rank updates its shard from `grads` (the averaged gradients, the same on
+    /// every rank), then every rank gathers the whole updated parameters.
+    pub fn step<C: Collective>(&mut self, comm: &mut C, params: &mut Params, grads: &[HostTensor]) -> Result<()> {
+        let total: usize = params.values().iter().map(HostTensor::numel).sum();
+        if total != self.total || grads.len() != params.len() {
+            return Err(Error::Invalid(format!(
+                "the sharded AdamW state belongs to {} parameter elements; these parameters have {total} ({} gradients for {} parameters)",
+                self.total,
+                grads.len(),
+                params.len()
+            )));
+        }
+        let t = self.t + 1;
+        let mut w = gather_range(params.values(), &self.range);
+        let g = gather_range(grads, &self.range);
+        self.adamw.update_elements(t, &mut w, &g, &mut self.m, &mut self.v)?;
+        self.t = t;
+        // Round to each parameter's dtype before sending, as the unsharded optimizer stores it.
+        let rounded = round_range(params.values(), &self.range, &w);
+        let per = self.total.div_ceil(comm.world_size());
+        let mut mine = rounded;
+        mine.resize(per, 0.0);
+        let bytes = comm.all_gather(mine.iter().flat_map(|x| x.to_le_bytes()).collect())?;
+        let all: Vec<f64> = bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+        let mut start = 0;
+        for (name, p) in params.names().to_vec().iter().zip(0..) {
+            let value = &params.values()[p];
+            let n = value.numel();
+            let data = HostData::from_f64(&all[start..start + n], value.dtype());
+            start += n;
+            params.set(name, HostTensor::new(value.shape().to_vec(), data)?)?;
+        }
+        Ok(())
+    }
+
+    /// The whole moments (`m` then `v`, every element) gathered on every rank, e.g. for rank 0
+    /// to save an unsharded training state.
+    pub fn gather_moments<C: Collective>(&self, comm: &mut C) -> Result<(Vec<f64>, Vec<f64>)> {
+        let per = self.total.div_ceil(comm.world_size());
+        let mut whole = Vec::with_capacity(2);
+        for moment in [&self.m, &self.v] {
+            let mut mine = moment.clone();
+            mine.resize(per, 0.0);
+            let t = HostTensor::f64(vec![per], mine)?;
+            let bytes = comm.all_gather(value_bytes(&t))?;
+            let HostData::F64(mut all) = from_bytes(&bytes, DType::F64, bytes.len() / 8)? else {
+                return Err(Error::Invalid("moments gathered as another dtype".into()));
+            };
+            all.truncate(self.total);
+            whole.push(all);
+        }
+        let v = whole.pop().unwrap_or_default();
+        let m = whole.pop().unwrap_or_default();
+        Ok((m, v))
+    }
+}
+
+/// The elements `range` of `tensors` laid end to end, in f64.
+fn gather_range(tensors: &[HostTensor], range: &Range<usize>) -> Vec<f64> {
+    let mut out = Vec::with_capacity(range.len());
+    let mut start = 0;
+    for t in tensors {
+        let span = start..start + t.numel();
+        let (lo, hi) = (range.start.max(span.start), range.end.min(span.end));
+        if lo < hi {
+            out.extend_from_slice(&t.to_f64_vec()[lo - start..hi - start]);
+        }
+        start = span.end;
+    }
+    out
+}
+
+/// `values` (the elements `range`) rounded to the dtypes of the tensors they belong to.
+fn round_range(tensors: &[HostTensor], range: &Range<usize>, values: &[f64]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(values.len());
+    let mut start = 0;
+    for t in tensors {
+        let span = start..start + t.numel();
+        let (lo, hi) = (range.start.max(span.start), range.end.min(span.end));
+        if lo < hi {
+            let part = &values[lo - range.start..hi - range.start];
+            let rounded = HostTensor::new(vec![part.len()], HostData::from_f64(part, t.dtype()));
+            out.extend(rounded.map(|r| r.to_f64_vec()).unwrap_or_else(|_| part.to_vec()));
+        }
+        start = span.end;
+    }
+    out
+}

@@ -1,0 +1,72 @@
+//! One process (`Local`): data-parallel steps and ZeRO-1 reduce to the plain ones, bit for bit.
+
+use remat_core::zoo::{self, GptConfig};
+use remat_core::{AdamW, CpuBackend, DType, Model, Optimizer};
+use remat_dist::{Collective, DataParallel, Local, ShardedAdamW};
+
+fn model(batch: usize) -> Model {
+    let cfg = GptConfig { batch, seq: 8, d_model: 16, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype: DType::F32 };
+    Model::new(zoo::gpt(&cfg).unwrap()).unwrap()
+}
+
+#[test]
+fn one_rank_steps_exactly_like_the_model() {
+    let model = model(2);
+    let cfg =
+        GptConfig { batch: 2, seq: 8, d_model: 16, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype: DType::F32 };
+    let mut params = model.init_params(3).unwrap();
+    let mut dp = DataParallel::new(Local).with_bucket_bytes(1000);
+    dp.broadcast_params(&mut params).unwrap();
+    for step in 0..3 {
+        let feeds = zoo::synthetic_tokens(&cfg, step).unwrap();
+        let plain = model.step_seeded(&mut CpuBackend::new(), &params, &feeds, step).unwrap();
+        let out = dp.step(&model, &mut CpuBackend::new(), &params, &dp.shard_feeds(&feeds).unwrap(), step).unwrap();
+        assert_eq!(out.loss.to_bits(), plain.loss.to_bits());
+        assert_eq!(out.grads.len(), plain.grads.len());
+        for (a, b) in out.grads.iter().zip(&plain.grads) {
+            assert_eq!(a, b, "gradients differ");
+        }
+        assert!(out.comm.buckets >= 2, "small buckets: several per step");
+        assert_eq!(out.comm.bytes_sent, 0);
+        assert_eq!(out.local.predicted_peak, out.local.measured_peak);
+    }
+}
+
+#[test]
+fn sharded_adamw_on_one_rank_is_adamw() {
+    let model = model(2);
+    let mut a = model.init_params(5).unwrap();
+    let mut b = a.clone();
+    let mut plain = AdamW::new(1e-2);
+    let mut sharded = ShardedAdamW::new(AdamW::new(1e-2), &b, 0, 1).unwrap();
+    for step in 0..5u64 {
+        let grads: Vec<_> = a
+            .values()
+            .iter()
+            .map(|p| {
+                remat_core::HostTensor::from_fn(p.shape().to_vec(), p.dtype(), |i| {
+                    ((i as u64 * 7 + step) % 11) as f64 * 0.1 - 0.5
+                })
+                .unwrap()
+            })
+            .collect();
+        plain.step(&mut a, &grads).unwrap();
+        sharded.step(&mut Local, &mut b, &grads).unwrap();
+        assert_eq!(a.values(), b.values(), "step {step}");
+    }
+    let (m, v) = sharded.gather_moments(&mut Local).unwrap();
+    let (pm, pv) = plain.moments();
+    assert_eq!(m, pm.concat());
+    assert_eq!(v, pv.concat());
+    assert_eq!(sharded.state_bytes(), 16 * m.len());
+}
+
+#[test]
+fn bad_shards_are_refused() {
+    assert!(ShardedAdamW::new(AdamW::new(1e-2), &model(2).init_params(1).unwrap(), 2, 2).is_err());
+    let dp = DataParallel::new(Local);
+    assert_eq!(dp.shard(5).unwrap(), 0..5);
+    assert_eq!(Local.world_size(), 1);
+    let e = dp.expect_world_size(2).unwrap_err().to_string();
+    assert!(e.contains("this job has 1 rank(s), the run expects 2"), "{e}");
+}
