@@ -19,6 +19,9 @@ use std::time::Instant;
 
 #[path = "common/compare.rs"]
 mod compare;
+#[cfg(feature = "mpi")]
+#[path = "common/data_parallel.rs"]
+mod data_parallel;
 #[path = "../cli/src/plot.rs"]
 mod plot;
 use compare::{compare, Row, Table};
@@ -208,6 +211,23 @@ struct Args {
     /// A short run for CI: few steps, small comparison.
     #[arg(long)]
     quick: bool,
+    /// Train data-parallel over the ranks of an MPI job (`mpirun -np 2 .. --data-parallel`):
+    /// --batch is split over the ranks; reports step time, overlap and bytes sent, then exits.
+    #[arg(long)]
+    data_parallel: bool,
+    /// With --data-parallel: gradients per all-reduce bucket, in KiB (smaller buckets start
+    /// reducing earlier in the backward).
+    #[arg(long, default_value_t = 64, requires = "data_parallel", value_parser = clap::value_parser!(u32).range(1..))]
+    bucket_kib: u32,
+    /// With --data-parallel: shard AdamW's moments over the ranks (ZeRO-1).
+    #[arg(long, requires = "data_parallel")]
+    zero: bool,
+    /// With --data-parallel: rank 0 saves the training state to this file at the end.
+    #[arg(long, requires = "data_parallel")]
+    save_state: Option<std::path::PathBuf>,
+    /// With --data-parallel: every rank resumes from this training state.
+    #[arg(long, requires = "data_parallel")]
+    resume: Option<std::path::PathBuf>,
     /// Steps timed per policy in the comparison (the median is reported).
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..))]
     timed_steps: u32,
@@ -258,6 +278,9 @@ fn main() {
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = config(args)?;
     let steps = if args.quick { args.steps.min(20) } else { args.steps };
+    if args.data_parallel {
+        return train_data_parallel(args, &cfg, steps);
+    }
     match args.device {
         Device::Cpu => train_and_compare(args, &cfg, steps, &mut || Ok(CpuBackend::new())),
         #[cfg(feature = "cuda")]
@@ -265,6 +288,26 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         #[cfg(not(feature = "cuda"))]
         Device::Cuda => Err("--device cuda: remat was built without its `cuda` feature".into()),
     }
+}
+
+#[cfg(feature = "mpi")]
+fn train_data_parallel(args: &Args, cfg: &GptConfig, steps: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let opts = data_parallel::Options {
+        steps,
+        seed: args.seed,
+        global_batch: cfg.batch,
+        zero: args.zero,
+        bucket_bytes: args.bucket_kib as usize * 1024,
+        save_state: args.save_state.clone(),
+        resume: args.resume.clone(),
+    };
+    let build_shard = |batch| build(&GptConfig { batch, ..cfg.clone() }, args.policy, args.strategy);
+    data_parallel::train("gpt", &build_shard, &|step| zoo::synthetic_tokens(cfg, step), &opts)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn train_data_parallel(_: &Args, _: &GptConfig, _: u64) -> Result<(), Box<dyn std::error::Error>> {
+    Err("--data-parallel: remat was built without its `mpi` feature (Open MPI)".into())
 }
 
 fn train_and_compare<B: Backend>(
@@ -604,6 +647,9 @@ mod tests {
         assert!(err(&["gpt", "--policy", "sometimes"]).contains("unknown policy `sometimes`"));
         assert!(err(&["gpt", "--strategy", "budget=1.5"]).contains("a fraction budget must be in [0, 1], got 1.5"));
         assert!(err(&["gpt", "--layers", "0"]).contains("--layers"));
+        // The data-parallel options need --data-parallel.
+        assert!(err(&["gpt", "--zero"]).contains("--data-parallel"));
+        assert!(err(&["gpt", "--data-parallel", "--bucket-kib", "0"]).contains("--bucket-kib"));
         let args = Args::parse_from(["gpt", "--d-model", "30", "--heads", "4"]);
         assert!(run(&args).unwrap_err().to_string().contains("--d-model 30 is not a multiple of --heads 4"));
         assert_eq!("64KiB".parse::<Budget>(), Ok(Budget::Bytes(65536)));

@@ -38,6 +38,12 @@ pub use remat_core::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 // Errors.
 pub use remat_core::{Error, Result};
 
+/// Data-parallel training: collectives over Open MPI (feature `mpi`, on by default) or one
+/// process, gradients reduced in buckets during the backward, ZeRO-1 (`docs/distributed.md`).
+pub mod dist {
+    pub use remat_dist::*;
+}
+
 /// Graph documents as JSON: `remat.graph` (a forward graph remat differentiates) and
 /// `remat.joint` (an already-joint graph, e.g. exported from PyTorch). See `docs/graph-json.md`.
 pub mod json {

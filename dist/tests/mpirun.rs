@@ -63,6 +63,11 @@ fn zero_1_gives_adamws_parameters_with_half_the_state() {
 }
 
 #[test]
+fn a_run_saved_by_rank_0_resumes_bit_exactly_on_every_rank() {
+    assert_ok("resume");
+}
+
+#[test]
 fn ranks_that_built_different_models_are_refused_on_every_rank() {
     let Some((out, text, _)) = job("shapes", &[]) else { return };
     assert!(!out.status.success(), "{text}");

@@ -10,7 +10,7 @@
 //! the first all-reduce: rank 0 gives up within the timeout).
 
 use remat_core::zoo::{self, GptConfig};
-use remat_core::{AdamW, CpuBackend, DType, Model, Optimizer, Params, Result};
+use remat_core::{load_state, save_state, AdamW, CpuBackend, DType, Model, Optimizer, Params, Progress, Result};
 use remat_dist::{sum_in_rank_order, Collective, DataParallel, Mpi, ShardedAdamW};
 
 fn main() {
@@ -28,6 +28,7 @@ fn main() {
         "world" => DataParallel::new(comm).expect_world_size(3),
         "die" => die(comm),
         "hang" => hang(comm),
+        "resume" => resume(comm),
         other => Err(remat_core::Error::Invalid(format!("unknown scenario {other:?}"))),
     };
     match result {
@@ -193,4 +194,44 @@ fn hang(comm: Mpi) -> Result<()> {
     }
     let mut comm = comm;
     comm.all_reduce(vec![1.0; 4]).map(|_| ())
+}
+
+/// Six steps straight, against three, a save by rank 0, a resume on every rank and three more.
+fn resume(comm: Mpi) -> Result<()> {
+    let whole = config(4, 16);
+    let model = Model::new(zoo::gpt(&config(2, 16))?)?;
+    let mut dp = DataParallel::new(comm);
+    let rank = dp.rank();
+    let run =
+        |dp: &mut DataParallel<Mpi>, params: &mut Params, opt: &mut AdamW, steps: std::ops::Range<u64>| -> Result<()> {
+            for step in steps {
+                let feeds = dp.shard_feeds(&zoo::synthetic_tokens(&whole, step)?)?;
+                let out = dp.step(&model, &mut CpuBackend::new(), params, &feeds, step)?;
+                opt.step(params, &out.grads)?;
+            }
+            Ok(())
+        };
+    let start = model.init_params(9)?;
+    let (mut straight, mut straight_opt) = (start.clone(), AdamW::new(3e-3));
+    run(&mut dp, &mut straight, &mut straight_opt, 0..6)?;
+    let (mut first, mut first_opt) = (start.clone(), AdamW::new(3e-3));
+    run(&mut dp, &mut first, &mut first_opt, 0..3)?;
+    // Rank 0 names the file (its process id) and saves; every rank reads it.
+    let name = format!("remat-dist-resume-{}.safetensors", std::process::id());
+    let name = String::from_utf8_lossy(&dp.comm().broadcast(format!("{name:<64}").into_bytes(), 0)?).trim().to_string();
+    let path = std::env::temp_dir().join(name);
+    if rank == 0 {
+        save_state(&path, &first, &first_opt, Progress { step: 3, seed: 0 })?;
+    }
+    dp.comm().barrier()?;
+    let (mut resumed, mut resumed_opt) = (model.init_params(1234)?, AdamW::new(3e-3));
+    let progress = load_state(&path, &mut resumed, &mut resumed_opt)?;
+    dp.comm().barrier()?;
+    if rank == 0 {
+        let _ = std::fs::remove_file(&path);
+    }
+    check(progress.step == 3, || format!("resumed at step {}", progress.step))?;
+    dp.broadcast_params(&mut resumed)?;
+    run(&mut dp, &mut resumed, &mut resumed_opt, 3..6)?;
+    check(same_bits(&straight, &resumed), || "the resumed run's parameters differ from the uninterrupted run's".into())
 }
