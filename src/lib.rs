@@ -369,3 +369,7 @@ struct GenerationMd;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/torch.md")]
 struct TorchMd;
+
+#[cfg(all(doctest, feature = "mpi"))]
+#[doc = include_str!("../docs/distributed.md")]
+struct DistributedMd;
