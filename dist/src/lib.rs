@@ -2,9 +2,11 @@
 //!
 //! - [`Collective`]: the operations data parallelism needs (all-reduce, broadcast, all-gather,
 //!   reduce-scatter, barrier; rank and world size), with two engines: [`Local`] (one process,
-//!   every operation the identity) and, with the `mpi` feature, [`Mpi`] (Open MPI, for CPU
-//!   processes started by `mpirun -np N`). Reductions sum in rank order, so every rank gets the
-//!   same bits and a run is deterministic for a given world size.
+//!   every operation the identity) and [`Engine`], a communication library driven by a thread of
+//!   its own through a [`Transport`]: with the `mpi` feature, [`Mpi::init`] (Open MPI, for CPU
+//!   processes started by `mpirun -np N`); `remat-cuda`'s `nccl` feature adds NCCL. Reductions
+//!   sum in rank order, so every rank gets the same bits and a run is deterministic for a given
+//!   world size.
 //! - [`DataParallel`]: parameters broadcast from rank 0 (refused, naming the parameter, when
 //!   ranks built different models); each rank runs forward and backward on its shard of the
 //!   batch ([`DataParallel::shard`]); each gradient goes into a bucket the moment the backward
@@ -18,6 +20,7 @@
 
 mod collective;
 mod data_parallel;
+mod engine;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
 mod zero;
@@ -25,6 +28,7 @@ mod zero;
 pub use collective::{exit_now, sum_in_rank_order, timeout_from_env, Collective, Local, Pending, Span};
 pub use collective::{DEFAULT_TIMEOUT, TIMEOUT_VAR};
 pub use data_parallel::{DataParallel, DpStep, StepComm, DEFAULT_BUCKET_BYTES};
+pub use engine::{Engine, Transport};
 #[cfg(feature = "mpi")]
 pub use mpi_engine::Mpi;
 pub use zero::ShardedAdamW;

@@ -11,7 +11,7 @@
 
 use remat_core::zoo::{self, GptConfig};
 use remat_core::{load_state, save_state, AdamW, CpuBackend, DType, Model, Optimizer, Params, Progress, Result};
-use remat_dist::{sum_in_rank_order, Collective, DataParallel, Mpi, ShardedAdamW};
+use remat_dist::{sum_in_rank_order, Collective, DataParallel, Engine, Mpi, ShardedAdamW};
 
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
@@ -51,7 +51,7 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
 }
 
 /// Each operation against what it must give, written out for ranks 0..world.
-fn collectives(comm: &mut Mpi) -> Result<()> {
+fn collectives(comm: &mut Engine) -> Result<()> {
     let (rank, world) = (comm.rank(), comm.world_size());
     check(world == 2, || format!("run under mpirun -np 2, got {world} ranks"))?;
     // All-reduce of rank-dependent values, with a length that does not divide by the world size.
@@ -93,7 +93,7 @@ fn config(batch: usize, d_model: usize) -> GptConfig {
 }
 
 /// 2 ranks × batch 2 against 1 process × batch 4 (computed on every rank), 50 AdamW steps.
-fn train(comm: Mpi, sharded: bool) -> Result<()> {
+fn train(comm: Engine, sharded: bool) -> Result<()> {
     let steps = 50;
     let whole = config(4, 16);
     let reference_model = Model::new(zoo::gpt(&whole)?)?;
@@ -170,7 +170,7 @@ fn digest(params: &Params) -> u64 {
 }
 
 /// Rank 1 builds a wider model: both ranks are refused at the broadcast, naming the parameter.
-fn shapes(comm: Mpi) -> Result<()> {
+fn shapes(comm: Engine) -> Result<()> {
     let d = if comm.rank() == 1 { 24 } else { 16 };
     let model = Model::new(zoo::gpt(&config(2, d))?)?;
     let mut params = model.init_params(1)?;
@@ -178,7 +178,7 @@ fn shapes(comm: Mpi) -> Result<()> {
 }
 
 /// Rank 1 leaves before the first all-reduce; rank 0 must not wait forever.
-fn die(comm: Mpi) -> Result<()> {
+fn die(comm: Engine) -> Result<()> {
     if comm.rank() == 1 {
         eprintln!("rank 1: leaving without a word");
         std::process::exit(7);
@@ -188,7 +188,7 @@ fn die(comm: Mpi) -> Result<()> {
 }
 
 /// Rank 1 stops answering (stuck, not dead); rank 0 gives up after the timeout.
-fn hang(comm: Mpi) -> Result<()> {
+fn hang(comm: Engine) -> Result<()> {
     if comm.rank() == 1 {
         std::thread::sleep(std::time::Duration::from_secs(600));
     }
@@ -197,20 +197,23 @@ fn hang(comm: Mpi) -> Result<()> {
 }
 
 /// Six steps straight, against three, a save by rank 0, a resume on every rank and three more.
-fn resume(comm: Mpi) -> Result<()> {
+fn resume(comm: Engine) -> Result<()> {
     let whole = config(4, 16);
     let model = Model::new(zoo::gpt(&config(2, 16))?)?;
     let mut dp = DataParallel::new(comm);
     let rank = dp.rank();
-    let run =
-        |dp: &mut DataParallel<Mpi>, params: &mut Params, opt: &mut AdamW, steps: std::ops::Range<u64>| -> Result<()> {
-            for step in steps {
-                let feeds = dp.shard_feeds(&zoo::synthetic_tokens(&whole, step)?)?;
-                let out = dp.step(&model, &mut CpuBackend::new(), params, &feeds, step)?;
-                opt.step(params, &out.grads)?;
-            }
-            Ok(())
-        };
+    let run = |dp: &mut DataParallel<Engine>,
+               params: &mut Params,
+               opt: &mut AdamW,
+               steps: std::ops::Range<u64>|
+     -> Result<()> {
+        for step in steps {
+            let feeds = dp.shard_feeds(&zoo::synthetic_tokens(&whole, step)?)?;
+            let out = dp.step(&model, &mut CpuBackend::new(), params, &feeds, step)?;
+            opt.step(params, &out.grads)?;
+        }
+        Ok(())
+    };
     let start = model.init_params(9)?;
     let (mut straight, mut straight_opt) = (start.clone(), AdamW::new(3e-3));
     run(&mut dp, &mut straight, &mut straight_opt, 0..6)?;

@@ -1,0 +1,219 @@
+//! [`Engine`]: a communication library (MPI, NCCL) driven by a thread of its own.
+//!
+//! The library is set up, used and torn down on that thread alone, so the training thread never
+//! blocks in it: it hands a bucket of gradients over and goes on with the backward while the
+//! engine reduces it. A [`Transport`] says how to do the few blocking operations the engine
+//! needs; the engine turns them into every [`Collective`] operation, with rank-order sums.
+
+use crate::collective::{check_root, sum_in_rank_order, timeout_from_env, Collective, Pending, Span};
+use remat_core::{Error, Result};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The blocking operations of one communication library, run on the engine's thread (where the
+/// transport is created, used and dropped: it need not be `Send`).
+pub trait Transport {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// How many ranks.
+    fn world_size(&self) -> usize;
+    /// Every rank's `bytes` (one length on every rank), in rank order.
+    fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<u8>>;
+    /// Rank `root`'s `bytes` into every rank's `bytes`.
+    fn broadcast_bytes(&mut self, bytes: &mut [u8], root: usize) -> Result<()>;
+    /// Returns once every rank has called it.
+    fn barrier(&mut self) -> Result<()>;
+    /// Bytes this rank has sent so far.
+    fn bytes_sent(&self) -> u64;
+
+    /// Every rank's `values`, in rank order.
+    fn all_gather_f32(&mut self, values: &[f32]) -> Result<Vec<f32>> {
+        let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let all = self.all_gather_bytes(&bytes)?;
+        Ok(all.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
+    }
+
+    /// This rank's chunk of the rank-order sum of `values` (`world_size()` equal chunks). By
+    /// default every rank gathers everything and sums its own chunk; a transport with an
+    /// all-to-all sends each chunk only where it is summed.
+    fn reduce_scatter_f32(&mut self, values: &[f32]) -> Result<Vec<f32>> {
+        let world = self.world_size();
+        let chunk = values.len() / world;
+        let all = self.all_gather_f32(values)?;
+        let rank = self.rank();
+        let mine: Vec<f32> =
+            (0..world).flat_map(|r| all[r * values.len() + rank * chunk..][..chunk].iter().copied()).collect();
+        Ok(sum_in_rank_order(&mine, world))
+    }
+}
+
+/// One operation for the engine, with where to send its result.
+enum Job {
+    AllReduce(Vec<f32>, Answer<Vec<f32>>),
+    Broadcast(Vec<u8>, usize, Answer<Vec<u8>>),
+    AllGather(Vec<u8>, Answer<Vec<u8>>),
+    ReduceScatter(Vec<f32>, Answer<Vec<f32>>),
+    Barrier(Answer<()>),
+}
+
+type Answer<T> = Sender<Result<(T, Span)>>;
+
+/// The collectives of a job, run by an engine thread over a [`Transport`]. Dropping it lets the
+/// engine finish its queue and drop the transport (MPI is finalised then).
+pub struct Engine {
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    rank: usize,
+    size: usize,
+    sent: Arc<AtomicU64>,
+    timeout: Duration,
+    started: u64,
+    stuck: Arc<AtomicBool>,
+    name: &'static str,
+}
+
+impl Engine {
+    /// Starts an engine thread named `name` whose transport `make` creates there (an error from
+    /// `make` is this call's error).
+    pub fn start<T: Transport>(
+        name: &'static str,
+        make: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Result<Engine> {
+        let timeout = timeout_from_env()?;
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (ready, started) = mpsc::channel::<Result<(usize, usize)>>();
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&sent);
+        let thread = std::thread::Builder::new()
+            .name(format!("remat-{name}"))
+            .spawn(move || {
+                let mut transport = match make() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready.send(Ok((transport.rank(), transport.world_size())));
+                for job in queue {
+                    run(&mut transport, job);
+                    counter.store(transport.bytes_sent(), Ordering::Relaxed);
+                }
+            })
+            .map_err(|e| Error::Invalid(format!("cannot start the {name} engine thread: {e}")))?;
+        let (rank, size) =
+            started.recv().map_err(|_| Error::Invalid(format!("the {name} engine stopped while starting")))??;
+        let stuck = Arc::new(AtomicBool::new(false));
+        Ok(Engine { jobs: Some(jobs), thread: Some(thread), rank, size, sent, timeout, started: 0, stuck, name })
+    }
+
+    fn submit<T>(&mut self, what: &str, job: impl FnOnce(Answer<T>) -> Job) -> Result<Pending<T>> {
+        self.started += 1;
+        let (answer, result) = mpsc::channel();
+        let label = format!("rank {}: {what} (collective #{})", self.rank, self.started);
+        let stopped = || Error::Invalid(format!("{label}: the {} engine stopped", self.name));
+        self.jobs.as_ref().ok_or_else(stopped)?.send(job(answer)).map_err(|_| stopped())?;
+        Ok(Pending::new(result, label, self.timeout).marking_stuck(Arc::clone(&self.stuck)))
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.jobs.take(); // the engine finishes its queue, then drops the transport
+        if self.stuck.load(Ordering::Relaxed) {
+            // A collective timed out: the engine may never return from it, so it is not waited
+            // for (nor the transport torn down); the process is ending with that error anyway.
+            return;
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Collective for Engine {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.size
+    }
+
+    fn start_all_reduce(&mut self, values: Vec<f32>) -> Result<Pending<Vec<f32>>> {
+        let what = format!("all-reduce of {} values", values.len());
+        self.submit(&what, |a| Job::AllReduce(values, a))
+    }
+
+    fn broadcast(&mut self, bytes: Vec<u8>, root: usize) -> Result<Vec<u8>> {
+        check_root(root, self.size)?;
+        let what = format!("broadcast of {} bytes from rank {root}", bytes.len());
+        self.submit(&what, |a| Job::Broadcast(bytes, root, a))?.wait()
+    }
+
+    fn all_gather(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>> {
+        let what = format!("all-gather of {} bytes", bytes.len());
+        self.submit(&what, |a| Job::AllGather(bytes, a))?.wait()
+    }
+
+    fn reduce_scatter(&mut self, values: Vec<f32>) -> Result<Vec<f32>> {
+        if values.len() % self.size != 0 {
+            return Err(Error::Invalid(format!(
+                "reduce-scatter of {} values over {} ranks: the length must divide evenly",
+                values.len(),
+                self.size
+            )));
+        }
+        let what = format!("reduce-scatter of {} values", values.len());
+        self.submit(&what, |a| Job::ReduceScatter(values, a))?.wait()
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        self.submit("barrier", Job::Barrier)?.wait()
+    }
+
+    fn bytes_sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
+/// Runs one job on the engine thread and answers it.
+fn run<T: Transport>(transport: &mut T, job: Job) {
+    let start = Instant::now();
+    let span = || Span { start, end: Instant::now() };
+    match job {
+        Job::AllReduce(values, answer) => {
+            let result = all_reduce(transport, values);
+            let _ = answer.send(result.map(|v| (v, span())));
+        }
+        Job::ReduceScatter(values, answer) => {
+            let _ = answer.send(transport.reduce_scatter_f32(&values).map(|v| (v, span())));
+        }
+        Job::Broadcast(mut bytes, root, answer) => {
+            let result = transport.broadcast_bytes(&mut bytes, root);
+            let _ = answer.send(result.map(|()| (bytes, span())));
+        }
+        Job::AllGather(bytes, answer) => {
+            let _ = answer.send(transport.all_gather_bytes(&bytes).map(|v| (v, span())));
+        }
+        Job::Barrier(answer) => {
+            let _ = answer.send(transport.barrier().map(|()| ((), span())));
+        }
+    }
+}
+
+/// The rank-order sum on every rank: each rank sums one chunk (reduce-scatter), then the sums are
+/// gathered. Lengths that do not divide by the world size are padded with zeros.
+fn all_reduce<T: Transport>(transport: &mut T, values: Vec<f32>) -> Result<Vec<f32>> {
+    let n = values.len();
+    let size = transport.world_size();
+    let mut padded = values;
+    padded.resize(n.div_ceil(size) * size, 0.0);
+    let mine = transport.reduce_scatter_f32(&padded)?;
+    let mut all = transport.all_gather_f32(&mine)?;
+    all.truncate(n);
+    Ok(all)
+}

@@ -1,0 +1,90 @@
+//! The engine's own logic (rank-order all-reduce and reduce-scatter built from a transport's
+//! all-gather, as the NCCL engine uses them) over an in-process transport: two "ranks" are two
+//! threads meeting at a barrier.
+
+use remat_core::Result;
+use remat_dist::{sum_in_rank_order, Collective, Engine, Transport};
+use std::sync::{Arc, Barrier, Mutex};
+
+/// Where the ranks of one in-process job leave their bytes for each other.
+struct Hub {
+    slots: Mutex<Vec<Vec<u8>>>,
+    barrier: Barrier,
+}
+
+struct InProcess {
+    hub: Arc<Hub>,
+    rank: usize,
+    size: usize,
+    sent: u64,
+}
+
+impl Transport for InProcess {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        self.size
+    }
+    fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<u8>> {
+        self.hub.slots.lock().unwrap()[self.rank] = bytes.to_vec();
+        self.hub.barrier.wait();
+        let all = self.hub.slots.lock().unwrap().concat();
+        self.hub.barrier.wait();
+        self.sent += bytes.len() as u64;
+        Ok(all)
+    }
+    fn broadcast_bytes(&mut self, bytes: &mut [u8], root: usize) -> Result<()> {
+        let all = self.all_gather_bytes(bytes)?;
+        bytes.copy_from_slice(&all[root * bytes.len()..][..bytes.len()]);
+        Ok(())
+    }
+    fn barrier(&mut self) -> Result<()> {
+        self.hub.barrier.wait();
+        Ok(())
+    }
+    fn bytes_sent(&self) -> u64 {
+        self.sent
+    }
+}
+
+/// Runs `body(rank, engine)` on `size` in-process ranks; their results in rank order.
+fn job<T: Send + 'static>(size: usize, body: fn(usize, &mut Engine) -> T) -> Vec<T> {
+    let hub = Arc::new(Hub { slots: Mutex::new(vec![Vec::new(); size]), barrier: Barrier::new(size) });
+    let ranks: Vec<_> = (0..size)
+        .map(|rank| {
+            let hub = Arc::clone(&hub);
+            std::thread::spawn(move || {
+                let mut engine = Engine::start("test", move || Ok(InProcess { hub, rank, size, sent: 0 })).unwrap();
+                body(rank, &mut engine)
+            })
+        })
+        .collect();
+    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
+#[test]
+fn all_reduce_is_the_rank_order_sum_on_every_rank() {
+    let results = job(3, |rank, e| {
+        // Seven values over three ranks (padded), and values whose f32 sum depends on order.
+        let a = e.all_reduce((0..7).map(|i| (rank * 10 + i) as f32).collect()).unwrap();
+        let tricky = [[1.0e8f32, 1.0], [-1.0e8, 1.0e-8], [3.0, -1.0]][rank].to_vec();
+        let b = e.all_reduce(tricky).unwrap();
+        let c = e.reduce_scatter((0..6).map(|i| (i + 100 * rank) as f32).collect()).unwrap();
+        let g = e.all_gather(vec![rank as u8; 2]).unwrap();
+        let bc = e.broadcast(vec![rank as u8 + 1; 3], 2).unwrap();
+        e.barrier().unwrap();
+        (a, b, c, g, bc, e.bytes_sent() > 0)
+    });
+    let sums: Vec<f32> = (0..7).map(|i| (i + (10 + i) + (20 + i)) as f32).collect();
+    let tricky = sum_in_rank_order(&[1.0e8, 1.0, -1.0e8, 1.0e-8, 3.0, -1.0], 3);
+    for (rank, (a, b, c, g, bc, sent)) in results.into_iter().enumerate() {
+        assert_eq!(a, sums, "rank {rank}");
+        assert_eq!(b, tricky, "rank {rank}: the rank-order sum, bit for bit");
+        let chunk: Vec<f32> = (0..2).map(|j| (3 * (2 * rank + j) + 300) as f32).collect();
+        assert_eq!(c, chunk, "rank {rank}: its chunk of the sum");
+        assert_eq!(g, vec![0, 0, 1, 1, 2, 2]);
+        assert_eq!(bc, vec![3, 3, 3]);
+        assert!(sent);
+    }
+}
