@@ -19,7 +19,6 @@ use std::time::Instant;
 
 #[path = "common/compare.rs"]
 mod compare;
-#[cfg(feature = "mpi")]
 #[path = "common/data_parallel.rs"]
 mod data_parallel;
 #[path = "../cli/src/plot.rs"]
@@ -211,23 +210,8 @@ struct Args {
     /// A short run for CI: few steps, small comparison.
     #[arg(long)]
     quick: bool,
-    /// Train data-parallel over the ranks of an MPI job (`mpirun -np 2 .. --data-parallel`):
-    /// --batch is split over the ranks; reports step time, overlap and bytes sent, then exits.
-    #[arg(long)]
-    data_parallel: bool,
-    /// With --data-parallel: gradients per all-reduce bucket, in KiB (smaller buckets start
-    /// reducing earlier in the backward).
-    #[arg(long, default_value_t = 64, requires = "data_parallel", value_parser = clap::value_parser!(u32).range(1..))]
-    bucket_kib: u32,
-    /// With --data-parallel: shard AdamW's moments over the ranks (ZeRO-1).
-    #[arg(long, requires = "data_parallel")]
-    zero: bool,
-    /// With --data-parallel: rank 0 saves the training state to this file at the end.
-    #[arg(long, requires = "data_parallel")]
-    save_state: Option<std::path::PathBuf>,
-    /// With --data-parallel: every rank resumes from this training state.
-    #[arg(long, requires = "data_parallel")]
-    resume: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    dp: data_parallel::DpArgs,
     /// Steps timed per policy in the comparison (the median is reported).
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..))]
     timed_steps: u32,
@@ -278,7 +262,7 @@ fn main() {
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = config(args)?;
     let steps = if args.quick { args.steps.min(20) } else { args.steps };
-    if args.data_parallel {
+    if args.dp.data_parallel {
         return train_data_parallel(args, &cfg, steps);
     }
     match args.device {
@@ -290,24 +274,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-#[cfg(feature = "mpi")]
 fn train_data_parallel(args: &Args, cfg: &GptConfig, steps: u64) -> Result<(), Box<dyn std::error::Error>> {
-    let opts = data_parallel::Options {
-        steps,
-        seed: args.seed,
-        global_batch: cfg.batch,
-        zero: args.zero,
-        bucket_bytes: args.bucket_kib as usize * 1024,
-        save_state: args.save_state.clone(),
-        resume: args.resume.clone(),
-    };
+    let opts = args.dp.options(steps, args.seed, cfg.batch, 3e-3);
     let build_shard = |batch| build(&GptConfig { batch, ..cfg.clone() }, args.policy, args.strategy);
     data_parallel::train("gpt", &build_shard, &|step| zoo::synthetic_tokens(cfg, step), &opts)
-}
-
-#[cfg(not(feature = "mpi"))]
-fn train_data_parallel(_: &Args, _: &GptConfig, _: u64) -> Result<(), Box<dyn std::error::Error>> {
-    Err("--data-parallel: remat was built without its `mpi` feature (Open MPI)".into())
 }
 
 fn train_and_compare<B: Backend>(

@@ -16,6 +16,8 @@ use std::time::Instant;
 
 #[path = "common/compare.rs"]
 mod compare;
+#[path = "common/data_parallel.rs"]
+mod data_parallel;
 use compare::{compare, Row, Table};
 
 /// Sizes of the model and its batches.
@@ -369,6 +371,8 @@ struct Args {
     /// A short run for CI: a tiny model, few steps.
     #[arg(long)]
     quick: bool,
+    #[command(flatten)]
+    dp: data_parallel::DpArgs,
 }
 
 fn config(args: &Args) -> Result<Config, String> {
@@ -428,6 +432,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let corpus = Corpus::new(bytes, cfg.seq)?;
     let steps = if args.quick { args.steps.min(6) } else { args.steps };
+    if args.dp.data_parallel {
+        let opts = args.dp.options(steps, args.seed, cfg.batch, args.lr);
+        let build_shard = |batch| build(&Config { batch, ..cfg }, args.policy, args.strategy);
+        return data_parallel::train("llama", &build_shard, &|step| Corpus::batch(&corpus.train, &cfg, step), &opts);
+    }
     println!(
         "llama: {} layers, d_model {}, {} heads, SwiGLU {}, seq {}, batch {} — policy {}; text: {} ({} train / {} held-out bytes)",
         cfg.layers,

@@ -37,6 +37,8 @@ mod device;
 mod fp8;
 mod gemm;
 mod kernels;
+#[cfg(feature = "nccl")]
+mod nccl;
 #[cfg(test)]
 mod nvrtc_tests;
 mod ops;
@@ -45,4 +47,6 @@ mod transfer;
 
 pub use backend::{CudaBackend, CudaBuffer, CudaHostBuffer};
 pub use device::CUBLAS_WORKSPACE;
+#[cfg(feature = "nccl")]
+pub use nccl::Nccl;
 pub use probe::unavailable_reason;

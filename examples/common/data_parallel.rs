@@ -2,11 +2,52 @@
 //! (`mpirun -np 2 target/release/examples/gpt --data-parallel`), each rank on its shard of the
 //! batch, gradients averaged in buckets during the backward; rank 0 reports and saves.
 
+#[cfg(feature = "mpi")]
 use remat::dist::{Collective, DataParallel, Mpi, ShardedAdamW};
 use remat::prelude::*;
+#[cfg(feature = "mpi")]
 use remat::{load_state, save_state, Progress};
 use std::path::PathBuf;
+#[cfg(feature = "mpi")]
 use std::time::Instant;
+
+/// The examples' data-parallel flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DpArgs {
+    /// Train data-parallel over the ranks of an MPI job (`mpirun -np 2 .. --data-parallel`):
+    /// --batch is split over the ranks; reports step time, overlap and bytes sent, then exits.
+    #[arg(long)]
+    pub data_parallel: bool,
+    /// With --data-parallel: gradients per all-reduce bucket, in KiB (smaller buckets start
+    /// reducing earlier in the backward).
+    #[arg(long, default_value_t = 64, requires = "data_parallel", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bucket_kib: u32,
+    /// With --data-parallel: shard AdamW's moments over the ranks (ZeRO-1).
+    #[arg(long, requires = "data_parallel")]
+    pub zero: bool,
+    /// With --data-parallel: rank 0 saves the training state to this file at the end.
+    #[arg(long, requires = "data_parallel")]
+    pub save_state: Option<PathBuf>,
+    /// With --data-parallel: every rank resumes from this training state.
+    #[arg(long, requires = "data_parallel")]
+    pub resume: Option<PathBuf>,
+}
+
+impl DpArgs {
+    /// The loop's options for `steps` steps of a `global_batch` from `seed` at learning rate `lr`.
+    pub fn options(&self, steps: u64, seed: u64, global_batch: usize, lr: f64) -> Options {
+        Options {
+            steps,
+            seed,
+            global_batch,
+            lr,
+            zero: self.zero,
+            bucket_bytes: self.bucket_kib as usize * 1024,
+            save_state: self.save_state.clone(),
+            resume: self.resume.clone(),
+        }
+    }
+}
 
 /// How to run the data-parallel loop.
 pub struct Options {
@@ -16,6 +57,8 @@ pub struct Options {
     pub seed: u64,
     /// The whole batch, split evenly over the ranks.
     pub global_batch: usize,
+    /// AdamW's learning rate.
+    pub lr: f64,
     /// Shard AdamW's moments over the ranks (ZeRO-1).
     pub zero: bool,
     /// Gradient bytes per all-reduce bucket.
@@ -27,6 +70,7 @@ pub struct Options {
 }
 
 /// Trains `build(batch per rank)` on `feeds(step)` (the whole batch of a step) with AdamW.
+#[cfg(feature = "mpi")]
 pub fn train(
     name: &str,
     build: &dyn Fn(usize) -> remat::Result<Model>,
@@ -43,14 +87,14 @@ pub fn train(
     let shard = dp.shard(opts.global_batch)?;
     let model = build(shard.len())?;
     let mut params = model.init_params(opts.seed)?;
-    let mut opt = AdamW::new(3e-3);
+    let mut opt = AdamW::new(opts.lr);
     let mut first_step = 0;
     if let Some(path) = &opts.resume {
         // Every rank reads the same file: the same parameters and moments everywhere.
         first_step = load_state(path, &mut params, &mut opt)?.step;
     }
     dp.broadcast_params(&mut params)?;
-    let mut sharded = opts.zero.then(|| ShardedAdamW::new(AdamW::new(3e-3), &params, rank, world)).transpose()?;
+    let mut sharded = opts.zero.then(|| ShardedAdamW::new(AdamW::new(opts.lr), &params, rank, world)).transpose()?;
     if rank == 0 {
         println!(
             "{name}: data parallel over {world} rank(s), batch {} = {world} × {}, optimizer {}{}",
@@ -105,4 +149,15 @@ pub fn train(
     }
     dp.comm().barrier()?;
     Ok(())
+}
+
+/// Without the `mpi` feature there is no data parallelism to run.
+#[cfg(not(feature = "mpi"))]
+pub fn train(
+    _: &str,
+    _: &dyn Fn(usize) -> remat::Result<Model>,
+    _: &dyn Fn(u64) -> remat::Result<Feeds>,
+    _: &Options,
+) -> Result<(), Box<dyn std::error::Error>> {
+    Err("--data-parallel: remat was built without its `mpi` feature (Open MPI)".into())
 }
