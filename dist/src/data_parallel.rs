@@ -146,7 +146,7 @@ impl<C: Collective> DataParallel<C> {
     /// when `rows` does not divide evenly (the averaged gradient would weigh rows unequally).
     pub fn shard(&self, rows: usize) -> Result<Range<usize>> {
         let world = self.world_size();
-        if rows % world != 0 {
+        if !rows.is_multiple_of(world) {
             return Err(Error::Invalid(format!(
                 "a batch of {rows} rows cannot be split evenly over {world} ranks; use a multiple of {world}"
             )));

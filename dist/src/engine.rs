@@ -160,7 +160,7 @@ impl Collective for Engine {
     }
 
     fn reduce_scatter(&mut self, values: Vec<f32>) -> Result<Vec<f32>> {
-        if values.len() % self.size != 0 {
+        if !values.len().is_multiple_of(self.size) {
             return Err(Error::Invalid(format!(
                 "reduce-scatter of {} values over {} ranks: the length must divide evenly",
                 values.len(),
