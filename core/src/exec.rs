@@ -31,7 +31,7 @@ pub fn run<B: Backend>(
     run_seed: u64,
 ) -> Result<RunOutput> {
     // An out-of-memory error says what the plan needed.
-    run_steps(backend, joint, plan, resident, run_seed, Mode::Train)
+    run_steps_with(backend, joint, plan, resident, run_seed, Mode::Train, None)
         .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
 }
 
@@ -98,7 +98,7 @@ pub fn run_inference<B: Backend>(
     plan: &Plan,
     resident: &[&HostTensor],
 ) -> Result<RunOutput> {
-    run_steps(backend, joint, plan, resident, 0, Mode::Eval)
+    run_steps_with(backend, joint, plan, resident, 0, Mode::Eval, None)
         .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
 }
 
@@ -141,17 +141,6 @@ pub(crate) struct Finished<'a, B: Backend> {
     pub slots: Vec<Option<Slot<'a, B>>>,
     pub measured_peak: usize,
     pub measured_host_peak: usize,
-}
-
-fn run_steps<B: Backend>(
-    backend: &mut B,
-    joint: &JointGraph,
-    plan: &Plan,
-    resident: &[&HostTensor],
-    run_seed: u64,
-    mode: Mode,
-) -> Result<RunOutput> {
-    run_steps_with(backend, joint, plan, resident, run_seed, mode, None)
 }
 
 fn run_steps_with<B: Backend>(

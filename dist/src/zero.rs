@@ -107,17 +107,26 @@ impl ShardedAdamW {
     }
 }
 
+/// Each tensor that overlaps `range` (of the tensors' elements laid end to end), with the
+/// overlap as offsets within the tensor and within `range`.
+fn overlaps<'t>(tensors: &'t [HostTensor], range: &Range<usize>) -> Vec<(&'t HostTensor, Range<usize>, Range<usize>)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for t in tensors {
+        let (lo, hi) = (range.start.max(start), range.end.min(start + t.numel()));
+        if lo < hi {
+            out.push((t, lo - start..hi - start, lo - range.start..hi - range.start));
+        }
+        start += t.numel();
+    }
+    out
+}
+
 /// The elements `range` of `tensors` laid end to end, in f64.
 fn gather_range(tensors: &[HostTensor], range: &Range<usize>) -> Vec<f64> {
     let mut out = Vec::with_capacity(range.len());
-    let mut start = 0;
-    for t in tensors {
-        let span = start..start + t.numel();
-        let (lo, hi) = (range.start.max(span.start), range.end.min(span.end));
-        if lo < hi {
-            out.extend_from_slice(&t.to_f64_vec()[lo - start..hi - start]);
-        }
-        start = span.end;
+    for (t, within, _) in overlaps(tensors, range) {
+        out.extend_from_slice(&t.to_f64_vec()[within]);
     }
     out
 }
@@ -125,16 +134,10 @@ fn gather_range(tensors: &[HostTensor], range: &Range<usize>) -> Vec<f64> {
 /// `values` (the elements `range`) rounded to the dtypes of the tensors they belong to.
 fn round_range(tensors: &[HostTensor], range: &Range<usize>, values: &[f64]) -> Vec<f64> {
     let mut out = Vec::with_capacity(values.len());
-    let mut start = 0;
-    for t in tensors {
-        let span = start..start + t.numel();
-        let (lo, hi) = (range.start.max(span.start), range.end.min(span.end));
-        if lo < hi {
-            let part = &values[lo - range.start..hi - range.start];
-            let rounded = HostTensor::new(vec![part.len()], HostData::from_f64(part, t.dtype()));
-            out.extend(rounded.map(|r| r.to_f64_vec()).unwrap_or_else(|_| part.to_vec()));
-        }
-        start = span.end;
+    for (t, _, in_range) in overlaps(tensors, range) {
+        let part = &values[in_range];
+        let rounded = HostTensor::new(vec![part.len()], HostData::from_f64(part, t.dtype()));
+        out.extend(rounded.map(|r| r.to_f64_vec()).unwrap_or_else(|_| part.to_vec()));
     }
     out
 }
