@@ -8,7 +8,7 @@ use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Init, Op};
 use crate::partition::{CostModel, PGraph, Partition, Strategy};
-use crate::plan::Plan;
+use crate::plan::{Plan, Step};
 use crate::report::Report;
 use crate::rng;
 use crate::shape::fmt_shape;
@@ -255,6 +255,26 @@ impl Model {
         let mut on_final = |k: usize, value: HostTensor| on_grad(k - n_outputs, value);
         let out = exec::run_streaming(backend, &self.joint, &self.plan, &resident, run_seed, n_outputs, &mut on_final)?;
         self.step_output(out)
+    }
+
+    /// The order in which [`Model::step_streaming`] hands the gradients over (parameter
+    /// indices): the order in which the plan's backward finishes them.
+    pub fn gradient_order(&self) -> Vec<usize> {
+        let n_outputs = self.joint.forward_outputs().len();
+        let mut watch = vec![None; self.joint.graph().len()];
+        for (k, &id) in self.plan.kept().iter().enumerate().skip(n_outputs) {
+            watch[id.index()].get_or_insert(k - n_outputs);
+        }
+        let mut order = Vec::with_capacity(self.plan.kept().len().saturating_sub(n_outputs));
+        for step in self.plan.steps() {
+            if let Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) = *step {
+                order.extend(watch[id.index()].take());
+            }
+        }
+        // Kept values no step computes (a parameter's gradient that is a resident value) are
+        // handed over at the end, in node order.
+        order.extend(watch.into_iter().flatten());
+        order
     }
 
     fn step_output(&self, out: exec::RunOutput) -> Result<StepOutput> {

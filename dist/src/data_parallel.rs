@@ -44,6 +44,41 @@ pub struct DpStep {
     pub comm: StepComm,
 }
 
+/// What the buckets of a step will be, from the plan alone (before running it): the order in
+/// which the backward finishes the gradients ([`remat_core::Model::gradient_order`]) and the
+/// bucket size decide it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommPlan {
+    /// Each bucket's parameters (indices in [`Params`] order), in the order they are reduced.
+    pub buckets: Vec<Vec<usize>>,
+    /// The most bytes of gradient buckets held at once: the copies of finished gradients, plus
+    /// the engine's copy of each bucket sent during the backward.
+    pub buffer_peak_bytes: usize,
+}
+
+/// The one rule by which gradients fill buckets, followed by the step and predicted by
+/// [`DataParallel::plan_comm`]: a bucket is sent once it holds at least `capacity` values.
+struct Bucketing {
+    capacity: usize,
+    filled: usize,
+}
+
+impl Bucketing {
+    fn new(bucket_bytes: usize) -> Self {
+        Bucketing { capacity: (bucket_bytes / 4).max(1), filled: 0 }
+    }
+
+    /// Adds a gradient of `len` values; `true` when its bucket is full and goes now.
+    fn add(&mut self, len: usize) -> bool {
+        self.filled += len;
+        let full = self.filled >= self.capacity;
+        if full {
+            self.filled = 0;
+        }
+        full
+    }
+}
+
 /// The communication of one step.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StepComm {
@@ -197,6 +232,30 @@ impl<C: Collective> DataParallel<C> {
         }
     }
 
+    /// The buckets a step of `model` will reduce and the bytes they will hold, predicted from its
+    /// plan ([`StepComm::buckets`] and [`StepComm::buffer_peak_bytes`] measure them).
+    pub fn plan_comm(&self, model: &Model, params: &Params) -> CommPlan {
+        let mut bucketing = Bucketing::new(self.bucket_bytes);
+        let (mut buckets, mut current) = (Vec::new(), Vec::new());
+        let (mut held, mut peak) = (0usize, 0usize);
+        for p in model.gradient_order() {
+            let len = params.values().get(p).map_or(0, HostTensor::numel);
+            current.push(p);
+            held += len * 4;
+            peak = peak.max(held);
+            if bucketing.add(len) {
+                let bytes: usize = current.iter().map(|&q| params.values()[q].numel() * 4).sum();
+                held += bytes;
+                peak = peak.max(held);
+                buckets.push(std::mem::take(&mut current));
+            }
+        }
+        if !current.is_empty() {
+            buckets.push(current);
+        }
+        CommPlan { buckets, buffer_peak_bytes: peak }
+    }
+
     /// One step: forward and backward on this rank's `feeds` (its shard), each gradient copied
     /// into a bucket the moment the backward finishes it and a full bucket handed to the engine
     /// at once, so reducing overlaps the rest of the backward. The gradients come back averaged
@@ -214,7 +273,7 @@ impl<C: Collective> DataParallel<C> {
         // `Model::step_seeded(.., seed)` does.
         let rank_seed = seed.wrapping_mul(self.world_size() as u64).wrapping_add(self.rank() as u64);
         let sent_before = self.comm.bytes_sent();
-        let bucket_floats = (self.bucket_bytes / 4).max(1);
+        let mut bucketing = Bucketing::new(self.bucket_bytes);
         let mut filling = Filling::default();
         let mut in_flight: Vec<(Filling, Pending<Vec<f32>>)> = Vec::new();
         let mut held = 0usize;
@@ -226,7 +285,7 @@ impl<C: Collective> DataParallel<C> {
             filling.values.extend_from_slice(&values);
             held += values.len() * 4;
             buffer_peak = buffer_peak.max(held);
-            if filling.values.len() >= bucket_floats {
+            if bucketing.add(values.len()) {
                 let full = std::mem::take(&mut filling);
                 let pending = comm.start_all_reduce(full.values.clone())?;
                 held += full.values.len() * 4; // the engine's copy

@@ -27,7 +27,7 @@ mod zero;
 
 pub use collective::{exit_now, sum_in_rank_order, timeout_from_env, Collective, Local, Pending, Span};
 pub use collective::{DEFAULT_TIMEOUT, TIMEOUT_VAR};
-pub use data_parallel::{DataParallel, DpStep, StepComm, DEFAULT_BUCKET_BYTES};
+pub use data_parallel::{CommPlan, DataParallel, DpStep, StepComm, DEFAULT_BUCKET_BYTES};
 pub use engine::{Engine, Transport};
 #[cfg(feature = "mpi")]
 pub use mpi_engine::Mpi;

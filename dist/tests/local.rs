@@ -27,6 +27,11 @@ fn one_rank_steps_exactly_like_the_model() {
             assert_eq!(a, b, "gradients differ");
         }
         assert!(out.comm.buckets >= 2, "small buckets: several per step");
+        let plan = dp.plan_comm(&model, &params);
+        assert_eq!((plan.buckets.len(), plan.buffer_peak_bytes), (out.comm.buckets, out.comm.buffer_peak_bytes));
+        let mut all: Vec<usize> = plan.buckets.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..params.len()).collect::<Vec<_>>(), "every parameter in exactly one bucket");
         assert_eq!(out.comm.bytes_sent, 0);
         assert_eq!(out.local.predicted_peak, out.local.measured_peak);
     }

@@ -104,6 +104,8 @@ pub fn train(
             if first_step > 0 { format!(", resumed at step {first_step}") } else { String::new() }
         );
     }
+    let comm_plan = dp.plan_comm(&model, &params);
+    let mut comm_measured = 0usize;
     let (mut millis, mut hidden, mut sent, mut buckets) = (Vec::new(), 0.0, 0u64, 0usize);
     let mut last = (f64::NAN, 0usize, 0usize);
     for step in first_step..first_step + opts.steps {
@@ -119,6 +121,7 @@ pub fn train(
         hidden += out.comm.hidden_fraction();
         sent += out.comm.bytes_sent;
         buckets += out.comm.buckets;
+        comm_measured = comm_measured.max(out.comm.buffer_peak_bytes);
         last = (out.loss, out.local.predicted_peak, out.local.measured_peak);
         if rank == 0 && (step % 10 == 0 || step + 1 == first_step + opts.steps) {
             println!("step {step:4}  loss {:.6}  {:.1} ms", out.loss, millis.last().copied().unwrap_or(0.0));
@@ -132,13 +135,16 @@ pub fn train(
         .map_or(2 * 8 * params.values().iter().map(|p| p.numel()).sum::<usize>(), ShardedAdamW::state_bytes);
     println!(
         "rank {rank}: median step {median:.1} ms, {:.1} buckets/step, {:.0}% of the all-reduce hidden behind the backward, \
-         {:.1} KiB sent/step, optimizer state {:.1} KiB, peak {} B predicted / {} B measured",
+         {:.1} KiB sent/step, optimizer state {:.1} KiB, peak {} B predicted / {} B measured, \
+         gradient buckets {} B predicted / {} B measured",
         buckets as f64 / n,
         100.0 * hidden / n,
         sent as f64 / n / 1024.0,
         state as f64 / 1024.0,
         last.1,
-        last.2
+        last.2,
+        comm_plan.buffer_peak_bytes,
+        comm_measured
     );
     if rank == 0 {
         println!("final loss {:.6}", last.0);

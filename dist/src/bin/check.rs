@@ -115,6 +115,16 @@ fn train(comm: Engine, sharded: bool) -> Result<()> {
         let reference = reference_model.step(&mut CpuBackend::new(), &reference_params, &feeds)?;
         reference_opt.step(&mut reference_params, &reference.grads)?;
         let out = dp.step(&shard_model, &mut CpuBackend::new(), &params, &dp.shard_feeds(&feeds)?, 0)?;
+        let plan = dp.plan_comm(&shard_model, &params);
+        check(plan.buckets.len() == out.comm.buckets && plan.buffer_peak_bytes == out.comm.buffer_peak_bytes, || {
+            format!(
+                "step {step}: predicted {} buckets holding {} B, measured {} holding {} B",
+                plan.buckets.len(),
+                plan.buffer_peak_bytes,
+                out.comm.buckets,
+                out.comm.buffer_peak_bytes
+            )
+        })?;
         check(out.local.predicted_peak == out.local.measured_peak, || {
             format!("step {step}: predicted peak {} != measured {}", out.local.predicted_peak, out.local.measured_peak)
         })?;
