@@ -168,6 +168,34 @@ impl AdamW {
         (&self.m, &self.v)
     }
 
+    /// This optimizer with the state of `t` steps over `params`: the moments `m` and `v`, one
+    /// vector per parameter (as [`AdamW::moments`] gives them), e.g. gathered from the ranks of a
+    /// sharded run to save a training state. Moments of the wrong count or length are an error
+    /// naming the parameter.
+    pub fn with_state(mut self, params: &Params, t: u64, m: Vec<Vec<f64>>, v: Vec<Vec<f64>>) -> Result<AdamW> {
+        for (what, moment) in [("m", &m), ("v", &v)] {
+            if moment.len() != params.len() {
+                return Err(Error::Invalid(format!(
+                    "AdamW moments `{what}`: {} vectors for {} parameters",
+                    moment.len(),
+                    params.len()
+                )));
+            }
+            for ((name, p), x) in params.names().iter().zip(params.values()).zip(moment) {
+                if x.len() != p.numel() {
+                    return Err(Error::Feed {
+                        what: "param",
+                        name: name.clone(),
+                        message: format!("AdamW moment `{what}` has {} values for {} elements", x.len(), p.numel()),
+                    });
+                }
+            }
+        }
+        self.layout = Layout::of(params);
+        (self.t, self.m, self.v) = (t, m, v);
+        Ok(self)
+    }
+
     /// Checks the hyperparameters: `lr`, `eps` and `weight_decay` finite (`lr` and
     /// `weight_decay` at least 0, `eps` above 0), `beta1` and `beta2` in [0, 1).
     pub fn validate(&self) -> Result<()> {

@@ -32,7 +32,49 @@ impl ShardedAdamW {
         let per = total.div_ceil(world);
         let range = (rank * per).min(total)..((rank + 1) * per).min(total);
         let n = range.len();
-        Ok(ShardedAdamW { adamw, t: 0, range, total, m: vec![0.0; n], v: vec![0.0; n] })
+        Ok(ShardedAdamW { adamw: hyperparameters(&adamw), t: 0, range, total, m: vec![0.0; n], v: vec![0.0; n] })
+    }
+
+    /// Shard `rank` of `world` of a whole AdamW state (one loaded from a training state, or the
+    /// state of an unsharded run): its hyperparameters, step count and this rank's slice of its
+    /// moments (zeros when it has taken no step).
+    pub fn from_adamw(adamw: &AdamW, params: &Params, rank: usize, world: usize) -> Result<Self> {
+        let mut shard = ShardedAdamW::new(hyperparameters(adamw), params, rank, world)?;
+        let (m, v) = adamw.moments();
+        if !m.is_empty() {
+            let flat = |x: &[Vec<f64>]| x.concat();
+            let (m, v) = (flat(m), flat(v));
+            if m.len() != shard.total || v.len() != shard.total {
+                return Err(Error::Invalid(format!(
+                    "the AdamW state holds {} moments, the parameters have {} elements",
+                    m.len(),
+                    shard.total
+                )));
+            }
+            shard.m = m[shard.range.clone()].to_vec();
+            shard.v = v[shard.range.clone()].to_vec();
+        }
+        shard.t = adamw.t();
+        Ok(shard)
+    }
+
+    /// The whole state as an unsharded AdamW (every rank calls it: the moments are gathered),
+    /// e.g. for rank 0 to save a training state.
+    pub fn to_adamw<C: Collective>(&self, comm: &mut C, params: &Params) -> Result<AdamW> {
+        let (m, v) = self.gather_moments(comm)?;
+        let split = |flat: Vec<f64>| {
+            let mut start = 0;
+            params
+                .values()
+                .iter()
+                .map(|p| {
+                    let part = flat[start..start + p.numel()].to_vec();
+                    start += p.numel();
+                    part
+                })
+                .collect::<Vec<_>>()
+        };
+        self.adamw.clone().with_state(params, self.t, split(m), split(v))
     }
 
     /// The elements (in the parameters laid end to end) whose moments this rank keeps.
@@ -105,6 +147,13 @@ impl ShardedAdamW {
         let m = whole.pop().unwrap_or_default();
         Ok((m, v))
     }
+}
+
+/// `adamw`'s hyperparameters, without its state (a shard keeps its own slice of the moments).
+fn hyperparameters(adamw: &AdamW) -> AdamW {
+    let mut h = AdamW::new(adamw.lr);
+    (h.beta1, h.beta2, h.eps, h.weight_decay) = (adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay);
+    h
 }
 
 /// Each tensor that overlaps `range` (of the tensors' elements laid end to end), with the

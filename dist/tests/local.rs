@@ -64,6 +64,15 @@ fn sharded_adamw_on_one_rank_is_adamw() {
     assert_eq!(m, pm.concat());
     assert_eq!(v, pv.concat());
     assert_eq!(sharded.state_bytes(), 16 * m.len());
+    // Whole again, and sharded again from it: the same state.
+    let whole = sharded.to_adamw(&mut Local, &b).unwrap();
+    assert_eq!((whole.t(), whole.moments()), (plain.t(), plain.moments()));
+    let again = ShardedAdamW::from_adamw(&whole, &b, 0, 1).unwrap();
+    assert_eq!((again.t(), again.gather_moments(&mut Local).unwrap()), (sharded.t(), (m, v)));
+    // Moments that do not fit the parameters are refused, naming the parameter.
+    let e =
+        AdamW::new(1e-2).with_state(&b, 1, vec![vec![0.0]; b.len()], vec![vec![0.0]; b.len()]).unwrap_err().to_string();
+    assert!(e.contains(&b.names()[0]) && e.contains("1 values for"), "{e}");
 }
 
 #[test]

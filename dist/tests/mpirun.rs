@@ -68,6 +68,11 @@ fn a_run_saved_by_rank_0_resumes_bit_exactly_on_every_rank() {
 }
 
 #[test]
+fn a_sharded_run_saved_by_rank_0_resumes_bit_exactly_on_every_rank() {
+    assert_ok("resume-zero");
+}
+
+#[test]
 fn ranks_that_built_different_models_are_refused_on_every_rank() {
     let Some((out, text, _)) = job("shapes", &[]) else { return };
     assert!(!out.status.success(), "{text}");

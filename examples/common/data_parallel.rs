@@ -79,11 +79,6 @@ pub fn train(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let mut dp = DataParallel::new(Mpi::init()?).with_bucket_bytes(opts.bucket_bytes);
     let (rank, world) = (dp.rank(), dp.world_size());
-    if opts.zero && (opts.save_state.is_some() || opts.resume.is_some()) {
-        return Err(
-            "--zero with --save-state/--resume: a training state holds whole AdamW moments; run without --zero".into(),
-        );
-    }
     let shard = dp.shard(opts.global_batch)?;
     let model = build(shard.len())?;
     let mut params = model.init_params(opts.seed)?;
@@ -94,7 +89,11 @@ pub fn train(
         first_step = load_state(path, &mut params, &mut opt)?.step;
     }
     dp.broadcast_params(&mut params)?;
-    let mut sharded = opts.zero.then(|| ShardedAdamW::new(AdamW::new(opts.lr), &params, rank, world)).transpose()?;
+    // ZeRO-1 keeps this rank's slice of the (loaded) moments only.
+    let mut sharded = opts.zero.then(|| ShardedAdamW::from_adamw(&opt, &params, rank, world)).transpose()?;
+    if sharded.is_some() {
+        opt = AdamW::new(opts.lr);
+    }
     if rank == 0 {
         println!(
             "{name}: data parallel over {world} rank(s), batch {} = {world} × {}, optimizer {}{}",
@@ -146,12 +145,19 @@ pub fn train(
         comm_plan.buffer_peak_bytes,
         comm_measured
     );
-    if rank == 0 {
-        println!("final loss {:.6}", last.0);
-        if let Some(path) = &opts.save_state {
-            save_state(path, &params, &opt, Progress { step: first_step + opts.steps, seed: opts.seed })?;
+    if let Some(path) = &opts.save_state {
+        // Every rank takes part in gathering sharded moments; rank 0 writes.
+        let whole = match &sharded {
+            Some(s) => s.to_adamw(dp.comm(), &params)?,
+            None => opt.clone(),
+        };
+        if rank == 0 {
+            save_state(path, &params, &whole, Progress { step: first_step + opts.steps, seed: opts.seed })?;
             println!("saved the training state to {}", path.display());
         }
+    }
+    if rank == 0 {
+        println!("final loss {:.6}", last.0);
     }
     dp.comm().barrier()?;
     Ok(())

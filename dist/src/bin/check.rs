@@ -28,7 +28,8 @@ fn main() {
         "world" => DataParallel::new(comm).expect_world_size(3),
         "die" => die(comm),
         "hang" => hang(comm),
-        "resume" => resume(comm),
+        "resume" => resume(comm, false),
+        "resume-zero" => resume(comm, true),
         other => Err(remat_core::Error::Invalid(format!("unknown scenario {other:?}"))),
     };
     match result {
@@ -206,45 +207,90 @@ fn hang(comm: Engine) -> Result<()> {
     comm.all_reduce(vec![1.0; 4]).map(|_| ())
 }
 
-/// Six steps straight, against three, a save by rank 0, a resume on every rank and three more.
-fn resume(comm: Engine) -> Result<()> {
+/// AdamW whole on every rank, or sharded (ZeRO-1).
+enum Opt {
+    Whole(AdamW),
+    Sharded(ShardedAdamW),
+}
+
+impl Opt {
+    fn new(sharded: bool, params: &Params, dp: &DataParallel<Engine>) -> Result<Opt> {
+        Opt::from_whole(AdamW::new(3e-3), sharded, params, dp)
+    }
+
+    fn from_whole(adamw: AdamW, sharded: bool, params: &Params, dp: &DataParallel<Engine>) -> Result<Opt> {
+        Ok(if sharded {
+            Opt::Sharded(ShardedAdamW::from_adamw(&adamw, params, dp.rank(), dp.world_size())?)
+        } else {
+            Opt::Whole(adamw)
+        })
+    }
+
+    fn step(
+        &mut self,
+        dp: &mut DataParallel<Engine>,
+        params: &mut Params,
+        grads: &[remat_core::HostTensor],
+    ) -> Result<()> {
+        match self {
+            Opt::Whole(o) => o.step(params, grads),
+            Opt::Sharded(o) => o.step(dp.comm(), params, grads),
+        }
+    }
+
+    /// The whole state (gathered from the shards: every rank calls it).
+    fn whole(&self, dp: &mut DataParallel<Engine>, params: &Params) -> Result<AdamW> {
+        match self {
+            Opt::Whole(o) => Ok(o.clone()),
+            Opt::Sharded(o) => o.to_adamw(dp.comm(), params),
+        }
+    }
+}
+
+/// Six steps straight, against three, a save by rank 0, a resume on every rank and three more
+/// (`sharded`: the optimizer is ZeRO-1's, gathered whole for the save and cut again on resume).
+fn resume(comm: Engine, sharded: bool) -> Result<()> {
     let whole = config(4, 16);
     let model = Model::new(zoo::gpt(&config(2, 16))?)?;
     let mut dp = DataParallel::new(comm);
     let rank = dp.rank();
     let run = |dp: &mut DataParallel<Engine>,
                params: &mut Params,
-               opt: &mut AdamW,
+               opt: &mut Opt,
                steps: std::ops::Range<u64>|
      -> Result<()> {
         for step in steps {
             let feeds = dp.shard_feeds(&zoo::synthetic_tokens(&whole, step)?)?;
             let out = dp.step(&model, &mut CpuBackend::new(), params, &feeds, step)?;
-            opt.step(params, &out.grads)?;
+            opt.step(dp, params, &out.grads)?;
         }
         Ok(())
     };
     let start = model.init_params(9)?;
-    let (mut straight, mut straight_opt) = (start.clone(), AdamW::new(3e-3));
+    let mut straight = start.clone();
+    let mut straight_opt = Opt::new(sharded, &straight, &dp)?;
     run(&mut dp, &mut straight, &mut straight_opt, 0..6)?;
-    let (mut first, mut first_opt) = (start.clone(), AdamW::new(3e-3));
+    let mut first = start.clone();
+    let mut first_opt = Opt::new(sharded, &first, &dp)?;
     run(&mut dp, &mut first, &mut first_opt, 0..3)?;
     // Rank 0 names the file (its process id) and saves; every rank reads it.
     let name = format!("remat-dist-resume-{}.safetensors", std::process::id());
     let name = String::from_utf8_lossy(&dp.comm().broadcast(format!("{name:<64}").into_bytes(), 0)?).trim().to_string();
     let path = std::env::temp_dir().join(name);
+    let state = first_opt.whole(&mut dp, &first)?;
     if rank == 0 {
-        save_state(&path, &first, &first_opt, Progress { step: 3, seed: 0 })?;
+        save_state(&path, &first, &state, Progress { step: 3, seed: 0 })?;
     }
     dp.comm().barrier()?;
-    let (mut resumed, mut resumed_opt) = (model.init_params(1234)?, AdamW::new(3e-3));
-    let progress = load_state(&path, &mut resumed, &mut resumed_opt)?;
+    let (mut resumed, mut loaded) = (model.init_params(1234)?, AdamW::new(3e-3));
+    let progress = load_state(&path, &mut resumed, &mut loaded)?;
     dp.comm().barrier()?;
     if rank == 0 {
         let _ = std::fs::remove_file(&path);
     }
     check(progress.step == 3, || format!("resumed at step {}", progress.step))?;
     dp.broadcast_params(&mut resumed)?;
+    let mut resumed_opt = Opt::from_whole(loaded, sharded, &resumed, &dp)?;
     run(&mut dp, &mut resumed, &mut resumed_opt, 3..6)?;
     check(same_bits(&straight, &resumed), || "the resumed run's parameters differ from the uninterrupted run's".into())
 }
