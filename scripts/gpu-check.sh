@@ -24,7 +24,10 @@ build() {
     # The JSON goes to a file, not an argument: one argument may not exceed 128 KiB.
     local json
     json="$(mktemp)"
-    cargo test --release --no-run -p remat-cuda --message-format=json >"$json" || die "cargo test --no-run failed"
+    # With `nccl`: tests/nccl.rs joins a one-rank NCCL job where libnccl is found (and says why
+    # not where it is not).
+    cargo test --release --no-run -p remat-cuda --features nccl --message-format=json >"$json" \
+        || die "cargo test --no-run failed"
     echo "== building the gpu_bench example"
     cargo build --release -p remat-cuda --example gpu_bench || die "building gpu_bench failed"
     rm -rf "$bundle"
