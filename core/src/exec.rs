@@ -52,14 +52,20 @@ pub fn run_streaming<B: Backend>(
     from: usize,
     on_final: OnFinal<'_>,
 ) -> Result<RunOutput> {
-    let graph = joint.graph();
-    let mut watch = vec![None; graph.len()];
-    for (k, &id) in plan.kept().iter().enumerate().skip(from) {
-        watch[id.index()].get_or_insert(k);
-    }
+    let watch = first_kept(plan, joint.graph().len(), from);
     let mut notify = Notify { watch, on_final };
     run_steps_with(backend, joint, plan, resident, run_seed, Mode::Train, Some(&mut notify))
         .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
+}
+
+/// For each of `nodes` nodes, the first index in [`Plan::kept`] (from `from` on) that holds its
+/// value, if any: which steps finish a kept value.
+pub(crate) fn first_kept(plan: &Plan, nodes: usize, from: usize) -> Vec<Option<usize>> {
+    let mut first = vec![None; nodes];
+    for (k, &id) in plan.kept().iter().enumerate().skip(from) {
+        first[id.index()].get_or_insert(k);
+    }
+    first
 }
 
 /// Which nodes' values are reported final (`watch[node]`: the kept index), and to whom.

@@ -261,19 +261,16 @@ impl Model {
     /// indices): the order in which the plan's backward finishes them.
     pub fn gradient_order(&self) -> Vec<usize> {
         let n_outputs = self.joint.forward_outputs().len();
-        let mut watch = vec![None; self.joint.graph().len()];
-        for (k, &id) in self.plan.kept().iter().enumerate().skip(n_outputs) {
-            watch[id.index()].get_or_insert(k - n_outputs);
-        }
+        let mut watch = exec::first_kept(&self.plan, self.joint.graph().len(), n_outputs);
         let mut order = Vec::with_capacity(self.plan.kept().len().saturating_sub(n_outputs));
         for step in self.plan.steps() {
             if let Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) = *step {
-                order.extend(watch[id.index()].take());
+                order.extend(watch[id.index()].take().map(|k| k - n_outputs));
             }
         }
         // Kept values no step computes (a parameter's gradient that is a resident value) are
         // handed over at the end, in node order.
-        order.extend(watch.into_iter().flatten());
+        order.extend(watch.into_iter().flatten().map(|k| k - n_outputs));
         order
     }
 

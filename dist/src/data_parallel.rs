@@ -297,7 +297,7 @@ impl<C: Collective> DataParallel<C> {
         let local = model.step_streaming(backend, params, feeds, rank_seed, &mut on_grad)?;
         let backward_end = Instant::now();
         if !filling.values.is_empty() {
-            let pending = comm.start_all_reduce(filling.values.clone())?;
+            let pending = comm.start_all_reduce(std::mem::take(&mut filling.values))?;
             in_flight.push((Filling { values: Vec::new(), entries: filling.entries }, pending));
         }
         let world = comm.world_size() as f32;
