@@ -232,3 +232,73 @@ fn saved_bytes_never_rise_as_the_budget_shrinks() {
         }
     }
 }
+
+/// The document PyTorch's partitioner chose on: the exported joint graph with the nodes its CSE
+/// pass merged (`cse_removed` in the record: node → the node it became) replaced by what they
+/// became. The fixtures hold the graph before CSE, and a document carries no scalar arguments,
+/// so remat cannot find these merges itself (`mul(x, 0.5)` and `mul(x, 0.7071)` look alike);
+/// remat_torch's `partition_fn` runs PyTorch's own CSE before exporting.
+fn after_torchs_cse(doc: &str, record: &Value) -> String {
+    let merged: std::collections::HashMap<&str, &str> = record["cse_removed"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap())).collect())
+        .unwrap_or_default();
+    let survivor = |id: &Value| {
+        let mut id = id.as_str().unwrap();
+        while let Some(next) = merged.get(id) {
+            id = next;
+        }
+        Value::from(id)
+    };
+    let mut doc: Value = serde_json::from_str(doc).unwrap();
+    let nodes = doc["nodes"].as_array_mut().unwrap();
+    nodes.retain(|n| !merged.contains_key(n["id"].as_str().unwrap()));
+    for n in nodes.iter_mut() {
+        if let Some(inputs) = n.get_mut("inputs").and_then(Value::as_array_mut) {
+            inputs.iter_mut().for_each(|i| *i = survivor(i));
+        }
+    }
+    for outputs in ["forward_outputs", "backward_outputs"] {
+        doc[outputs].as_array_mut().unwrap().iter_mut().for_each(|o| *o = survivor(o));
+    }
+    doc.to_string()
+}
+
+/// The comparison on PyTorch's own counts: on every fixture PyTorch partitioned under an
+/// activation memory budget, remat's exact budget at the bytes PyTorch kept runs no more FLOPs
+/// again than PyTorch's backward runs of forward nodes (the doc FLOPs of `recomputed_nonview`
+/// and `forward_nodes_only_in_backward`), both choosing on the graph after PyTorch's CSE.
+#[test]
+fn at_pytorchs_bytes_remat_recomputes_no_more_than_pytorch_runs_again() {
+    let mut compared = 0;
+    for (name, doc, record) in cases() {
+        if record["partitioner_config"]["activation_memory_budget"].as_f64().unwrap_or(1.0) >= 1.0 {
+            continue;
+        }
+        let flops: std::collections::HashMap<String, u64> = serde_json::from_str::<Value>(&doc).unwrap()["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| (n["id"].as_str().unwrap().to_string(), n["flops"].as_u64().unwrap_or(0)))
+            .collect();
+        let torch_flops: u64 = ["recomputed_nonview", "forward_nodes_only_in_backward"]
+            .iter()
+            .flat_map(|list| record[list].as_array().unwrap())
+            .map(|id| flops[id.as_str().unwrap()])
+            .sum();
+        let bytes = record["saved_activation_bytes"].as_u64().unwrap();
+        let g = json::read_joint(&after_torchs_cse(&doc, &record)).unwrap();
+        let p = partition(&g, Strategy::Budget(Budget::Bytes(bytes))).unwrap();
+        println!(
+            "{name}: PyTorch {bytes} B, {torch_flops} FLOPs run again; remat {} B, {} FLOPs ({:.4}x), gap {:?}",
+            p.saved_bytes,
+            p.recompute_flops,
+            p.recompute_flops as f64 / torch_flops as f64,
+            p.optimality_gap
+        );
+        assert!(p.saved_bytes <= bytes, "{name}: {} B", p.saved_bytes);
+        assert!(p.recompute_flops <= torch_flops, "{name}: {} FLOPs against PyTorch's {torch_flops}", p.recompute_flops);
+        compared += 1;
+    }
+    assert!(compared >= 2, "expected the two budget_0.5 fixtures, compared {compared}");
+}

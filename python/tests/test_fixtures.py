@@ -248,3 +248,59 @@ def test_the_exporter_writes_the_fixtures(case, model, shape, inductor):
     assert len(ours) == len(theirs) and not differ, (len(ours), len(theirs), differ[:3])
     assert doc["forward_outputs"] == fixture["forward_outputs"]
     assert doc["backward_outputs"] == fixture["backward_outputs"]
+
+
+def test_at_pytorchs_bytes_remat_recomputes_no_more_than_pytorch(monkeypatch):
+    """`mlp-inductor__budget_0.5`: PyTorch merges 12 nodes of the joint graph (a GELU's `mul`,
+    `erf` and `add`, computed once for the forward and again for the gradient) before its
+    knapsack chooses; `partition_fn` merges them the same way, so at the bytes PyTorch kept remat
+    runs no more FLOPs again than PyTorch did (the record's `recomputed_nonview` and
+    `forward_nodes_only_in_backward`, counted with the fixture's FLOPs), and the gradients are
+    those of PyTorch's own partition, bit for bit."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
+
+    case = "mlp-inductor__budget_0.5"
+    record = json.loads((FIXTURES / f"{case}.torch.json").read_text())
+    fixture = json.loads((FIXTURES / f"{case}.json").read_text())
+    flops = {n["id"]: n.get("flops", 0) for n in fixture["nodes"]}
+    torch_flops = sum(flops[i] for i in record["recomputed_nonview"] + record["forward_nodes_only_in_backward"])
+    torch_bytes = record["saved_activation_bytes"]
+
+    seen = []
+    partition_joint = remat_torch.partition_joint
+
+    def spy(doc, strategy="mincut", **kwargs):
+        report = partition_joint(doc, strategy, **kwargs)
+        seen.append((doc, report))
+        return report
+
+    monkeypatch.setattr(remat_torch, "partition_joint", spy)
+    torch.manual_seed(0)
+    model = Mlp(None)
+    x = torch.randn(8, 128, 256)
+
+    def grads(partition):
+        boxed = lambda gm, _: make_boxed_func(gm.forward)  # noqa: E731
+        decompositions = select_decomp_table()
+        backend = aot_autograd(fw_compiler=boxed, bw_compiler=boxed, partition_fn=partition, decompositions=decompositions)
+        torch._dynamo.reset()
+        model.zero_grad()
+        xc = x.clone().requires_grad_()
+        torch.compile(model, backend=backend, dynamic=False)(xc).sum().backward()
+        return [p.grad.clone() for p in model.parameters()] + [xc.grad]
+
+    ours = grads(functools.partial(remat_torch.partition_fn, strategy=f"budget={torch_bytes}"))
+    with torch._functorch.config.patch(activation_memory_budget=0.5):
+        theirs = grads(min_cut_rematerialization_partition)
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+
+    (doc, report), = seen
+    merged = {n["id"] for n in fixture["nodes"]} - {n["id"] for n in doc["nodes"]}
+    assert merged == set(record["cse_removed"]), merged
+    assert len(doc["nodes"]) == record["cse_doc_nodes"]
+    assert report["saved_bytes"] <= torch_bytes, report["saved_bytes"]
+    assert report["recompute_flops"] <= torch_flops, (report["recompute_flops"], torch_flops)
