@@ -264,6 +264,9 @@ def test_graphs_remat_cannot_take_raise_exceptions_naming_the_fx_node():
     with joint.graph.inserting_after(x):
         odd = joint.graph.call_method("relu", (x,))
     odd.meta["val"] = meta((4, 8))
+    # Read by the dropout, so that dead-code elimination (which partition_fn runs first, as
+    # PyTorch's partitioner does) keeps it.
+    next(n for n in joint.graph.nodes if n.target is aten.native_dropout.default).replace_input_with(x, odd)
     with pytest.raises(remat_torch.ExportError, match="'relu'.*call_method"):
         remat_torch.partition_fn(joint, [], num_fwd_outputs=1)
 
