@@ -107,6 +107,11 @@ impl Graph {
         Self::default()
     }
 
+    /// An empty graph with room for `nodes` nodes.
+    pub fn with_capacity(nodes: usize) -> Self {
+        Graph { nodes: Vec::with_capacity(nodes), ..Self::default() }
+    }
+
     /// Appends a node whose shape and dtype are already known; returns its id.
     pub fn push(&mut self, node: Node) -> NodeId {
         debug_assert!(node.inputs.iter().all(|i| i.index() < self.nodes.len()), "inputs must precede");

@@ -297,7 +297,11 @@ fn at_pytorchs_bytes_remat_recomputes_no_more_than_pytorch_runs_again() {
             p.optimality_gap
         );
         assert!(p.saved_bytes <= bytes, "{name}: {} B", p.saved_bytes);
-        assert!(p.recompute_flops <= torch_flops, "{name}: {} FLOPs against PyTorch's {torch_flops}", p.recompute_flops);
+        assert!(
+            p.recompute_flops <= torch_flops,
+            "{name}: {} FLOPs against PyTorch's {torch_flops}",
+            p.recompute_flops
+        );
         compared += 1;
     }
     assert!(compared >= 2, "expected the two budget_0.5 fixtures, compared {compared}");

@@ -12,6 +12,7 @@ use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::sync::Mutex;
 
@@ -31,11 +32,11 @@ struct NodeIn<'a> {
     #[serde(borrow)]
     op: Cow<'a, str>,
     #[serde(default, borrow)]
-    inputs: Vec<IdRef<'a>>,
+    inputs: SmallVec<[IdRef<'a>; 4]>,
     #[serde(default)]
     attrs: Map<String, Value>,
     #[serde(default)]
-    shape: Option<Vec<u64>>,
+    shape: Option<SmallVec<[u64; 4]>>,
     #[serde(default, borrow)]
     dtype: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -76,41 +77,39 @@ struct NodeOut<'a> {
 pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     top.only(FORMAT, &TOP)?;
     let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
-    let raw_nodes: &'a RawValue = top.need(FORMAT, "nodes")?;
+    let raw_nodes: &'a RawValue = top.need_raw(FORMAT, "nodes")?;
     let outputs: Vec<IdRef<'a>> = top.need(FORMAT, "outputs")?;
-    let parsed: Vec<NodeIn<'a>> = super::fields::nodes(raw_nodes, FORMAT, &FIELDS)?;
-    let later: Vec<IdRef<'a>> = parsed.iter().map(|d| d.id.clone()).collect();
-    let mut ids = Ids::default();
+    let mut ids = Ids::for_text(raw_nodes.get().len());
     let mut regions = Regions::new(region_docs)?;
-    let mut doc_ids = Vec::with_capacity(parsed.len());
-    let mut g = Graph::new();
-    let mut nodes = Vec::with_capacity(parsed.len());
-    for (k, d) in parsed.into_iter().enumerate() {
+    let mut doc_ids = Vec::with_capacity(raw_nodes.get().len() / 60);
+    let mut g = Graph::with_capacity(raw_nodes.get().len() / 60);
+    // One pass: each node is checked and stored as it is parsed (parsed ahead on a second
+    // thread); the first error in list order stops it. Regions get their graph ids in the order
+    // the pass numbers them, so they are added after it.
+    super::fields::each_node_pipelined(raw_nodes, FORMAT, &FIELDS, |k, d: NodeIn<'a>| {
         let id = d.id.owned();
         ids.define(&d.id, k, k).map_err(|m| at(&id, &d.op, m))?;
         let inputs = d
             .inputs
             .iter()
-            .map(|i| ids.resolve(i, |x| later.contains(x), k).map(NodeId::new))
+            .map(|i| ids.resolve(i, |x| super::listed_in(raw_nodes, x), k).map(NodeId::new))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|m| at(&id, &d.op, m))?;
         let region = d.region.map(|r| regions.get(r));
-        nodes.push((id.clone(), inputs, region, d));
-        doc_ids.push(id);
-    }
-    for r in &regions.parts {
-        g.add_region(Region { parent: r.parent, name: r.name.clone(), spec: None, budget: r.budget });
-    }
-    for (k, (id, inputs, region, d)) in nodes.into_iter().enumerate() {
         let node = node(&g, k, &id, inputs, region, d)?;
         g.push(node);
+        doc_ids.push(id);
+        Ok(())
+    })?;
+    for r in &regions.parts {
+        g.add_region(Region { parent: r.parent, name: r.name.clone(), spec: None, budget: r.budget });
     }
     if outputs.is_empty() {
         return Err(top_error("`outputs` is empty: the first output is the scalar loss".into()));
     }
     let outputs = outputs
         .iter()
-        .map(|o| ids.resolve(o, |x| later.contains(x), usize::MAX).map(NodeId::new))
+        .map(|o| ids.resolve(o, |x| super::listed_in(raw_nodes, x), usize::MAX).map(NodeId::new))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|m| top_error(format!("outputs: {m}")))?;
     let loss = g.node(outputs[0]);
@@ -155,7 +154,7 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<Reg
             _ => return Err(err(format!("{kind} needs `shape` and `dtype`"))),
         }
     } else {
-        let metas: Vec<Meta<'_>> = inputs.iter().map(|&i| g.node(i).meta()).collect();
+        let metas: SmallVec<[Meta<'_>; 4]> = inputs.iter().map(|&i| g.node(i).meta()).collect();
         let (inferred, out) = op.infer(&metas).map_err(&err)?;
         if shape.as_ref().is_some_and(|s| *s != inferred) || dtype.is_some_and(|t| t != out) {
             let declared: Vec<String> =

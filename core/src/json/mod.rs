@@ -204,23 +204,54 @@ fn at_named(id: &DocId, op: &str, name: Option<&str>, message: impl Into<String>
 #[derive(Default)]
 struct Ids<'a> {
     index: FxHashMap<IdRef<'a>, (u32, u32)>,
+    /// Integer ids below `dense_limit`, by value (`UNDEFINED` where none): positional documents
+    /// number their nodes 0, 1, 2, ..., and a table lookup beats hashing 10⁶ of them.
+    dense: Vec<(u32, u32)>,
+    dense_limit: u64,
 }
+
+/// No node has this integer id (in [`Ids::dense`]).
+const UNDEFINED: (u32, u32) = (u32::MAX, u32::MAX);
 
 impl<'a> Ids<'a> {
     /// Room for the ids of a `nodes` list of `text_len` bytes (nodes take 60 bytes or more), so
-    /// that reading 10⁶ nodes does not rehash the table twenty times over.
+    /// that reading 10⁶ nodes does not rehash the table twenty times over. Integer ids up to
+    /// about the number of nodes the text can hold are kept in a table (8 bytes each).
     fn for_text(text_len: usize) -> Self {
-        Ids { index: FxHashMap::with_capacity_and_hasher(text_len / 120, Default::default()) }
+        Ids {
+            index: FxHashMap::with_capacity_and_hasher(text_len / 120, Default::default()),
+            dense: Vec::new(),
+            dense_limit: (text_len / 8).max(1024) as u64,
+        }
     }
 
     /// Registers the id of the node at graph index `index`, listed at `position`; a duplicate is
     /// an error naming both positions.
     fn define(&mut self, id: &IdRef<'a>, index: usize, position: usize) -> std::result::Result<(), String> {
-        match self.index.insert(id.clone(), (index as u32, position as u32)) {
+        let entry = (index as u32, position as u32);
+        let first = match id {
+            IdRef::Int(i) if *i < self.dense_limit => {
+                let i = *i as usize;
+                if i >= self.dense.len() {
+                    self.dense.resize((i + 1).max(self.dense.len() * 2).min(self.dense_limit as usize), UNDEFINED);
+                }
+                Some(std::mem::replace(&mut self.dense[i], entry)).filter(|&e| e != UNDEFINED)
+            }
+            _ => self.index.insert(id.clone(), entry),
+        };
+        match first {
             None => Ok(()),
             Some((_, first)) => {
                 Err(format!("id {} is used twice (nodes {first} and {position} in the list)", id.owned().in_error()))
             }
+        }
+    }
+
+    /// The graph index and list position of the node with id `id`, if any.
+    fn get(&self, id: &IdRef<'a>) -> Option<(u32, u32)> {
+        match id {
+            IdRef::Int(i) if *i < self.dense_limit => self.dense.get(*i as usize).copied().filter(|&e| e != UNDEFINED),
+            _ => self.index.get(id).copied(),
         }
     }
 
@@ -233,7 +264,7 @@ impl<'a> Ids<'a> {
         listed: impl FnOnce(&IdRef<'a>) -> bool,
         here: usize,
     ) -> std::result::Result<u32, String> {
-        let found = self.index.get(input).map(|&(k, _)| k);
+        let found = self.get(input).map(|(k, _)| k);
         if let Some(k) = found.filter(|&k| (k as usize) < here) {
             return Ok(k);
         }
