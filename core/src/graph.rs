@@ -112,6 +112,33 @@ impl Graph {
         Graph { nodes: Vec::with_capacity(nodes), ..Self::default() }
     }
 
+    /// A copy with room for `extra` more nodes.
+    pub(crate) fn clone_with_room(&self, extra: usize) -> Graph {
+        let mut nodes = Vec::with_capacity(self.nodes.len() + extra);
+        nodes.extend_from_slice(&self.nodes);
+        Graph { nodes, regions: self.regions.clone(), outputs: self.outputs.clone() }
+    }
+
+    /// Keeps the nodes `keep` says (by index), in order, moved in place, with their inputs
+    /// renumbered; returns each old index's new id (`u32::MAX` for a node dropped). A kept
+    /// node's inputs must be kept too. Outputs are left as they are: the caller sets them.
+    pub(crate) fn retain_nodes(&mut self, keep: impl Fn(usize) -> bool) -> Vec<NodeId> {
+        let mut remap = vec![NodeId::new(u32::MAX); self.nodes.len()];
+        let mut kept = 0;
+        for i in 0..self.nodes.len() {
+            if keep(i) {
+                self.nodes.swap(i, kept);
+                let node = &mut self.nodes[kept];
+                node.inputs.iter_mut().for_each(|x| *x = remap[x.index()]);
+                debug_assert!(node.inputs.iter().all(|x| x.raw() != u32::MAX), "a kept node reads a dropped one");
+                remap[i] = NodeId::from_index(kept);
+                kept += 1;
+            }
+        }
+        self.nodes.truncate(kept);
+        remap
+    }
+
     /// Appends a node whose shape and dtype are already known; returns its id.
     pub fn push(&mut self, node: Node) -> NodeId {
         debug_assert!(node.inputs.iter().all(|i| i.index() < self.nodes.len()), "inputs must precede");

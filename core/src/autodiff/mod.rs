@@ -42,7 +42,10 @@ impl JointGraph {
             });
         }
         let needs_grad = needs_grad(forward, loss);
-        let mut bw = Backward { graph: forward.clone(), owner: None, grad_of: vec![None; forward.len()] };
+        // Room for the backward nodes (about two per forward node), so that the node list is not
+        // moved as it grows.
+        let graph = forward.clone_with_room(2 * forward.len());
+        let mut bw = Backward { graph, owner: None, grad_of: vec![None; forward.len()] };
         let mut grad: Vec<Option<NodeId>> = vec![None; forward.len()];
         let seed_dtype = loss_node.dtype.grad_dtype();
         grad[loss.index()] = Some(bw.leaf(Op::Constant { value: 1.0 }, loss_node.shape.clone(), seed_dtype));
@@ -163,19 +166,9 @@ fn without_dead_backward_nodes(graph: Graph, n_forward: usize, outputs: &[NodeId
             }
         }
     }
-    let mut remap = vec![NodeId::new(u32::MAX); graph.len()];
-    let mut out = Graph::new();
-    for r in graph.regions() {
-        out.add_region(r.clone());
-    }
-    for (i, node) in graph.nodes().iter().enumerate() {
-        if i < n_forward || live[i] {
-            let mut node = node.clone();
-            node.inputs = node.inputs.iter().map(|x| remap[x.index()]).collect();
-            remap[i] = out.push(node);
-        }
-    }
-    (out, remap)
+    let mut graph = graph;
+    let remap = graph.retain_nodes(|i| i < n_forward || live[i]);
+    (graph, remap)
 }
 
 /// Which forward nodes need a gradient: those on a path from a parameter to the loss.

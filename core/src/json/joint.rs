@@ -370,7 +370,7 @@ fn node<'a>(
         }
     };
     Ok(PNode {
-        op: op.to_string(),
+        op: std::borrow::Cow::Owned(op.to_string()),
         inputs,
         backward,
         bytes,

@@ -13,6 +13,7 @@ use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, RegionId};
 use crate::policy::{Policy, PolicySource};
+use std::borrow::Cow;
 
 /// Properties of a node that constrain how it may be kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -204,8 +205,8 @@ pub fn value_bytes(shape: &[usize], ty: StorageType) -> std::result::Result<u64,
 pub struct PNode {
     /// The id its document gave it (its position, for traced graphs).
     pub id: DocId,
-    /// The op's name (a catalog name for traced graphs, any string for imported ones).
-    pub op: String,
+    /// The op's name (a catalog name for traced graphs, borrowed; any string for imported ones).
+    pub op: Cow<'static, str>,
     /// Input nodes (smaller indices).
     pub inputs: Vec<NodeId>,
     /// Whether the node belongs to the backward pass.
@@ -241,7 +242,7 @@ impl PNode {
     pub fn new(id: u64, op: &str, inputs: &[u32], backward: bool, bytes: u64) -> PNode {
         PNode {
             id: DocId::Index(id),
-            op: op.to_string(),
+            op: Cow::Owned(op.to_string()),
             inputs: inputs.iter().map(|&i| NodeId::new(i)).collect(),
             backward,
             bytes,
@@ -297,7 +298,7 @@ impl PGraph {
                 let backward = !joint.is_forward(id);
                 PNode {
                     id: DocId::Index(id.raw() as u64),
-                    op: n.op.name().to_string(),
+                    op: Cow::Borrowed(n.op.name()),
                     inputs: n.inputs.clone(),
                     backward,
                     bytes: n.bytes() as u64,
