@@ -541,21 +541,37 @@ fn with_frees(
         current[id.index()] = pos;
         last_use.push(pos);
     }
-    let mut frees_at: Vec<Vec<NodeId>> = vec![Vec::new(); seq.len()];
+    // What each step frees, grouped by step (CSR: `frees[start[pos]..start[pos + 1]]`, in
+    // sequence order): one list per step would be 10⁶ small allocations on large graphs.
+    let mut start = vec![0usize; seq.len() + 1];
     for (pos, &(id, _)) in seq.iter().enumerate() {
         if !never_free[id.index()] {
-            frees_at[last_use[pos]].push(id);
+            start[last_use[pos] + 1] += 1;
         }
     }
-    let mut forward = Vec::new();
-    let mut backward = Vec::new();
+    for pos in 0..seq.len() {
+        start[pos + 1] += start[pos];
+    }
+    let mut frees = vec![NodeId::new(0); start[seq.len()]];
+    let mut fill = start.clone();
+    for (pos, &(id, _)) in seq.iter().enumerate() {
+        if !never_free[id.index()] {
+            frees[fill[last_use[pos]]] = id;
+            fill[last_use[pos]] += 1;
+        }
+    }
+    let steps_after = |from: usize| 2 * from + frees.len() / 2;
+    let mut forward = Vec::with_capacity(steps_after(n_forward_steps));
+    let mut backward = Vec::with_capacity(steps_after(seq.len() - n_forward_steps));
     for (pos, &(id, kind)) in seq.iter().enumerate() {
         let in_forward = pos < n_forward_steps;
         let program = if in_forward { &mut forward } else { &mut backward };
+        let freed = &frees[start[pos]..start[pos + 1]];
+        let mut taken_over = None;
         program.push(match kind {
-            Kind::Compute => match aliased_input(graph, id, &frees_at[pos]) {
+            Kind::Compute => match aliased_input(graph, id, freed) {
                 Some(input) => {
-                    frees_at[pos].retain(|&f| f != input);
+                    taken_over = Some(input);
                     Step::Alias(id)
                 }
                 None => Step::Compute(id),
@@ -566,7 +582,7 @@ fn with_frees(
         if in_forward && offloaded[id.index()] {
             program.push(Step::Offload(id));
         }
-        program.extend(frees_at[pos].iter().map(|&f| Step::Free(f)));
+        program.extend(freed.iter().filter(|&&f| Some(f) != taken_over).map(|&f| Step::Free(f)));
     }
     (forward, backward)
 }
