@@ -9,14 +9,19 @@
 //! must_save value each — end to end beside a plain chain of as many nodes measured in the same
 //! run (the ratio stays near 1 when the time is linear).
 //!
-//! `cargo bench -p remat-cli --bench end_to_end` (add `-- --quick` to skip the 10⁶-node document).
+//! Budgets on the 10⁶-node joint document end to end (`budget=0.5`, `budget=20MiB`: the exact
+//! program is past its size, so the eviction path answers, graded by a lower bound), and a
+//! 10⁶-node `remat.graph` (a 250 000-layer residual tanh MLP: read, differentiated into a
+//! 2.75·10⁶-node joint graph, partitioned and planned), with the in-process time of each stage.
+//!
+//! `cargo bench -p remat-cli --bench end_to_end` (add `-- --quick` to skip the 10⁶-node documents).
 
 #[path = "../../benches/common/deep_mlp_joint.rs"]
 mod deep_mlp_joint;
 
-use remat::partition::partition;
+use remat::partition::{partition, PGraph};
 use remat::report::Report;
-use remat::{json, Strategy};
+use remat::{json, JointGraph, Plan, Strategy};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -83,8 +88,81 @@ fn main() {
             vs
         );
         println!("{:>9} end to end / in-process partition = {:.1}x", "", process.as_secs_f64() / solve.as_secs_f64());
+        if l > 1000 {
+            for strategy in ["budget=0.5", "budget=20MiB"] {
+                let t = time(3, || remat_cli(&path, strategy));
+                println!("{:>9} --strategy {strategy:<13} end to end {:>10}", "", ms(t));
+            }
+        }
+    }
+    if !quick {
+        residual_mlp_graph(&dir, 250_000);
     }
     many_names(&dir);
+}
+
+/// `remat partition PATH --strategy STRATEGY --json`, checked to succeed; the bytes it printed.
+fn remat_cli(path: &std::path::Path, strategy: &str) -> usize {
+    let o = Command::new(env!("CARGO_BIN_EXE_remat"))
+        .args(["partition", path.to_str().unwrap(), "--strategy", strategy, "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o.stdout.len()
+}
+
+/// A `remat.graph` of `layers` residual layers `h + tanh(h · w)`, four nodes each (the weight,
+/// the matmul, the tanh, the add), then the sum: the stages of `remat partition` on it, in
+/// process and end to end.
+fn residual_mlp_graph(dir: &std::path::Path, layers: usize) {
+    let mut nodes = vec![r#"{"id": 0, "op": "input", "shape": [4, 8], "dtype": "f32", "name": "x"}"#.to_string()];
+    let mut h = 0;
+    for l in 0..layers {
+        let w = nodes.len();
+        nodes.push(format!(r#"{{"id": {w}, "op": "param", "shape": [8, 8], "dtype": "f32", "name": "w{l}"}}"#));
+        nodes.push(format!(r#"{{"id": {}, "op": "matmul", "inputs": [{h}, {w}]}}"#, w + 1));
+        nodes.push(format!(r#"{{"id": {}, "op": "tanh", "inputs": [{}]}}"#, w + 2, w + 1));
+        nodes.push(format!(r#"{{"id": {}, "op": "add", "inputs": [{h}, {}]}}"#, w + 3, w + 2));
+        h = w + 3;
+    }
+    let loss = nodes.len();
+    nodes.push(format!(r#"{{"id": {loss}, "op": "sum", "inputs": [{h}], "attrs": {{"axes": [0, 1]}}}}"#));
+    let text = format!(
+        "{{\"format\": \"remat.graph\", \"version\": 1, \"nodes\": [\n{}\n], \"outputs\": [{loss}]}}\n",
+        nodes.join(",\n")
+    );
+    drop(nodes);
+    let path = dir.join(format!("residual_mlp_{layers}.graph.json"));
+    std::fs::write(&path, &text).unwrap();
+    let stage = |what: &str, start: Instant| println!("  {what:<28} {:>10}", ms(start.elapsed()));
+    println!(
+        "\nremat.graph, {layers} residual tanh layers ({} nodes, {:.1} MB), one run:",
+        loss + 1,
+        text.len() as f64 / 1e6
+    );
+    let start = Instant::now();
+    let json::Document::Graph(g, ids) = json::read(&text).unwrap() else { panic!("a remat.graph") };
+    stage("read", start);
+    let start = Instant::now();
+    let joint = JointGraph::new(&g).unwrap();
+    stage(&format!("differentiate ({} nodes)", joint.graph().len()), start);
+    drop(g);
+    let start = Instant::now();
+    let pg = PGraph::from_joint(&joint).with_forward_ids(&ids);
+    stage("partition graph", start);
+    let start = Instant::now();
+    let p = partition(&pg, Strategy::MinCut).unwrap();
+    stage("partition (mincut)", start);
+    let start = Instant::now();
+    let n = joint.n_forward();
+    let plan = Plan::with_offload(&joint, &p.saved[..n], &p.offloaded[..n], &Default::default()).unwrap();
+    stage("plan", start);
+    let start = Instant::now();
+    let out = Report::new(&pg, &p).with_planned_peak(plan.predicted_peak() as u64).json();
+    stage("JSON out", start);
+    drop((out, plan, p, pg, joint, text));
+    let t = time(3, || remat_cli(&path, "mincut"));
+    println!("  {:<28} {:>10}  (median of 3)", "remat partition, end to end", ms(t));
 }
 
 /// A joint document: `x`, then `body` (one node a line), the loss and a gradient reading `x`.
