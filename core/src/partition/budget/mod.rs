@@ -25,6 +25,7 @@ use super::{Budget, PGraph, Reason};
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, RegionId};
 use crate::policy::Policy;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What the search knows of offloading.
 pub(super) struct Offload {
@@ -480,14 +481,18 @@ impl<'a> Problem<'a> {
         if !grade {
             return self.solve_heuristic().map(|(a, o)| (a, o, None));
         }
+        let plan_found = AtomicBool::new(false);
         let (plan, bound) = if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
             std::thread::scope(|scope| {
-                let bound = scope.spawn(|| bound::lower_bound(self));
+                let bound = scope.spawn(|| bound::lower_bound(self, &plan_found));
                 let plan = self.solve_heuristic();
+                plan_found.store(true, Ordering::Release);
                 (plan, bound.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
             })
         } else {
-            (self.solve_heuristic(), bound::lower_bound(self))
+            let plan = self.solve_heuristic();
+            plan_found.store(true, Ordering::Release);
+            (plan, bound::lower_bound(self, &plan_found))
         };
         let (at_hand, offloaded) = plan?;
         Ok((at_hand, offloaded, Some(bound)))
