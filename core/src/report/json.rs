@@ -2,7 +2,7 @@
 
 use super::{reason_code, Report};
 use crate::graph::NodeId;
-use crate::json::{object, spaced, Field};
+use crate::json::{object, rows, spaced, Field};
 use crate::partition::{Action, Decision, Reason};
 use crate::policy::Policy;
 use serde::Serialize;
@@ -20,7 +20,7 @@ impl Report<'_> {
             let ids: Vec<serde_json::Value> = list.iter().map(|&i| g.node(i).id.to_json()).collect();
             Field::Value(spaced(&ids))
         };
-        let decisions = p.decisions.iter().map(|d| spaced(&self.decision_out(d))).collect();
+        let decisions = rows(p.decisions.iter().map(|d| self.decision_out(d)));
         let mut fields = vec![
             ("strategy", value(&p.strategy.to_string())),
             ("saved", ids(&saved)),
@@ -38,7 +38,7 @@ impl Report<'_> {
         if let Some(gap) = p.optimality_gap {
             fields.push(("optimality_gap", value(&gap)));
         }
-        fields.push(("decisions", Field::Lines(decisions)));
+        fields.push(("decisions", decisions));
         fields.push(("warnings", value(&p.warnings)));
         let peaks = [
             ("planned_peak", self.planned_peak),
