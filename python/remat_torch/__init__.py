@@ -275,11 +275,18 @@ def _numbered(path: str, k: int) -> str:
 
 def explain(model: Callable, *inputs: Any, strategy: str = "mincut", file: Any = None) -> str:
     """Prints (to ``file``, standard output by default) and returns remat's report for each joint
-    graph of ``model(*inputs)``: what the forward keeps, why, and what is recomputed."""
+    graph of ``model(*inputs)``: what the forward keeps, why, and what is recomputed — on the graph
+    ``partition_fn`` partitions (common subexpressions merged, as PyTorch's partitioner does)."""
     import sys
 
     texts: list[str] = []
-    _capture(model, inputs, lambda gm, n: texts.append(partition_joint(joint_document(gm, n), strategy, text=True)))
+
+    def explain_one(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
+        # The graph partition_fn partitions: common subexpressions merged first.
+        _merge_common_subexpressions(gm, num_fwd_outputs)
+        texts.append(partition_joint(joint_document(gm, num_fwd_outputs), strategy, text=True))
+
+    _capture(model, inputs, explain_one)
     text = "\n".join(texts)
     print(text, file=file or sys.stdout)
     return text
