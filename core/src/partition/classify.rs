@@ -91,7 +91,9 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
         .collect();
     // A view that must be kept (must_save, or a boundary value) is kept through its base, when
     // the backward may need the view; a reader's keep outweighs the base's must_recompute.
-    let kept = kept_views(g, &class, &output, &boundary);
+    // What the backward reads, for the sweeps below (one pass over every node: computed once).
+    let reads = g.backward_reads();
+    let kept = kept_views(g, &class, &output, &boundary, &reads);
     for (c, k) in class.iter_mut().zip(&kept) {
         match (*c, k.first(), k.reader) {
             // A factory base replays the view for free.
@@ -102,7 +104,7 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
             _ => {}
         }
     }
-    check_conflicts(g, &class, &kept)?;
+    check_conflicts(g, &class, &kept, &reads)?;
     Ok(class)
 }
 
@@ -148,9 +150,15 @@ enum KeepBy {
 /// it reaches with only the forced values at hand and the bases found so far (a view's id is
 /// above its base's, so one sweep from the last node back finds each base before its own inputs
 /// are visited). A view the backward can never need keeps nothing.
-fn kept_views(g: &PGraph, class: &[Class], output: &[bool], boundary: &[Option<Boundary>]) -> Vec<KeptViews> {
+fn kept_views(
+    g: &PGraph,
+    class: &[Class],
+    output: &[bool],
+    boundary: &[Option<Boundary>],
+    reads: &[bool],
+) -> Vec<KeptViews> {
     let mut kept: Vec<KeptViews> = vec![KeptViews::default(); g.len()];
-    let mut reached = g.backward_reads();
+    let mut reached = reads.to_vec();
     for i in (0..g.len()).rev() {
         if g.nodes[i].backward || !reached[i] {
             continue;
@@ -239,9 +247,9 @@ pub(crate) fn boundary_reason(b: Boundary) -> Reason {
 /// applies inside its own region), nor is a forward output (the caller holds it); what remains
 /// is a value that cannot be recomputed — flagged `not_recomputable`, random without inputs, or
 /// an input or a parameter tagged explicitly — and the base of a view another tag keeps.
-fn check_conflicts(g: &PGraph, class: &[Class], kept: &[KeptViews]) -> Result<()> {
+fn check_conflicts(g: &PGraph, class: &[Class], kept: &[KeptViews], reads: &[bool]) -> Result<()> {
     let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
-    let needed = closure(g, &forced);
+    let needed = closure_from(g, reads.to_vec(), &forced);
     for i in g.ids() {
         let n = g.node(i);
         if n.backward || n.policy != Some(Policy::MustRecompute) {
@@ -294,7 +302,11 @@ pub(crate) fn source_text(g: &PGraph, i: NodeId) -> String {
 /// The forward values the backward reaches given which values are at hand: what it reads, and
 /// recursively the inputs of whatever is not at hand (recomputed).
 pub(crate) fn closure(g: &PGraph, at_hand: &[bool]) -> Vec<bool> {
-    let mut reached = g.backward_reads();
+    closure_from(g, g.backward_reads(), at_hand)
+}
+
+/// [`closure`] from `reached` = [`PGraph::backward_reads`], for callers that already have it.
+pub(crate) fn closure_from(g: &PGraph, mut reached: Vec<bool>, at_hand: &[bool]) -> Vec<bool> {
     // Reverse id order visits users before inputs, so one sweep suffices.
     for i in (0..g.len()).rev() {
         if g.nodes[i].backward || !reached[i] || at_hand[i] {

@@ -10,7 +10,7 @@
 //! the cut is what the backward recomputes; among minimum cuts the one nearest the sink is taken,
 //! which recomputes the fewest nodes and so the fewest FLOPs.
 
-use super::classify::{closure, counts_bytes, Class};
+use super::classify::{closure_from, counts_bytes, Class};
 use super::maxflow::FlowNetwork;
 use super::{PGraph, Reason};
 use crate::graph::NodeId;
@@ -31,8 +31,8 @@ enum Role {
 pub(super) fn solve(g: &PGraph, class: &[Class]) -> (Vec<bool>, Vec<Option<Reason>>) {
     let n = g.len();
     let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
-    let relevant = closure(g, &forced);
     let reads = g.backward_reads();
+    let relevant = closure_from(g, reads.clone(), &forced);
     let role = |i: usize| {
         let node = &g.nodes[i];
         match class[i] {

@@ -19,7 +19,7 @@ mod bound;
 #[cfg(feature = "exact")]
 mod milp;
 
-use super::classify::{closure, counts_bytes, Class};
+use super::classify::{closure_from, counts_bytes, Class};
 use super::offload::{can_leave, CostModel};
 use super::{Budget, PGraph, Reason};
 use crate::error::{Error, Result};
@@ -256,7 +256,8 @@ impl<'a> Problem<'a> {
         off: &'a Offload,
     ) -> Self {
         let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
-        let relevant = closure(g, &forced);
+        let reads = g.backward_reads();
+        let relevant = closure_from(g, reads.clone(), &forced);
         let mut innermost_budget = vec![None; g.len()];
         for i in g.ids() {
             let mut r = g.node(i).region;
@@ -282,7 +283,6 @@ impl<'a> Problem<'a> {
         }
         let mut scopes: Vec<Option<RegionId>> = if global { vec![None] } else { vec![] };
         scopes.extend(budgeted.iter().map(|&r| Some(r)));
-        let reads = g.backward_reads();
         let (mut start, mut counts) = (vec![0u32], Vec::new());
         for i in g.ids() {
             if counts_bytes(g, i) && !g.node(i).backward {
@@ -423,7 +423,7 @@ impl<'a> Problem<'a> {
     /// Device-saved bytes with `at_hand` and `offloaded` (the global limit's count, or all
     /// counted bytes).
     fn global_bytes(&self, at_hand: &[bool], offloaded: &[bool]) -> u64 {
-        let reached = closure(self.g, at_hand);
+        let reached = closure_from(self.g, self.reads.clone(), at_hand);
         self.g
             .ids()
             .filter(|&i| {
