@@ -415,9 +415,14 @@ impl serde_json::ser::Formatter for Spaced {
 
 pub(crate) fn spaced<T: Serialize + ?Sized>(value: &T) -> String {
     let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, Spaced);
-    value.serialize(&mut ser).expect("documents serialize to memory");
+    spaced_into(&mut out, value);
     String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// [`spaced`], appended to `out`.
+fn spaced_into<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let mut ser = serde_json::Serializer::with_formatter(out, Spaced);
+    value.serialize(&mut ser).expect("documents serialize to memory");
 }
 
 /// A field of a laid-out JSON object: one serialized value, a list with one item a line, or
@@ -439,8 +444,7 @@ pub(crate) fn rows<T: Serialize>(items: impl IntoIterator<Item = T>) -> Field {
         if k > 0 {
             out.extend_from_slice(ROW_SEPARATOR.as_bytes());
         }
-        let mut ser = serde_json::Serializer::with_formatter(&mut out, Spaced);
-        item.serialize(&mut ser).expect("documents serialize to memory");
+        spaced_into(&mut out, &item);
     }
     Field::Rows(String::from_utf8(out).expect("serde_json writes UTF-8"))
 }
