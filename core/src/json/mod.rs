@@ -201,7 +201,6 @@ fn at_named(id: &DocId, op: &str, name: Option<&str>, message: impl Into<String>
 /// The document ids of the nodes read so far, for resolving inputs: each id's node index in the
 /// graph and its position in the document's list (the two differ where the reader adds nodes of
 /// its own, such as a random op's generator state).
-#[derive(Default)]
 struct Ids<'a> {
     index: FxHashMap<IdRef<'a>, (u32, u32)>,
     /// Integer ids below `dense_limit`, by value (`UNDEFINED` where none): positional documents
