@@ -578,4 +578,27 @@ fn a_large_document_reads_and_errors_like_a_small_one() {
     assert!(err.contains("relu_30000") && err.contains("nope"), "{err}");
     let err = json::read_joint(&both(20_000, 45_000, &unparsable, &unknown)).unwrap_err().to_string();
     assert!(err.contains("relu_20000") && err.contains("sideways"), "{err}");
+
+    // A node that parses but is wrong on its own (checked on the parsing thread, ahead of the
+    // checking one), before and after an input defined nowhere; and one node with both errors,
+    // whose own error comes first in a small document and a large one alike.
+    let unknown_flag = |k: usize| {
+        format!(
+            r#"{{"id": "relu_{k}", "op": "aten.relu.default", "inputs": ["relu_{}"], "phase": "forward", "bytes": 64, "flags": ["veiw"]}}"#,
+            k - 1
+        )
+    };
+    let err = json::read_joint(&both(10_000, 50_000, &unknown_flag, &unknown)).unwrap_err().to_string();
+    assert!(err.contains("relu_10000") && err.contains("unknown flag \"veiw\""), "{err}");
+    let err = json::read_joint(&both(10_000, 50_000, &unknown, &unknown_flag)).unwrap_err().to_string();
+    assert!(err.contains("relu_10000") && err.contains("nope"), "{err}");
+    let wrong_twice = |k: usize| {
+        format!(
+            r#"{{"id": "relu_{k}", "op": "aten.relu.default", "inputs": ["nope"], "phase": "forward", "bytes": 64, "flags": ["veiw"]}}"#
+        )
+    };
+    let small = json::read_joint(&long_chain(3, |k| (k == 2).then(|| wrong_twice(2)))).unwrap_err().to_string();
+    let large = json::read_joint(&long_chain(n, |k| (k == 50_000).then(|| wrong_twice(k)))).unwrap_err().to_string();
+    assert!(small.contains("veiw"), "{small}");
+    assert_eq!(large, small.replace("relu_2", "relu_50000"));
 }

@@ -171,25 +171,32 @@ const PIPELINE_FROM_BYTES: usize = 4 << 20;
 /// Nodes handed from the parsing thread to the caller at a time.
 const PIPELINE_BATCH: usize = 2048;
 
-/// [`each_node`], with the parsing on a second thread when the document is large and the machine
-/// has a second CPU: `each` runs on the calling thread, in order, on nodes parsed ahead of it.
-/// Errors are those of the one-thread pass: `each`'s first error, else the parser's.
-pub(super) fn each_node_pipelined<'a, T: Deserialize<'a> + Send>(
+/// [`each_node`] in two stages: `prepare` runs on each node as it is parsed, then `each` on what
+/// `prepare` made of it, both in list order. When the document is large and the machine has a
+/// second CPU, parsing and `prepare` run on a second thread ahead of `each` on the calling one,
+/// so work that needs only the nodes before (such as resolving ids) goes in `prepare`, and
+/// `each` keeps what must see the graph as built so far.
+///
+/// Errors are those of the one-thread pass, where node `k` is prepared and then handed to
+/// `each` before node `k + 1` is parsed: the first node in list order with any error names it,
+/// and within a node `prepare`'s error comes first.
+pub(super) fn each_node_pipelined<'a, T: Deserialize<'a>, U: Send>(
     raw: &'a RawValue,
     format: &str,
     fields: &[&'static str],
-    mut each: impl FnMut(usize, T) -> Result<()>,
+    mut prepare: impl FnMut(usize, T) -> Result<U> + Send,
+    mut each: impl FnMut(usize, U) -> Result<()>,
 ) -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if raw.get().len() < PIPELINE_FROM_BYTES || cpus < 2 {
-        return each_node(raw, format, fields, each);
+        return each_node(raw, format, fields, |k, t| each(k, prepare(k, t)?));
     }
     std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(usize, T)>>(8);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(usize, U)>>(8);
         let parser = scope.spawn(move || {
             let mut batch = Vec::with_capacity(PIPELINE_BATCH);
             let parsed = each_node(raw, format, fields, |k, t| {
-                batch.push((k, t));
+                batch.push((k, prepare(k, t)?));
                 if batch.len() == PIPELINE_BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
                     // The caller stopped at an error of its own, which is the one returned.
@@ -197,14 +204,14 @@ pub(super) fn each_node_pipelined<'a, T: Deserialize<'a> + Send>(
                 }
                 Ok(())
             });
-            // Nodes parsed before a failure are still checked: an error among them comes first.
+            // Nodes prepared before a failure are still checked: an error among them comes first.
             let _ = tx.send(batch);
             parsed
         });
         let mut checked = Ok(());
         'batches: for batch in rx {
-            for (k, t) in batch {
-                if let Err(e) = each(k, t) {
+            for (k, u) in batch {
+                if let Err(e) = each(k, u) {
                     checked = Err(e);
                     break 'batches;
                 }

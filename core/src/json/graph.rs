@@ -84,23 +84,30 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     let mut doc_ids = Vec::with_capacity(raw_nodes.get().len() / 60);
     let mut g = Graph::with_capacity(raw_nodes.get().len() / 60);
     // One pass: each node is checked and stored as it is parsed (parsed ahead on a second
-    // thread); the first error in list order stops it. Regions get their graph ids in the order
-    // the pass numbers them, so they are added after it.
-    super::fields::each_node_pipelined(raw_nodes, FORMAT, &FIELDS, |k, d: NodeIn<'a>| {
-        let id = d.id.owned();
-        ids.define(&d.id, k, k).map_err(|m| at(&id, &d.op, m))?;
-        let inputs = d
-            .inputs
-            .iter()
-            .map(|i| ids.resolve(i, |x| super::listed_in(raw_nodes, x), k).map(NodeId::new))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|m| at(&id, &d.op, m))?;
-        let region = d.region.map(|r| regions.get(r));
-        let node = node(&g, k, &id, inputs, region, d)?;
-        g.push(node);
-        doc_ids.push(id);
-        Ok(())
-    })?;
+    // thread; shape inference needs the nodes before, so nothing more is done ahead); the first
+    // error in list order stops it. Regions get their graph ids in the order the pass numbers
+    // them, so they are added after it.
+    super::fields::each_node_pipelined(
+        raw_nodes,
+        FORMAT,
+        &FIELDS,
+        |_, d| Ok(d),
+        |k, d: NodeIn<'a>| {
+            let id = d.id.owned();
+            ids.define(&d.id, k).map_err(|m| at(&id, &d.op, m))?;
+            let inputs = d
+                .inputs
+                .iter()
+                .map(|i| ids.resolve(i, |x| super::listed_in(raw_nodes, x), k).map(NodeId::new))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|m| at(&id, &d.op, m))?;
+            let region = d.region.map(|r| regions.get(r));
+            let node = node(&g, k, &id, inputs, region, d)?;
+            g.push(node);
+            doc_ids.push(id);
+            Ok(())
+        },
+    )?;
     for r in &regions.parts {
         g.add_region(Region { parent: r.parent, name: r.name.clone(), spec: None, budget: r.budget });
     }

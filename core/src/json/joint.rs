@@ -147,47 +147,54 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     let raw_nodes: &'a RawValue = top.need_raw(FORMAT, "nodes")?;
     let forward: Vec<IdRef<'a>> = top.need(FORMAT, "forward_outputs")?;
     let backward: Vec<IdRef<'a>> = top.get(FORMAT, "backward_outputs")?.unwrap_or_default();
-    let mut ids = Ids::for_text(raw_nodes.get().len());
     let mut regions = Regions::new(region_docs)?;
+    let mut placed = Placed {
+        ids: Ids::for_text(raw_nodes.get().len()),
+        raw_nodes,
+        index_of: Vec::with_capacity(raw_nodes.get().len() / 120),
+        regions: &mut regions,
+    };
     let mut nodes: Vec<PNode> = Vec::with_capacity(raw_nodes.get().len() / 120);
     let mut shared_states: HashMap<String, NodeId> = HashMap::new();
-    // One pass: each node is checked and stored as it is parsed (parsed ahead on a second thread).
-    fields::each_node_pipelined(raw_nodes, FORMAT, &FIELDS, |k, d: NodeIn<'a>| {
-        let id = d.id.owned();
-        let state = match rng_state(&nodes, &mut regions, &shared_states, &id, &d)? {
-            State::None => None,
-            State::Shared(s) => Some(s),
-            State::New(s) => {
-                nodes.push(s);
-                let s = NodeId::new(nodes.len() as u32 - 1);
-                if let Some(key) = &d.rng_state {
-                    shared_states.insert(key.to_string(), s);
+    // One pass: each node is checked on its own as it is parsed (ahead, on a second thread),
+    // then against the nodes before it, and stored.
+    fields::each_node_pipelined(
+        raw_nodes,
+        FORMAT,
+        &FIELDS,
+        |_, d| describe(d),
+        |k, p: Parsed<'a>| {
+            let state = match rng_state(&nodes, placed.regions, &shared_states, &p)? {
+                State::None => None,
+                State::Shared(s) => Some(s),
+                State::New(s) => {
+                    nodes.push(s);
+                    let s = NodeId::new(nodes.len() as u32 - 1);
+                    if let Some(key) = &p.rng_state {
+                        shared_states.insert(key.to_string(), s);
+                    }
+                    Some(s)
                 }
-                Some(s)
-            }
-        };
-        ids.define(&d.id, nodes.len(), k).map_err(|m| at(&id, &d.op, m))?;
-        let mut node = node(&nodes, &ids, raw_nodes, &mut regions, id, d)?;
-        node.inputs.splice(0..0, state);
-        debug_assert!(
-            node.inputs.iter().chain(&node.grad_of).all(|i| i.index() < nodes.len()),
-            "resolve keeps ids before the node"
-        );
-        nodes.push(node);
-        Ok(())
-    })?;
+            };
+            let node = placed.place(&nodes, k, state, p)?;
+            debug_assert!(
+                node.inputs.iter().chain(&node.grad_of).all(|i| i.index() < nodes.len()),
+                "resolve keeps ids before the node"
+            );
+            nodes.push(node);
+            Ok(())
+        },
+    )?;
     let outputs = |what: &str, list: &[IdRef<'a>], backward: bool| -> Result<Vec<NodeId>> {
         let mut out = Vec::with_capacity(list.len());
         for o in list {
-            let k = ids
-                .resolve(o, |x| super::listed_in(raw_nodes, x), usize::MAX)
-                .map_err(|m| top_error(format!("{what}: {m}")))?;
-            let node = &nodes[k as usize];
+            let k = placed.resolve(o, usize::MAX).map_err(|m| top_error(format!("{what}: {m}")))?;
+            let node = &nodes[k.index()];
             if node.backward != backward {
                 let phase = if node.backward { "backward" } else { "forward" };
                 return Err(at(&node.id, &node.op, format!("listed in {what} but it is a {phase} node")));
             }
-            out.push(NodeId::new(k));
+            out.push(k);
         }
         Ok(out)
     };
@@ -216,27 +223,27 @@ fn rng_state(
     before: &[PNode],
     regions: &mut Regions,
     shared: &HashMap<String, NodeId>,
-    id: &DocId,
-    d: &NodeIn<'_>,
+    p: &Parsed<'_>,
 ) -> Result<State> {
-    let err = |m: String| super::at_named(id, &d.op, d.name.as_deref(), m);
-    let Some(bytes) = d.rng_state_bytes else {
-        return match &d.rng_state {
+    let n = &p.node;
+    let err = |m: String| super::at_named(&n.id, &n.op, n.name.as_deref(), m);
+    let Some(bytes) = p.rng_state_bytes else {
+        return match &p.rng_state {
             Some(key) => Err(err(format!("field \"rng_state\" ({key:?}) needs \"rng_state_bytes\" beside it"))),
             None => Ok(State::None),
         };
     };
     let field = |m: &str| err(format!("field \"rng_state_bytes\": {m}"));
-    if d.phase == Phase::Backward {
+    if n.backward {
         return Err(field("only a forward node is replayed"));
     }
-    if !d.flags.iter().any(|f| f == "random") || d.flags.iter().any(|f| f == "view") {
+    if !n.flags.random || n.flags.view {
         return Err(field("only a random node that is not a view runs from a generator state"));
     }
-    if let Some(&s) = d.rng_state.as_ref().and_then(|key| shared.get(key.as_ref())) {
+    if let Some(&s) = p.rng_state.as_ref().and_then(|key| shared.get(key.as_ref())) {
         let state = &before[s.index()];
         if state.bytes != bytes {
-            let key = d.rng_state.as_deref().unwrap_or_default();
+            let key = p.rng_state.as_deref().unwrap_or_default();
             return Err(field(&format!(
                 "{bytes}, but the generator state {key:?} it shares was given {} bytes",
                 state.bytes
@@ -244,11 +251,11 @@ fn rng_state(
         }
         return Ok(State::Shared(s));
     }
-    let label = d.rng_state.as_deref().map_or_else(|| id.label_raw(), str::to_string);
+    let label = p.rng_state.as_deref().map_or_else(|| n.id.label_raw(), str::to_string);
     let mut state = PNode::new(before.len() as u64, RNG_STATE_OP, &[], false, bytes);
     state.id = DocId::Name(format!("{label}{RNG_STATE_SUFFIX}"));
     state.flags = Flags { not_recomputable: true, rng_state: true, ..Flags::default() };
-    state.region = d.region.map(|r| regions.get(r));
+    state.region = p.region.map(|r| regions.get(r));
     Ok(State::New(state))
 }
 
@@ -264,25 +271,33 @@ fn shared_state_key<'g>(state: &'g PNode, user: &PNode) -> Option<&'g str> {
 pub const RNG_STATE_OP: &str = "rng_state";
 const RNG_STATE_SUFFIX: &str = ":rng_state";
 
-/// Reads one node, checking it against the nodes before it.
-fn node<'a>(
-    before: &[PNode],
-    ids: &Ids<'a>,
-    raw_nodes: &'a RawValue,
-    regions: &mut Regions,
-    id: DocId,
-    d: NodeIn<'a>,
-) -> Result<PNode> {
+/// A node as the parsing thread leaves it: checked on its own and built, but for the ids it
+/// names (its inputs, `grad_of`) and its region, which need the nodes before it.
+struct Parsed<'a> {
+    node: PNode,
+    id: IdRef<'a>,
+    inputs: SmallVec<[IdRef<'a>; 4]>,
+    grad_of: Option<IdRef<'a>>,
+    region: Option<u64>,
+    rng_state_bytes: Option<u64>,
+    rng_state: Option<Cow<'a, str>>,
+}
+
+/// Checks node `d`'s own fields (everything but the nodes it names) and builds it. Needs nothing
+/// of the graph so far, so it runs ahead on the parsing thread.
+fn describe(d: NodeIn<'_>) -> Result<Parsed<'_>> {
+    let id = d.id.owned();
     let op = d.op.as_ref();
     let err = |m: String| super::at_named(&id, op, d.name.as_deref(), m);
     let backward = d.phase == Phase::Backward;
-    let mut inputs = Vec::with_capacity(d.inputs.len());
-    for input in &d.inputs {
-        let k = ids.resolve(input, |x| super::listed_in(raw_nodes, x), before.len()).map_err(&err)?;
-        if !backward && before[k as usize].backward {
-            return Err(err(format!("a forward node cannot read backward node {}", before[k as usize].id.in_error())));
+    match &d.grad_of {
+        Some(_) if !backward => return Err(err("field \"grad_of\": only backward nodes belong to a gradient".into())),
+        Some(g) if *g == d.id => {
+            return Err(err("field \"grad_of\": names the node itself; it names the forward node whose gradient this \
+                 backward node computes part of"
+                .into()))
         }
-        inputs.push(NodeId::new(k));
+        _ => {}
     }
     let mut flags = Flags::default();
     for name in &d.flags {
@@ -303,7 +318,7 @@ fn node<'a>(
             "flags \"view\" and \"{other}\" contradict each other: a view is replayed from its base, never kept itself"
         )));
     }
-    if flags.view && inputs.is_empty() {
+    if flags.view && d.inputs.is_empty() {
         return Err(err("a view needs an input (its base, inputs[0])".into()));
     }
     let dtype = match d.dtype.as_deref() {
@@ -351,41 +366,80 @@ fn node<'a>(
             "must_recompute on a resident value (an input or a parameter): it is held, never recomputed".into()
         ));
     }
-    let grad_of = match &d.grad_of {
-        None => None,
-        Some(_) if !backward => return Err(err("field \"grad_of\": only backward nodes belong to a gradient".into())),
-        Some(g) if g.owned() == id => {
-            return Err(err("field \"grad_of\": names the node itself; it names the forward node whose gradient this \
-                 backward node computes part of"
-                .into()))
-        }
-        Some(g) => {
-            let k = ids
-                .resolve(g, |x| super::listed_in(raw_nodes, x), before.len())
-                .map_err(|m| err(format!("field \"grad_of\": {m}")))?;
-            if before[k as usize].backward {
-                return Err(err(format!("field \"grad_of\": {} is a backward node", before[k as usize].id.in_error())));
-            }
-            Some(NodeId::new(k))
-        }
-    };
-    Ok(PNode {
-        op: std::borrow::Cow::Owned(op.to_string()),
-        inputs,
+    let node = PNode {
+        op: Cow::Owned(op.to_string()),
+        inputs: Vec::new(),
         backward,
         bytes,
         flops: d.flops,
         flags,
-        region: d.region.map(|r| regions.get(r)),
+        region: None,
         policy,
         source,
-        grad_of,
+        grad_of: None,
         shape,
         dtype,
         name: d.name.map(Cow::into_owned),
         loc: d.loc.map(Cow::into_owned),
         id,
+    };
+    Ok(Parsed {
+        node,
+        id: d.id,
+        inputs: d.inputs,
+        grad_of: d.grad_of,
+        region: d.region,
+        rng_state_bytes: d.rng_state_bytes,
+        rng_state: d.rng_state,
     })
+}
+
+/// The ids the reader has seen, and where their nodes are in the graph.
+struct Placed<'a, 'r> {
+    ids: Ids<'a>,
+    raw_nodes: &'a RawValue,
+    /// The graph index of the node at each list position (they differ after a generator state
+    /// the reader adds).
+    index_of: Vec<u32>,
+    regions: &'r mut Regions,
+}
+
+impl<'a> Placed<'a, '_> {
+    /// The graph index of the node `id` names, listed before position `here`.
+    fn resolve(&self, id: &IdRef<'a>, here: usize) -> std::result::Result<NodeId, String> {
+        let position = self.ids.resolve(id, |x| super::listed_in(self.raw_nodes, x), here)?;
+        Ok(NodeId::new(self.index_of[position as usize]))
+    }
+
+    /// Places parsed node `k` in the graph after `before`: its id registered, its inputs (the
+    /// generator state `state` first, where it has one) and `grad_of` resolved and checked
+    /// against the nodes they name, its region numbered.
+    fn place(&mut self, before: &[PNode], k: usize, state: Option<NodeId>, p: Parsed<'a>) -> Result<PNode> {
+        let mut node = p.node;
+        self.ids.define(&p.id, k).map_err(|m| at(&node.id, &node.op, m))?;
+        self.index_of.push(before.len() as u32);
+        let err = |n: &PNode, m: String| super::at_named(&n.id, &n.op, n.name.as_deref(), m);
+        node.inputs.reserve_exact(p.inputs.len() + state.is_some() as usize);
+        node.inputs.extend(state);
+        for id in &p.inputs {
+            let input = self.resolve(id, k).map_err(|m| err(&node, m))?;
+            if !node.backward && before[input.index()].backward {
+                let other = before[input.index()].id.in_error();
+                return Err(err(&node, format!("a forward node cannot read backward node {other}")));
+            }
+            node.inputs.push(input);
+        }
+        if let Some(id) = &p.grad_of {
+            let g = self.resolve(id, k).map_err(|m| err(&node, format!("field \"grad_of\": {m}")))?;
+            if before[g.index()].backward {
+                let other = before[g.index()].id.in_error();
+                return Err(err(&node, format!("field \"grad_of\": {other} is a backward node")));
+            }
+            node.grad_of = Some(g);
+        }
+        node.region = p.region.map(|r| self.regions.get(r));
+        Ok(node)
+    }
 }
 
 pub(super) fn to_text(g: &PGraph) -> String {

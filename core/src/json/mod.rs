@@ -198,24 +198,24 @@ fn at_named(id: &DocId, op: &str, name: Option<&str>, message: impl Into<String>
     Error::Json { node: Some(id.in_error()), op: Some(op), message: crate::text::one_line(&message.into()) }
 }
 
-/// The document ids of the nodes read so far, for resolving inputs: each id's node index in the
-/// graph and its position in the document's list (the two differ where the reader adds nodes of
-/// its own, such as a random op's generator state).
+/// The document ids of the nodes read so far, for resolving inputs: each id's position in the
+/// document's list. (Readers map positions to graph indices where the two differ, as where the
+/// joint reader adds a random op's generator state.)
 struct Ids<'a> {
-    index: FxHashMap<IdRef<'a>, (u32, u32)>,
+    index: FxHashMap<IdRef<'a>, u32>,
     /// Integer ids below `dense_limit`, by value (`UNDEFINED` where none): positional documents
     /// number their nodes 0, 1, 2, ..., and a table lookup beats hashing 10⁶ of them.
-    dense: Vec<(u32, u32)>,
+    dense: Vec<u32>,
     dense_limit: u64,
 }
 
 /// No node has this integer id (in [`Ids::dense`]).
-const UNDEFINED: (u32, u32) = (u32::MAX, u32::MAX);
+const UNDEFINED: u32 = u32::MAX;
 
 impl<'a> Ids<'a> {
     /// Room for the ids of a `nodes` list of `text_len` bytes (nodes take 60 bytes or more), so
     /// that reading 10⁶ nodes does not rehash the table twenty times over. Integer ids up to
-    /// about the number of nodes the text can hold are kept in a table (8 bytes each).
+    /// about the number of nodes the text can hold are kept in a table (4 bytes each).
     fn for_text(text_len: usize) -> Self {
         Ids {
             index: FxHashMap::with_capacity_and_hasher(text_len / 120, Default::default()),
@@ -224,10 +224,10 @@ impl<'a> Ids<'a> {
         }
     }
 
-    /// Registers the id of the node at graph index `index`, listed at `position`; a duplicate is
-    /// an error naming both positions.
-    fn define(&mut self, id: &IdRef<'a>, index: usize, position: usize) -> std::result::Result<(), String> {
-        let entry = (index as u32, position as u32);
+    /// Registers the id of the node listed at `position`; a duplicate is an error naming both
+    /// positions.
+    fn define(&mut self, id: &IdRef<'a>, position: usize) -> std::result::Result<(), String> {
+        let entry = position as u32;
         let first = match id {
             IdRef::Int(i) if *i < self.dense_limit => {
                 let i = *i as usize;
@@ -240,30 +240,30 @@ impl<'a> Ids<'a> {
         };
         match first {
             None => Ok(()),
-            Some((_, first)) => {
+            Some(first) => {
                 Err(format!("id {} is used twice (nodes {first} and {position} in the list)", id.owned().in_error()))
             }
         }
     }
 
-    /// The graph index and list position of the node with id `id`, if any.
-    fn get(&self, id: &IdRef<'a>) -> Option<(u32, u32)> {
+    /// The list position of the node with id `id`, if any.
+    fn get(&self, id: &IdRef<'a>) -> Option<u32> {
         match id {
             IdRef::Int(i) if *i < self.dense_limit => self.dense.get(*i as usize).copied().filter(|&e| e != UNDEFINED),
             _ => self.index.get(id).copied(),
         }
     }
 
-    /// The position of the node an input of node `here` names: defined before `here`, or an
-    /// error saying why not (the node itself, a later node, or none). Outputs, read after every
-    /// node, pass `usize::MAX`.
+    /// The list position of the node an input of the node at position `here` names: defined
+    /// before `here`, or an error saying why not (the node itself, a later node, or none).
+    /// Outputs, read after every node, pass `usize::MAX`.
     fn resolve(
         &self,
         input: &IdRef<'a>,
         listed: impl FnOnce(&IdRef<'a>) -> bool,
         here: usize,
     ) -> std::result::Result<u32, String> {
-        let found = self.get(input).map(|(k, _)| k);
+        let found = self.get(input);
         if let Some(k) = found.filter(|&k| (k as usize) < here) {
             return Ok(k);
         }

@@ -32,8 +32,9 @@ impl Class {
 }
 
 /// The class of every forward node (backward nodes get `Forbidden(View)`, never looked at), or
-/// the first conflict between the user's tags and the rules, naming both.
-pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
+/// the first conflict between the user's tags and the rules, naming both. `reads` is
+/// [`PGraph::backward_reads`].
+pub(crate) fn classify(g: &PGraph, reads: &[bool]) -> Result<Vec<Class>> {
     let boundary = boundary_values(g);
     let output = g.output_mask();
     // The random op each generator state belongs to (its only user, which reads it first).
@@ -91,9 +92,7 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
         .collect();
     // A view that must be kept (must_save, or a boundary value) is kept through its base, when
     // the backward may need the view; a reader's keep outweighs the base's must_recompute.
-    // What the backward reads, for the sweeps below (one pass over every node: computed once).
-    let reads = g.backward_reads();
-    let kept = kept_views(g, &class, &output, &boundary, &reads);
+    let kept = kept_views(g, &class, &output, &boundary, reads);
     for (c, k) in class.iter_mut().zip(&kept) {
         match (*c, k.first(), k.reader) {
             // A factory base replays the view for free.
@@ -104,7 +103,7 @@ pub(crate) fn classify(g: &PGraph) -> Result<Vec<Class>> {
             _ => {}
         }
     }
-    check_conflicts(g, &class, &kept, &reads)?;
+    check_conflicts(g, &class, &kept, reads)?;
     Ok(class)
 }
 
@@ -192,10 +191,11 @@ fn kept_views(
 /// views kept through it: classification forces such a base when the backward *may* need the
 /// view, and a choice that saves what lies between the two can make it unneeded. One sweep from
 /// the last node back settles every base before its own inputs; the rest of the choice stands,
-/// and forced values the recompute reaches are kept.
+/// and forced values the recompute reaches are kept. `reads` is [`PGraph::backward_reads`].
 pub(crate) fn settle_view_bases(
     g: &PGraph,
     class: &[Class],
+    reads: &[bool],
     prefer_binds: bool,
     at_hand: &mut [bool],
     chosen: &mut [Option<Reason>],
@@ -203,7 +203,7 @@ pub(crate) fn settle_view_bases(
     let boundary = boundary_values(g);
     let output = g.output_mask();
     let mut demanded = vec![false; g.len()];
-    let mut reached = g.backward_reads();
+    let mut reached = reads.to_vec();
     for i in (0..g.len()).rev() {
         if g.nodes[i].backward || !reached[i] {
             continue;

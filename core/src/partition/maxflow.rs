@@ -32,9 +32,10 @@ impl FlowNetwork {
         FlowNetwork { nodes, ..Default::default() }
     }
 
-    /// Adds an edge `from → to` of capacity `cap` (and its residual twin).
-    pub fn add_edge(&mut self, from: u32, to: u32, cap: u64) {
-        self.push(from, to, cap as u128);
+    /// Adds an edge `from → to` of capacity `cap` (and its residual twin); returns the edge's
+    /// id, for [`FlowNetwork::set_capacity`].
+    pub fn add_edge(&mut self, from: u32, to: u32, cap: u64) -> u32 {
+        self.push(from, to, cap as u128)
     }
 
     /// Adds an edge `from → to` that no cut may cross.
@@ -42,11 +43,32 @@ impl FlowNetwork {
         self.push(from, to, INFINITE);
     }
 
-    fn push(&mut self, from: u32, to: u32, cap: u128) {
+    fn push(&mut self, from: u32, to: u32, cap: u128) -> u32 {
         debug_assert!((from as usize) < self.nodes && (to as usize) < self.nodes);
+        debug_assert!(self.start.is_empty(), "edges are added before the first max_flow");
         self.from.extend([from, to]);
         self.to.extend([to, from]);
         self.cap.extend([cap, 0]);
+        self.cap.len() as u32 - 2
+    }
+
+    /// The residual capacity of every edge and twin, by edge id: as added before any
+    /// [`FlowNetwork::max_flow`], what [`FlowNetwork::restore`] takes to solve again.
+    pub fn capacities(&self) -> &[u128] {
+        &self.cap
+    }
+
+    /// Puts back capacities [`FlowNetwork::capacities`] returned, undoing every flow pushed
+    /// since: the network can then be solved again, with other capacities set first.
+    pub fn restore(&mut self, capacities: &[u128]) {
+        self.cap.copy_from_slice(capacities);
+    }
+
+    /// Sets the capacity of edge `edge` (an id [`FlowNetwork::add_edge`] returned), with no
+    /// flow on it.
+    pub fn set_capacity(&mut self, edge: u32, cap: u64) {
+        self.cap[edge as usize] = cap as u128;
+        self.cap[edge as usize ^ 1] = 0;
     }
 
     fn build_adjacency(&mut self) {
@@ -66,9 +88,13 @@ impl FlowNetwork {
     }
 
     /// Pushes the maximum flow from `s` to `t`; returns its value (at least `INFINITE` when
-    /// only a cut through an infinite edge separates them).
+    /// only a cut through an infinite edge separates them). No edge may be added after it.
     pub fn max_flow(&mut self, s: u32, t: u32) -> u128 {
-        self.build_adjacency();
+        if self.start.is_empty() {
+            self.build_adjacency();
+            // The edge list has served: a twin's head is its edge's tail.
+            self.from = Vec::new();
+        }
         let mut total: u128 = 0;
         let mut level = vec![u32::MAX; self.nodes];
         let mut cursor = vec![0u32; self.nodes];
@@ -136,7 +162,7 @@ impl FlowNetwork {
                 // Dead end: retreat and skip the edge that led here.
                 match path.pop() {
                     Some(e) => {
-                        v = self.from[e as usize];
+                        v = self.to[(e ^ 1) as usize];
                         cursor[v as usize] += 1;
                     }
                     None => return 0,

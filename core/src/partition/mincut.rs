@@ -28,11 +28,11 @@ enum Role {
 }
 
 /// Which forward values are at hand, and the reason for each value the cut decided.
-pub(super) fn solve(g: &PGraph, class: &[Class]) -> (Vec<bool>, Vec<Option<Reason>>) {
+/// `reads` is [`PGraph::backward_reads`].
+pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, Vec<Option<Reason>>) {
     let n = g.len();
     let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
-    let reads = g.backward_reads();
-    let relevant = closure_from(g, reads.clone(), &forced);
+    let relevant = closure_from(g, reads.to_vec(), &forced);
     let role = |i: usize| {
         let node = &g.nodes[i];
         match class[i] {
@@ -70,7 +70,9 @@ pub(super) fn solve(g: &PGraph, class: &[Class]) -> (Vec<bool>, Vec<Option<Reaso
                 let cost = if counts_bytes(g, id) { node.bytes } else { 0 };
                 net.add_edge(SOURCE, v_out[i], cost);
             }
-            Role::Open => net.add_edge(v_in[i], v_out[i], node.bytes),
+            Role::Open => {
+                net.add_edge(v_in[i], v_out[i], node.bytes);
+            }
             Role::Unsaved => {}
         }
         if v_in[i] != SOURCE {

@@ -38,7 +38,7 @@ pub use pgraph::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType}
 use crate::error::Result;
 use crate::graph::{NodeId, RegionId};
 use crate::policy::{Policy, PolicySource};
-use classify::{classify, closure, Class};
+use classify::{classify, closure_from, Class};
 
 /// How to choose what to save.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -346,19 +346,28 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     g.validate()?;
     model.validate()?;
     let wishes = offload::wishes(g)?;
-    let class = classify(g)?;
+    // What the backward reads: every sweep below starts from it (one pass over every node,
+    // computed once).
+    let reads = g.backward_reads();
+    let class = classify(g, &reads)?;
     let respect = respect_at_hand(&class);
-    let exposed = offload::exposed_times(g, model);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
+    // Exposed transfer times matter only for values that may leave the device: none without an
+    // offload tag or the solver's choice of offloads, and then nothing reads them.
+    let exposed = if choose || wishes.wish.iter().any(Option::is_some) {
+        offload::exposed_times(g, model)
+    } else {
+        vec![0.0; g.len()]
+    };
     let ctx = budget::Offload::new(g, &class, &wishes.wish, &exposed, model, choose);
     let (mut at_hand, mut chosen, off, bound) = match strategy {
-        Strategy::Respect => budget::solve(g, &class, respect.clone(), &respect, None, &ctx)?,
+        Strategy::Respect => budget::solve(g, &class, &reads, respect.clone(), &respect, None, &ctx)?,
         Strategy::MinCut => {
-            let (at_hand, chosen) = mincut::solve(g, &class);
-            budget::refine(g, &class, at_hand, chosen, &respect, None, &ctx)?
+            let (at_hand, chosen) = mincut::solve(g, &class, &reads);
+            budget::refine(g, &class, &reads, at_hand, chosen, &respect, None, &ctx)?
         }
         Strategy::Budget(b) | Strategy::BudgetOffload(b) => {
-            budget::solve(g, &class, respect.clone(), &respect, Some(b), &ctx)?
+            budget::solve(g, &class, &reads, respect.clone(), &respect, Some(b), &ctx)?
         }
         Strategy::Peak(bytes) => {
             return Err(crate::error::Error::Invalid(format!(
@@ -370,8 +379,8 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
     // where Prefer tags bind.
     let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
-    classify::settle_view_bases(g, &class, prefer_binds, &mut at_hand, &mut chosen);
-    let mut p = finish(g, strategy, &class, &at_hand, &chosen, &off, &wishes, &exposed);
+    classify::settle_view_bases(g, &class, &reads, prefer_binds, &mut at_hand, &mut chosen);
+    let mut p = finish(g, strategy, &class, &reads, &at_hand, &chosen, &off, &wishes, &exposed);
     p.warnings.extend(wishes.warnings);
     let searched = strategy.budget().is_some() || g.regions.iter().any(|r| r.budget.is_some());
     p.optimality_gap = searched.then(|| {
@@ -451,13 +460,14 @@ fn finish(
     g: &PGraph,
     strategy: Strategy,
     class: &[Class],
+    reads: &[bool],
     at_hand: &[bool],
     chosen: &[Option<Reason>],
     off: &[bool],
     wishes: &offload::Wishes,
     exposed: &[f64],
 ) -> Partition {
-    let reached = closure(g, at_hand);
+    let reached = closure_from(g, reads.to_vec(), at_hand);
     let mut saved = vec![false; g.len()];
     let mut offloaded = vec![false; g.len()];
     let (mut host_bytes, mut exposed_transfer_s) = (0u64, 0f64);

@@ -46,18 +46,37 @@ pub(super) fn lower_bound(p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
         .collect();
     ratios.sort_by(f64::total_cmp);
     let mut lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
+    let mut net = Network::new(p);
+    // The first step goes up when the first cut keeps more than the limit (the usual case: the
+    // median ratio prices bytes low). Where there is a second CPU, that step's cut is taken
+    // beside the first; it is used only where the search goes there.
+    let mut ahead = None;
     let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
     let mut best = 0.0f64;
     for k in 0..CUTS {
+        let ready = ahead.take().filter(|&(l, _): &(f64, _)| l == lambda).map(|(_, found)| found);
         // Another cut only when it should end within the time: each takes about as long as the
         // first did.
-        if k > 0 && start.elapsed().mul_f64((k + 1) as f64 / k as f64) > TIME {
+        if ready.is_none() && k > 0 && start.elapsed().mul_f64((k + 1) as f64 / k as f64) > TIME {
             break;
         }
         if k >= CUTS_BEFORE_STOPPING && plan_found.load(Ordering::Acquire) {
             break;
         }
-        let (cost, bytes) = cut(p, lambda);
+        let (cost, bytes) = match ready {
+            Some(found) => found,
+            None if k == 0 && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 => {
+                let up = lambda * 4.0;
+                let mut second = net.clone();
+                let (first, other) = std::thread::scope(|scope| {
+                    let other = scope.spawn(move || second.cut(up));
+                    (net.cut(lambda), other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                });
+                ahead = Some((up, other));
+                first
+            }
+            None => net.cut(lambda),
+        };
         best = best.max(cost + lambda * (bytes - limit));
         if bytes > limit {
             lo = Some(lambda);
@@ -79,33 +98,72 @@ pub(super) fn lower_bound(p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
     }
 }
 
-/// The least `cost + λ·device bytes` (FLOPs) over plans that keep every rule but the limits,
-/// and that plan's device bytes.
-fn cut(p: &Problem<'_>, lambda: f64) -> (f64, f64) {
-    let n = p.g.len();
-    let mut candidate = vec![false; n];
-    for &c in &p.candidates {
-        candidate[c.index()] = true;
-    }
-    const SOURCE: u32 = 0;
-    const SINK: u32 = 1;
-    let (mut v_in, mut v_out) = (vec![u32::MAX; n], vec![u32::MAX; n]);
-    let mut count = 2u32;
-    for &i in &p.order {
-        v_out[i] = count;
-        v_in[i] = count + 1;
-        count += 2;
-    }
-    let cap = |x: f64| {
-        let scaled = (x * SCALE).floor();
-        if scaled >= u64::MAX as f64 {
-            u64::MAX
-        } else {
-            scaled.max(0.0) as u64
+/// Index of the source and sink in the network.
+const SOURCE: u32 = 0;
+const SINK: u32 = 1;
+
+/// The network of [`lower_bound`], built once: a multiplier changes only the capacities of the
+/// edges that price a value at hand, so each cut restores the capacities as built and sets
+/// those.
+#[derive(Clone)]
+struct Network<'p, 'a> {
+    p: &'p Problem<'a>,
+    net: FlowNetwork,
+    /// Capacities as built (the priced edges' are set per cut).
+    built: Vec<u128>,
+    /// Each value that may be at hand, with the edge that prices it.
+    priced: Vec<(usize, u32)>,
+    v_in: Vec<u32>,
+    v_out: Vec<u32>,
+}
+
+impl<'p, 'a> Network<'p, 'a> {
+    fn new(p: &'p Problem<'a>) -> Self {
+        let n = p.g.len();
+        let mut candidate = vec![false; n];
+        for &c in &p.candidates {
+            candidate[c.index()] = true;
         }
-    };
-    // A value at hand costs its bytes times λ, or its exposed transfer where offloaded.
-    let keep_cost = |i: usize| {
+        let (mut v_in, mut v_out) = (vec![u32::MAX; n], vec![u32::MAX; n]);
+        let mut count = 2u32;
+        for &i in &p.order {
+            v_out[i] = count;
+            v_in[i] = count + 1;
+            count += 2;
+        }
+        let mut net = FlowNetwork::new(count as usize);
+        let mut priced = Vec::new();
+        for &i in &p.order {
+            let node = &p.g.nodes[i];
+            let at_hand_possible = candidate[i] || p.base[i];
+            let recompute_possible = candidate[i] || !p.base[i];
+            if recompute_possible {
+                net.add_edge(SOURCE, v_in[i], cap(node.flops as f64));
+                for &x in &node.inputs {
+                    if v_out[x.index()] != u32::MAX {
+                        net.add_infinite_edge(v_out[x.index()], v_in[i]);
+                    }
+                }
+            } else {
+                net.add_infinite_edge(SOURCE, v_in[i]);
+            }
+            if at_hand_possible {
+                priced.push((i, net.add_edge(v_in[i], v_out[i], 0)));
+            } else {
+                net.add_infinite_edge(v_in[i], v_out[i]);
+            }
+            if p.reads[i] {
+                net.add_infinite_edge(v_out[i], SINK);
+            }
+        }
+        let built = net.capacities().to_vec();
+        Network { p, net, built, priced, v_in, v_out }
+    }
+
+    /// What keeping value `i` costs at multiplier λ: its device bytes times λ, or its exposed
+    /// transfer where offloaded.
+    fn keep_cost(&self, i: usize, lambda: f64) -> f64 {
+        let p = self.p;
         let bytes = if p.limits_of(i).is_empty() { 0.0 } else { lambda * p.g.nodes[i].bytes as f64 };
         let exposed = p.off.exposed[i] / p.off.s_per_flop;
         if p.off.fixed[i] {
@@ -119,42 +177,41 @@ fn cut(p: &Problem<'_>, lambda: f64) -> (f64, f64) {
         } else {
             bytes
         }
-    };
-    let mut net = FlowNetwork::new(count as usize);
-    for &i in &p.order {
-        let node = &p.g.nodes[i];
-        let at_hand_possible = candidate[i] || p.base[i];
-        let recompute_possible = candidate[i] || !p.base[i];
-        if recompute_possible {
-            net.add_edge(SOURCE, v_in[i], cap(node.flops as f64));
-            for &x in &node.inputs {
-                if v_out[x.index()] != u32::MAX {
-                    net.add_infinite_edge(v_out[x.index()], v_in[i]);
-                }
+    }
+
+    /// The least `cost + λ·device bytes` (FLOPs) over plans that keep every rule but the
+    /// limits, and that plan's device bytes.
+    fn cut(&mut self, lambda: f64) -> (f64, f64) {
+        let p = self.p;
+        self.net.restore(&self.built);
+        for k in 0..self.priced.len() {
+            let (i, edge) = self.priced[k];
+            self.net.set_capacity(edge, cap(self.keep_cost(i, lambda)));
+        }
+        let value = self.net.max_flow(SOURCE, SINK) as f64 / SCALE;
+        // The plan of that cut: reached values whose `in` stays on the source side are at hand.
+        let sink = self.net.sink_side(SINK);
+        let mut bytes = 0.0;
+        for &i in &p.order {
+            let reached = sink[self.v_out[i] as usize];
+            let recomputed = sink[self.v_in[i] as usize];
+            let offloaded =
+                p.off.fixed[i] || (p.off.optional[i] && self.keep_cost(i, lambda) < lambda * p.g.nodes[i].bytes as f64);
+            if reached && !recomputed && !offloaded && !p.limits_of(i).is_empty() {
+                bytes += p.g.nodes[i].bytes as f64;
             }
-        } else {
-            net.add_infinite_edge(SOURCE, v_in[i]);
         }
-        if at_hand_possible {
-            net.add_edge(v_in[i], v_out[i], cap(keep_cost(i)));
-        } else {
-            net.add_infinite_edge(v_in[i], v_out[i]);
-        }
-        if p.reads[i] {
-            net.add_infinite_edge(v_out[i], SINK);
-        }
+        (value - lambda * bytes, bytes)
     }
-    let value = net.max_flow(SOURCE, SINK) as f64 / SCALE;
-    // The plan of that cut: reached values whose `in` stays on the source side are at hand.
-    let sink = net.sink_side(SINK);
-    let mut bytes = 0.0;
-    for &i in &p.order {
-        let reached = sink[v_out[i] as usize];
-        let recomputed = sink[v_in[i] as usize];
-        let offloaded = p.off.fixed[i] || (p.off.optional[i] && keep_cost(i) < lambda * p.g.nodes[i].bytes as f64);
-        if reached && !recomputed && !offloaded && !p.limits_of(i).is_empty() {
-            bytes += p.g.nodes[i].bytes as f64;
-        }
+}
+
+/// A cost in FLOPs as an integer capacity; capacities that would overflow are cut to the
+/// largest integer, which only lowers the bound.
+fn cap(x: f64) -> u64 {
+    let scaled = (x * SCALE).floor();
+    if scaled >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        scaled.max(0.0) as u64
     }
-    (value - lambda * bytes, bytes)
 }

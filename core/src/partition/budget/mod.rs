@@ -140,18 +140,22 @@ pub(super) type Solution = (Vec<bool>, Vec<Option<Reason>>, Vec<bool>, Option<f6
 pub(super) fn solve(
     g: &PGraph,
     class: &[Class],
+    reads: &[bool],
     base: Vec<bool>,
     respect: &[bool],
     global: Option<Budget>,
     off: &Offload,
 ) -> Result<Solution> {
-    refine(g, class, base, vec![None; g.len()], respect, global, off)
+    refine(g, class, reads, base, vec![None; g.len()], respect, global, off)
 }
 
 /// [`solve`], keeping `chosen` for values the search does not decide.
+// `class` and `reads` are the partition's own facts, passed down rather than found again.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn refine(
     g: &PGraph,
     class: &[Class],
+    reads: &[bool],
     base: Vec<bool>,
     mut chosen: Vec<Option<Reason>>,
     respect: &[bool],
@@ -163,7 +167,7 @@ pub(super) fn refine(
     if global.is_none() && budgeted.is_empty() {
         return Ok((base, chosen, off.fixed.clone(), None));
     }
-    let mut problem = Problem::new(g, class, base, global.is_some(), &budgeted, off);
+    let mut problem = Problem::new(g, class, reads, base, global.is_some(), &budgeted, off);
     problem.hint_min_cut(class);
     if let Some(b) = global {
         let limit = match b {
@@ -194,7 +198,7 @@ pub(super) fn refine(
         // only) is one of this problem's choices, so it stands where the search finds none or
         // a costlier one.
         let plain_off = off.without_choice();
-        let mut plain = Problem::new(g, class, problem.base.clone(), global.is_some(), &budgeted, &plain_off);
+        let mut plain = Problem::new(g, class, reads, problem.base.clone(), global.is_some(), &budgeted, &plain_off);
         plain.hint_min_cut(class);
         plain.limits.clone_from(&problem.limits);
         problem.better(solved, plain.solve().ok())
@@ -230,7 +234,8 @@ struct Problem<'a> {
     innermost_budget: Vec<Option<RegionId>>,
     /// Forward nodes the backward could reach under any choice, users before inputs.
     order: Vec<usize>,
-    reads: Vec<bool>,
+    /// What the backward reads ([`PGraph::backward_reads`]).
+    reads: &'a [bool],
     /// The classes to take the min-cut's choice from, where the path compares against it.
     hint_class: Option<&'a [Class]>,
     /// The min-cut's choice over the candidates (the rest as `base`), computed on first use: on
@@ -250,14 +255,14 @@ impl<'a> Problem<'a> {
     fn new(
         g: &'a PGraph,
         class: &[Class],
+        reads: &'a [bool],
         mut base: Vec<bool>,
         global: bool,
         budgeted: &[RegionId],
         off: &'a Offload,
     ) -> Self {
         let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
-        let reads = g.backward_reads();
-        let relevant = closure_from(g, reads.clone(), &forced);
+        let relevant = closure_from(g, reads.to_vec(), &forced);
         let mut innermost_budget = vec![None; g.len()];
         for i in g.ids() {
             let mut r = g.node(i).region;
@@ -348,7 +353,7 @@ impl<'a> Problem<'a> {
     fn hint(&self) -> Option<&Vec<bool>> {
         let class = self.hint_class?;
         Some(self.hint.get_or_init(|| {
-            let (cut, _) = super::mincut::solve(self.g, class);
+            let (cut, _) = super::mincut::solve(self.g, class, self.reads);
             let mut hint = self.base.clone();
             for &c in &self.candidates {
                 hint[c.index()] = cut[c.index()];
@@ -423,7 +428,7 @@ impl<'a> Problem<'a> {
     /// Device-saved bytes with `at_hand` and `offloaded` (the global limit's count, or all
     /// counted bytes).
     fn global_bytes(&self, at_hand: &[bool], offloaded: &[bool]) -> u64 {
-        let reached = closure_from(self.g, self.reads.clone(), at_hand);
+        let reached = closure_from(self.g, self.reads.to_vec(), at_hand);
         self.g
             .ids()
             .filter(|&i| {
@@ -532,7 +537,19 @@ impl<'a> Problem<'a> {
 
     /// The eviction path, or the min-cut's choice where it fits and costs less.
     fn solve_heuristic(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
-        let path = self.solve_path();
+        // The min-cut is cut beside the path where there is a second CPU (each takes a fraction
+        // of a second on a 10⁶-node graph); its first use waits for it.
+        let path = if self.hint_class.is_some()
+            && self.hint.get().is_none()
+            && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
+        {
+            std::thread::scope(|scope| {
+                scope.spawn(|| self.hint());
+                self.solve_path()
+            })
+        } else {
+            self.solve_path()
+        };
         let Some(hint) = self.hint() else { return path };
         // The hint when it fits and costs less (or the path found nothing). Monotone: the
         // hint's bytes are fixed, and the path's first point within a smaller limit is the same
