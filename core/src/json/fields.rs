@@ -97,15 +97,11 @@ fn field_of(path: &serde_path_to_error::Path) -> Option<String> {
 
 /// Reads the `nodes` array as `T`s in one pass; on a failure, node by node, so the error names
 /// the node at fault.
-pub(super) fn nodes<'a, T: Deserialize<'a>>(
-    raw: &'a RawValue,
-    format: &str,
-    fields: &[&'static str],
-) -> Result<Vec<T>> {
-    if let Ok(all) = serde_json::from_str(raw.get()) {
+pub(super) fn nodes<'a, T: Deserialize<'a>>(raw: &'a str, format: &str, fields: &[&'static str]) -> Result<Vec<T>> {
+    if let Ok(all) = serde_json::from_str(raw) {
         return Ok(all);
     }
-    let each: Vec<&'a RawValue> = serde_json::from_str(raw.get())
+    let each: Vec<&'a RawValue> = serde_json::from_str(raw)
         .map_err(|e| top_error(format!("{format}: field `nodes`: expected an array of node objects ({e})")))?;
     each.iter().enumerate().map(|(k, raw)| node(raw, k, fields)).collect()
 }
@@ -115,7 +111,7 @@ pub(super) fn nodes<'a, T: Deserialize<'a>>(
 /// stops the pass and is returned; a node that does not parse is found and described node by
 /// node, as [`nodes`] does.
 pub(super) fn each_node<'a, T: Deserialize<'a>>(
-    raw: &'a RawValue,
+    raw: &'a str,
     format: &str,
     fields: &[&'static str],
     mut each: impl FnMut(usize, T) -> Result<()>,
@@ -149,7 +145,7 @@ pub(super) fn each_node<'a, T: Deserialize<'a>>(
         }
     }
     let mut failed = None;
-    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let mut de = serde_json::Deserializer::from_str(raw);
     let seq = Seq { each: &mut each, failed: &mut failed, item: std::marker::PhantomData };
     let outcome = de::DeserializeSeed::deserialize(seq, &mut de).and_then(|()| de.end());
     match (failed, outcome) {
@@ -181,14 +177,14 @@ const PIPELINE_BATCH: usize = 2048;
 /// `each` before node `k + 1` is parsed: the first node in list order with any error names it,
 /// and within a node `prepare`'s error comes first.
 pub(super) fn each_node_pipelined<'a, T: Deserialize<'a>, U: Send>(
-    raw: &'a RawValue,
+    raw: &'a str,
     format: &str,
     fields: &[&'static str],
     mut prepare: impl FnMut(usize, T) -> Result<U> + Send,
     mut each: impl FnMut(usize, U) -> Result<()>,
 ) -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if raw.get().len() < PIPELINE_FROM_BYTES || cpus < 2 {
+    if raw.len() < PIPELINE_FROM_BYTES || cpus < 2 {
         return each_node(raw, format, fields, |k, t| each(k, prepare(k, t)?));
     }
     std::thread::scope(|scope| {

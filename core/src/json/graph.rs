@@ -10,7 +10,6 @@ use crate::policy::{Policy, PolicySource};
 use crate::shape::fmt_shape;
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 use std::borrow::Cow;
@@ -77,12 +76,12 @@ struct NodeOut<'a> {
 pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     top.only(FORMAT, &TOP)?;
     let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
-    let raw_nodes: &'a RawValue = top.need_raw(FORMAT, "nodes")?;
+    let raw_nodes: &'a str = top.need_raw(FORMAT, "nodes")?;
     let outputs: Vec<IdRef<'a>> = top.need(FORMAT, "outputs")?;
-    let mut ids = Ids::for_text(raw_nodes.get().len());
+    let mut ids = Ids::for_text(raw_nodes.len());
     let mut regions = Regions::new(region_docs)?;
-    let mut doc_ids = Vec::with_capacity(raw_nodes.get().len() / 60);
-    let mut g = Graph::with_capacity(raw_nodes.get().len() / 60);
+    let mut doc_ids = Vec::with_capacity(raw_nodes.len() / 60);
+    let mut g = Graph::with_capacity(raw_nodes.len() / 60);
     // One pass: each node is checked and stored as it is parsed (parsed ahead on a second
     // thread; shape inference needs the nodes before, so nothing more is done ahead); the first
     // error in list order stops it. Regions get their graph ids in the order the pass numbers

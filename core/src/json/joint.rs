@@ -7,7 +7,6 @@ use crate::graph::NodeId;
 use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
 use crate::policy::{Policy, PolicySource};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -144,17 +143,17 @@ fn flag_of<'a>(flags: &'a mut Flags, name: &str) -> Option<&'a mut bool> {
 pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     top.only(FORMAT, &TOP)?;
     let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
-    let raw_nodes: &'a RawValue = top.need_raw(FORMAT, "nodes")?;
+    let raw_nodes: &'a str = top.need_raw(FORMAT, "nodes")?;
     let forward: Vec<IdRef<'a>> = top.need(FORMAT, "forward_outputs")?;
     let backward: Vec<IdRef<'a>> = top.get(FORMAT, "backward_outputs")?.unwrap_or_default();
     let mut regions = Regions::new(region_docs)?;
     let mut placed = Placed {
-        ids: Ids::for_text(raw_nodes.get().len()),
+        ids: Ids::for_text(raw_nodes.len()),
         raw_nodes,
-        index_of: Vec::with_capacity(raw_nodes.get().len() / 120),
+        index_of: Vec::with_capacity(raw_nodes.len() / 120),
         regions: &mut regions,
     };
-    let mut nodes: Vec<PNode> = Vec::with_capacity(raw_nodes.get().len() / 120);
+    let mut nodes: Vec<PNode> = Vec::with_capacity(raw_nodes.len() / 120);
     let mut shared_states: HashMap<String, NodeId> = HashMap::new();
     // One pass: each node is checked on its own as it is parsed (ahead, on a second thread),
     // then against the nodes before it, and stored.
@@ -397,7 +396,7 @@ fn describe(d: NodeIn<'_>) -> Result<Parsed<'_>> {
 /// The ids the reader has seen, and where their nodes are in the graph.
 struct Placed<'a, 'r> {
     ids: Ids<'a>,
-    raw_nodes: &'a RawValue,
+    raw_nodes: &'a str,
     /// The graph index of the node at each list position (they differ after a generator state
     /// the reader adds).
     index_of: Vec<u32>,

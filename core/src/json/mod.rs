@@ -27,6 +27,7 @@ mod attrs;
 mod fields;
 mod graph;
 mod joint;
+mod scan;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, RegionId};
@@ -55,29 +56,26 @@ pub enum Document {
 
 /// Reads a document of either format, telling them apart by `format`.
 pub fn read(text: &str) -> Result<Document> {
-    let top = Top::parse(without_bom(text))?;
-    match top.format()? {
-        Format::Graph => graph::read(&top).map(|(g, ids)| Document::Graph(g, ids)),
-        Format::Joint => joint::read(&top).map(Document::Joint),
-    }
+    Top::read(text, |top, format| match format {
+        Format::Graph => graph::read(top).map(|(g, ids)| Document::Graph(g, ids)),
+        Format::Joint => joint::read(top).map(Document::Joint),
+    })
 }
 
 /// Reads a `remat.graph` document.
 pub fn read_graph(text: &str) -> Result<Graph> {
-    let top = Top::parse(without_bom(text))?;
-    match top.format()? {
-        Format::Graph => graph::read(&top).map(|(g, _)| g),
+    Top::read(text, |top, format| match format {
+        Format::Graph => graph::read(top).map(|(g, _)| g),
         Format::Joint => Err(top_error(format!("expected a {GRAPH_FORMAT} document, found {JOINT_FORMAT}"))),
-    }
+    })
 }
 
 /// Reads a `remat.joint` document.
 pub fn read_joint(text: &str) -> Result<PGraph> {
-    let top = Top::parse(without_bom(text))?;
-    match top.format()? {
-        Format::Joint => joint::read(&top),
+    Top::read(text, |top, format| match format {
+        Format::Joint => joint::read(top),
         Format::Graph => Err(top_error(format!("expected a {JOINT_FORMAT} document, found {GRAPH_FORMAT}"))),
-    }
+    })
 }
 
 /// Writes `g` as a `remat.graph` document (canonical form, one node a line).
@@ -99,27 +97,51 @@ enum Format {
     Joint,
 }
 
-/// The top level of a document, read in one pass: each field's raw text, parsed on demand.
+/// The top level of a document: each field's raw text, parsed on demand.
 struct Top<'a> {
-    fields: std::collections::BTreeMap<String, &'a RawValue>,
+    fields: std::collections::BTreeMap<String, &'a str>,
+    /// Whether serde_json has parsed the whole text (else only the top level's punctuation is
+    /// checked, and each value is parsed when it is read).
+    checked: bool,
 }
 
 impl<'a> Top<'a> {
+    /// Reads `text` (after any byte-order mark) with `read`, given its top level and format.
+    /// Errors in the JSON itself come before errors in what it says, as if the whole text were
+    /// parsed first: a failure from a quick top-level pass ([`scan`]) parses the text again.
+    fn read<T>(text: &'a str, read: impl FnOnce(&Top<'a>, Format) -> Result<T>) -> Result<T> {
+        Top::read_with(text, true, read)
+    }
+
+    /// [`Top::read`], with the quick pass or (`quick` false) serde_json's parse of the whole
+    /// text first.
+    fn read_with<T>(text: &'a str, quick: bool, read: impl FnOnce(&Top<'a>, Format) -> Result<T>) -> Result<T> {
+        let text = without_bom(text);
+        let top = match quick.then(|| scan::fields(text)).flatten() {
+            Some(fields) => Top { fields, checked: false },
+            None => Top::parse(text)?,
+        };
+        top.format().and_then(|format| read(&top, format)).map_err(|e| match top.checked {
+            true => e,
+            false => Top::parse(text).err().unwrap_or(e),
+        })
+    }
+
+    /// The top level as serde_json parses the whole text.
     fn parse(text: &'a str) -> Result<Top<'a>> {
-        let fields = serde_json::from_str(text).map_err(|e| {
+        let fields: std::collections::BTreeMap<String, &'a RawValue> = serde_json::from_str(text).map_err(|e| {
             if e.classify() == serde_json::error::Category::Data {
                 top_error("expected a JSON object at the top level".into())
             } else {
                 top_error(format!("invalid JSON: {e}"))
             }
         })?;
-        Ok(Top { fields })
+        Ok(Top { fields: fields.into_iter().map(|(k, v)| (k, v.get())).collect(), checked: true })
     }
 
     /// Checks `format` and `version`.
     fn format(&self) -> Result<Format> {
-        let value =
-            |key: &str| self.fields.get(key).and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok());
+        let value = |key: &str| self.fields.get(key).and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok());
         let format = match value("format") {
             Some(serde_json::Value::String(s)) => s,
             Some(_) => return Err(top_error("`format` must be a string".into())),
@@ -155,10 +177,10 @@ impl<'a> Top<'a> {
     /// Field `key` read as `T`, or `None` when absent; errors name the field and the path in it.
     fn get<T: Deserialize<'a>>(&self, format: &str, key: &str) -> Result<Option<T>> {
         let Some(raw) = self.fields.get(key) else { return Ok(None) };
-        if let Ok(t) = serde_json::from_str(raw.get()) {
+        if let Ok(t) = serde_json::from_str(raw) {
             return Ok(Some(t));
         }
-        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let mut de = serde_json::Deserializer::from_str(raw);
         serde_path_to_error::deserialize(&mut de).map(Some).map_err(|e| {
             let path = e.path().to_string();
             let at = if path == "." || path.is_empty() { key.to_string() } else { format!("{key}{path}") };
@@ -166,9 +188,9 @@ impl<'a> Top<'a> {
         })
     }
 
-    /// A required field's raw text, as the one pass over the document found it (not parsed
-    /// again: the `nodes` list is read in a streaming pass of its own).
-    fn need_raw(&self, format: &str, key: &str) -> Result<&'a RawValue> {
+    /// A required field's raw text, as the pass over the top level found it (parsed by the
+    /// caller: the `nodes` list is read in a streaming pass of its own, which checks it whole).
+    fn need_raw(&self, format: &str, key: &str) -> Result<&'a str> {
         self.fields.get(key).copied().ok_or_else(|| top_error(format!("{format}: missing field `{key}`")))
     }
 
@@ -283,13 +305,13 @@ impl<'a> Ids<'a> {
 
 /// Whether any node of the `nodes` array has id `id` (the slow path of an error only: it reads
 /// the whole array again).
-fn listed_in<'a>(raw_nodes: &'a RawValue, id: &IdRef<'_>) -> bool {
+fn listed_in<'a>(raw_nodes: &'a str, id: &IdRef<'_>) -> bool {
     #[derive(Deserialize)]
     struct IdOnly<'b> {
         #[serde(borrow)]
         id: IdRef<'b>,
     }
-    serde_json::from_str::<Vec<IdOnly<'a>>>(raw_nodes.get()).is_ok_and(|all| all.iter().any(|n| n.id == *id))
+    serde_json::from_str::<Vec<IdOnly<'a>>>(raw_nodes).is_ok_and(|all| all.iter().any(|n| n.id == *id))
 }
 
 /// A region entry, shared by both formats.
@@ -498,4 +520,58 @@ fn layout(format: &str, lists: Vec<(&str, Vec<String>)>, tail: Vec<(&str, String
     fields.extend(lists.into_iter().map(|(key, items)| (key, Field::Lines(items))));
     fields.extend(tail.into_iter().map(|(key, value)| (key, Field::Value(value))));
     object(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The outcome of reading `text` as a report would show it: the error, or the graph.
+    fn outcome(text: &str, quick: bool) -> String {
+        let read = |top: &Top<'_>, format| match format {
+            Format::Graph => graph::read(top).map(|(g, ids)| format!("{g:?} {ids:?}")),
+            Format::Joint => joint::read(top).map(|g| format!("{g:?}")),
+        };
+        match Top::read_with(text, quick, read) {
+            Ok(graph) => graph,
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    /// Every document of the repository's fixtures, and each cut in many places (a byte
+    /// dropped, a bracket or quote doubled, the text truncated): the quick top-level pass gives
+    /// what parsing the whole text first gives, graph or error, every time.
+    #[test]
+    fn the_quick_pass_reads_and_errors_as_a_whole_parse_does() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+        let mut docs = Vec::new();
+        for dir in ["adversarial", "torch"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().to_string();
+                if name.ends_with(".json") && !name.ends_with(".torch.json") {
+                    docs.push(std::fs::read_to_string(&path).unwrap());
+                }
+            }
+        }
+        assert!(docs.len() >= 20, "fixtures found: {}", docs.len());
+        let mut compared = 0;
+        for text in &docs {
+            let bytes = text.as_bytes();
+            // Places where a cut matters most: punctuation, spread through the text.
+            let marks: Vec<usize> = (0..bytes.len()).filter(|&i| b"{}[]\":,\\".contains(&bytes[i])).collect();
+            let step = (marks.len() / 40).max(1);
+            let mut cuts = vec![text.clone()];
+            for &i in marks.iter().step_by(step) {
+                cuts.push(format!("{}{}", &text[..i], &text[i + 1..]));
+                cuts.push(format!("{}{}", &text[..i + 1], &text[i..]));
+                cuts.push(text[..i].to_string());
+            }
+            for cut in &cuts {
+                assert_eq!(outcome(cut, true), outcome(cut, false), "{cut}");
+                compared += 1;
+            }
+        }
+        assert!(compared > 1000, "{compared}");
+    }
 }
