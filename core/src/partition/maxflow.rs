@@ -231,6 +231,29 @@ mod tests {
     }
 
     #[test]
+    fn restored_and_repriced_networks_solve_as_fresh_ones() {
+        // s → a → t and s → b → t, with a's second edge repriced between solves: each solve after
+        // `restore` and `set_capacity` equals a network built with those capacities.
+        let build = |cap: u64| {
+            let mut net = FlowNetwork::new(4);
+            net.add_edge(0, 1, 7);
+            let priced = net.add_edge(1, 3, cap);
+            net.add_edge(0, 2, 5);
+            net.add_edge(2, 3, 9);
+            (net, priced)
+        };
+        let (mut net, priced) = build(0);
+        let built = net.capacities().to_vec();
+        for cap in [3, 0, 11, 7, 1] {
+            net.restore(&built);
+            net.set_capacity(priced, cap);
+            let (mut fresh, _) = build(cap);
+            assert_eq!(net.max_flow(0, 3), fresh.max_flow(0, 3), "capacity {cap}");
+            assert_eq!(net.sink_side(3), fresh.sink_side(3), "capacity {cap}");
+        }
+    }
+
+    #[test]
     fn huge_capacities_do_not_overflow() {
         // Two 2^63-byte values in series with a third in parallel: sums pass u64::MAX.
         let mut net = FlowNetwork::new(4);

@@ -20,7 +20,7 @@ impl Report<'_> {
             let ids: Vec<serde_json::Value> = list.iter().map(|&i| g.node(i).id.to_json()).collect();
             Field::Value(spaced(&ids))
         };
-        let decisions = rows(p.decisions.iter().map(|d| self.decision_out(d)));
+        let decisions = rows(&p.decisions, |d| self.decision_out(d));
         let mut fields = vec![
             ("strategy", value(&p.strategy.to_string())),
             ("saved", ids(&saved)),
