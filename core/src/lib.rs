@@ -20,6 +20,7 @@ pub mod json;
 mod model;
 pub mod op;
 mod optim;
+mod par;
 pub mod partition;
 pub mod peak;
 pub mod plan;

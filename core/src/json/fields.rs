@@ -183,8 +183,7 @@ pub(super) fn each_node_pipelined<'a, T: Deserialize<'a>, U: Send>(
     mut prepare: impl FnMut(usize, T) -> Result<U> + Send,
     mut each: impl FnMut(usize, U) -> Result<()>,
 ) -> Result<()> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if raw.len() < PIPELINE_FROM_BYTES || cpus < 2 {
+    if raw.len() < PIPELINE_FROM_BYTES || !crate::par::second_cpu() {
         return each_node(raw, format, fields, |k, t| each(k, prepare(k, t)?));
     }
     std::thread::scope(|scope| {

@@ -471,13 +471,9 @@ pub(crate) fn rows<S: Sync, T: Serialize>(items: &[S], item_of: impl Fn(&S) -> T
         }
         out
     };
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let out = if items.len() >= PARALLEL_ROWS && cpus > 1 {
+    let out = if items.len() >= PARALLEL_ROWS {
         let (first, second) = items.split_at(items.len() / 2);
-        let (mut out, rest) = std::thread::scope(|scope| {
-            let rest = scope.spawn(|| write(second));
-            (write(first), rest.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-        });
+        let (mut out, rest) = crate::par::join(|| write(first), || write(second));
         out.extend_from_slice(ROW_SEPARATOR.as_bytes());
         out.extend_from_slice(&rest);
         out

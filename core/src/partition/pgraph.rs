@@ -322,16 +322,17 @@ impl PGraph {
         };
         // Large graphs are converted in two halves at once where there is a second CPU (10⁶
         // nodes take about a second on one).
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let nodes = if g.len() >= 100_000 && cpus > 1 {
+        let nodes = if g.len() >= 100_000 {
             let half = g.len() as u32 / 2;
-            std::thread::scope(|scope| {
-                let second = scope.spawn(|| (half..g.len() as u32).map(NodeId::new).map(node).collect::<Vec<_>>());
+            let first = || {
                 let mut nodes = Vec::with_capacity(g.len());
                 nodes.extend((0..half).map(NodeId::new).map(node));
-                nodes.extend(second.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
                 nodes
-            })
+            };
+            let second = || (half..g.len() as u32).map(NodeId::new).map(node).collect::<Vec<_>>();
+            let (mut nodes, rest) = crate::par::join(first, second);
+            nodes.extend(rest);
+            nodes
         } else {
             g.ids().map(node).collect()
         };

@@ -65,13 +65,10 @@ pub(super) fn lower_bound(p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
         }
         let (cost, bytes) = match ready {
             Some(found) => found,
-            None if k == 0 && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 => {
+            None if k == 0 && crate::par::second_cpu() => {
                 let up = lambda * 4.0;
                 let mut second = net.clone();
-                let (first, other) = std::thread::scope(|scope| {
-                    let other = scope.spawn(move || second.cut(up));
-                    (net.cut(lambda), other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                });
+                let (first, other) = crate::par::join(|| net.cut(lambda), move || second.cut(up));
                 ahead = Some((up, other));
                 first
             }

@@ -487,18 +487,12 @@ impl<'a> Problem<'a> {
             return self.solve_heuristic().map(|(a, o)| (a, o, None));
         }
         let plan_found = AtomicBool::new(false);
-        let (plan, bound) = if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
-            std::thread::scope(|scope| {
-                let bound = scope.spawn(|| bound::lower_bound(self, &plan_found));
-                let plan = self.solve_heuristic();
-                plan_found.store(true, Ordering::Release);
-                (plan, bound.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            })
-        } else {
+        let plan = || {
             let plan = self.solve_heuristic();
             plan_found.store(true, Ordering::Release);
-            (plan, bound::lower_bound(self, &plan_found))
+            plan
         };
+        let (plan, bound) = crate::par::join(plan, || bound::lower_bound(self, &plan_found));
         let (at_hand, offloaded) = plan?;
         Ok((at_hand, offloaded, Some(bound)))
     }
@@ -539,14 +533,8 @@ impl<'a> Problem<'a> {
     fn solve_heuristic(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
         // The min-cut is cut beside the path where there is a second CPU (each takes a fraction
         // of a second on a 10⁶-node graph); its first use waits for it.
-        let path = if self.hint_class.is_some()
-            && self.hint.get().is_none()
-            && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
-        {
-            std::thread::scope(|scope| {
-                scope.spawn(|| self.hint());
-                self.solve_path()
-            })
+        let path = if self.hint_class.is_some() && self.hint.get().is_none() {
+            crate::par::join(|| self.solve_path(), || self.hint()).0
         } else {
             self.solve_path()
         };
