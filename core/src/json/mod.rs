@@ -100,9 +100,6 @@ enum Format {
 /// The top level of a document: each field's raw text, parsed on demand.
 struct Top<'a> {
     fields: std::collections::BTreeMap<String, &'a str>,
-    /// Whether serde_json has parsed the whole text (else only the top level's punctuation is
-    /// checked, and each value is parsed when it is read).
-    checked: bool,
 }
 
 impl<'a> Top<'a> {
@@ -117,11 +114,13 @@ impl<'a> Top<'a> {
     /// text first.
     fn read_with<T>(text: &'a str, quick: bool, read: impl FnOnce(&Top<'a>, Format) -> Result<T>) -> Result<T> {
         let text = without_bom(text);
-        let top = match quick.then(|| scan::fields(text)).flatten() {
-            Some(fields) => Top { fields, checked: false },
-            None => Top::parse(text)?,
+        // Whether serde_json has parsed the whole text (the quick pass checks only the top
+        // level's punctuation; each value is parsed when it is read).
+        let (top, checked) = match quick.then(|| scan::fields(text)).flatten() {
+            Some(fields) => (Top { fields }, false),
+            None => (Top::parse(text)?, true),
         };
-        top.format().and_then(|format| read(&top, format)).map_err(|e| match top.checked {
+        top.format().and_then(|format| read(&top, format)).map_err(|e| match checked {
             true => e,
             false => Top::parse(text).err().unwrap_or(e),
         })
@@ -136,7 +135,7 @@ impl<'a> Top<'a> {
                 top_error(format!("invalid JSON: {e}"))
             }
         })?;
-        Ok(Top { fields: fields.into_iter().map(|(k, v)| (k, v.get())).collect(), checked: true })
+        Ok(Top { fields: fields.into_iter().map(|(k, v)| (k, v.get())).collect() })
     }
 
     /// Checks `format` and `version`.
