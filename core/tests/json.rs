@@ -559,16 +559,23 @@ fn a_large_document_reads_and_errors_like_a_small_one() {
     // An input defined nowhere (found by the checking thread), a node that does not parse (found
     // by the parsing thread), and both: the error of the earlier node is the one returned, with
     // the same text a small document gives.
-    let unknown = |k: usize| {
+    // Node `k` of the chain, reading `input`, with `extra` fields after its own.
+    let relu = |k: usize, input: &str, extra: &str| {
         format!(
-            r#"{{"id": "relu_{k}", "op": "aten.relu.default", "inputs": ["nope"], "phase": "forward", "bytes": 64}}"#
+            r#"{{"id": "relu_{k}", "op": "aten.relu.default", "inputs": ["{input}"], "phase": "forward", "bytes": 64{extra}}}"#
         )
     };
+    let unknown = |k: usize| relu(k, "nope", "");
     let unparsable =
         |k: usize| format!(r#"{{"id": "relu_{k}", "op": "aten.relu.default", "phase": "sideways", "bytes": 64}}"#);
-    let small_unknown = json::read_joint(&long_chain(3, |k| (k == 2).then(|| unknown(2)))).unwrap_err().to_string();
-    let err = json::read_joint(&long_chain(n, |k| (k == 50_000).then(|| unknown(k)))).unwrap_err().to_string();
-    assert_eq!(err, small_unknown.replace("relu_2", "relu_50000").replace("relu_1", "relu_49999"));
+    // The error with `bad` as the last node of a 3-node document, and as node 50 000 of a long one.
+    let small_and_large = |bad: &dyn Fn(usize) -> String| {
+        let small = json::read_joint(&long_chain(3, |k| (k == 2).then(|| bad(2)))).unwrap_err().to_string();
+        let large = json::read_joint(&long_chain(n, |k| (k == 50_000).then(|| bad(k)))).unwrap_err().to_string();
+        (small, large)
+    };
+    let (small, large) = small_and_large(&unknown);
+    assert_eq!(large, small.replace("relu_2", "relu_50000").replace("relu_1", "relu_49999"));
     let err = json::read_joint(&long_chain(n, |k| (k == 40_000).then(|| unparsable(k)))).unwrap_err().to_string();
     assert!(err.contains("relu_40000") && err.contains("sideways"), "{err}");
     let both = |first: usize, second: usize, a: &dyn Fn(usize) -> String, b: &dyn Fn(usize) -> String| {
@@ -582,23 +589,13 @@ fn a_large_document_reads_and_errors_like_a_small_one() {
     // A node that parses but is wrong on its own (checked on the parsing thread, ahead of the
     // checking one), before and after an input defined nowhere; and one node with both errors,
     // whose own error comes first in a small document and a large one alike.
-    let unknown_flag = |k: usize| {
-        format!(
-            r#"{{"id": "relu_{k}", "op": "aten.relu.default", "inputs": ["relu_{}"], "phase": "forward", "bytes": 64, "flags": ["veiw"]}}"#,
-            k - 1
-        )
-    };
+    let misspelt_flag = r#", "flags": ["veiw"]"#;
+    let unknown_flag = |k: usize| relu(k, &format!("relu_{}", k - 1), misspelt_flag);
     let err = json::read_joint(&both(10_000, 50_000, &unknown_flag, &unknown)).unwrap_err().to_string();
     assert!(err.contains("relu_10000") && err.contains("unknown flag \"veiw\""), "{err}");
     let err = json::read_joint(&both(10_000, 50_000, &unknown, &unknown_flag)).unwrap_err().to_string();
     assert!(err.contains("relu_10000") && err.contains("nope"), "{err}");
-    let wrong_twice = |k: usize| {
-        format!(
-            r#"{{"id": "relu_{k}", "op": "aten.relu.default", "inputs": ["nope"], "phase": "forward", "bytes": 64, "flags": ["veiw"]}}"#
-        )
-    };
-    let small = json::read_joint(&long_chain(3, |k| (k == 2).then(|| wrong_twice(2)))).unwrap_err().to_string();
-    let large = json::read_joint(&long_chain(n, |k| (k == 50_000).then(|| wrong_twice(k)))).unwrap_err().to_string();
+    let (small, large) = small_and_large(&|k| relu(k, "nope", misspelt_flag));
     assert!(small.contains("veiw"), "{small}");
     assert_eq!(large, small.replace("relu_2", "relu_50000"));
 }
