@@ -367,7 +367,8 @@ fn describe(d: NodeIn<'_>) -> Result<Parsed<'_>> {
     }
     let node = PNode {
         op: Cow::Owned(op.to_string()),
-        inputs: Vec::new(),
+        // Room for the inputs and a generator state: allocated here, on the parsing thread.
+        inputs: Vec::with_capacity(d.inputs.len() + d.rng_state_bytes.is_some() as usize),
         backward,
         bytes,
         flops: d.flops,
@@ -418,7 +419,6 @@ impl<'a> Placed<'a, '_> {
         self.ids.define(&p.id, k).map_err(|m| at(&node.id, &node.op, m))?;
         self.index_of.push(before.len() as u32);
         let err = |n: &PNode, m: String| super::at_named(&n.id, &n.op, n.name.as_deref(), m);
-        node.inputs.reserve_exact(p.inputs.len() + state.is_some() as usize);
         node.inputs.extend(state);
         for id in &p.inputs {
             let input = self.resolve(id, k).map_err(|m| err(&node, m))?;

@@ -32,6 +32,19 @@ impl FlowNetwork {
         FlowNetwork { nodes, ..Default::default() }
     }
 
+    /// A network of `nodes` nodes and no edges, with room for `edges` edges (the vectors of a
+    /// 10⁶-node network would otherwise be copied as they grow).
+    pub fn with_capacity(nodes: usize, edges: usize) -> Self {
+        let pairs = 2 * edges;
+        FlowNetwork {
+            nodes,
+            from: Vec::with_capacity(pairs),
+            to: Vec::with_capacity(pairs),
+            cap: Vec::with_capacity(pairs),
+            ..Default::default()
+        }
+    }
+
     /// Adds an edge `from → to` of capacity `cap` (and its residual twin); returns the edge's
     /// id, for [`FlowNetwork::set_capacity`].
     pub fn add_edge(&mut self, from: u32, to: u32, cap: u64) -> u32 {
@@ -52,14 +65,15 @@ impl FlowNetwork {
         self.cap.len() as u32 - 2
     }
 
-    /// The residual capacity of every edge and twin, by edge id: as added before any
-    /// [`FlowNetwork::max_flow`], what [`FlowNetwork::restore`] takes to solve again.
+    /// The residual capacity of every edge and twin, by edge id — as added before any
+    /// [`FlowNetwork::max_flow`], with its flow after one: what [`FlowNetwork::restore`] takes
+    /// to solve again from that state.
     pub fn capacities(&self) -> &[u128] {
         &self.cap
     }
 
     /// Puts back capacities [`FlowNetwork::capacities`] returned, undoing every flow pushed
-    /// since: the network can then be solved again, with other capacities set first.
+    /// since: the network can then be solved again, with other capacities set or raised first.
     pub fn restore(&mut self, capacities: &[u128]) {
         self.cap.copy_from_slice(capacities);
     }
@@ -69,6 +83,22 @@ impl FlowNetwork {
     pub fn set_capacity(&mut self, edge: u32, cap: u64) {
         self.cap[edge as usize] = cap as u128;
         self.cap[edge as usize ^ 1] = 0;
+    }
+
+    /// Takes every flow back: each edge gets its capacity as added (or last set or raised), each
+    /// twin none. (An edge's residual capacity plus its twin's is always that capacity.)
+    pub fn clear_flow(&mut self) {
+        for pair in self.cap.chunks_exact_mut(2) {
+            pair[0] += pair[1];
+            pair[1] = 0;
+        }
+    }
+
+    /// Raises the capacity of edge `edge` by `by`, keeping the flow on it: a flow stays a flow
+    /// when capacities only grow, so the next [`FlowNetwork::max_flow`] pushes only what the
+    /// larger capacities add.
+    pub fn raise_capacity(&mut self, edge: u32, by: u64) {
+        self.cap[edge as usize] += by as u128;
     }
 
     fn build_adjacency(&mut self) {
@@ -87,8 +117,9 @@ impl FlowNetwork {
         }
     }
 
-    /// Pushes the maximum flow from `s` to `t`; returns its value (at least `INFINITE` when
-    /// only a cut through an infinite edge separates them). No edge may be added after it.
+    /// Pushes the maximum flow from `s` to `t` on top of any flow already there; returns what it
+    /// pushed (at least `INFINITE` when only a cut through an infinite edge separates them). No
+    /// edge may be added after it.
     pub fn max_flow(&mut self, s: u32, t: u32) -> u128 {
         if self.start.is_empty() {
             self.build_adjacency();
@@ -249,6 +280,38 @@ mod tests {
             net.set_capacity(priced, cap);
             let (mut fresh, _) = build(cap);
             assert_eq!(net.max_flow(0, 3), fresh.max_flow(0, 3), "capacity {cap}");
+            assert_eq!(net.sink_side(3), fresh.sink_side(3), "capacity {cap}");
+        }
+    }
+
+    #[test]
+    fn cleared_and_raised_networks_solve_as_fresh_ones() {
+        // The same network as above; between solves the flow is cleared and the priced edge set
+        // afresh, or the flow is kept and the edge raised: either way each solve ends where a
+        // network built with that capacity does.
+        let build = |cap: u64| {
+            let mut net = FlowNetwork::with_capacity(4, 4);
+            net.add_edge(0, 1, 7);
+            let priced = net.add_edge(1, 3, cap);
+            net.add_edge(0, 2, 5);
+            net.add_edge(2, 3, 9);
+            (net, priced)
+        };
+        let (mut net, priced) = build(0);
+        let mut total = net.max_flow(0, 3);
+        for (cap, keep_flow) in [(3, true), (0, false), (6, true), (11, true), (1, false), (2, true)] {
+            if keep_flow {
+                let raise =
+                    cap - net.capacities()[priced as usize] as u64 - net.capacities()[priced as usize + 1] as u64;
+                net.raise_capacity(priced, raise);
+                total += net.max_flow(0, 3);
+            } else {
+                net.clear_flow();
+                net.set_capacity(priced, cap);
+                total = net.max_flow(0, 3);
+            }
+            let (mut fresh, _) = build(cap);
+            assert_eq!(total, fresh.max_flow(0, 3), "capacity {cap}");
             assert_eq!(net.sink_side(3), fresh.sink_side(3), "capacity {cap}");
         }
     }

@@ -60,7 +60,9 @@ pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, 
             }
         };
     }
-    let mut net = FlowNetwork::new(count as usize);
+    // Per value: its own edge, one per input, and the sink's where the backward reads it.
+    let edges = (0..n).filter(|&i| relevant[i]).map(|i| 2 + g.nodes[i].inputs.len()).sum();
+    let mut net = FlowNetwork::with_capacity(count as usize, edges);
     let mut chosen = vec![None; n];
     for i in (0..n).filter(|&i| relevant[i]) {
         let node = &g.nodes[i];

@@ -35,63 +35,77 @@ pub(super) fn lower_bound(p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
     if !p.has_global() {
         return 0.0;
     }
-    let limit = p.limits[0] as f64;
-    let start = Instant::now();
-    // λ in FLOPs per byte: from the median recompute-per-byte of the candidates, stepped by
-    // factors of four until the cut's bytes straddle the limit, then bisected in log space.
-    let mut ratios: Vec<f64> = p
-        .candidates
-        .iter()
-        .map(|c| p.g.nodes[c.index()].flops as f64 / p.g.nodes[c.index()].bytes.max(1) as f64)
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    let mut lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
-    let mut net = Network::new(p);
-    // The first step goes up when the first cut keeps more than the limit (the usual case: the
-    // median ratio prices bytes low). Where there is a second CPU, that step's cut is taken
-    // beside the first; it is used only where the search goes there.
-    let mut ahead = None;
-    let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
-    let mut best = 0.0f64;
-    for k in 0..CUTS {
-        let ready = ahead.take().filter(|&(l, _): &(f64, _)| l == lambda).map(|(_, found)| found);
-        // Another cut only when it should end within the time: each takes about as long as the
-        // first did.
-        if ready.is_none() && k > 0 && start.elapsed().mul_f64((k + 1) as f64 / k as f64) > TIME {
-            break;
-        }
-        if k >= CUTS_BEFORE_STOPPING && plan_found.load(Ordering::Acquire) {
-            break;
-        }
-        let (cost, bytes) = match ready {
-            Some(found) => found,
-            None if k == 0 && crate::par::second_cpu() => {
-                let up = lambda * 4.0;
-                let mut second = net.clone();
-                let (first, other) = crate::par::join(|| net.cut(lambda), move || second.cut(up));
-                ahead = Some((up, other));
-                first
-            }
-            None => net.cut(lambda),
-        };
-        best = best.max(cost + lambda * (bytes - limit));
-        if bytes > limit {
-            lo = Some(lambda);
-        } else {
-            hi = Some(lambda);
-        }
-        lambda = match (lo, hi) {
-            (Some(l), Some(h)) => (l * h).sqrt(),
-            (Some(l), None) => l * 4.0,
-            (None, Some(h)) => h / 4.0,
-            (None, None) => lambda,
-        };
+    Bound::start(p).finish(p, plan_found)
+}
+
+/// A lower bound under way: the network and its first cut, which needs no limit — a caller
+/// still computing the limit (a budget fraction's) can take it beside that work.
+pub(super) struct Bound {
+    net: Network,
+    start: Instant,
+    /// The first multiplier and its cut's cost and device bytes.
+    first: (f64, f64, f64),
+}
+
+impl Bound {
+    /// Builds `p`'s network and cuts it at the first multiplier: the median recompute-per-byte of
+    /// the candidates (1 where that is 0). `p`'s global limit is not read.
+    pub(super) fn start(p: &Problem<'_>) -> Bound {
+        let start = Instant::now();
+        let mut ratios: Vec<f64> = p
+            .candidates
+            .iter()
+            .map(|c| p.g.nodes[c.index()].flops as f64 / p.g.nodes[c.index()].bytes.max(1) as f64)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
+        let mut net = Network::new(p);
+        let (cost, bytes) = net.cut(p, lambda, None);
+        Bound { net, start, first: (lambda, cost, bytes) }
     }
-    let bound = best.max(0.0);
-    if p.off.choose {
-        bound * p.off.s_per_flop
-    } else {
-        bound
+
+    /// The bound within `p`'s global limit (as [`lower_bound`]): from the first cut, λ is stepped
+    /// by factors of four until the cuts' bytes straddle the limit, then bisected in log space.
+    pub(super) fn finish(mut self, p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
+        let limit = p.limits[0] as f64;
+        // The flow of the greatest multiplier whose cut kept more than the limit: every later
+        // multiplier is greater (the search steps up from it or bisects above it), and a greater
+        // multiplier only raises capacities, so each later cut starts from that flow.
+        let mut warm: Option<Warm> = None;
+        let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
+        let mut best = 0.0f64;
+        let (mut lambda, mut cost, mut bytes) = self.first;
+        for k in 1..=CUTS {
+            best = best.max(cost + lambda * (bytes - limit));
+            if bytes > limit {
+                lo = Some(lambda);
+                warm = Some(self.net.warm(lambda, warm.take()));
+            } else {
+                hi = Some(lambda);
+            }
+            lambda = match (lo, hi) {
+                (Some(l), Some(h)) => (l * h).sqrt(),
+                (Some(l), None) => l * 4.0,
+                (None, Some(h)) => h / 4.0,
+                (None, None) => lambda,
+            };
+            // Past the first cuts, another only when it should end within the time (each takes
+            // about as long as those did) and the plan is not ready.
+            let late = k >= CUTS_BEFORE_STOPPING;
+            if k == CUTS
+                || late && self.start.elapsed().mul_f64((k + 1) as f64 / k as f64) > TIME
+                || late && plan_found.load(Ordering::Acquire)
+            {
+                break;
+            }
+            (cost, bytes) = self.net.cut(p, lambda, warm.as_ref().filter(|w| w.lambda <= lambda));
+        }
+        let bound = best.max(0.0);
+        if p.off.choose {
+            bound * p.off.s_per_flop
+        } else {
+            bound
+        }
     }
 }
 
@@ -100,22 +114,20 @@ const SOURCE: u32 = 0;
 const SINK: u32 = 1;
 
 /// The network of [`lower_bound`], built once: a multiplier changes only the capacities of the
-/// edges that price a value at hand, so each cut restores the capacities as built and sets
-/// those.
-#[derive(Clone)]
-struct Network<'p, 'a> {
-    p: &'p Problem<'a>,
+/// edges that price a value at hand, so each cut takes every flow back and sets those — or, from
+/// a smaller multiplier's flow, raises them.
+struct Network {
     net: FlowNetwork,
-    /// Capacities as built (the priced edges' are set per cut).
-    built: Vec<u128>,
     /// Each value that may be at hand, with the edge that prices it.
     priced: Vec<(usize, u32)>,
     v_in: Vec<u32>,
     v_out: Vec<u32>,
+    /// The value of the last cut's flow.
+    flow: u128,
 }
 
-impl<'p, 'a> Network<'p, 'a> {
-    fn new(p: &'p Problem<'a>) -> Self {
+impl Network {
+    fn new(p: &Problem<'_>) -> Self {
         let n = p.g.len();
         let mut candidate = vec![false; n];
         for &c in &p.candidates {
@@ -128,7 +140,10 @@ impl<'p, 'a> Network<'p, 'a> {
             v_in[i] = count + 1;
             count += 2;
         }
-        let mut net = FlowNetwork::new(count as usize);
+        // Per value: its recompute edge (or the source's), one per input, its pricing edge, and
+        // the sink's where the backward reads it.
+        let edges = p.order.iter().map(|&i| 3 + p.g.nodes[i].inputs.len()).sum();
+        let mut net = FlowNetwork::with_capacity(count as usize, edges);
         let mut priced = Vec::new();
         for &i in &p.order {
             let node = &p.g.nodes[i];
@@ -153,14 +168,12 @@ impl<'p, 'a> Network<'p, 'a> {
                 net.add_infinite_edge(v_out[i], SINK);
             }
         }
-        let built = net.capacities().to_vec();
-        Network { p, net, built, priced, v_in, v_out }
+        Network { net, priced, v_in, v_out, flow: 0 }
     }
 
     /// What keeping value `i` costs at multiplier λ: its device bytes times λ, or its exposed
     /// transfer where offloaded.
-    fn keep_cost(&self, i: usize, lambda: f64) -> f64 {
-        let p = self.p;
+    fn keep_cost(p: &Problem<'_>, i: usize, lambda: f64) -> f64 {
         let bytes = if p.limits_of(i).is_empty() { 0.0 } else { lambda * p.g.nodes[i].bytes as f64 };
         let exposed = p.off.exposed[i] / p.off.s_per_flop;
         if p.off.fixed[i] {
@@ -177,29 +190,60 @@ impl<'p, 'a> Network<'p, 'a> {
     }
 
     /// The least `cost + λ·device bytes` (FLOPs) over plans that keep every rule but the
-    /// limits, and that plan's device bytes.
-    fn cut(&mut self, lambda: f64) -> (f64, f64) {
-        let p = self.p;
-        self.net.restore(&self.built);
-        for k in 0..self.priced.len() {
-            let (i, edge) = self.priced[k];
-            self.net.set_capacity(edge, cap(self.keep_cost(i, lambda)));
-        }
-        let value = self.net.max_flow(SOURCE, SINK) as f64 / SCALE;
+    /// limits, and that plan's device bytes; from `warm`'s flow where there is one (its
+    /// multiplier is at most λ), else from no flow.
+    fn cut(&mut self, p: &Problem<'_>, lambda: f64, warm: Option<&Warm>) -> (f64, f64) {
+        let pushed = match warm {
+            Some(w) => {
+                debug_assert!(w.lambda <= lambda, "a warm start needs capacities that only grow");
+                self.net.restore(&w.residual);
+                for k in 0..self.priced.len() {
+                    let (i, edge) = self.priced[k];
+                    let raise = cap(Self::keep_cost(p, i, lambda)).saturating_sub(cap(Self::keep_cost(p, i, w.lambda)));
+                    self.net.raise_capacity(edge, raise);
+                }
+                w.flow
+            }
+            None => {
+                self.net.clear_flow();
+                for k in 0..self.priced.len() {
+                    let (i, edge) = self.priced[k];
+                    self.net.set_capacity(edge, cap(Self::keep_cost(p, i, lambda)));
+                }
+                0
+            }
+        };
+        self.flow = pushed.saturating_add(self.net.max_flow(SOURCE, SINK));
+        let value = self.flow as f64 / SCALE;
         // The plan of that cut: reached values whose `in` stays on the source side are at hand.
         let sink = self.net.sink_side(SINK);
         let mut bytes = 0.0;
         for &i in &p.order {
             let reached = sink[self.v_out[i] as usize];
             let recomputed = sink[self.v_in[i] as usize];
-            let offloaded =
-                p.off.fixed[i] || (p.off.optional[i] && self.keep_cost(i, lambda) < lambda * p.g.nodes[i].bytes as f64);
+            let offloaded = p.off.fixed[i]
+                || (p.off.optional[i] && Self::keep_cost(p, i, lambda) < lambda * p.g.nodes[i].bytes as f64);
             if reached && !recomputed && !offloaded && !p.limits_of(i).is_empty() {
                 bytes += p.g.nodes[i].bytes as f64;
             }
         }
         (value - lambda * bytes, bytes)
     }
+
+    /// The last cut's flow, to start cuts at greater multipliers from (reusing `old`'s memory).
+    fn warm(&self, lambda: f64, old: Option<Warm>) -> Warm {
+        let mut residual = old.map(|w| w.residual).unwrap_or_default();
+        residual.clear();
+        residual.extend_from_slice(self.net.capacities());
+        Warm { lambda, residual, flow: self.flow }
+    }
+}
+
+/// A maximum flow at multiplier `lambda`: the residual capacities and the flow's value.
+struct Warm {
+    lambda: f64,
+    residual: Vec<u128>,
+    flow: u128,
 }
 
 /// A cost in FLOPs as an integer capacity; capacities that would overflow are cut to the

@@ -16,6 +16,7 @@
 //! saved bytes never rise when the global limit shrinks.
 
 mod bound;
+use bound::Bound;
 #[cfg(feature = "exact")]
 mod milp;
 
@@ -169,6 +170,7 @@ pub(super) fn refine(
     }
     let mut problem = Problem::new(g, class, reads, base, global.is_some(), &budgeted, off);
     problem.hint_min_cut(class);
+    let mut started = None;
     if let Some(b) = global {
         let limit = match b {
             Budget::Bytes(b) => b,
@@ -178,8 +180,15 @@ pub(super) fn refine(
                 }
                 // 0.0 is the fewest bytes any choice within the region budgets keeps.
                 problem.limits[0] = 0;
-                // Only the fewest bytes matter here: no bound is computed to grade the plan.
-                let lo = match problem.solve_graded(false) {
+                // Only the fewest bytes matter here: no bound is computed to grade the plan. The
+                // bound that grades the final plan starts beside it (its first cut needs no limit).
+                let graded_by_bound = problem.method() == Method::Path;
+                let (fewest, bound) = crate::par::join(
+                    || problem.solve_graded(false),
+                    || graded_by_bound.then(|| Bound::start(&problem)),
+                );
+                started = bound;
+                let lo = match fewest {
                     Ok((at_hand, offloaded, _)) => problem.global_bytes(&at_hand, &offloaded),
                     Err(e) => match e.least_global_within_regions {
                         Some(lo) => lo,
@@ -192,7 +201,7 @@ pub(super) fn refine(
         };
         problem.limits[0] = limit;
     }
-    let solved = problem.solve();
+    let solved = problem.solve_with(true, started);
     let (at_hand, offloaded, bound) = if off.choose {
         // Offloading is a choice, never a constraint: the plain budget's answer (tagged offloads
         // only) is one of this problem's choices, so it stands where the search finds none or
@@ -469,17 +478,34 @@ impl<'a> Problem<'a> {
     /// [`Problem::solve`]; without `grade`, the eviction path's plan comes with no lower bound
     /// (where only its bytes matter).
     fn solve_graded(&self, grade: bool) -> std::result::Result<Solved, Infeasible> {
+        self.solve_with(grade, None)
+    }
+
+    /// How [`Problem::solve`] finds its plan (whatever the limits).
+    fn method(&self) -> Method {
         let vars = self.variables();
         let combos = vars.iter().try_fold(1u64, |acc, (_, o)| acc.checked_mul(o.len() as u64));
         let enumerate = self.candidates.len() <= EXACT_CANDIDATES
             && combos.is_some_and(|c| c.saturating_mul(self.order.len() as u64) <= EXACT_WORK);
-        if enumerate && search() == Search::Auto {
-            return self.solve_exact(&vars).map(|(a, o)| (a, o, None));
+        match search() {
+            Search::Auto if enumerate => Method::Enumerate,
+            Search::Auto if self.order.len() <= PROGRAM_NODES => Method::Program,
+            Search::Program => Method::Program,
+            _ => Method::Path,
         }
-        if search() == Search::Program || (search() == Search::Auto && self.order.len() <= PROGRAM_NODES) {
-            if let Some(answer) = self.solve_program() {
-                return answer;
+    }
+
+    /// [`Problem::solve_graded`], grading an eviction path's plan with `started` where it is
+    /// given (a bound begun on this problem, whatever its limits then).
+    fn solve_with(&self, grade: bool, started: Option<Bound>) -> std::result::Result<Solved, Infeasible> {
+        match self.method() {
+            Method::Enumerate => return self.solve_exact(&self.variables()).map(|(a, o)| (a, o, None)),
+            Method::Program => {
+                if let Some(answer) = self.solve_program() {
+                    return answer;
+                }
             }
+            Method::Path => {}
         }
         // The bound only grades the plan: it is computed beside the eviction path, on a second
         // thread where there is one (each is about a second on a 10⁶-node graph).
@@ -492,7 +518,11 @@ impl<'a> Problem<'a> {
             plan_found.store(true, Ordering::Release);
             plan
         };
-        let (plan, bound) = crate::par::join(plan, || bound::lower_bound(self, &plan_found));
+        let bound = || match started {
+            Some(bound) if self.has_global() => bound.finish(self, &plan_found),
+            _ => bound::lower_bound(self, &plan_found),
+        };
+        let (plan, bound) = crate::par::join(plan, bound);
         let (at_hand, offloaded) = plan?;
         Ok((at_hand, offloaded, Some(bound)))
     }
@@ -786,6 +816,15 @@ pub(super) fn with_search<T>(search: Search, f: impl FnOnce() -> T) -> T {
         flag.set(before);
         out
     })
+}
+
+/// How a budget problem is solved: every combination, the exact 0-1 program, or the eviction
+/// path graded by a lower bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    Enumerate,
+    Program,
+    Path,
 }
 
 /// A decision variable's choice.
