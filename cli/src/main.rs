@@ -19,6 +19,11 @@ use remat::{Budget, JointGraph, Partition, Plan, Strategy};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Large blocks on transparent huge pages: a 10⁶-node document otherwise takes ~250 000 page
+/// faults to read and partition (see `remat::HugePageAlloc`).
+#[global_allocator]
+static ALLOCATOR: remat::HugePageAlloc = remat::HugePageAlloc;
+
 /// Partition remat graph documents and explain what is saved for the backward pass and why.
 #[derive(Parser)]
 #[command(name = "remat", version)]

@@ -15,6 +15,7 @@ mod error;
 mod exec;
 mod graph;
 mod host;
+mod huge_pages;
 mod id;
 pub mod json;
 mod model;
@@ -49,6 +50,7 @@ pub use error::{Error, Result};
 pub use exec::{run, run_inference, RunOutput};
 pub use graph::{Graph, Node, Region, SrcLoc, Tag};
 pub use host::{HostData, HostTensor, HostValuesMut};
+pub use huge_pages::HugePageAlloc;
 pub use id::{NodeId, RegionId};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
 pub use op::{
