@@ -554,7 +554,7 @@ fn a_large_document_reads_and_errors_like_a_small_one() {
     assert!(good.len() > 4 << 20, "large enough to be parsed on a second thread");
     let g = json::read_joint(&good).unwrap();
     assert_eq!(g.nodes.len(), n);
-    assert_eq!(g.nodes[n - 1].inputs, [remat_core::NodeId::new(n as u32 - 2)]);
+    assert_eq!(g.nodes[n - 1].inputs[..], [remat_core::NodeId::new(n as u32 - 2)]);
 
     // An input defined nowhere (found by the checking thread), a node that does not parse (found
     // by the parsing thread), and both: the error of the earlier node is the one returned, with

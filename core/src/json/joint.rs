@@ -326,7 +326,7 @@ fn describe(d: NodeIn<'_>) -> Result<Parsed<'_>> {
             err(format!("field \"dtype\": {}", super::unknown("dtype", name, &StorageType::ALL.map(StorageType::name))))
         })?),
     };
-    let shape: Option<Vec<usize>> = match d.shape {
+    let shape: Option<SmallVec<[usize; 4]>> = match d.shape {
         None => None,
         Some(s) => Some(
             s.iter()
@@ -367,8 +367,9 @@ fn describe(d: NodeIn<'_>) -> Result<Parsed<'_>> {
     }
     let node = PNode {
         op: Cow::Owned(op.to_string()),
-        // Room for the inputs and a generator state: allocated here, on the parsing thread.
-        inputs: Vec::with_capacity(d.inputs.len() + d.rng_state_bytes.is_some() as usize),
+        // Room for the inputs and a generator state (past four, allocated here, on the parsing
+        // thread).
+        inputs: SmallVec::with_capacity(d.inputs.len() + d.rng_state_bytes.is_some() as usize),
         backward,
         bytes,
         flops: d.flops,

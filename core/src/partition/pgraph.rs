@@ -13,6 +13,7 @@ use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, RegionId};
 use crate::policy::{Policy, PolicySource};
+use smallvec::SmallVec;
 use std::borrow::Cow;
 
 /// Properties of a node that constrain how it may be kept.
@@ -207,8 +208,9 @@ pub struct PNode {
     pub id: DocId,
     /// The op's name (a catalog name for traced graphs, borrowed; any string for imported ones).
     pub op: Cow<'static, str>,
-    /// Input nodes (smaller indices).
-    pub inputs: Vec<NodeId>,
+    /// Input nodes (smaller indices); up to four held inline, as nearly every op has (a heap
+    /// block per node would be a tenth of a 10⁶-node graph's memory).
+    pub inputs: SmallVec<[NodeId; 4]>,
     /// Whether the node belongs to the backward pass.
     pub backward: bool,
     /// Bytes of its value.
@@ -226,8 +228,8 @@ pub struct PNode {
     /// For a backward node: the forward node whose gradient it computes part of (autodiff
     /// records it; foreign graphs may omit it, and then it forces nothing by the boundary rule).
     pub grad_of: Option<NodeId>,
-    /// Shape, when known.
-    pub shape: Option<Vec<usize>>,
+    /// Shape, when known; up to four dimensions held inline.
+    pub shape: Option<SmallVec<[usize; 4]>>,
     /// Element type, when known.
     pub dtype: Option<StorageType>,
     /// The value's name (`.name(..)`, or an input's / parameter's name).
@@ -297,7 +299,7 @@ impl PGraph {
             PNode {
                 id: DocId::Index(id.raw() as u64),
                 op: Cow::Borrowed(n.op.name()),
-                inputs: n.inputs.clone(),
+                inputs: SmallVec::from_slice(&n.inputs),
                 backward,
                 bytes: n.bytes() as u64,
                 flops: g.node_flops(id),
@@ -314,7 +316,7 @@ impl PGraph {
                 policy: n.tag.map(|t| t.policy),
                 source: n.tag.map(|t| t.source),
                 grad_of: joint.grad_of(id),
-                shape: Some(n.shape.clone()),
+                shape: Some(SmallVec::from_slice(&n.shape)),
                 dtype: Some(StorageType::of(n.dtype)),
                 name: n.name.clone(),
                 loc: n.loc.map(|l| l.to_string()),
