@@ -18,6 +18,8 @@
 
 #[path = "../../benches/common/deep_mlp_joint.rs"]
 mod deep_mlp_joint;
+#[path = "../../benches/common/residual_mlp_graph.rs"]
+mod residual_mlp_graph;
 
 use remat::partition::{partition, PGraph};
 use remat::report::Report;
@@ -101,7 +103,7 @@ fn main() {
         }
     }
     if !quick {
-        residual_mlp_graph(&dir, 250_000);
+        residual_mlp_stages(&dir, 250_000);
     }
     many_names(&dir);
 }
@@ -119,30 +121,14 @@ fn remat_cli(path: &std::path::Path, strategy: &str) -> usize {
 /// A `remat.graph` of `layers` residual layers `h + tanh(h · w)`, four nodes each (the weight,
 /// the matmul, the tanh, the add), then the sum: the stages of `remat partition` on it, in
 /// process and end to end.
-fn residual_mlp_graph(dir: &std::path::Path, layers: usize) {
-    let mut nodes = vec![r#"{"id": 0, "op": "input", "shape": [4, 8], "dtype": "f32", "name": "x"}"#.to_string()];
-    let mut h = 0;
-    for l in 0..layers {
-        let w = nodes.len();
-        nodes.push(format!(r#"{{"id": {w}, "op": "param", "shape": [8, 8], "dtype": "f32", "name": "w{l}"}}"#));
-        nodes.push(format!(r#"{{"id": {}, "op": "matmul", "inputs": [{h}, {w}]}}"#, w + 1));
-        nodes.push(format!(r#"{{"id": {}, "op": "tanh", "inputs": [{}]}}"#, w + 2, w + 1));
-        nodes.push(format!(r#"{{"id": {}, "op": "add", "inputs": [{h}, {}]}}"#, w + 3, w + 2));
-        h = w + 3;
-    }
-    let loss = nodes.len();
-    nodes.push(format!(r#"{{"id": {loss}, "op": "sum", "inputs": [{h}], "attrs": {{"axes": [0, 1]}}}}"#));
-    let text = format!(
-        "{{\"format\": \"remat.graph\", \"version\": 1, \"nodes\": [\n{}\n], \"outputs\": [{loss}]}}\n",
-        nodes.join(",\n")
-    );
-    drop(nodes);
+fn residual_mlp_stages(dir: &std::path::Path, layers: usize) {
+    let text = residual_mlp_graph::residual_mlp_graph(layers);
     let path = dir.join(format!("residual_mlp_{layers}.graph.json"));
     std::fs::write(&path, &text).unwrap();
     let stage = |what: &str, start: Instant| println!("  {what:<28} {:>10}", ms(start.elapsed()));
     println!(
         "\nremat.graph, {layers} residual tanh layers ({} nodes, {:.1} MB), one run:",
-        loss + 1,
+        4 * layers + 2,
         text.len() as f64 / 1e6
     );
     let start = Instant::now();

@@ -9,13 +9,7 @@
 //! default, `/sys/kernel/mm/transparent_hugepage/enabled`), a large block advised with
 //! `MADV_HUGEPAGE` faults in 2 MiB at a time: about 70 000 faults and half the system time on the
 //! same run. This is what glibc's `glibc.malloc.hugetlb=1` tunable does; a binary cannot set that
-//! tunable for itself once started, so the `remat` command installs this allocator instead:
-//!
-//! ```
-//! #[global_allocator]
-//! static ALLOCATOR: remat_core::HugePageAlloc = remat_core::HugePageAlloc;
-//! # fn main() {}
-//! ```
+//! tunable for itself once started, so the `remat` command installs this allocator instead.
 //!
 //! Only the 2 MiB-aligned interior of a large block is advised, so no memory outside the block
 //! is affected; blocks below [`HUGE_FROM`] are left alone (a huge page there could hold memory
@@ -26,14 +20,22 @@ use std::alloc::{GlobalAlloc, Layout, System};
 
 /// Blocks of at least this many bytes are advised to use huge pages: two huge pages, so that
 /// every such block has at least one aligned huge page inside it.
-pub const HUGE_FROM: usize = 4 << 20;
+const HUGE_FROM: usize = 4 << 20;
 
 /// The size of a transparent huge page on the platforms where the advice is given (x86-64 and
 /// 4 KiB-page aarch64); elsewhere the advised ranges just hold no whole huge page.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// The system allocator, with blocks of [`HUGE_FROM`] bytes or more advised to use transparent
-/// huge pages (see the module docs).
+/// The system allocator, with blocks of 4 MiB or more advised to use transparent huge pages
+/// (`madvise(MADV_HUGEPAGE)` on the 2 MiB-aligned interior of each): reading and partitioning a
+/// 10⁶-node document then takes ~78 000 page faults instead of ~240 000. Where transparent huge
+/// pages are off, and off Linux, it is the system allocator.
+///
+/// ```
+/// #[global_allocator]
+/// static ALLOCATOR: remat_core::HugePageAlloc = remat_core::HugePageAlloc;
+/// # fn main() {}
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HugePageAlloc;
 

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
-use remat_core::partition::{partition, PGraph};
+use remat_core::partition::{partition, partition_with, PGraph};
 use remat_core::region::{enter_region, PolicyTable, RegionGuard, RegionSpec};
 use remat_core::{
     Budget, CpuBackend, DType, Error, Feeds, Graph, JointGraph, Model, OpKind, Policy, Strategy, Tensor, Trace,
@@ -95,6 +95,9 @@ fn build(program: &[Instr], tagged: bool) -> Graph {
     trace.finish(&loss).unwrap()
 }
 
+/// A budget search: [`partition_with`] or the heuristic of very large graphs.
+type Search = fn(&PGraph, Strategy, &remat_core::CostModel) -> remat_core::Result<remat_core::Partition>;
+
 fn feeds() -> Feeds {
     Feeds::new()
         .with("x", remat_core::HostTensor::f32([3, 3], (0..9).map(|i| (i as f32 * 0.7).sin()).collect()).unwrap())
@@ -162,23 +165,30 @@ proptest! {
         }
     }
 
+    /// Under the search small graphs get, and under the one very large graphs get (the eviction
+    /// path, the min-cut and the repaired Lagrangian cut, cheapest first) alike.
     #[test]
     fn saved_bytes_never_rise_as_the_budget_shrinks(program in proptest::collection::vec(instr(), 1..60)) {
         let graph = build(&program, true);
         let pg = PGraph::from_joint(&JointGraph::new(&graph).unwrap());
-        let mut previous: Option<(u64, u64)> = None;
-        for step in (0..=20).rev() {
-            let p = match partition(&pg, Strategy::Budget(Budget::Fraction(step as f64 / 20.0))) {
-                Ok(p) => p,
-                Err(e) => { prop_assert!(expected_error(&e), "{e}"); return Ok(()); }
-            };
-            if pg.regions.iter().all(|r| r.budget.is_none()) {
-                if let Some((bytes, flops)) = previous {
-                    prop_assert!(p.saved_bytes <= bytes, "bytes rose: {} > {}", p.saved_bytes, bytes);
-                    prop_assert!(p.recompute_flops >= flops, "flops fell: {} < {}", p.recompute_flops, flops);
+        let model = remat_core::CostModel::default();
+        let searches: [(&str, Search); 2] =
+            [("exact", partition_with), ("heuristic", remat_core::partition::partition_by_heuristic)];
+        for (search, solve) in searches {
+            let mut previous: Option<(u64, u64)> = None;
+            for step in (0..=20).rev() {
+                let p = match solve(&pg, Strategy::Budget(Budget::Fraction(step as f64 / 20.0)), &model) {
+                    Ok(p) => p,
+                    Err(e) => { prop_assert!(expected_error(&e), "{search}: {e}"); break; }
+                };
+                if pg.regions.iter().all(|r| r.budget.is_none()) {
+                    if let Some((bytes, flops)) = previous {
+                        prop_assert!(p.saved_bytes <= bytes, "{search}: bytes rose: {} > {}", p.saved_bytes, bytes);
+                        prop_assert!(p.recompute_flops >= flops, "{search}: flops fell: {} < {}", p.recompute_flops, flops);
+                    }
                 }
+                previous = Some((p.saved_bytes, p.recompute_flops));
             }
-            previous = Some((p.saved_bytes, p.recompute_flops));
         }
     }
 

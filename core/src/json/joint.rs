@@ -167,7 +167,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
                 State::None => None,
                 State::Shared(s) => Some(s),
                 State::New(s) => {
-                    nodes.push(s);
+                    nodes.push(*s);
                     let s = NodeId::new(nodes.len() as u32 - 1);
                     if let Some(key) = &p.rng_state {
                         shared_states.insert(key.to_string(), s);
@@ -211,7 +211,8 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
 /// earlier node with the same `rng_state` key ran from (the outputs of one multi-output draw).
 enum State {
     None,
-    New(PNode),
+    // Boxed: nearly every node has no state, and the result of each is moved.
+    New(Box<PNode>),
     Shared(NodeId),
 }
 
@@ -255,7 +256,7 @@ fn rng_state(
     state.id = DocId::Name(format!("{label}{RNG_STATE_SUFFIX}"));
     state.flags = Flags { not_recomputable: true, rng_state: true, ..Flags::default() };
     state.region = p.region.map(|r| regions.get(r));
-    Ok(State::New(state))
+    Ok(State::New(Box::new(state)))
 }
 
 /// The `rng_state` key to write on `user` for its generator state `state`: none when the state

@@ -27,24 +27,17 @@ const TIME: Duration = Duration::from_secs(1);
 /// of a 10⁶-node graph takes about a quarter of a second.
 const CUTS_BEFORE_STOPPING: usize = 2;
 
-/// The best lower bound a few multipliers give on the least cost of `p` within its global limit,
-/// in `p`'s cost units (FLOPs, or seconds under `BudgetOffload`); 0.0 without a global limit.
-/// Once `plan_found` is set (the plan it grades is ready), it stops after
-/// [`CUTS_BEFORE_STOPPING`] cuts rather than keep the caller waiting.
-pub(super) fn lower_bound(p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
-    if !p.has_global() {
-        return 0.0;
-    }
-    Bound::start(p).finish(p, plan_found)
-}
-
-/// A lower bound under way: the network and its first cut, which needs no limit — a caller
-/// still computing the limit (a budget fraction's) can take it beside that work.
+/// A proven lower bound on the least cost of a problem within its global limit, under way: the
+/// network and its first cut, which needs no limit — a caller still computing the limit (a
+/// budget fraction's) can take it beside that work.
 pub(super) struct Bound {
     net: Network,
     start: Instant,
     /// The first multiplier and its cut's cost and device bytes.
     first: (f64, f64, f64),
+    /// The first cut's plan: what is at hand (the candidates as cut, the rest as the problem's
+    /// base).
+    first_plan: Vec<bool>,
 }
 
 impl Bound {
@@ -61,11 +54,24 @@ impl Bound {
         let lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
         let mut net = Network::new(p);
         let (cost, bytes) = net.cut(p, lambda, None);
-        Bound { net, start, first: (lambda, cost, bytes) }
+        let mut first_plan = p.base.clone();
+        for &c in &p.candidates {
+            first_plan[c.index()] = !net.sink[net.v_in[c.index()] as usize];
+        }
+        Bound { net, start, first: (lambda, cost, bytes), first_plan }
     }
 
-    /// The bound within `p`'s global limit (as [`lower_bound`]): from the first cut, λ is stepped
-    /// by factors of four until the cuts' bytes straddle the limit, then bisected in log space.
+    /// The plan of the first cut, which keeps every rule but the limits, and depends on `p`'s
+    /// candidates and costs alone (not on its limits).
+    pub(super) fn first_plan(&self) -> Vec<bool> {
+        self.first_plan.clone()
+    }
+
+    /// The best lower bound a few multipliers give on the least cost of `p` within its global
+    /// limit, in `p`'s cost units (FLOPs, or seconds under `BudgetOffload`): from the first cut,
+    /// λ is stepped by factors of four until the cuts' bytes straddle the limit, then bisected in
+    /// log space. Once `plan_found` is set (the plan it grades is ready), it stops after
+    /// [`CUTS_BEFORE_STOPPING`] cuts rather than keep the caller waiting.
     pub(super) fn finish(mut self, p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
         let limit = p.limits[0] as f64;
         // The flow of the greatest multiplier whose cut kept more than the limit: every later
@@ -113,7 +119,7 @@ impl Bound {
 const SOURCE: u32 = 0;
 const SINK: u32 = 1;
 
-/// The network of [`lower_bound`], built once: a multiplier changes only the capacities of the
+/// The network of a [`Bound`], built once: a multiplier changes only the capacities of the
 /// edges that price a value at hand, so each cut takes every flow back and sets those — or, from
 /// a smaller multiplier's flow, raises them.
 struct Network {
@@ -124,6 +130,8 @@ struct Network {
     v_out: Vec<u32>,
     /// The value of the last cut's flow.
     flow: u128,
+    /// The last cut's sink side, per network node.
+    sink: Vec<bool>,
 }
 
 impl Network {
@@ -168,7 +176,7 @@ impl Network {
                 net.add_infinite_edge(v_out[i], SINK);
             }
         }
-        Network { net, priced, v_in, v_out, flow: 0 }
+        Network { net, priced, v_in, v_out, flow: 0, sink: Vec::new() }
     }
 
     /// What keeping value `i` costs at multiplier λ: its device bytes times λ, or its exposed
@@ -216,11 +224,11 @@ impl Network {
         self.flow = pushed.saturating_add(self.net.max_flow(SOURCE, SINK));
         let value = self.flow as f64 / SCALE;
         // The plan of that cut: reached values whose `in` stays on the source side are at hand.
-        let sink = self.net.sink_side(SINK);
+        self.sink = self.net.sink_side(SINK);
         let mut bytes = 0.0;
         for &i in &p.order {
-            let reached = sink[self.v_out[i] as usize];
-            let recomputed = sink[self.v_in[i] as usize];
+            let reached = self.sink[self.v_out[i] as usize];
+            let recomputed = self.sink[self.v_in[i] as usize];
             let offloaded = p.off.fixed[i]
                 || (p.off.optional[i] && Self::keep_cost(p, i, lambda) < lambda * p.g.nodes[i].bytes as f64);
             if reached && !recomputed && !offloaded && !p.limits_of(i).is_empty() {

@@ -10,15 +10,20 @@
 //! no budget trades, left out of both sides).
 //!
 //! Small problems (up to 20 candidates, bounded work) are solved exactly, minimising FLOPs and
-//! then bytes. Larger ones follow an eviction path fixed in advance — from keeping every
-//! candidate to keeping none, cheapest recompute per byte first, evicting only values that count
-//! against a limit still exceeded — and take its first point within every limit. Either way the
-//! saved bytes never rise when the global limit shrinks.
+//! then bytes; problems up to [`PROGRAM_NODES`] values by the exact 0-1 program. Larger ones
+//! follow an eviction path fixed in advance — from keeping every candidate to keeping none,
+//! cheapest recompute per byte first, evicting only values that count against a limit still
+//! exceeded — and take its first point within every limit; under a global budget they also weigh
+//! the min-cut's plan and the lower bound's first Lagrangian cut, repaired to fit
+//! ([`repair`]), and take the cheapest. Each of those is the first point within the limits
+//! along a path that does not depend on them, so the saved bytes never rise when the global
+//! limit shrinks.
 
 mod bound;
 use bound::Bound;
 #[cfg(feature = "exact")]
 mod milp;
+mod repair;
 
 use super::classify::{closure_from, counts_bytes, Class};
 use super::offload::{can_leave, CostModel};
@@ -512,19 +517,55 @@ impl<'a> Problem<'a> {
         if !grade {
             return self.solve_heuristic().map(|(a, o)| (a, o, None));
         }
+        // The bound's first cut needs no limit, and its plan (within every rule but the limits)
+        // is the third the plan is chosen from on plain budgets: the cut is taken beside the path
+        // and the min-cut (or was, beside a fraction's fewest-bytes solve), then the bound goes
+        // on beside that plan's repair.
+        let (path, started) = crate::par::join(
+            || self.solve_heuristic(),
+            || self.has_global().then(|| started.unwrap_or_else(|| Bound::start(self))),
+        );
+        let cut_plan = started.as_ref().filter(|_| !self.off.choose).map(Bound::first_plan);
         let plan_found = AtomicBool::new(false);
         let plan = || {
-            let plan = self.solve_heuristic();
+            let plan = match cut_plan {
+                Some(cut_plan) => self.cheaper(path, self.repair(cut_plan)),
+                None => path,
+            };
             plan_found.store(true, Ordering::Release);
             plan
         };
-        let bound = || match started {
-            Some(bound) if self.has_global() => bound.finish(self, &plan_found),
-            _ => bound::lower_bound(self, &plan_found),
-        };
+        let bound = || started.map_or(0.0, |bound| bound.finish(self, &plan_found));
         let (plan, bound) = crate::par::join(plan, bound);
         let (at_hand, offloaded) = plan?;
         Ok((at_hand, offloaded, Some(bound)))
+    }
+
+    /// The cheaper of two of the search's plans (`first` on equal cost, or where `second`
+    /// failed). Each is the first point within the limits along a path of plans that does not
+    /// depend on them, so the choice keeps saved bytes from rising as the limits shrink: where
+    /// `first` won, a smaller limit it still meets gives it again, and it costs less than any
+    /// later point of the other path.
+    fn cheaper(
+        &self,
+        first: std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>,
+        second: std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>,
+    ) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+        let (first, second) = match (first, second) {
+            (Ok(first), Ok(second)) => (first, second),
+            (Err(_), Ok(second)) => return Ok(second),
+            (first, _) => return first,
+        };
+        let mut scratch = vec![false; self.g.len()];
+        let mut bytes = vec![0; self.limits.len()];
+        let (flops, exposed) = self.eval_into(&first.0, &first.1, &mut scratch, &mut bytes);
+        let first_cost = self.cost(flops, exposed);
+        let (flops, exposed) = self.eval_into(&second.0, &second.1, &mut scratch, &mut bytes);
+        if self.cost(flops, exposed).lt(&first_cost, 0, 0) {
+            Ok(second)
+        } else {
+            Ok(first)
+        }
     }
 
     /// The exact 0-1 program's answer, or `None` where it failed (the eviction path decides).
