@@ -73,8 +73,8 @@ impl State<'_, '_> {
         }
     }
 
-    /// The values at hand that counts bytes and the backward does not reach: kept by an eviction
-    /// that is not `deep`, recomputed by one that is.
+    /// Whether a value an eviction's recompute newly needs is recomputed rather than kept: one
+    /// not at hand always; a candidate at hand whose bytes count, only by a `deep` eviction.
     fn recomputed_when_needed(&self, u: NodeId, deep: bool) -> bool {
         !self.at_hand[u.index()]
             || deep && !self.offloaded[u.index()] && self.counts_globally(u) && self.candidate[u.index()]
@@ -82,6 +82,11 @@ impl State<'_, '_> {
 
     fn price_as(&mut self, v: NodeId, deep: bool) -> Option<Price> {
         let g = self.p.g;
+        if self.stamp == u32::MAX {
+            // Stamps start over rather than wrap onto marks still in `seen`.
+            self.seen.fill(0);
+            self.stamp = 0;
+        }
         self.stamp += 1;
         let (mut flops, mut added) = (g.node(v).flops as f64, 0u64);
         self.stack.clear();
