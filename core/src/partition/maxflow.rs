@@ -261,18 +261,21 @@ mod tests {
         assert_eq!(net.source_side_near_sink(3), vec![true, true, true, false]);
     }
 
+    /// s → a → t and s → b → t on `net` (4 nodes, no edges), a's second edge (returned) of
+    /// capacity `cap`.
+    fn two_paths(mut net: FlowNetwork, cap: u64) -> (FlowNetwork, u32) {
+        net.add_edge(0, 1, 7);
+        let priced = net.add_edge(1, 3, cap);
+        net.add_edge(0, 2, 5);
+        net.add_edge(2, 3, 9);
+        (net, priced)
+    }
+
     #[test]
     fn restored_and_repriced_networks_solve_as_fresh_ones() {
         // s → a → t and s → b → t, with a's second edge repriced between solves: each solve after
         // `restore` and `set_capacity` equals a network built with those capacities.
-        let build = |cap: u64| {
-            let mut net = FlowNetwork::new(4);
-            net.add_edge(0, 1, 7);
-            let priced = net.add_edge(1, 3, cap);
-            net.add_edge(0, 2, 5);
-            net.add_edge(2, 3, 9);
-            (net, priced)
-        };
+        let build = |cap| two_paths(FlowNetwork::new(4), cap);
         let (mut net, priced) = build(0);
         let built = net.capacities().to_vec();
         for cap in [3, 0, 11, 7, 1] {
@@ -289,14 +292,7 @@ mod tests {
         // The same network as above; between solves the flow is cleared and the priced edge set
         // afresh, or the flow is kept and the edge raised: either way each solve ends where a
         // network built with that capacity does.
-        let build = |cap: u64| {
-            let mut net = FlowNetwork::with_capacity(4, 4);
-            net.add_edge(0, 1, 7);
-            let priced = net.add_edge(1, 3, cap);
-            net.add_edge(0, 2, 5);
-            net.add_edge(2, 3, 9);
-            (net, priced)
-        };
+        let build = |cap| two_paths(FlowNetwork::with_capacity(4, 4), cap);
         let (mut net, priced) = build(0);
         let mut total = net.max_flow(0, 3);
         for (cap, keep_flow) in [(3, true), (0, false), (6, true), (11, true), (1, false), (2, true)] {

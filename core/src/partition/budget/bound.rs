@@ -62,9 +62,10 @@ impl Bound {
     }
 
     /// The plan of the first cut, which keeps every rule but the limits, and depends on `p`'s
-    /// candidates and costs alone (not on its limits).
-    pub(super) fn first_plan(&self) -> Vec<bool> {
-        self.first_plan.clone()
+    /// candidates and costs alone (not on its limits); taken out, as the rest of the bound does
+    /// not need it.
+    pub(super) fn take_first_plan(&mut self) -> Vec<bool> {
+        std::mem::take(&mut self.first_plan)
     }
 
     /// The best lower bound a few multipliers give on the least cost of `p` within its global

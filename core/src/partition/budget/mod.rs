@@ -521,11 +521,11 @@ impl<'a> Problem<'a> {
         // is the third the plan is chosen from on plain budgets: the cut is taken beside the path
         // and the min-cut (or was, beside a fraction's fewest-bytes solve), then the bound goes
         // on beside that plan's repair.
-        let (path, started) = crate::par::join(
+        let (path, mut started) = crate::par::join(
             || self.solve_heuristic(),
             || self.has_global().then(|| started.unwrap_or_else(|| Bound::start(self))),
         );
-        let cut_plan = started.as_ref().filter(|_| !self.off.choose).map(Bound::first_plan);
+        let cut_plan = started.as_mut().filter(|_| !self.off.choose).map(Bound::take_first_plan);
         let plan_found = AtomicBool::new(false);
         let plan = || {
             let plan = match cut_plan {

@@ -186,7 +186,6 @@ impl Problem<'_> {
             }
         }
         let mut newly_kept = Vec::new();
-
         loop {
             self.note(&state.bytes, &mut least);
             if self.fits(&state.bytes) {
