@@ -14,7 +14,8 @@
 //! 10⁶-node `remat.graph` (a 250 000-layer residual tanh MLP: read, differentiated into a
 //! 2.75·10⁶-node joint graph, partitioned and planned), with the in-process time of each stage.
 //!
-//! `cargo bench -p remat-cli --bench end_to_end` (add `-- --quick` to skip the 10⁶-node documents).
+//! `cargo bench -p remat-cli --bench end_to_end` (add `-- --quick` to skip the 10⁶-node documents,
+//! `-- --graph` for the 10⁶-node `remat.graph`'s stages alone).
 
 #[path = "../../benches/common/deep_mlp_joint.rs"]
 mod deep_mlp_joint;
@@ -59,6 +60,9 @@ fn ms(d: Duration) -> String {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "--graph") {
+        return residual_mlp_stages(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")), 250_000);
+    }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let layers: &[usize] = if quick { &[512] } else { &[512, 27_778] };
     println!(
@@ -125,7 +129,9 @@ fn residual_mlp_stages(dir: &std::path::Path, layers: usize) {
     let text = residual_mlp_graph::residual_mlp_graph(layers);
     let path = dir.join(format!("residual_mlp_{layers}.graph.json"));
     std::fs::write(&path, &text).unwrap();
-    let stage = |what: &str, start: Instant| println!("  {what:<28} {:>10}", ms(start.elapsed()));
+    let stage = |what: &str, start: Instant| {
+        println!("  {what:<28} {:>10}   {}", ms(start.elapsed()), resident_memory());
+    };
     println!(
         "\nremat.graph, {layers} residual tanh layers ({} nodes, {:.1} MB), one run:",
         4 * layers + 2,
@@ -154,6 +160,20 @@ fn residual_mlp_stages(dir: &std::path::Path, layers: usize) {
     drop((out, plan, p, pg, joint, text));
     let t = time(3, || remat_cli(&path, "mincut"));
     println!("  {:<28} {:>10}  (median of 3)", "remat partition, end to end", ms(t));
+}
+
+/// The process's resident memory now and at its peak, as Linux reports it (empty elsewhere).
+fn resident_memory() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kb: f64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kb / 1e3)
+    };
+    match (field("VmRSS:"), field("VmHWM:")) {
+        (Some(now), Some(peak)) => format!("RSS {now:>6.0} MB, peak {peak:>6.0} MB"),
+        _ => String::new(),
+    }
 }
 
 /// A joint document: `x`, then `body` (one node a line), the loss and a gradient reading `x`.

@@ -12,6 +12,7 @@ use crate::op::{Meta, Op};
 use crate::policy::{Policy, PolicySource};
 use crate::region::RegionSpec;
 use crate::shape::{fmt_shape, numel};
+use smallvec::SmallVec;
 use std::fmt::Write as _;
 
 /// The tag every op recorded inside a region carries.
@@ -62,15 +63,22 @@ pub struct Region {
     pub budget: Option<f64>,
 }
 
+/// A node's inputs: up to four held inline, as nearly every op has (a heap block per node would
+/// be a tenth of a differentiated 10⁶-node graph's memory, and its time to build).
+pub type Inputs = SmallVec<[NodeId; 4]>;
+
+/// A node's shape: up to four dimensions held inline.
+pub type Shape = SmallVec<[usize; 4]>;
+
 /// One node: an op applied to earlier nodes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
     /// The op.
     pub op: Op,
     /// Input nodes, all with smaller ids.
-    pub inputs: Vec<NodeId>,
+    pub inputs: Inputs,
     /// Result shape.
-    pub shape: Vec<usize>,
+    pub shape: Shape,
     /// Result dtype.
     pub dtype: DType,
     /// Region and policy, for ops recorded inside a region.
@@ -147,13 +155,14 @@ impl Graph {
     }
 
     /// Appends an op applied to `inputs`, inferring shape and dtype; errors name the op.
-    pub fn push_op(&mut self, op: Op, inputs: Vec<NodeId>) -> Result<NodeId> {
+    pub fn push_op(&mut self, op: Op, inputs: impl Into<Inputs>) -> Result<NodeId> {
+        let inputs = inputs.into();
         let (shape, dtype) = self.infer(&op, &inputs).map_err(|message| Error::Node {
             node: NodeId::from_index(self.nodes.len()),
             op: op.name(),
             message,
         })?;
-        Ok(self.push(Node { op, inputs, shape, dtype, tag: None, name: None, loc: None }))
+        Ok(self.push(Node { op, inputs, shape: Shape::from_vec(shape), dtype, tag: None, name: None, loc: None }))
     }
 
     /// What `op` would produce from `inputs`.
@@ -362,7 +371,7 @@ impl Graph {
                 continue;
             }
             let (shape, dtype) = self.infer(&node.op, &node.inputs).map_err(err)?;
-            if shape != node.shape || dtype != node.dtype {
+            if shape[..] != node.shape[..] || dtype != node.dtype {
                 return Err(err(format!(
                     "declared {} {} but the op produces {} {}",
                     fmt_shape(&node.shape),
@@ -443,19 +452,27 @@ impl Graph {
 mod tests {
     use super::*;
     use crate::op::UnaryOp;
+    use smallvec::smallvec;
 
     #[test]
     fn an_untagged_node_between_tagged_ones_is_found() {
         let mut g = Graph::new();
         let r = g.add_region(Region { parent: None, name: "f".into(), spec: None, budget: None });
         let tag = Some(Tag { region: r, policy: Policy::PreferRecompute, source: PolicySource::Default });
-        let leaf =
-            Node { op: Op::Input, inputs: vec![], shape: vec![2], dtype: DType::F32, tag: None, name: None, loc: None };
+        let leaf = Node {
+            op: Op::Input,
+            inputs: smallvec![],
+            shape: smallvec![2],
+            dtype: DType::F32,
+            tag: None,
+            name: None,
+            loc: None,
+        };
         let x = g.push(leaf);
-        let a = g.push(Node { op: Op::Unary(UnaryOp::Exp), inputs: vec![x], tag, ..g.node(x).clone() });
-        let stray = g.push(Node { op: Op::Unary(UnaryOp::Sin), inputs: vec![a], tag: None, ..g.node(x).clone() });
-        g.push(Node { op: Op::Unary(UnaryOp::Cos), inputs: vec![stray], tag, ..g.node(x).clone() });
-        let after = g.push(Node { op: Op::Unary(UnaryOp::Neg), inputs: vec![x], tag: None, ..g.node(x).clone() });
+        let a = g.push(Node { op: Op::Unary(UnaryOp::Exp), inputs: smallvec![x], tag, ..g.node(x).clone() });
+        let stray = g.push(Node { op: Op::Unary(UnaryOp::Sin), inputs: smallvec![a], tag: None, ..g.node(x).clone() });
+        g.push(Node { op: Op::Unary(UnaryOp::Cos), inputs: smallvec![stray], tag, ..g.node(x).clone() });
+        let after = g.push(Node { op: Op::Unary(UnaryOp::Neg), inputs: smallvec![x], tag: None, ..g.node(x).clone() });
         assert_eq!(g.untagged_inside_regions(), vec![stray]);
         assert_ne!(after, stray);
     }

@@ -23,3 +23,47 @@ pub(crate) fn join<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Se
         (first, second.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })
 }
+
+/// `(0..len).map(item)` collected, the two halves made at once where there is a second CPU.
+/// Both are written straight into the one vector: collecting each half on its own and joining
+/// them would hold (and first touch) half as much memory again, 300 MB for a 10⁶-node graph's
+/// partition nodes.
+pub(crate) fn collect_halves<T: Send>(len: usize, item: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let mut out = Vec::with_capacity(len);
+    let half = len / 2;
+    let (first, second) = out.spare_capacity_mut()[..len].split_at_mut(half);
+    let fill = |slots: &mut [std::mem::MaybeUninit<T>], from: usize| {
+        for (k, slot) in slots.iter_mut().enumerate() {
+            slot.write(item(from + k));
+        }
+    };
+    join(|| fill(first, 0), || fill(second, half));
+    // SAFETY: `join` returned, so both fills ran to their end and every slot below `len` holds
+    // an item (a panic in either is resumed before this line; what was written then leaks).
+    unsafe { out.set_len(len) };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halves_collect_in_order_at_every_length() {
+        for len in [0, 1, 2, 3, 7, 1000] {
+            let items = collect_halves(len, |k| format!("item {k}"));
+            assert_eq!(items, (0..len).map(|k| format!("item {k}")).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_panic_in_either_half_reaches_the_caller() {
+        for bad in [1, 900] {
+            let caught = std::panic::catch_unwind(|| {
+                collect_halves(1000, |k| if k == bad { panic!("item {k}") } else { vec![k] })
+            });
+            let message = caught.expect_err("the panic is resumed");
+            assert_eq!(message.downcast_ref::<String>().map(String::as_str), Some(format!("item {bad}").as_str()));
+        }
+    }
+}

@@ -102,5 +102,5 @@ pub(crate) fn record_node(
         let (policy, source) = spec.policy.resolve(op.kind(), None);
         Tag { region, policy, source }
     });
-    st.graph.push(Node { op, inputs, shape, dtype, tag, name: None, loc: Some(loc) })
+    st.graph.push(Node { op, inputs: inputs.into(), shape: shape.into(), dtype, tag, name: None, loc: Some(loc) })
 }

@@ -40,7 +40,7 @@ impl Tensor {
     /// runs on.
     pub fn shape(&self) -> Vec<usize> {
         match self.id {
-            Some(id) => self.state.borrow().graph.node(id).shape.clone(),
+            Some(id) => self.state.borrow().graph.node(id).shape.to_vec(),
             None => self.guess.as_ref().map_or_else(Vec::new, |g| g.0.clone()),
         }
     }

@@ -200,7 +200,7 @@ fn a_valid_small_document_reads() {
         "[6]",
     ))
     .unwrap();
-    assert_eq!(g.node(remat_core::NodeId::new(3)).shape, vec![2, 4]);
+    assert_eq!(g.node(remat_core::NodeId::new(3)).shape[..], [2, 4]);
     assert_eq!(g.node(remat_core::NodeId::new(4)).op, Op::Clamp { min: f64::NEG_INFINITY, max: 1.5 });
     assert_eq!(g.node(remat_core::NodeId::new(5)).op, Op::Dropout { p: 0.25, seed: 7, key: 5 });
 }

@@ -8,6 +8,7 @@ use remat_core::{
     load_state, save_state, AdamW, CpuBackend, DType, Error, Feeds, HostData, HostTensor, Model, Optimizer, Params,
     Progress, Sgd,
 };
+use smallvec::smallvec;
 use std::path::PathBuf;
 
 fn temp(name: &str) -> PathBuf {
@@ -214,8 +215,8 @@ fn a_state_of_parameters_sharing_a_name_is_refused() {
     for _ in 0..2 {
         g.push(Node {
             op: Op::Param { init: Init::Ones },
-            inputs: vec![],
-            shape: vec![2],
+            inputs: smallvec![],
+            shape: smallvec![2],
             dtype: DType::F32,
             tag: None,
             name: Some("w".into()),

@@ -10,7 +10,7 @@ mod rules;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Node, NodeId};
+use crate::graph::{Graph, Inputs, Node, NodeId, Shape};
 use crate::op::{BinaryOp, Op, ReduceOp};
 use crate::shape::numel;
 
@@ -205,7 +205,7 @@ pub(crate) struct Backward {
 
 impl Backward {
     /// Appends `op(inputs)`. A failure here is a bug in a gradient rule, reported as such.
-    pub fn op(&mut self, op: Op, inputs: Vec<NodeId>) -> Result<NodeId> {
+    pub fn op(&mut self, op: Op, inputs: impl Into<Inputs>) -> Result<NodeId> {
         let name = op.name();
         let id = self
             .graph
@@ -216,14 +216,22 @@ impl Backward {
     }
 
     /// Appends a leaf (a constant).
-    pub fn leaf(&mut self, op: Op, shape: Vec<usize>, dtype: DType) -> NodeId {
+    pub fn leaf(&mut self, op: Op, shape: impl Into<Shape>, dtype: DType) -> NodeId {
         self.grad_of.push(self.owner);
-        self.graph.push(Node { op, inputs: vec![], shape, dtype, tag: None, name: None, loc: None })
+        self.graph.push(Node {
+            op,
+            inputs: Inputs::new(),
+            shape: shape.into(),
+            dtype,
+            tag: None,
+            name: None,
+            loc: None,
+        })
     }
 
     /// A scalar constant.
     pub fn scalar(&mut self, value: f64, dtype: DType) -> NodeId {
-        self.leaf(Op::Constant { value }, vec![], dtype)
+        self.leaf(Op::Constant { value }, Shape::new(), dtype)
     }
 
     /// Shape of a node.

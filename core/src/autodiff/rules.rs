@@ -109,7 +109,7 @@ pub(super) fn backprop(
                 let len: usize = shape[shape.len() - layout.inner_rank()..].iter().product();
                 if wanted.contains(&k) {
                     let part = bw.op(Op::Slice { axis: last, start, len }, vec![flat])?;
-                    out.push((k, bw.op(Op::Reshape { shape }, vec![part])?));
+                    out.push((k, bw.op(Op::Reshape { shape: shape.to_vec() }, vec![part])?));
                 }
                 start += len;
             }
@@ -158,7 +158,7 @@ pub(super) fn backprop(
             let xs = shape_of(0);
             let kept = crate::shape::reduced(&xs, axes, true);
             let gk = if *keepdim { g } else { bw.op(Op::Reshape { shape: kept }, vec![g])? };
-            let mut ge = bw.op(Op::Expand { shape: xs.clone() }, vec![gk])?;
+            let mut ge = bw.op(Op::Expand { shape: xs.to_vec() }, vec![gk])?;
             if matches!(node.op, Op::Reduce { op: ReduceOp::Mean, .. }) {
                 let count: usize = axes.iter().map(|&a| xs[a]).product();
                 let inv = bw.scalar(1.0 / count as f64, gd);
@@ -180,7 +180,7 @@ pub(super) fn backprop(
             // Positions 0 and 1 map back to the fp8 operands, which receive f32 gradients.
             matmul_grads(bw, a, b, gs, &wanted, &mut out)?;
         }
-        Op::Reshape { .. } => out.push((0, bw.op(Op::Reshape { shape: shape_of(0) }, vec![g])?)),
+        Op::Reshape { .. } => out.push((0, bw.op(Op::Reshape { shape: shape_of(0).to_vec() }, vec![g])?)),
         Op::Transpose { perm } => {
             let mut inverse = vec![0; perm.len()];
             for (i, &p) in perm.iter().enumerate() {

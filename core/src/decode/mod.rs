@@ -236,7 +236,7 @@ fn encoder_contexts(graph: &Graph) -> Result<Vec<Context>> {
                 "the encoder's outputs must have distinct names, not `tokens` or `position`: `{name}` is taken"
             )));
         }
-        contexts.push(Context { name, shape: node.shape.clone(), dtype: node.dtype });
+        contexts.push(Context { name, shape: node.shape.to_vec(), dtype: node.dtype });
     }
     Ok(contexts)
 }
@@ -287,7 +287,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
         for (&id, role) in self.step.plan.resident().iter().zip(&self.step.roles) {
             if let Role::Cache(k) = role {
                 let node = graph.node(id);
-                caches.push((*k, self.backend.upload(&HostTensor::full(node.shape.clone(), 0.0, node.dtype)?)?));
+                caches.push((*k, self.backend.upload(&HostTensor::full(node.shape.to_vec(), 0.0, node.dtype)?)?));
             }
         }
         caches.sort_by_key(|&(k, _)| k);

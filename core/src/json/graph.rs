@@ -3,7 +3,7 @@
 use super::fields::IdRef;
 use super::{at, attrs, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
+use crate::graph::{Graph, Inputs, Node, NodeId, Region, RegionId, Shape, SrcLoc, Tag};
 use crate::op::{Meta, Op, OpKind};
 use crate::partition::DocId;
 use crate::policy::{Policy, PolicySource};
@@ -98,7 +98,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
                 .inputs
                 .iter()
                 .map(|i| ids.resolve(i, |x| super::listed_in(raw_nodes, x), k).map(NodeId::new))
-                .collect::<std::result::Result<Vec<_>, _>>()
+                .collect::<std::result::Result<Inputs, _>>()
                 .map_err(|m| at(&id, &d.op, m))?;
             let region = d.region.map(|r| regions.get(r));
             let node = node(&g, k, &id, inputs, region, d)?;
@@ -136,13 +136,13 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
 }
 
 /// Reads node `k` (document id `id`), checking it against the graph so far.
-fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<RegionId>, d: NodeIn<'_>) -> Result<Node> {
+fn node(g: &Graph, k: usize, id: &DocId, inputs: Inputs, region: Option<RegionId>, d: NodeIn<'_>) -> Result<Node> {
     let err = |m: String| super::at_named(id, &d.op, d.name.as_deref(), m);
     let kind = op_kind(&d.op).map_err(&err)?;
     let op = attrs::read(kind, &d.attrs, k as u32).map_err(&err)?;
     let dtype =
         d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(|m| err(format!("field \"dtype\": {m}")))?;
-    let shape: Option<Vec<usize>> = match &d.shape {
+    let shape: Option<Shape> = match &d.shape {
         None => None,
         Some(s) => Some(
             s.iter()
@@ -162,13 +162,13 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Vec<NodeId>, region: Option<Reg
     } else {
         let metas: SmallVec<[Meta<'_>; 4]> = inputs.iter().map(|&i| g.node(i).meta()).collect();
         let (inferred, out) = op.infer(&metas).map_err(&err)?;
-        if shape.as_ref().is_some_and(|s| *s != inferred) || dtype.is_some_and(|t| t != out) {
+        if shape.as_ref().is_some_and(|s| s[..] != inferred[..]) || dtype.is_some_and(|t| t != out) {
             let declared: Vec<String> =
                 [shape.as_deref().map(fmt_shape), dtype.map(|t| t.to_string())].into_iter().flatten().collect();
             let declared = declared.join(" ");
             return Err(err(format!("declared {declared} but the op produces {} {out}", fmt_shape(&inferred))));
         }
-        (inferred, out)
+        (Shape::from_vec(inferred), out)
     };
     if crate::shape::checked_bytes(&shape, dtype.size()).is_none() {
         return Err(err(format!("{} {dtype} is more than 2^64 bytes", fmt_shape(&shape))));

@@ -325,16 +325,7 @@ impl PGraph {
         // Large graphs are converted in two halves at once where there is a second CPU (10⁶
         // nodes take about a second on one).
         let nodes = if g.len() >= 100_000 {
-            let half = g.len() as u32 / 2;
-            let first = || {
-                let mut nodes = Vec::with_capacity(g.len());
-                nodes.extend((0..half).map(NodeId::new).map(node));
-                nodes
-            };
-            let second = || (half..g.len() as u32).map(NodeId::new).map(node).collect::<Vec<_>>();
-            let (mut nodes, rest) = crate::par::join(first, second);
-            nodes.extend(rest);
-            nodes
+            crate::par::collect_halves(g.len(), |k| node(NodeId::new(k as u32)))
         } else {
             g.ids().map(node).collect()
         };
