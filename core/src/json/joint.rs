@@ -4,7 +4,7 @@ use super::fields::{self, IdRef};
 use super::{at, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::Result;
 use crate::graph::NodeId;
-use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
+use crate::partition::{value_bytes, DocId, Flags, Label, PGraph, PNode, PRegion, StorageType};
 use crate::policy::{Policy, PolicySource};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -226,7 +226,7 @@ fn rng_state(
     p: &Parsed<'_>,
 ) -> Result<State> {
     let n = &p.node;
-    let err = |m: String| super::at_named(&n.id, &n.op, n.name.as_deref(), m);
+    let err = |m: String| super::at_named(&n.id, &n.op, n.name(), m);
     let Some(bytes) = p.rng_state_bytes else {
         return match &p.rng_state {
             Some(key) => Err(err(format!("field \"rng_state\" ({key:?}) needs \"rng_state_bytes\" beside it"))),
@@ -381,8 +381,7 @@ fn describe(d: NodeIn<'_>) -> Result<Parsed<'_>> {
         grad_of: None,
         shape,
         dtype,
-        name: d.name.map(Cow::into_owned),
-        loc: d.loc.map(Cow::into_owned),
+        label: Label::of(d.name.map(Cow::into_owned), d.loc.map(Cow::into_owned)),
         id,
     };
     Ok(Parsed {
@@ -420,7 +419,7 @@ impl<'a> Placed<'a, '_> {
         let mut node = p.node;
         self.ids.define(&p.id, k).map_err(|m| at(&node.id, &node.op, m))?;
         self.index_of.push(before.len() as u32);
-        let err = |n: &PNode, m: String| super::at_named(&n.id, &n.op, n.name.as_deref(), m);
+        let err = |n: &PNode, m: String| super::at_named(&n.id, &n.op, n.name(), m);
         node.inputs.extend(state);
         for id in &p.inputs {
             let input = self.resolve(id, k).map_err(|m| err(&node, m))?;
@@ -474,8 +473,8 @@ pub(super) fn to_text(g: &PGraph) -> String {
             policy: n.policy.map(Policy::name),
             source: n.policy.and(n.source).filter(|s| *s != PolicySource::Explicit).map(PolicySource::name),
             grad_of: n.grad_of.map(|u| g.node(u).id.to_json()),
-            name: n.name.as_deref(),
-            loc: n.loc.as_deref(),
+            name: n.name(),
+            loc: n.loc(),
             rng_state_bytes: state.map(|s| s.bytes),
             rng_state: state.and_then(|s| shared_state_key(s, n)),
         };

@@ -232,10 +232,25 @@ pub struct PNode {
     pub shape: Option<SmallVec<[usize; 4]>>,
     /// Element type, when known.
     pub dtype: Option<StorageType>,
+    /// Its name and source location, when it has either (boxed: most nodes have neither, and
+    /// the two held inline would be a fifth of every node).
+    pub label: Option<Box<Label>>,
+}
+
+/// A node's name and the source location of the user's code that recorded it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Label {
     /// The value's name (`.name(..)`, or an input's / parameter's name).
     pub name: Option<String>,
     /// Source location of the user's code, when known.
     pub loc: Option<String>,
+}
+
+impl Label {
+    /// The label of a node with this name and location: none when it has neither.
+    pub fn of(name: Option<String>, loc: Option<String>) -> Option<Box<Label>> {
+        (name.is_some() || loc.is_some()).then(|| Box::new(Label { name, loc }))
+    }
 }
 
 impl PNode {
@@ -256,9 +271,18 @@ impl PNode {
             grad_of: None,
             shape: None,
             dtype: None,
-            name: None,
-            loc: None,
+            label: None,
         }
+    }
+
+    /// The value's name (`.name(..)`, or an input's / parameter's name).
+    pub fn name(&self) -> Option<&str> {
+        self.label.as_ref()?.name.as_deref()
+    }
+
+    /// Source location of the user's code, when known.
+    pub fn loc(&self) -> Option<&str> {
+        self.label.as_ref()?.loc.as_deref()
     }
 }
 
@@ -318,8 +342,7 @@ impl PGraph {
                 grad_of: joint.grad_of(id),
                 shape: Some(SmallVec::from_slice(&n.shape)),
                 dtype: Some(StorageType::of(n.dtype)),
-                name: n.name.clone(),
-                loc: n.loc.map(|l| l.to_string()),
+                label: Label::of(n.name.clone(), n.loc.map(|l| l.to_string())),
             }
         };
         // Large graphs are converted in two halves at once where there is a second CPU (10⁶
@@ -492,13 +515,13 @@ impl PGraph {
     pub fn describe(&self, i: NodeId) -> String {
         let n = self.node(i);
         let mut s = format!("{} ({}", n.id, crate::text::shorten(&n.op, crate::text::CELL));
-        if let Some(name) = &n.name {
+        if let Some(name) = n.name() {
             s += &format!(" {}", crate::text::quoted(name));
         }
         if let Some(r) = n.region {
             s += &format!(" in {}", self.region_label(r));
         }
-        if let Some(loc) = &n.loc {
+        if let Some(loc) = n.loc() {
             s += &format!(" at {}", crate::text::shorten(loc, crate::text::CELL));
         }
         s + ")"

@@ -39,7 +39,7 @@ pub fn dot(g: &PGraph, partition: Option<&Partition>) -> String {
     let line = |i: usize| -> String {
         let n = &g.nodes[i];
         let mut label = format!("{} {}", n.id.label(), text::shorten(&n.op, text::CELL));
-        if let Some(name) = &n.name {
+        if let Some(name) = n.name() {
             label += &format!(" {}", text::quoted(name));
         }
         let second = match (&n.shape, n.dtype) {

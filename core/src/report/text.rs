@@ -121,8 +121,8 @@ impl Report<'_> {
             n.shape.as_ref().map_or_else(dash, |s| cell(&crate::shape::fmt_shape(s))),
             n.dtype.map_or_else(dash, |t| t.to_string()),
             n.region.map_or_else(dash, |r| self.graph.region_label(r)),
-            n.name.as_deref().map_or_else(dash, cell),
-            n.loc.as_deref().map_or_else(dash, cell),
+            n.name().map_or_else(dash, cell),
+            n.loc().map_or_else(dash, cell),
         ]
     }
 }
