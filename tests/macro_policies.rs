@@ -138,8 +138,8 @@ fn save_names_saves_named_values() {
             ("transpose", Some((PreferRecompute, Default))),
         ]
     );
-    assert_eq!(graph.nodes()[2].name.as_deref(), Some("h"));
-    assert_eq!(graph.nodes()[4].name.as_deref(), Some("attn"));
+    assert_eq!(graph.nodes()[2].name(), Some("h"));
+    assert_eq!(graph.nodes()[4].name(), Some("attn"));
 }
 
 #[checkpoint(policy = save(matmul), budget = 0.25)]

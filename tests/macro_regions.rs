@@ -254,7 +254,7 @@ fn traced_graph_has_no_untagged_op_inside_a_region() {
     let nodes = graph.nodes();
     let (inside, outside) = nodes.split_at(nodes.len() - 2);
     for node in inside.iter().filter(|n| !n.op.info().leaf) {
-        let tag = node.tag.unwrap_or_else(|| panic!("untagged {} at {:?}", node.op.name(), node.loc));
+        let tag = node.tag.unwrap_or_else(|| panic!("untagged {} at {:?}", node.op.name(), node.loc()));
         assert_ne!(tag.source, PolicySource::Explicit);
         assert!(tag.region.raw() < 7);
     }

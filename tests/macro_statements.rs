@@ -67,7 +67,7 @@ fn statements_win_over_names() {
             ("cos", PreferRecompute, Default),
         ]
     );
-    assert_eq!(graph.nodes()[3].name.as_deref(), Some("renamed"));
+    assert_eq!(graph.nodes()[3].name(), Some("renamed"));
 }
 
 #[checkpoint(policy = save(matmul))]

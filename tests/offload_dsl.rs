@@ -53,7 +53,7 @@ fn traced(f: Body) -> Graph {
 }
 
 fn policy_of(graph: &Graph, name: &str) -> (Policy, PolicySource) {
-    let node = graph.nodes().iter().find(|n| n.name.as_deref() == Some(name)).unwrap();
+    let node = graph.nodes().iter().find(|n| n.name() == Some(name)).unwrap();
     let tag = node.tag.unwrap();
     (tag.policy, tag.source)
 }
@@ -62,8 +62,10 @@ fn policy_of(graph: &Graph, name: &str) -> (Policy, PolicySource) {
 fn offloaded(model: &Model) -> Vec<String> {
     let p = model.partition().unwrap();
     let graph = model.joint().graph();
-    let mut names: Vec<String> =
-        (0..p.offloaded.len()).filter(|&i| p.offloaded[i]).filter_map(|i| graph.nodes()[i].name.clone()).collect();
+    let mut names: Vec<String> = (0..p.offloaded.len())
+        .filter(|&i| p.offloaded[i])
+        .filter_map(|i| graph.nodes()[i].name().map(str::to_string))
+        .collect();
     names.sort();
     names
 }

@@ -110,7 +110,7 @@ fn a_float8_linear_saves_only_the_matmul_output() {
         let p = model.partition().unwrap();
         let leaves: Vec<&str> = (0..model.joint().n_forward())
             .filter(|&i| p.saved[i] && g.nodes()[i].op.info().leaf)
-            .map(|i| g.nodes()[i].name.as_deref().unwrap_or(""))
+            .map(|i| g.nodes()[i].name().unwrap_or(""))
             .collect();
         assert_eq!(leaves, ["x", "w", "b"], "{strategy}: resident inputs and parameters");
     }

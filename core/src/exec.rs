@@ -296,7 +296,7 @@ fn compute<B: Backend>(
         metas.push(graph.node(i).meta());
     }
     let call = KernelCall { op, ..KernelCall::for_node(graph, id, &metas, run_seed) };
-    backend.execute(&call, &inputs).map_err(|e| match (e, node.loc) {
+    backend.execute(&call, &inputs).map_err(|e| match (e, node.loc()) {
         // Name the user's line that recorded the op, so a bad id points at its embedding call.
         (Error::Node { node, op, message }, Some(loc)) => {
             Error::Node { node, op, message: format!("{message} (recorded at {loc})") }

@@ -83,13 +83,43 @@ pub struct Node {
     pub dtype: DType,
     /// Region and policy, for ops recorded inside a region.
     pub tag: Option<Tag>,
+    /// Its name and source location, when it has either (boxed: most nodes of a differentiated
+    /// graph have neither, and the two held inline would be a third of every node).
+    pub label: Option<Box<NodeLabel>>,
+}
+
+/// A node's name and where the user's code recorded it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeLabel {
     /// The value's name: `.name("attn")`, or an input's / parameter's declared name.
     pub name: Option<String>,
     /// Where the user's code recorded it.
     pub loc: Option<SrcLoc>,
 }
 
+impl NodeLabel {
+    /// The label of a node with this name and location: none when it has neither.
+    pub fn of(name: Option<String>, loc: Option<SrcLoc>) -> Option<Box<NodeLabel>> {
+        (name.is_some() || loc.is_some()).then(|| Box::new(NodeLabel { name, loc }))
+    }
+}
+
 impl Node {
+    /// The value's name: `.name("attn")`, or an input's / parameter's declared name.
+    pub fn name(&self) -> Option<&str> {
+        self.label.as_ref()?.name.as_deref()
+    }
+
+    /// Where the user's code recorded it.
+    pub fn loc(&self) -> Option<SrcLoc> {
+        self.label.as_ref()?.loc
+    }
+
+    /// Names the value (keeping its location).
+    pub fn set_name(&mut self, name: String) {
+        self.label.get_or_insert_with(Box::default).name = Some(name);
+    }
+
     /// Bytes of the node's value.
     pub fn bytes(&self) -> usize {
         numel(&self.shape).saturating_mul(self.dtype.size())
@@ -162,7 +192,7 @@ impl Graph {
             op: op.name(),
             message,
         })?;
-        Ok(self.push(Node { op, inputs, shape: Shape::from_vec(shape), dtype, tag: None, name: None, loc: None }))
+        Ok(self.push(Node { op, inputs, shape: Shape::from_vec(shape), dtype, tag: None, label: None }))
     }
 
     /// What `op` would produce from `inputs`.
@@ -244,7 +274,7 @@ impl Graph {
             return Vec::new();
         }
         for node in &self.nodes {
-            let (Some(tag), Some(name)) = (node.tag, node.name.as_deref()) else { continue };
+            let (Some(tag), Some(name)) = (node.tag, node.name()) else { continue };
             let Some(spec) = self.region(tag.region).spec.filter(|s| s.policy.names().next().is_some()) else {
                 continue;
             };
@@ -304,7 +334,7 @@ impl Graph {
     /// op and id (`input_3`, `param_3`) when it has none.
     pub fn leaf_name(&self, id: NodeId) -> String {
         let node = self.node(id);
-        node.name.clone().unwrap_or_else(|| format!("{}_{}", node.op.name(), id.raw()))
+        node.name().map(str::to_string).unwrap_or_else(|| format!("{}_{}", node.op.name(), id.raw()))
     }
 
     /// The inputs (nodes of op `input`), in id order.
@@ -340,7 +370,7 @@ impl Graph {
             if !matches!(node.op, Op::Input | Op::Param { .. }) {
                 continue;
             }
-            let Some(name) = node.name.as_deref() else { continue };
+            let Some(name) = node.name() else { continue };
             if let Some(first) = leaf_names.insert(name, id) {
                 return Err(Error::Node {
                     node: id,
@@ -438,10 +468,10 @@ impl Graph {
         if let Some(t) = n.tag {
             let _ = write!(line, " {{{} {} {} {}}}", t.region, self.region(t.region).name, t.policy, t.source.name());
         }
-        if let Some(name) = &n.name {
+        if let Some(name) = n.name() {
             let _ = write!(line, " name={name}");
         }
-        if let Some(loc) = n.loc {
+        if let Some(loc) = n.loc() {
             let _ = write!(line, " @ {loc}");
         }
         line
@@ -459,15 +489,8 @@ mod tests {
         let mut g = Graph::new();
         let r = g.add_region(Region { parent: None, name: "f".into(), spec: None, budget: None });
         let tag = Some(Tag { region: r, policy: Policy::PreferRecompute, source: PolicySource::Default });
-        let leaf = Node {
-            op: Op::Input,
-            inputs: smallvec![],
-            shape: smallvec![2],
-            dtype: DType::F32,
-            tag: None,
-            name: None,
-            loc: None,
-        };
+        let leaf =
+            Node { op: Op::Input, inputs: smallvec![], shape: smallvec![2], dtype: DType::F32, tag: None, label: None };
         let x = g.push(leaf);
         let a = g.push(Node { op: Op::Unary(UnaryOp::Exp), inputs: smallvec![x], tag, ..g.node(x).clone() });
         let stray = g.push(Node { op: Op::Unary(UnaryOp::Sin), inputs: smallvec![a], tag: None, ..g.node(x).clone() });

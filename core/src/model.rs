@@ -171,14 +171,12 @@ impl Model {
         let graph = &self.forward;
         let mut outputs = Vec::with_capacity(names.len());
         for &name in names {
-            let found: Vec<NodeId> = (0..graph.len() as u32)
-                .map(NodeId::new)
-                .filter(|&i| graph.node(i).name.as_deref() == Some(name))
-                .collect();
+            let found: Vec<NodeId> =
+                (0..graph.len() as u32).map(NodeId::new).filter(|&i| graph.node(i).name() == Some(name)).collect();
             match found.as_slice() {
                 [id] => outputs.push(*id),
                 [] => {
-                    let known = || graph.nodes().iter().filter_map(|n| n.name.as_deref());
+                    let known = || graph.nodes().iter().filter_map(|n| n.name());
                     let hint = remat_catalog::closest(name, known())
                         .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
                     return Err(Error::Invalid(format!(

@@ -3,7 +3,7 @@
 
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::graph::{Graph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
+use crate::graph::{Graph, Node, NodeId, NodeLabel, Region, RegionId, SrcLoc, Tag};
 use crate::op::Op;
 use crate::region::active_regions;
 use std::cell::RefCell;
@@ -102,5 +102,12 @@ pub(crate) fn record_node(
         let (policy, source) = spec.policy.resolve(op.kind(), None);
         Tag { region, policy, source }
     });
-    st.graph.push(Node { op, inputs: inputs.into(), shape: shape.into(), dtype, tag, name: None, loc: Some(loc) })
+    st.graph.push(Node {
+        op,
+        inputs: inputs.into(),
+        shape: shape.into(),
+        dtype,
+        tag,
+        label: NodeLabel::of(None, Some(loc)),
+    })
 }

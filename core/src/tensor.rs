@@ -71,7 +71,7 @@ impl Tensor {
             let mut st = self.state.borrow_mut();
             let regions_spec = st.graph.node(id).tag.and_then(|t| st.graph.region(t.region).spec.map(|s| (t, s)));
             let node = st.graph.node_mut(id);
-            node.name = Some(name.to_string());
+            node.set_name(name.to_string());
             if let Some((tag, spec)) = regions_spec {
                 if tag.source != PolicySource::Statement {
                     let (policy, source) = spec.policy.resolve(node.op.kind(), Some(name));

@@ -116,14 +116,13 @@ impl Trace {
     #[track_caller]
     fn leaf(&self, op: Op, name: &str, shape: &[usize], dtype: DType) -> Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
-        let duplicate =
-            self.state.borrow().graph.nodes().iter().any(|n| n.op.info().leaf && n.name.as_deref() == Some(name));
+        let duplicate = self.state.borrow().graph.nodes().iter().any(|n| n.op.info().leaf && n.name() == Some(name));
         if duplicate {
             self.state.borrow_mut().fail(op.name(), loc, format!("`{name}` is already declared"));
             return Tensor::poisoned_in(&self.state, (shape.to_vec(), dtype));
         }
         let id = record_node(&self.state, op, vec![], shape.to_vec(), dtype, loc);
-        self.state.borrow_mut().graph.node_mut(id).name = Some(name.to_string());
+        self.state.borrow_mut().graph.node_mut(id).set_name(name.to_string());
         Tensor::of(&self.state, id)
     }
 

@@ -112,7 +112,7 @@ fn regions_and_tags_survive() {
     let tagged = back.nodes().iter().filter(|n| n.tag.is_some()).count();
     assert!(tagged > 10 && tagged == g.nodes().iter().filter(|n| n.tag.is_some()).count());
     assert!(back.nodes().iter().any(|n| n.tag.is_some_and(|t| t.policy == Policy::MustSave)));
-    assert!(back.nodes().iter().all(|n| n.loc.is_some()), "source locations travel");
+    assert!(back.nodes().iter().all(|n| n.loc().is_some()), "source locations travel");
 }
 
 #[test]

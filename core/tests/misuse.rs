@@ -203,14 +203,14 @@ fn leaf_names_are_unique_and_never_missing() {
             .replace(r#""inputs": [0, 1]"#, r#""inputs": [0, "x"]"#),
     )
     .unwrap();
-    assert_eq!(named.node(named.inputs()[0]).name.as_deref(), Some("x"), "a string id names its input");
+    assert_eq!(named.node(named.inputs()[0]).name(), Some("x"), "a string id names its input");
 }
 
 /// A graph built by hand with two parameters of one name cannot save a training state that
 /// would mix them up: an error, not a panic inside safetensors.
 #[test]
 fn a_state_of_parameters_sharing_a_name_is_refused() {
-    use remat_core::{Graph, Init, Node, Op};
+    use remat_core::{Graph, Init, Node, NodeLabel, Op};
     let mut g = Graph::new();
     for _ in 0..2 {
         g.push(Node {
@@ -219,8 +219,7 @@ fn a_state_of_parameters_sharing_a_name_is_refused() {
             shape: smallvec![2],
             dtype: DType::F32,
             tag: None,
-            name: Some("w".into()),
-            loc: None,
+            label: NodeLabel::of(Some("w".into()), None),
         });
     }
     let params = Params::init(&g, 0).unwrap();

@@ -180,7 +180,7 @@ fn run_policy(
     let feed_values = [("tokens", tokens_of(cfg, 1)), ("targets", tokens_of(cfg, 2))];
     for &id in model.plan().resident() {
         let node = fwd.node(id);
-        let name = node.name.clone().unwrap_or_default();
+        let name = node.name().unwrap_or_default().to_string();
         let value = match params.get(&name) {
             Some(v) => v.clone(),
             None => {

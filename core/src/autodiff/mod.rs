@@ -218,15 +218,7 @@ impl Backward {
     /// Appends a leaf (a constant).
     pub fn leaf(&mut self, op: Op, shape: impl Into<Shape>, dtype: DType) -> NodeId {
         self.grad_of.push(self.owner);
-        self.graph.push(Node {
-            op,
-            inputs: Inputs::new(),
-            shape: shape.into(),
-            dtype,
-            tag: None,
-            name: None,
-            loc: None,
-        })
+        self.graph.push(Node { op, inputs: Inputs::new(), shape: shape.into(), dtype, tag: None, label: None })
     }
 
     /// A scalar constant.

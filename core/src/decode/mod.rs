@@ -225,7 +225,7 @@ fn encoder_contexts(graph: &Graph) -> Result<Vec<Context>> {
     let mut contexts: Vec<Context> = Vec::new();
     for &id in graph.outputs() {
         let node = graph.node(id);
-        let Some(name) = node.name.clone() else {
+        let Some(name) = node.name().map(str::to_string) else {
             return Err(Error::Invalid(format!(
                 "the encoder's output {} has no name: name each with `.name(\"..\")`, the name the step reads it by",
                 graph.describe(id)
@@ -403,7 +403,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
         let finished = exec::run_program(self.backend, graph, &encoder.plan, resident, 0, Mode::Eval)?;
         let mut slots = finished.slots;
         for &out in graph.outputs() {
-            let name = graph.node(out).name.clone().unwrap_or_default();
+            let name = graph.node(out).name().map(str::to_string).unwrap_or_default();
             match slots[out.index()].take() {
                 Some(Slot::Owned(buffer)) => {
                     self.contexts.insert(name, buffer);
@@ -575,7 +575,7 @@ fn trained_value<'p>(params: &'p Params, graph: &Graph, id: NodeId, name: &str) 
         name: name.to_string(),
         message: format!(
             "declared by the decoder at {}, but the trained parameters have none of that name{} (they have: {})",
-            node.loc.map_or("?".to_string(), |l| l.to_string()),
+            node.loc().map_or("?".to_string(), |l| l.to_string()),
             remat_catalog::closest(name, params.names().iter().map(String::as_str))
                 .map_or(String::new(), |c| format!("; did you mean `{c}`?")),
             crate::text::short_list(params.names().iter().map(String::as_str), 6)

@@ -342,7 +342,7 @@ impl PGraph {
                 grad_of: joint.grad_of(id),
                 shape: Some(SmallVec::from_slice(&n.shape)),
                 dtype: Some(StorageType::of(n.dtype)),
-                label: Label::of(n.name.clone(), n.loc.map(|l| l.to_string())),
+                label: Label::of(n.name().map(str::to_string), n.loc().map(|l| l.to_string())),
             }
         };
         // Large graphs are converted in two halves at once where there is a second CPU (10⁶
