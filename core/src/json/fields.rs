@@ -21,7 +21,7 @@ impl IdRef<'_> {
     pub fn owned(&self) -> DocId {
         match self {
             IdRef::Int(i) => DocId::Index(*i),
-            IdRef::Str(s) => DocId::Name(s.to_string()),
+            IdRef::Str(s) => DocId::Name((**s).into()),
         }
     }
 }
@@ -242,9 +242,9 @@ fn node_error(
         return top_error(format!("nodes[{k}]: expected a node object, got {}", got(Some(&value))));
     }
     let id = match value.get("id") {
-        Some(Value::String(s)) => DocId::Name(s.clone()),
+        Some(Value::String(s)) => DocId::Name(s.as_str().into()),
         Some(v) if v.as_u64().is_some() => DocId::Index(v.as_u64().unwrap_or(0)),
-        _ => DocId::Name(format!("nodes[{k}]")),
+        _ => DocId::Name(format!("nodes[{k}]").into()),
     };
     let op = value.get("op").and_then(Value::as_str).unwrap_or("?");
     let name = value.get("name").and_then(Value::as_str);

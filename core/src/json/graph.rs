@@ -186,7 +186,7 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Inputs, region: Option<RegionId
     let name = match (d.name, &op) {
         (Some(name), _) => Some(name.into_owned()),
         (None, Op::Input | Op::Param { .. }) => Some(match id {
-            DocId::Name(s) => s.clone(),
+            DocId::Name(s) => s.to_string(),
             DocId::Index(i) => format!("{}_{i}", op.name()),
         }),
         (None, _) => None,

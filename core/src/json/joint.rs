@@ -253,7 +253,7 @@ fn rng_state(
     }
     let label = p.rng_state.as_deref().map_or_else(|| n.id.label_raw(), str::to_string);
     let mut state = PNode::new(before.len() as u64, RNG_STATE_OP, &[], false, bytes);
-    state.id = DocId::Name(format!("{label}{RNG_STATE_SUFFIX}"));
+    state.id = DocId::Name(format!("{label}{RNG_STATE_SUFFIX}").into());
     state.flags = Flags { not_recomputable: true, rng_state: true, ..Flags::default() };
     state.region = p.region.map(|r| regions.get(r));
     Ok(State::New(Box::new(state)))

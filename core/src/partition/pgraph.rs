@@ -45,8 +45,8 @@ pub struct Flags {
 pub enum DocId {
     /// An integer id (`12`), printed `%12`.
     Index(u64),
-    /// A string id (`"addmm_1"`), printed quoted.
-    Name(String),
+    /// A string id (`"addmm_1"`), printed quoted (a boxed `str`: the id is 16 bytes, not 24).
+    Name(Box<str>),
 }
 
 impl DocId {
@@ -54,7 +54,7 @@ impl DocId {
     pub fn to_json(&self) -> serde_json::Value {
         match self {
             DocId::Index(i) => serde_json::Value::from(*i),
-            DocId::Name(s) => serde_json::Value::from(s.as_str()),
+            DocId::Name(s) => serde_json::Value::from(&**s),
         }
     }
 
@@ -73,7 +73,7 @@ impl DocId {
     pub fn label_raw(&self) -> String {
         match self {
             DocId::Index(i) => i.to_string(),
-            DocId::Name(s) => s.clone(),
+            DocId::Name(s) => s.to_string(),
         }
     }
 
@@ -476,7 +476,7 @@ impl PGraph {
         }
         ids.into_iter()
             .map(|text| {
-                let as_name = DocId::Name(text.to_string());
+                let as_name = DocId::Name(text.into());
                 let as_index = text.parse().ok().map(DocId::Index);
                 by_id
                     .get(&as_name)
