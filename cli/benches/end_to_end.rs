@@ -60,10 +60,10 @@ fn ms(d: Duration) -> String {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    if std::env::args().any(|a| a == "--graph") {
-        return residual_mlp_stages(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")), 250_000);
-    }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if std::env::args().any(|a| a == "--graph") {
+        return residual_mlp_stages(&dir, 250_000);
+    }
     let layers: &[usize] = if quick { &[512] } else { &[512, 27_778] };
     println!(
         "{:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10}",

@@ -85,22 +85,23 @@ pub struct Node {
     pub tag: Option<Tag>,
     /// Its name and source location, when it has either (boxed: most nodes of a differentiated
     /// graph have neither, and the two held inline would be a third of every node).
-    pub label: Option<Box<NodeLabel>>,
+    pub label: Option<Box<Label<SrcLoc>>>,
 }
 
-/// A node's name and where the user's code recorded it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct NodeLabel {
+/// A node's name and where the user's code recorded it: a [`SrcLoc`] in traced graphs, the
+/// document's text in a partition graph ([`crate::partition::PNode`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Label<Loc> {
     /// The value's name: `.name("attn")`, or an input's / parameter's declared name.
     pub name: Option<String>,
     /// Where the user's code recorded it.
-    pub loc: Option<SrcLoc>,
+    pub loc: Option<Loc>,
 }
 
-impl NodeLabel {
+impl<Loc> Label<Loc> {
     /// The label of a node with this name and location: none when it has neither.
-    pub fn of(name: Option<String>, loc: Option<SrcLoc>) -> Option<Box<NodeLabel>> {
-        (name.is_some() || loc.is_some()).then(|| Box::new(NodeLabel { name, loc }))
+    pub fn of(name: Option<String>, loc: Option<Loc>) -> Option<Box<Label<Loc>>> {
+        (name.is_some() || loc.is_some()).then(|| Box::new(Label { name, loc }))
     }
 }
 
@@ -117,7 +118,10 @@ impl Node {
 
     /// Names the value (keeping its location).
     pub fn set_name(&mut self, name: String) {
-        self.label.get_or_insert_with(Box::default).name = Some(name);
+        match &mut self.label {
+            Some(label) => label.name = Some(name),
+            None => self.label = Label::of(Some(name), None),
+        }
     }
 
     /// Bytes of the node's value.

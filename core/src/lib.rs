@@ -48,7 +48,7 @@ pub use decode::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use exec::{run, run_inference, RunOutput};
-pub use graph::{Graph, Inputs, Node, NodeLabel, Region, Shape, SrcLoc, Tag};
+pub use graph::{Graph, Inputs, Label, Node, Region, Shape, SrcLoc, Tag};
 pub use host::{HostData, HostTensor, HostValuesMut};
 pub use huge_pages::HugePageAlloc;
 pub use id::{NodeId, RegionId};

@@ -3,7 +3,7 @@
 
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::graph::{Graph, Node, NodeId, NodeLabel, Region, RegionId, SrcLoc, Tag};
+use crate::graph::{Graph, Label, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 use crate::op::Op;
 use crate::region::active_regions;
 use std::cell::RefCell;
@@ -108,6 +108,6 @@ pub(crate) fn record_node(
         shape: shape.into(),
         dtype,
         tag,
-        label: NodeLabel::of(None, Some(loc)),
+        label: Label::of(None, Some(loc)),
     })
 }

@@ -210,7 +210,7 @@ fn leaf_names_are_unique_and_never_missing() {
 /// would mix them up: an error, not a panic inside safetensors.
 #[test]
 fn a_state_of_parameters_sharing_a_name_is_refused() {
-    use remat_core::{Graph, Init, Node, NodeLabel, Op};
+    use remat_core::{Graph, Init, Label, Node, Op};
     let mut g = Graph::new();
     for _ in 0..2 {
         g.push(Node {
@@ -219,7 +219,7 @@ fn a_state_of_parameters_sharing_a_name_is_refused() {
             shape: smallvec![2],
             dtype: DType::F32,
             tag: None,
-            label: NodeLabel::of(Some("w".into()), None),
+            label: Label::of(Some("w".into()), None),
         });
     }
     let params = Params::init(&g, 0).unwrap();

@@ -3,7 +3,7 @@
 use super::fields::IdRef;
 use super::{at, attrs, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Inputs, Node, NodeId, NodeLabel, Region, RegionId, Shape, SrcLoc, Tag};
+use crate::graph::{Graph, Inputs, Label, Node, NodeId, Region, RegionId, Shape, SrcLoc, Tag};
 use crate::op::{Meta, Op, OpKind};
 use crate::partition::DocId;
 use crate::policy::{Policy, PolicySource};
@@ -191,7 +191,7 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Inputs, region: Option<RegionId
         }),
         (None, _) => None,
     };
-    Ok(Node { op, inputs, shape, dtype, tag, label: NodeLabel::of(name, loc) })
+    Ok(Node { op, inputs, shape, dtype, tag, label: Label::of(name, loc) })
 }
 
 /// The tag fields of a node: policy (with its source) and region go together.

@@ -3,8 +3,8 @@
 use super::fields::{self, IdRef};
 use super::{at, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::Result;
-use crate::graph::NodeId;
-use crate::partition::{value_bytes, DocId, Flags, Label, PGraph, PNode, PRegion, StorageType};
+use crate::graph::{Label, NodeId};
+use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
 use crate::policy::{Policy, PolicySource};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;

@@ -33,7 +33,7 @@ pub use classify::counts_bytes;
 pub use evaluate::{evaluate, Evaluation};
 pub use maxflow::FlowNetwork;
 pub use offload::{exposed_times, CostModel};
-pub use pgraph::{value_bytes, DocId, Flags, Label, PGraph, PNode, PRegion, StorageType};
+pub use pgraph::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
 
 use crate::error::Result;
 use crate::graph::{NodeId, RegionId};

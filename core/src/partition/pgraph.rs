@@ -11,9 +11,8 @@
 
 use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
-use crate::graph::{NodeId, RegionId};
+use crate::graph::{Inputs, Label, NodeId, RegionId, Shape};
 use crate::policy::{Policy, PolicySource};
-use smallvec::SmallVec;
 use std::borrow::Cow;
 
 /// Properties of a node that constrain how it may be kept.
@@ -210,7 +209,7 @@ pub struct PNode {
     pub op: Cow<'static, str>,
     /// Input nodes (smaller indices); up to four held inline, as nearly every op has (a heap
     /// block per node would be a tenth of a 10⁶-node graph's memory).
-    pub inputs: SmallVec<[NodeId; 4]>,
+    pub inputs: Inputs,
     /// Whether the node belongs to the backward pass.
     pub backward: bool,
     /// Bytes of its value.
@@ -229,28 +228,12 @@ pub struct PNode {
     /// records it; foreign graphs may omit it, and then it forces nothing by the boundary rule).
     pub grad_of: Option<NodeId>,
     /// Shape, when known; up to four dimensions held inline.
-    pub shape: Option<SmallVec<[usize; 4]>>,
+    pub shape: Option<Shape>,
     /// Element type, when known.
     pub dtype: Option<StorageType>,
     /// Its name and source location, when it has either (boxed: most nodes have neither, and
     /// the two held inline would be a fifth of every node).
-    pub label: Option<Box<Label>>,
-}
-
-/// A node's name and the source location of the user's code that recorded it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Label {
-    /// The value's name (`.name(..)`, or an input's / parameter's name).
-    pub name: Option<String>,
-    /// Source location of the user's code, when known.
-    pub loc: Option<String>,
-}
-
-impl Label {
-    /// The label of a node with this name and location: none when it has neither.
-    pub fn of(name: Option<String>, loc: Option<String>) -> Option<Box<Label>> {
-        (name.is_some() || loc.is_some()).then(|| Box::new(Label { name, loc }))
-    }
+    pub label: Option<Box<Label<String>>>,
 }
 
 impl PNode {
@@ -323,7 +306,7 @@ impl PGraph {
             PNode {
                 id: DocId::Index(id.raw() as u64),
                 op: Cow::Borrowed(n.op.name()),
-                inputs: SmallVec::from_slice(&n.inputs),
+                inputs: n.inputs.clone(),
                 backward,
                 bytes: n.bytes() as u64,
                 flops: g.node_flops(id),
@@ -340,7 +323,7 @@ impl PGraph {
                 policy: n.tag.map(|t| t.policy),
                 source: n.tag.map(|t| t.source),
                 grad_of: joint.grad_of(id),
-                shape: Some(SmallVec::from_slice(&n.shape)),
+                shape: Some(n.shape.clone()),
                 dtype: Some(StorageType::of(n.dtype)),
                 label: Label::of(n.name().map(str::to_string), n.loc().map(|l| l.to_string())),
             }
