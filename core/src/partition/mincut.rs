@@ -11,7 +11,7 @@
 //! which recomputes the fewest nodes and so the fewest FLOPs.
 
 use super::classify::{closure_from, counts_bytes, Class};
-use super::maxflow::FlowNetwork;
+use super::maxflow::{Capacity, FlowNetwork};
 use super::{PGraph, Reason};
 use crate::graph::NodeId;
 use crate::policy::Policy;
@@ -33,25 +33,25 @@ pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, 
     let n = g.len();
     let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
     let relevant = closure_from(g, reads.to_vec(), &forced);
-    let role = |i: usize| {
-        let node = &g.nodes[i];
-        match class[i] {
+    let role: Vec<Role> = g
+        .nodes
+        .iter()
+        .zip(class)
+        .map(|(node, class)| match class {
             Class::Forced(_) => Role::Kept,
             Class::Forbidden(_) | Class::Soft(Reason::PreferRecompute | Reason::Factory) => Role::Unsaved,
             Class::Soft(_) if node.flags.compute_intensive && node.policy.is_none() => Role::Kept,
             Class::Soft(_) => Role::Open,
-        }
-    };
+        })
+        .collect();
     // Network nodes: 0 source, 1 sink, then per relevant node an `out` and (if open) an `in`.
-    const SOURCE: u32 = 0;
-    const SINK: u32 = 1;
     let mut v_in = vec![u32::MAX; n];
     let mut v_out = vec![u32::MAX; n];
     let mut count = 2u32;
     for i in (0..n).filter(|&i| relevant[i]) {
         v_out[i] = count;
         count += 1;
-        v_in[i] = match role(i) {
+        v_in[i] = match role[i] {
             Role::Kept => SOURCE,
             Role::Unsaved => v_out[i],
             Role::Open => {
@@ -60,35 +60,21 @@ pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, 
             }
         };
     }
-    // Per value: its own edge, one per input, and the sink's where the backward reads it.
-    let edges = (0..n).filter(|&i| relevant[i]).map(|i| 2 + g.nodes[i].inputs.len()).sum();
-    let mut net = FlowNetwork::with_capacity(count as usize, edges);
+    let network =
+        Network { g, reads, relevant: &relevant, role: &role, v_in: &v_in, v_out: &v_out, nodes: count as usize };
+    // Half the memory where the finite capacities allow (nearly always: they are the bytes of
+    // one graph's values).
+    let finite: u128 =
+        (0..n).filter(|&i| relevant[i] && role[i] != Role::Unsaved).map(|i| g.nodes[i].bytes as u128).sum();
+    let sink_side = if finite < <u64 as Capacity>::INFINITE as u128 {
+        network.sink_side::<u64>()
+    } else {
+        network.sink_side::<u128>()
+    };
     let mut chosen = vec![None; n];
     for i in (0..n).filter(|&i| relevant[i]) {
-        let node = &g.nodes[i];
-        let id = NodeId::from_index(i);
-        match role(i) {
-            Role::Kept => {
-                let cost = if counts_bytes(g, id) { node.bytes } else { 0 };
-                net.add_edge(SOURCE, v_out[i], cost);
-            }
-            Role::Open => {
-                net.add_edge(v_in[i], v_out[i], node.bytes);
-            }
-            Role::Unsaved => {}
-        }
-        if v_in[i] != SOURCE {
-            for &u in &node.inputs {
-                if relevant[u.index()] {
-                    net.add_infinite_edge(v_out[u.index()], v_in[i]);
-                }
-            }
-        }
-        if reads[i] {
-            net.add_infinite_edge(v_out[i], SINK);
-        }
         if let Class::Soft(soft) = class[i] {
-            chosen[i] = Some(match (role(i), node.policy) {
+            chosen[i] = Some(match (role[i], g.nodes[i].policy) {
                 _ if soft == Reason::Factory => Reason::Factory,
                 (_, Some(Policy::PreferRecompute)) => Reason::PreferRecompute,
                 (Role::Kept, _) => Reason::ComputeIntensive,
@@ -96,10 +82,61 @@ pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, 
             });
         }
     }
-    net.max_flow(SOURCE, SINK);
-    let sink_side = net.sink_side(SINK);
     let at_hand = (0..n)
-        .map(|i| relevant[i] && role(i) != Role::Unsaved && (v_in[i] == SOURCE || !sink_side[v_in[i] as usize]))
+        .map(|i| relevant[i] && role[i] != Role::Unsaved && (v_in[i] == SOURCE || !sink_side[v_in[i] as usize]))
         .collect();
     (at_hand, chosen)
+}
+
+/// Index of the source and sink in the network.
+const SOURCE: u32 = 0;
+const SINK: u32 = 1;
+
+/// The network's layout: which nodes enter it, as what, and their network nodes.
+struct Network<'a> {
+    g: &'a PGraph,
+    reads: &'a [bool],
+    relevant: &'a [bool],
+    role: &'a [Role],
+    v_in: &'a [u32],
+    v_out: &'a [u32],
+    /// Network nodes.
+    nodes: usize,
+}
+
+impl Network<'_> {
+    /// Builds the network with capacities `C`, cuts it, and returns the sink side of the
+    /// minimum cut nearest the sink, per network node.
+    fn sink_side<C: Capacity>(&self) -> Vec<bool> {
+        let (g, relevant, role, v_in, v_out) = (self.g, self.relevant, self.role, self.v_in, self.v_out);
+        let n = g.len();
+        // Per value: its own edge, one per input, and the sink's where the backward reads it.
+        let edges = (0..n).filter(|&i| relevant[i]).map(|i| 2 + g.nodes[i].inputs.len()).sum();
+        let mut net = FlowNetwork::<C>::with_capacity(self.nodes, edges);
+        for i in (0..n).filter(|&i| relevant[i]) {
+            let node = &g.nodes[i];
+            match role[i] {
+                Role::Kept => {
+                    let cost = if counts_bytes(g, NodeId::from_index(i)) { node.bytes } else { 0 };
+                    net.add_edge(SOURCE, v_out[i], cost);
+                }
+                Role::Open => {
+                    net.add_edge(v_in[i], v_out[i], node.bytes);
+                }
+                Role::Unsaved => {}
+            }
+            if v_in[i] != SOURCE {
+                for &u in &node.inputs {
+                    if relevant[u.index()] {
+                        net.add_infinite_edge(v_out[u.index()], v_in[i]);
+                    }
+                }
+            }
+            if self.reads[i] {
+                net.add_infinite_edge(v_out[i], SINK);
+            }
+        }
+        net.max_flow(SOURCE, SINK);
+        net.sink_side(SINK)
+    }
 }
