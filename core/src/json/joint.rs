@@ -4,7 +4,7 @@ use super::fields::{self, IdRef};
 use super::{at, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::Result;
 use crate::graph::{Label, NodeId};
-use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
+use crate::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, ShapeCache, StorageType};
 use crate::policy::{Policy, PolicySource};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -155,13 +155,14 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     };
     let mut nodes: Vec<PNode> = Vec::with_capacity(raw_nodes.len() / 120);
     let mut shared_states: HashMap<String, NodeId> = HashMap::new();
+    let mut shapes = ShapeCache::default();
     // One pass: each node is checked on its own as it is parsed (ahead, on a second thread),
     // then against the nodes before it, and stored.
     fields::each_node_pipelined(
         raw_nodes,
         FORMAT,
         &FIELDS,
-        |_, d| describe(d),
+        |_, d| describe(d, &mut shapes),
         |k, p: Parsed<'a>| {
             let state = match rng_state(&nodes, placed.regions, &shared_states, &p)? {
                 State::None => None,
@@ -284,8 +285,9 @@ struct Parsed<'a> {
 }
 
 /// Checks node `d`'s own fields (everything but the nodes it names) and builds it. Needs nothing
-/// of the graph so far, so it runs ahead on the parsing thread.
-fn describe(d: NodeIn<'_>) -> Result<Parsed<'_>> {
+/// of the graph so far, so it runs ahead on the parsing thread (its shape shared with recent
+/// nodes' through `shapes`).
+fn describe<'a>(d: NodeIn<'a>, shapes: &mut ShapeCache) -> Result<Parsed<'a>> {
     let id = d.id.owned();
     let op = d.op.as_ref();
     let err = |m: String| super::at_named(&id, op, d.name.as_deref(), m);
@@ -379,7 +381,7 @@ fn describe(d: NodeIn<'_>) -> Result<Parsed<'_>> {
         policy,
         source,
         grad_of: None,
-        shape,
+        shape: shape.map(|s| shapes.share(&s)),
         dtype,
         label: Label::of(d.name.map(Cow::into_owned), d.loc.map(Cow::into_owned)),
         id,

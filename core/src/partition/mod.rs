@@ -33,6 +33,7 @@ pub use classify::counts_bytes;
 pub use evaluate::{evaluate, Evaluation};
 pub use maxflow::FlowNetwork;
 pub use offload::{exposed_times, CostModel};
+pub(crate) use pgraph::ShapeCache;
 pub use pgraph::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
 
 use crate::error::Result;

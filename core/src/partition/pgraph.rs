@@ -11,9 +11,10 @@
 
 use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
-use crate::graph::{Inputs, Label, NodeId, RegionId, Shape};
+use crate::graph::{Inputs, Label, NodeId, RegionId};
 use crate::policy::{Policy, PolicySource};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Properties of a node that constrain how it may be kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -227,8 +228,10 @@ pub struct PNode {
     /// For a backward node: the forward node whose gradient it computes part of (autodiff
     /// records it; foreign graphs may omit it, and then it forces nothing by the boundary rule).
     pub grad_of: Option<NodeId>,
-    /// Shape, when known; up to four dimensions held inline.
-    pub shape: Option<Shape>,
+    /// Shape, when known; shared with other nodes of the same shape (the readers hand out one
+    /// block per run of equal shapes, [`ShapeCache`]: a shape held inline would be a quarter of
+    /// every node).
+    pub shape: Option<Arc<[usize]>>,
     /// Element type, when known.
     pub dtype: Option<StorageType>,
     /// Its name and source location, when it has either (boxed: most nodes have neither, and
@@ -282,6 +285,29 @@ pub struct PRegion {
     pub budget: Option<f64>,
 }
 
+/// The shapes a reader gave its last few nodes, to share with the next: equal shapes come in
+/// runs (a layer's activations, its weights, their gradients), so a handful catches nearly every
+/// node, and a node of a shape not among them gets a block of its own.
+#[derive(Default)]
+pub(crate) struct ShapeCache {
+    recent: [Option<Arc<[usize]>>; 4],
+    /// The entry the next new shape replaces.
+    next: usize,
+}
+
+impl ShapeCache {
+    /// `dims`, shared with an earlier node of this shape where one is recent.
+    pub(crate) fn share(&mut self, dims: &[usize]) -> Arc<[usize]> {
+        if let Some(shape) = self.recent.iter().flatten().find(|s| ***s == *dims) {
+            return shape.clone();
+        }
+        let shape: Arc<[usize]> = dims.into();
+        self.recent[self.next] = Some(shape.clone());
+        self.next = (self.next + 1) % self.recent.len();
+        shape
+    }
+}
+
 /// A joint graph for partitioning: nodes in topological order, forward and backward.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PGraph {
@@ -299,7 +325,7 @@ impl PGraph {
     /// The partition view of a traced joint graph.
     pub fn from_joint(joint: &JointGraph) -> PGraph {
         let g = joint.graph();
-        let node = |id: NodeId| {
+        let node = |shapes: &mut ShapeCache, id: NodeId| {
             let n = g.node(id);
             let info = n.op.info();
             let backward = !joint.is_forward(id);
@@ -323,7 +349,7 @@ impl PGraph {
                 policy: n.tag.map(|t| t.policy),
                 source: n.tag.map(|t| t.source),
                 grad_of: joint.grad_of(id),
-                shape: Some(n.shape.clone()),
+                shape: Some(shapes.share(&n.shape)),
                 dtype: Some(StorageType::of(n.dtype)),
                 label: Label::of(n.name().map(str::to_string), n.loc().map(|l| l.to_string())),
             }
@@ -331,9 +357,10 @@ impl PGraph {
         // Large graphs are converted in two halves at once where there is a second CPU (10⁶
         // nodes take about a second on one).
         let nodes = if g.len() >= 100_000 {
-            crate::par::collect_halves(g.len(), |k| node(NodeId::new(k as u32)))
+            crate::par::collect_halves(g.len(), ShapeCache::default, |shapes, k| node(shapes, NodeId::new(k as u32)))
         } else {
-            g.ids().map(node).collect()
+            let mut shapes = ShapeCache::default();
+            g.ids().map(|id| node(&mut shapes, id)).collect()
         };
         let regions = g
             .regions()
@@ -516,5 +543,31 @@ impl PGraph {
             Some(region) => format!("{}#{}", crate::text::shorten(&region.name, crate::text::CELL), region.key),
             None => format!("region#{}", r.raw()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_shared_within_a_run_and_always_equal_what_was_asked() {
+        let mut cache = ShapeCache::default();
+        // Runs of equal shapes, a scalar among them, then more distinct shapes than the cache
+        // holds, then the first again.
+        let asked: Vec<Vec<usize>> = [vec![4, 8], vec![4, 8], vec![], vec![8, 8], vec![4, 8], vec![]]
+            .into_iter()
+            .chain((1..=6).map(|k| vec![k, usize::MAX - k]))
+            .chain([vec![4, 8], vec![4, 8]])
+            .collect();
+        let given: Vec<Arc<[usize]>> = asked.iter().map(|s| cache.share(s)).collect();
+        for (a, g) in asked.iter().zip(&given) {
+            assert_eq!(&g[..], &a[..]);
+        }
+        // Recent equal shapes are one block; the first shape, pushed out by six others, is a new
+        // one when it comes back (and then shared again).
+        assert!(Arc::ptr_eq(&given[0], &given[1]) && Arc::ptr_eq(&given[0], &given[4]));
+        assert!(Arc::ptr_eq(&given[2], &given[5]));
+        assert!(!Arc::ptr_eq(&given[0], &given[12]) && Arc::ptr_eq(&given[12], &given[13]));
     }
 }
