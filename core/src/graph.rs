@@ -201,7 +201,7 @@ impl Graph {
 
     /// What `op` would produce from `inputs`.
     pub fn infer(&self, op: &Op, inputs: &[NodeId]) -> std::result::Result<(Vec<usize>, DType), String> {
-        let metas: Vec<Meta<'_>> = inputs.iter().map(|&i| self.node(i).meta()).collect();
+        let metas: SmallVec<[Meta<'_>; 4]> = inputs.iter().map(|&i| self.node(i).meta()).collect();
         op.infer(&metas)
     }
 
@@ -360,7 +360,7 @@ impl Graph {
     /// FLOPs to compute node `id` once (the op's count for its input and output shapes).
     pub fn node_flops(&self, id: NodeId) -> u64 {
         let node = self.node(id);
-        let metas: Vec<_> = node.inputs.iter().map(|&i| self.node(i).meta()).collect();
+        let metas: SmallVec<[Meta<'_>; 4]> = node.inputs.iter().map(|&i| self.node(i).meta()).collect();
         node.op.flops(&metas, &node.shape)
     }
 

@@ -9,17 +9,18 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryGradOp, UnaryOp};
+use smallvec::{smallvec, SmallVec};
 
 /// Which inputs (by position) gradients flow into. Ids and targets are integers (no gradient);
 /// `scaled_matmul`'s scales are treated as constants.
-pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> Vec<usize> {
+pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> SmallVec<[usize; 4]> {
     match op {
-        Op::CrossEntropy => vec![0],
-        Op::Embedding => vec![0],
-        Op::IndexSelect { .. } | Op::Gather { .. } => vec![0],
-        Op::Where => vec![1, 2],
-        Op::Compare(_) => vec![],
-        Op::ScaledMatmul => vec![0, 1],
+        Op::CrossEntropy => smallvec![0],
+        Op::Embedding => smallvec![0],
+        Op::IndexSelect { .. } | Op::Gather { .. } => smallvec![0],
+        Op::Where => smallvec![1, 2],
+        Op::Compare(_) => smallvec![],
+        Op::ScaledMatmul => smallvec![0, 1],
         // Every input (listed: a new op is a compile error here until its gradient inputs are).
         Op::Unary(_) | Op::Binary(_) | Op::Reduce { .. } | Op::Clamp { .. } | Op::Pow { .. } | Op::Matmul => {
             (0..arity).collect()
@@ -32,7 +33,7 @@ pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> Vec<usize> {
         }
         Op::Cast { .. } | Op::Dropout { .. } | Op::MatmulT { .. } => (0..arity).collect(),
         // Leaves have no inputs; backward-only ops are never differentiated again.
-        Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => vec![],
+        Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => smallvec![],
         Op::SliceGrad { .. } | Op::IndexSelectGrad { .. } | Op::GatherGrad { .. } | Op::ClampGrad { .. } => {
             (0..arity).collect()
         }
@@ -54,7 +55,7 @@ pub(super) fn backprop(
 ) -> Result<Vec<(NodeId, NodeId)>> {
     let node = fwd.node(id);
     let x = &node.inputs;
-    let wanted: Vec<usize> =
+    let wanted: SmallVec<[usize; 4]> =
         differentiable_inputs(&node.op, x.len()).into_iter().filter(|&k| needs[x[k].index()]).collect();
     if wanted.is_empty() {
         return Ok(vec![]);

@@ -201,10 +201,11 @@ impl<C: Capacity> FlowNetwork<C> {
         let mut total = C::default();
         let mut level = vec![u32::MAX; self.nodes];
         let mut cursor = vec![0u32; self.nodes];
+        let mut path = Vec::new();
         while self.levels(s, t, &mut level) {
             cursor.copy_from_slice(&self.start[..self.nodes]);
             loop {
-                let pushed = self.augment(s, t, &level, &mut cursor);
+                let pushed = self.augment(s, t, &level, &mut cursor, &mut path);
                 if pushed == C::default() {
                     break;
                 }
@@ -235,14 +236,15 @@ impl<C: Capacity> FlowNetwork<C> {
     }
 
     /// One augmenting path along increasing levels (iterative DFS with per-node cursors, so
-    /// dead ends are never revisited within a phase); returns the flow pushed.
-    fn augment(&mut self, s: u32, t: u32, level: &[u32], cursor: &mut [u32]) -> C {
-        let mut path: Vec<u32> = Vec::new(); // edges from s
+    /// dead ends are never revisited within a phase); returns the flow pushed. `path` is room
+    /// for the path's edges from `s`, kept between calls.
+    fn augment(&mut self, s: u32, t: u32, level: &[u32], cursor: &mut [u32], path: &mut Vec<u32>) -> C {
+        path.clear();
         let mut v = s;
         loop {
             if v == t {
                 let pushed = path.iter().map(|&e| self.cap[e as usize]).min().unwrap_or_default();
-                for &e in &path {
+                for &e in path.iter() {
                     self.cap[e as usize] -= pushed;
                     self.cap[(e ^ 1) as usize] += pushed;
                 }
