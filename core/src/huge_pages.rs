@@ -205,4 +205,28 @@ mod tests {
             HugePageAlloc.dealloc(block, layout);
         }
     }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn large_blocks_stay_mapped_on_their_own_after_a_larger_one_is_freed() {
+        // Stock glibc raises its mmap threshold to the size of a mapped block when that block is
+        // freed (up to 32 MiB), so that the next blocks below that size come from an arena, where
+        // freed memory stays with the process.
+        let big = Layout::from_size_align(24 << 20, 8).unwrap();
+        let next = Layout::from_size_align(HUGE_FROM + 12_345, 8).unwrap();
+        // SAFETY: non-zero layouts, each block freed with its own; the word read lies just
+        // before the block, in the header glibc keeps for it.
+        unsafe {
+            let block = HugePageAlloc.alloc(big);
+            assert!(!block.is_null());
+            HugePageAlloc.dealloc(block, big);
+            let block = HugePageAlloc.alloc(next);
+            assert!(!block.is_null());
+            // glibc's chunk header: the word before the block is its size, with bit 1 set when
+            // the chunk is a mapping of its own (IS_MMAPPED).
+            let mapped = (block as *const usize).sub(1).read() & 2 != 0;
+            HugePageAlloc.dealloc(block, next);
+            assert!(mapped, "a {}-byte block came from an arena, not a mapping of its own", next.size());
+        }
+    }
 }
