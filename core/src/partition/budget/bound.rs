@@ -13,7 +13,7 @@
 //! would overflow are cut to the largest integer, which also only lowers the bound.
 
 use super::Problem;
-use crate::partition::maxflow::FlowNetwork;
+use crate::partition::maxflow::{Capacity, FlowNetwork};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ const CUTS_BEFORE_STOPPING: usize = 2;
 /// network and its first cut, which needs no limit — a caller still computing the limit (a
 /// budget fraction's) can take it beside that work.
 pub(super) struct Bound {
-    net: Network,
+    net: Box<dyn Cuts + Send>,
     start: Instant,
     /// The first multiplier and its cut's cost and device bytes.
     first: (f64, f64, f64),
@@ -52,12 +52,9 @@ impl Bound {
             .collect();
         ratios.sort_by(f64::total_cmp);
         let lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
-        let mut net = Network::new(p);
-        let (cost, bytes) = net.cut(p, lambda, None);
-        let mut first_plan = p.base.clone();
-        for &c in &p.candidates {
-            first_plan[c.index()] = !net.sink[net.v_in[c.index()] as usize];
-        }
+        let mut net = networks(p, lambda);
+        let (cost, bytes) = net.cut(p, lambda, false);
+        let first_plan = net.plan(p);
         Bound { net, start, first: (lambda, cost, bytes), first_plan }
     }
 
@@ -78,7 +75,7 @@ impl Bound {
         // The flow of the greatest multiplier whose cut kept more than the limit: every later
         // multiplier is greater (the search steps up from it or bisects above it), and a greater
         // multiplier only raises capacities, so each later cut starts from that flow.
-        let mut warm: Option<Warm> = None;
+        let mut warm: Option<f64> = None;
         let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
         let mut best = 0.0f64;
         let (mut lambda, mut cost, mut bytes) = self.first;
@@ -86,7 +83,8 @@ impl Bound {
             best = best.max(cost + lambda * (bytes - limit));
             if bytes > limit {
                 lo = Some(lambda);
-                warm = Some(self.net.warm(lambda, warm.take()));
+                self.net.keep_flow();
+                warm = Some(lambda);
             } else {
                 hi = Some(lambda);
             }
@@ -105,7 +103,7 @@ impl Bound {
             {
                 break;
             }
-            (cost, bytes) = self.net.cut(p, lambda, warm.as_ref().filter(|w| w.lambda <= lambda));
+            (cost, bytes) = self.net.cut(p, lambda, warm.is_some_and(|w| w <= lambda));
         }
         let bound = best.max(0.0);
         if p.off.choose {
@@ -120,39 +118,92 @@ impl Bound {
 const SOURCE: u32 = 0;
 const SINK: u32 = 1;
 
+/// What a [`Bound`] asks of its network, whatever its capacity type.
+trait Cuts {
+    /// The least `cost + λ·device bytes` (FLOPs) over plans that keep every rule but the
+    /// limits, and that plan's device bytes; from the flow [`Cuts::keep_flow`] kept where `warm`
+    /// (its multiplier is at most λ), else from no flow.
+    fn cut(&mut self, p: &Problem<'_>, lambda: f64, warm: bool) -> (f64, f64);
+    /// Keeps the last cut's flow, to start cuts at greater multipliers from.
+    fn keep_flow(&mut self);
+    /// The last cut's plan: what is at hand (the candidates as cut, the rest as the problem's
+    /// base).
+    fn plan(&self, p: &Problem<'_>) -> Vec<bool>;
+}
+
+/// `p`'s network, first cut at `lambda`: with `u64` capacities where every capacity the cuts
+/// can set sums below 2^63 (nearly always; half the memory at 10⁶ nodes), else `u128`. The
+/// cuts [`Bound::finish`] takes step the multiplier by four at most [`CUTS`] times, so a
+/// `u64` network prices values at no multiplier above `lambda · 4^CUTS` — were a cut to ask for
+/// more, its capacities would be lower than asked, which only lowers the bound.
+fn networks(p: &Problem<'_>, lambda: f64) -> Box<dyn Cuts + Send> {
+    let most = lambda * 4f64.powi(CUTS as i32);
+    let (candidate, _) = Network::<u128>::roles(p);
+    let mut finite: u128 = 0;
+    for &i in &p.order {
+        if candidate[i] || !p.base[i] {
+            finite += cap(p.g.nodes[i].flops as f64) as u128;
+        }
+        if candidate[i] || p.base[i] {
+            finite += cap(Network::<u128>::keep_cost(p, i, most)) as u128;
+        }
+    }
+    if finite < <u64 as Capacity>::INFINITE as u128 {
+        Box::new(Network::<u64>::new(p, most))
+    } else {
+        Box::new(Network::<u128>::new(p, f64::INFINITY))
+    }
+}
+
 /// The network of a [`Bound`], built once: a multiplier changes only the capacities of the
 /// edges that price a value at hand, so each cut takes every flow back and sets those — or, from
 /// a smaller multiplier's flow, raises them.
-struct Network {
-    net: FlowNetwork,
+struct Network<C: Capacity> {
+    net: FlowNetwork<C>,
     /// Each value that may be at hand, with the edge that prices it.
     priced: Vec<(usize, u32)>,
     v_in: Vec<u32>,
     v_out: Vec<u32>,
-    /// The value of the last cut's flow.
-    flow: u128,
+    /// The greatest multiplier a value is priced at (infinite for `u128`).
+    most: f64,
+    /// The multiplier of the last cut, and that cut's flow.
+    lambda: f64,
+    flow: C,
     /// The last cut's sink side, per network node.
     sink: Vec<bool>,
+    /// The flow [`Cuts::keep_flow`] kept: its multiplier, residual capacities and value.
+    warm: Option<Warm<C>>,
 }
 
-impl Network {
-    fn new(p: &Problem<'_>) -> Self {
-        let n = p.g.len();
-        let mut candidate = vec![false; n];
+/// A maximum flow at multiplier `lambda`: the residual capacities and the flow's value.
+struct Warm<C> {
+    lambda: f64,
+    residual: Vec<C>,
+    flow: C,
+}
+
+impl<C: Capacity> Network<C> {
+    /// Per value, whether it is a candidate, and the number of network nodes.
+    fn roles(p: &Problem<'_>) -> (Vec<bool>, u32) {
+        let mut candidate = vec![false; p.g.len()];
         for &c in &p.candidates {
             candidate[c.index()] = true;
         }
+        (candidate, 2 + 2 * p.order.len() as u32)
+    }
+
+    fn new(p: &Problem<'_>, most: f64) -> Self {
+        let n = p.g.len();
+        let (candidate, count) = Self::roles(p);
         let (mut v_in, mut v_out) = (vec![u32::MAX; n], vec![u32::MAX; n]);
-        let mut count = 2u32;
-        for &i in &p.order {
-            v_out[i] = count;
-            v_in[i] = count + 1;
-            count += 2;
+        for (k, &i) in p.order.iter().enumerate() {
+            v_out[i] = 2 + 2 * k as u32;
+            v_in[i] = 3 + 2 * k as u32;
         }
         // Per value: its recompute edge (or the source's), one per input, its pricing edge, and
         // the sink's where the backward reads it.
         let edges = p.order.iter().map(|&i| 3 + p.g.nodes[i].inputs.len()).sum();
-        let mut net = FlowNetwork::with_capacity(count as usize, edges);
+        let mut net = FlowNetwork::<C>::with_capacity(count as usize, edges);
         let mut priced = Vec::new();
         for &i in &p.order {
             let node = &p.g.nodes[i];
@@ -177,11 +228,11 @@ impl Network {
                 net.add_infinite_edge(v_out[i], SINK);
             }
         }
-        Network { net, priced, v_in, v_out, flow: 0, sink: Vec::new() }
+        Network { net, priced, v_in, v_out, most, lambda: 0.0, flow: C::default(), sink: Vec::new(), warm: None }
     }
 
     /// What keeping value `i` costs at multiplier λ: its device bytes times λ, or its exposed
-    /// transfer where offloaded.
+    /// transfer where offloaded. (Never less at a greater multiplier.)
     fn keep_cost(p: &Problem<'_>, i: usize, lambda: f64) -> f64 {
         let bytes = if p.limits_of(i).is_empty() { 0.0 } else { lambda * p.g.nodes[i].bytes as f64 };
         let exposed = p.off.exposed[i] / p.off.s_per_flop;
@@ -198,17 +249,21 @@ impl Network {
         }
     }
 
-    /// The least `cost + λ·device bytes` (FLOPs) over plans that keep every rule but the
-    /// limits, and that plan's device bytes; from `warm`'s flow where there is one (its
-    /// multiplier is at most λ), else from no flow.
-    fn cut(&mut self, p: &Problem<'_>, lambda: f64, warm: Option<&Warm>) -> (f64, f64) {
-        let pushed = match warm {
+    /// The capacity that prices value `i` at multiplier λ (at most at [`Network::most`]).
+    fn price(&self, p: &Problem<'_>, i: usize, lambda: f64) -> u64 {
+        cap(Self::keep_cost(p, i, lambda.min(self.most)))
+    }
+}
+
+impl<C: Capacity> Cuts for Network<C> {
+    fn cut(&mut self, p: &Problem<'_>, lambda: f64, warm: bool) -> (f64, f64) {
+        let pushed = match self.warm.as_ref().filter(|_| warm) {
             Some(w) => {
                 debug_assert!(w.lambda <= lambda, "a warm start needs capacities that only grow");
                 self.net.restore(&w.residual);
                 for k in 0..self.priced.len() {
                     let (i, edge) = self.priced[k];
-                    let raise = cap(Self::keep_cost(p, i, lambda)).saturating_sub(cap(Self::keep_cost(p, i, w.lambda)));
+                    let raise = self.price(p, i, lambda).saturating_sub(self.price(p, i, w.lambda));
                     self.net.raise_capacity(edge, raise);
                 }
                 w.flow
@@ -217,13 +272,14 @@ impl Network {
                 self.net.clear_flow();
                 for k in 0..self.priced.len() {
                     let (i, edge) = self.priced[k];
-                    self.net.set_capacity(edge, cap(Self::keep_cost(p, i, lambda)));
+                    self.net.set_capacity(edge, self.price(p, i, lambda));
                 }
-                0
+                C::default()
             }
         };
+        self.lambda = lambda;
         self.flow = pushed.saturating_add(self.net.max_flow(SOURCE, SINK));
-        let value = self.flow as f64 / SCALE;
+        let value = self.flow.wide() as f64 / SCALE;
         // The plan of that cut: reached values whose `in` stays on the source side are at hand.
         self.sink = self.net.sink_side(SINK);
         let mut bytes = 0.0;
@@ -239,20 +295,21 @@ impl Network {
         (value - lambda * bytes, bytes)
     }
 
-    /// The last cut's flow, to start cuts at greater multipliers from (reusing `old`'s memory).
-    fn warm(&self, lambda: f64, old: Option<Warm>) -> Warm {
-        let mut residual = old.map(|w| w.residual).unwrap_or_default();
+    fn keep_flow(&mut self) {
+        // The memory of the flow kept before, reused.
+        let mut residual = self.warm.take().map(|w| w.residual).unwrap_or_default();
         residual.clear();
         residual.extend_from_slice(self.net.capacities());
-        Warm { lambda, residual, flow: self.flow }
+        self.warm = Some(Warm { lambda: self.lambda, residual, flow: self.flow });
     }
-}
 
-/// A maximum flow at multiplier `lambda`: the residual capacities and the flow's value.
-struct Warm {
-    lambda: f64,
-    residual: Vec<u128>,
-    flow: u128,
+    fn plan(&self, p: &Problem<'_>) -> Vec<bool> {
+        let mut plan = p.base.clone();
+        for &c in &p.candidates {
+            plan[c.index()] = !self.sink[self.v_in[c.index()] as usize];
+        }
+        plan
+    }
 }
 
 /// A cost in FLOPs as an integer capacity; capacities that would overflow are cut to the
