@@ -360,7 +360,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     } else {
         vec![0.0; g.len()]
     };
-    let ctx = budget::Offload::new(g, &class, &wishes.wish, &exposed, model, choose);
+    let ctx = budget::Offload::new(g, &class, &wishes.wish, exposed, model, choose);
     let (mut at_hand, mut chosen, off, bound) = match strategy {
         Strategy::Respect => budget::solve(g, &class, &reads, respect.clone(), &respect, None, &ctx)?,
         Strategy::MinCut => {
@@ -381,7 +381,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // where Prefer tags bind.
     let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
     classify::settle_view_bases(g, &class, &reads, prefer_binds, &mut at_hand, &mut chosen);
-    let mut p = finish(g, strategy, &class, &reads, &at_hand, &chosen, &off, &wishes, &exposed);
+    let mut p = finish(g, strategy, &class, &reads, &at_hand, &chosen, &off, &wishes, ctx.exposed());
     p.warnings.extend(wishes.warnings);
     let searched = strategy.budget().is_some() || g.regions.iter().any(|r| r.budget.is_some());
     p.optimality_gap = searched.then(|| {

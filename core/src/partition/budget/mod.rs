@@ -51,11 +51,16 @@ pub(super) struct Offload {
 }
 
 impl Offload {
+    /// Exposed seconds per value if offloaded.
+    pub(super) fn exposed(&self) -> &[f64] {
+        &self.exposed
+    }
+
     pub fn new(
         g: &PGraph,
         class: &[Class],
         wish: &[Option<Policy>],
-        exposed: &[f64],
+        exposed: Vec<f64>,
         model: &CostModel,
         choose: bool,
     ) -> Offload {
@@ -105,7 +110,7 @@ impl Offload {
                     && !must_save_base[i.index()]
             })
             .collect();
-        Offload { fixed, tagged, optional, exposed: exposed.to_vec(), s_per_flop: 1.0 / model.flops_per_s, choose }
+        Offload { fixed, tagged, optional, exposed, s_per_flop: 1.0 / model.flops_per_s, choose }
     }
 
     /// The same problem with the solver's offload choice off: tagged offloads only.
