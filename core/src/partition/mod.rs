@@ -31,7 +31,7 @@ mod pgraph;
 pub use check::check;
 pub use classify::counts_bytes;
 pub use evaluate::{evaluate, Evaluation};
-pub use maxflow::FlowNetwork;
+pub use maxflow::{Capacity, FlowNetwork};
 pub use offload::{exposed_times, CostModel};
 pub(crate) use pgraph::ShapeCache;
 pub use pgraph::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};

@@ -229,8 +229,7 @@ pub struct PNode {
     /// records it; foreign graphs may omit it, and then it forces nothing by the boundary rule).
     pub grad_of: Option<NodeId>,
     /// Shape, when known; shared with other nodes of the same shape (the readers hand out one
-    /// block per run of equal shapes, [`ShapeCache`]: a shape held inline would be a quarter of
-    /// every node).
+    /// block per run of equal shapes: a shape held inline would be a quarter of every node).
     pub shape: Option<Arc<[usize]>>,
     /// Element type, when known.
     pub dtype: Option<StorageType>,
