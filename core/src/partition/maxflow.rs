@@ -31,6 +31,10 @@ pub trait Capacity: Copy + Ord + Default + Debug + AddAssign + SubAssign + Send 
     fn wide(self) -> u128;
     /// `self + other`, or the type's largest value past it.
     fn saturating_add(self, other: Self) -> Self;
+    /// Whether a network whose finite capacities sum to `finite` may use this type.
+    fn holds(finite: u128) -> bool {
+        finite < Self::INFINITE.wide()
+    }
 }
 
 impl Capacity for u64 {
@@ -116,7 +120,7 @@ impl<C: Capacity> FlowNetwork<C> {
         #[cfg(debug_assertions)]
         {
             self.finite = self.finite - old as u128 + new as u128;
-            debug_assert!(self.finite < C::INFINITE.wide(), "finite capacities sum past this capacity type's infinity");
+            debug_assert!(C::holds(self.finite), "finite capacities sum past this capacity type's infinity");
         }
     }
 

@@ -66,11 +66,7 @@ pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, 
     // one graph's values).
     let finite: u128 =
         (0..n).filter(|&i| relevant[i] && role[i] != Role::Unsaved).map(|i| g.nodes[i].bytes as u128).sum();
-    let sink_side = if finite < <u64 as Capacity>::INFINITE as u128 {
-        network.sink_side::<u64>()
-    } else {
-        network.sink_side::<u128>()
-    };
+    let sink_side = if u64::holds(finite) { network.sink_side::<u64>() } else { network.sink_side::<u128>() };
     let mut chosen = vec![None; n];
     for i in (0..n).filter(|&i| relevant[i]) {
         if let Class::Soft(soft) = class[i] {

@@ -53,7 +53,7 @@ impl Bound {
         ratios.sort_by(f64::total_cmp);
         let lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
         let mut net = networks(p, lambda);
-        let (cost, bytes) = net.cut(p, lambda, false);
+        let (cost, bytes) = net.cut(p, lambda);
         let first_plan = net.plan(p);
         Bound { net, start, first: (lambda, cost, bytes), first_plan }
     }
@@ -72,10 +72,6 @@ impl Bound {
     /// [`CUTS_BEFORE_STOPPING`] cuts rather than keep the caller waiting.
     pub(super) fn finish(mut self, p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
         let limit = p.limits[0] as f64;
-        // The flow of the greatest multiplier whose cut kept more than the limit: every later
-        // multiplier is greater (the search steps up from it or bisects above it), and a greater
-        // multiplier only raises capacities, so each later cut starts from that flow.
-        let mut warm: Option<f64> = None;
         let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
         let mut best = 0.0f64;
         let (mut lambda, mut cost, mut bytes) = self.first;
@@ -83,8 +79,11 @@ impl Bound {
             best = best.max(cost + lambda * (bytes - limit));
             if bytes > limit {
                 lo = Some(lambda);
+                // The flow of the greatest multiplier whose cut kept more than the limit: every
+                // later multiplier is greater (the search steps up from it or bisects above it),
+                // and a greater multiplier only raises capacities, so each later cut starts from
+                // that flow.
                 self.net.keep_flow();
-                warm = Some(lambda);
             } else {
                 hi = Some(lambda);
             }
@@ -103,7 +102,7 @@ impl Bound {
             {
                 break;
             }
-            (cost, bytes) = self.net.cut(p, lambda, warm.is_some_and(|w| w <= lambda));
+            (cost, bytes) = self.net.cut(p, lambda);
         }
         let bound = best.max(0.0);
         if p.off.choose {
@@ -121,9 +120,9 @@ const SINK: u32 = 1;
 /// What a [`Bound`] asks of its network, whatever its capacity type.
 trait Cuts {
     /// The least `cost + λ·device bytes` (FLOPs) over plans that keep every rule but the
-    /// limits, and that plan's device bytes; from the flow [`Cuts::keep_flow`] kept where `warm`
-    /// (its multiplier is at most λ), else from no flow.
-    fn cut(&mut self, p: &Problem<'_>, lambda: f64, warm: bool) -> (f64, f64);
+    /// limits, and that plan's device bytes; from the flow [`Cuts::keep_flow`] kept where its
+    /// multiplier is at most λ (capacities only grow from it), else from no flow.
+    fn cut(&mut self, p: &Problem<'_>, lambda: f64) -> (f64, f64);
     /// Keeps the last cut's flow, to start cuts at greater multipliers from.
     fn keep_flow(&mut self);
     /// The last cut's plan: what is at hand (the candidates as cut, the rest as the problem's
@@ -138,17 +137,18 @@ trait Cuts {
 /// more, its capacities would be lower than asked, which only lowers the bound.
 fn networks(p: &Problem<'_>, lambda: f64) -> Box<dyn Cuts + Send> {
     let most = lambda * 4f64.powi(CUTS as i32);
-    let (candidate, _) = Network::<u128>::roles(p);
+    let candidate = candidates(p);
     let mut finite: u128 = 0;
     for &i in &p.order {
-        if candidate[i] || !p.base[i] {
+        let (recompute_possible, at_hand_possible) = choices(p, &candidate, i);
+        if recompute_possible {
             finite += cap(p.g.nodes[i].flops as f64) as u128;
         }
-        if candidate[i] || p.base[i] {
-            finite += cap(Network::<u128>::keep_cost(p, i, most)) as u128;
+        if at_hand_possible {
+            finite += cap(keep_cost(p, i, most)) as u128;
         }
     }
-    if finite < <u64 as Capacity>::INFINITE as u128 {
+    if u64::holds(finite) {
         Box::new(Network::<u64>::new(p, most))
     } else {
         Box::new(Network::<u128>::new(p, f64::INFINITY))
@@ -182,19 +182,42 @@ struct Warm<C> {
     flow: C,
 }
 
-impl<C: Capacity> Network<C> {
-    /// Per value, whether it is a candidate, and the number of network nodes.
-    fn roles(p: &Problem<'_>) -> (Vec<bool>, u32) {
-        let mut candidate = vec![false; p.g.len()];
-        for &c in &p.candidates {
-            candidate[c.index()] = true;
-        }
-        (candidate, 2 + 2 * p.order.len() as u32)
+/// Per value, whether it is one of `p`'s candidates.
+fn candidates(p: &Problem<'_>) -> Vec<bool> {
+    let mut candidate = vec![false; p.g.len()];
+    for &c in &p.candidates {
+        candidate[c.index()] = true;
     }
+    candidate
+}
 
+/// Whether value `i` may be recomputed, and whether it may be at hand.
+fn choices(p: &Problem<'_>, candidate: &[bool], i: usize) -> (bool, bool) {
+    (candidate[i] || !p.base[i], candidate[i] || p.base[i])
+}
+
+/// What keeping value `i` costs at multiplier λ: its device bytes times λ, or its exposed
+/// transfer where offloaded. (Never less at a greater multiplier.)
+fn keep_cost(p: &Problem<'_>, i: usize, lambda: f64) -> f64 {
+    let bytes = if p.limits_of(i).is_empty() { 0.0 } else { lambda * p.g.nodes[i].bytes as f64 };
+    let exposed = p.off.exposed[i] / p.off.s_per_flop;
+    if p.off.fixed[i] {
+        if p.off.choose {
+            exposed
+        } else {
+            0.0
+        }
+    } else if p.off.optional[i] {
+        bytes.min(exposed)
+    } else {
+        bytes
+    }
+}
+
+impl<C: Capacity> Network<C> {
     fn new(p: &Problem<'_>, most: f64) -> Self {
         let n = p.g.len();
-        let (candidate, count) = Self::roles(p);
+        let candidate = candidates(p);
         let (mut v_in, mut v_out) = (vec![u32::MAX; n], vec![u32::MAX; n]);
         for (k, &i) in p.order.iter().enumerate() {
             v_out[i] = 2 + 2 * k as u32;
@@ -203,12 +226,11 @@ impl<C: Capacity> Network<C> {
         // Per value: its recompute edge (or the source's), one per input, its pricing edge, and
         // the sink's where the backward reads it.
         let edges = p.order.iter().map(|&i| 3 + p.g.nodes[i].inputs.len()).sum();
-        let mut net = FlowNetwork::<C>::with_capacity(count as usize, edges);
+        let mut net = FlowNetwork::<C>::with_capacity(2 + 2 * p.order.len(), edges);
         let mut priced = Vec::new();
         for &i in &p.order {
             let node = &p.g.nodes[i];
-            let at_hand_possible = candidate[i] || p.base[i];
-            let recompute_possible = candidate[i] || !p.base[i];
+            let (recompute_possible, at_hand_possible) = choices(p, &candidate, i);
             if recompute_possible {
                 net.add_edge(SOURCE, v_in[i], cap(node.flops as f64));
                 for &x in &node.inputs {
@@ -231,35 +253,16 @@ impl<C: Capacity> Network<C> {
         Network { net, priced, v_in, v_out, most, lambda: 0.0, flow: C::default(), sink: Vec::new(), warm: None }
     }
 
-    /// What keeping value `i` costs at multiplier λ: its device bytes times λ, or its exposed
-    /// transfer where offloaded. (Never less at a greater multiplier.)
-    fn keep_cost(p: &Problem<'_>, i: usize, lambda: f64) -> f64 {
-        let bytes = if p.limits_of(i).is_empty() { 0.0 } else { lambda * p.g.nodes[i].bytes as f64 };
-        let exposed = p.off.exposed[i] / p.off.s_per_flop;
-        if p.off.fixed[i] {
-            if p.off.choose {
-                exposed
-            } else {
-                0.0
-            }
-        } else if p.off.optional[i] {
-            bytes.min(exposed)
-        } else {
-            bytes
-        }
-    }
-
     /// The capacity that prices value `i` at multiplier λ (at most at [`Network::most`]).
     fn price(&self, p: &Problem<'_>, i: usize, lambda: f64) -> u64 {
-        cap(Self::keep_cost(p, i, lambda.min(self.most)))
+        cap(keep_cost(p, i, lambda.min(self.most)))
     }
 }
 
 impl<C: Capacity> Cuts for Network<C> {
-    fn cut(&mut self, p: &Problem<'_>, lambda: f64, warm: bool) -> (f64, f64) {
-        let pushed = match self.warm.as_ref().filter(|_| warm) {
+    fn cut(&mut self, p: &Problem<'_>, lambda: f64) -> (f64, f64) {
+        let pushed = match self.warm.as_ref().filter(|w| w.lambda <= lambda) {
             Some(w) => {
-                debug_assert!(w.lambda <= lambda, "a warm start needs capacities that only grow");
                 self.net.restore(&w.residual);
                 for k in 0..self.priced.len() {
                     let (i, edge) = self.priced[k];
@@ -286,8 +289,8 @@ impl<C: Capacity> Cuts for Network<C> {
         for &i in &p.order {
             let reached = self.sink[self.v_out[i] as usize];
             let recomputed = self.sink[self.v_in[i] as usize];
-            let offloaded = p.off.fixed[i]
-                || (p.off.optional[i] && Self::keep_cost(p, i, lambda) < lambda * p.g.nodes[i].bytes as f64);
+            let offloaded =
+                p.off.fixed[i] || (p.off.optional[i] && keep_cost(p, i, lambda) < lambda * p.g.nodes[i].bytes as f64);
             if reached && !recomputed && !offloaded && !p.limits_of(i).is_empty() {
                 bytes += p.g.nodes[i].bytes as f64;
             }
