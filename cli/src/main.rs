@@ -77,19 +77,20 @@ enum Command {
     },
 }
 
-/// What a command works on: the joint graph to partition, and the traced joint graph when the
-/// file was a `remat.graph` (for planned peaks).
+/// What a command works on: the joint graph to partition, and whether it can be planned (read
+/// from a `remat.graph`: the partition graph of a traced joint graph plans as that graph does, so
+/// the joint graph itself is not kept).
 struct Loaded {
     pg: PGraph,
-    joint: Option<JointGraph>,
+    plannable: bool,
 }
 
 impl Loaded {
     fn partition(&self, strategy: Strategy) -> remat::Result<Partition> {
-        match (strategy, &self.joint) {
-            // A peak is searched over plans: a remat.graph has one.
-            (Strategy::Peak(limit), Some(joint)) => {
-                remat::partition::partition_for_peak(joint, &self.pg, limit, &Default::default()).map(|(p, _)| p)
+        match strategy {
+            // A peak is searched over plans: a remat.graph has them.
+            Strategy::Peak(limit) if self.plannable => {
+                remat::partition::partition_for_peak(&self.pg, &self.pg, limit, &Default::default()).map(|(p, _)| p)
             }
             _ => partition(&self.pg, strategy),
         }
@@ -97,9 +98,12 @@ impl Loaded {
 
     /// The plan, for `remat.graph` files.
     fn plan(&self, p: &Partition) -> remat::Result<Option<Plan>> {
-        let Some(joint) = &self.joint else { return Ok(None) };
-        let n = joint.n_forward();
-        Plan::with_offload(joint, &p.saved[..n], &p.offloaded[..n], &Default::default()).map(Some)
+        if !self.plannable {
+            return Ok(None);
+        }
+        // The forward nodes come first (the plan checks it).
+        let n = self.pg.nodes.iter().take_while(|n| !n.backward).count();
+        Plan::with_offload(&self.pg, &p.saved[..n], &p.offloaded[..n], &Default::default()).map(Some)
     }
 }
 
@@ -148,9 +152,13 @@ fn load(path: &Path) -> Result<Loaded, Failure> {
             // The joint graph holds the forward graph again; freed before the partition graph
             // is built, the two are never held at once with it (a tenth of the peak at 10⁶ nodes).
             drop(g);
-            Ok(Loaded { pg: PGraph::from_joint(&joint).with_forward_ids(&ids), joint: Some(joint) })
+            let pg = PGraph::from_joint(&joint).with_forward_ids(&ids);
+            // Nor is the joint graph held beside the partition graph, which plans alike: a third
+            // of the peak at 10⁶ nodes.
+            drop(joint);
+            Ok(Loaded { pg, plannable: true })
         }
-        Document::Joint(pg) => Ok(Loaded { pg, joint: None }),
+        Document::Joint(pg) => Ok(Loaded { pg, plannable: false }),
     }
 }
 
@@ -165,10 +173,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let bad = doc_error(&file);
             let p = loaded.partition(planning.strategy()).map_err(&bad)?;
             let plan = loaded.plan(&p).map_err(bad)?;
-            let windows = match (&plan, &loaded.joint) {
-                (Some(plan), Some(joint)) => plan.transfer_windows(joint.graph()),
-                _ => Vec::new(),
-            };
+            let windows = plan.as_ref().map_or_else(Vec::new, |plan| plan.transfer_windows(&loaded.pg));
             let mut report = Report::new(&loaded.pg, &p).with_transfer_windows(&windows);
             if let Some(plan) = &plan {
                 report = report

@@ -3,10 +3,9 @@
 //! so it is searched over the exact byte-budget plans: the more a plan may save, the less it
 //! recomputes; the search takes the largest byte budget whose plan peaks within the limit.
 
-use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::partition::{partition_with, Budget, CostModel, PGraph, Partition, Strategy};
-use crate::plan::Plan;
+use crate::plan::{Plan, Schedulable};
 use crate::text::fmt_bytes;
 
 /// Plans of the family walked through one by one, from the least recompute down, before the
@@ -28,7 +27,8 @@ impl Candidate {
 }
 
 /// The plan of least recompute whose predicted peak is at most `limit` bytes, among the exact
-/// byte-budget plans of `pg` (the joint graph of `joint`); an error giving the smallest peak the
+/// byte-budget plans of `pg` (the partition graph of `joint`, which plans them: a
+/// [`crate::JointGraph`], or `pg` itself — [`Schedulable`]); an error giving the smallest peak the
 /// search reached when none fits. The partition's strategy reads `peak=limit`.
 ///
 /// The exact plans of the byte budgets form a family ordered by the bytes they may save: a larger
@@ -37,8 +37,13 @@ impl Candidate {
 /// least-recompute plan of the family within the limit, and when none fits the smallest peak of
 /// the whole family is known. Peaks are not monotone in the budget, which is why every plan is
 /// visited. Past 400 plans it falls back to a sweep and a bisection, the best plan it visits.
-pub fn partition_for_peak(joint: &JointGraph, pg: &PGraph, limit: u64, model: &CostModel) -> Result<(Partition, Plan)> {
-    let n = joint.n_forward();
+pub fn partition_for_peak(
+    joint: &(impl Schedulable + ?Sized),
+    pg: &PGraph,
+    limit: u64,
+    model: &CostModel,
+) -> Result<(Partition, Plan)> {
+    let n = joint.forward_len()?;
     let plan = |strategy: Strategy| -> Result<Candidate> {
         let partition = partition_with(pg, strategy, model)?;
         let plan = Plan::with_offload(joint, &partition.saved[..n], &partition.offloaded[..n], model)?;

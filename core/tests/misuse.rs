@@ -251,3 +251,55 @@ fn deeply_nested_policies_are_clean_errors() {
         assert!(err.contains("nested more than 64 levels deep"), "{open}: {}", &err[..err.len().min(200)]);
     }
 }
+
+/// A partition graph plans as its joint graph does (the `remat` command plans `remat.graph`
+/// documents from it alone); one that is not a joint graph's — built by hand or read from a
+/// `remat.joint` document — is checked first, and what the planner cannot read is an error naming
+/// the node, never a panic or a wrong peak.
+#[test]
+fn partition_graphs_that_cannot_be_planned_are_refused_naming_the_node() {
+    use remat_core::partition::{PGraph, PNode};
+    use remat_core::plan::Schedulable;
+    use remat_core::{NodeId, Plan};
+    let plan = |pg: &PGraph, n: usize| Plan::with_offload(pg, &vec![true; n], &vec![false; n], &Default::default());
+    // x (an input), y = f(x), the loss, then its gradient.
+    let mut nodes = vec![
+        PNode::new(0, "input", &[], false, 8),
+        PNode::new(1, "sin", &[0], false, 8),
+        PNode::new(2, "sum", &[1], false, 4),
+        PNode::new(3, "cos", &[0, 2], true, 8),
+    ];
+    nodes[0].flags.resident = true;
+    let good = PGraph {
+        nodes,
+        regions: Vec::new(),
+        forward_outputs: vec![NodeId::new(2)],
+        backward_outputs: vec![NodeId::new(3)],
+    };
+    assert_eq!(good.forward_len().unwrap(), 3);
+    let p = plan(&good, 3).unwrap();
+    assert_eq!(p.resident(), &[NodeId::new(0)]);
+    // x, sin and the loss live at once; sin (read by no gradient) is freed before cos.
+    assert_eq!(p.predicted_peak(), 8 + 8 + 4);
+
+    // A forward node after a backward one.
+    let mut late = good.clone();
+    late.nodes.push(PNode::new(4, "exp", &[1], false, 8));
+    let e = late.forward_len().unwrap_err().to_string();
+    assert!(e.contains("%4 (exp)") && e.contains("a forward node after a backward one"), "{e}");
+    assert!(plan(&late, 3).is_err());
+
+    // An input that does not precede its reader, and a saved set of the wrong length.
+    let mut cycle = good.clone();
+    cycle.nodes[1].inputs[0] = NodeId::new(2);
+    let e = plan(&cycle, 3).unwrap_err().to_string();
+    assert!(e.contains("%1 (sin)") && e.contains("does not precede it"), "{e}");
+    let e = plan(&good, 4).unwrap_err().to_string();
+    assert!(e.contains("the forward has 3"), "{e}");
+
+    // Offloading the input: the node named as the partition graph names it.
+    let mut offloaded = vec![false; 3];
+    offloaded[0] = true;
+    let e = Plan::with_offload(&good, &[true; 3], &offloaded, &Default::default()).unwrap_err().to_string();
+    assert!(e.contains("%0 (input)") && e.contains("cannot be offloaded"), "{e}");
+}

@@ -114,6 +114,30 @@ const STRATEGIES: [Strategy; 8] = [
     Strategy::BudgetOffload(Budget::Bytes(200)),
 ];
 
+/// The plan of the partition graph alone (as the `remat` command makes it, the joint graph
+/// dropped) is the model's own, step for step, with the same peaks, windows and recompute.
+fn same_plan_from_partition_graph(model: &Model, pg: &PGraph) -> Result<(), TestCaseError> {
+    let p = model.partition().unwrap();
+    let n = model.joint().n_forward();
+    prop_assert_eq!(remat_core::plan::Schedulable::forward_len(pg).unwrap(), n);
+    let from_pg = remat_core::Plan::with_offload(pg, &p.saved[..n], &p.offloaded[..n], &Default::default()).unwrap();
+    let plan = model.plan();
+    prop_assert_eq!(from_pg.forward(), plan.forward());
+    prop_assert_eq!(from_pg.backward(), plan.backward());
+    prop_assert_eq!(from_pg.saved(), plan.saved());
+    prop_assert_eq!(from_pg.offloaded(), plan.offloaded());
+    prop_assert_eq!(from_pg.recomputed(), plan.recomputed());
+    prop_assert_eq!(from_pg.resident(), plan.resident());
+    prop_assert_eq!(from_pg.kept(), plan.kept());
+    prop_assert_eq!(
+        (from_pg.predicted_peak(), from_pg.predicted_host_peak(), from_pg.saved_bytes(), from_pg.host_bytes()),
+        (plan.predicted_peak(), plan.predicted_host_peak(), plan.saved_bytes(), plan.host_bytes())
+    );
+    prop_assert_eq!(from_pg.transfer_windows(pg), plan.transfer_windows(model.joint()));
+    prop_assert_eq!(from_pg.recompute_flops(pg), plan.recompute_flops(model.joint()));
+    Ok(())
+}
+
 /// Errors a random program may legitimately produce: tag conflicts and infeasible budgets.
 fn expected_error(e: &Error) -> bool {
     let text = e.to_string();
@@ -148,6 +172,7 @@ proptest! {
             let mut planned: Vec<remat_core::NodeId> = model.plan().recomputed().to_vec();
             planned.sort();
             prop_assert_eq!(&planned, &model.partition().unwrap().recomputed, "{}", strategy);
+            same_plan_from_partition_graph(&model, &pg)?;
             let grads: Vec<Vec<u32>> = out.grads.iter().map(bits).collect();
             match &reference {
                 None => reference = Some(grads),

@@ -15,10 +15,13 @@
 //! device peak of fetching just in time allows — never earlier than the start of the backward.
 //! The plan predicts both peaks: device and host.
 
+mod source;
+
+pub use source::Schedulable;
+
 use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
-use crate::op::Op;
 use crate::partition::CostModel;
 
 /// One instruction.
@@ -75,13 +78,18 @@ impl Plan {
         Self::with_offload(joint, saved, &vec![false; saved.len()], &CostModel::default())
     }
 
-    /// Plans `joint` keeping the values with `saved[id]`, those with `offloaded[id]` too in host
-    /// memory between the passes; `model` times the prefetches. Offloading an input, a parameter
-    /// or a forward output is an error naming it; an offloaded value the backward never reads is
-    /// kept on the device (there is nothing to fetch it for).
-    pub fn with_offload(joint: &JointGraph, saved: &[bool], offloaded: &[bool], model: &CostModel) -> Result<Plan> {
-        let graph = joint.graph();
-        let n_fwd = joint.n_forward();
+    /// Plans `graph` (a [`JointGraph`], or its partition graph: [`Schedulable`]) keeping the
+    /// values with `saved[id]`, those with `offloaded[id]` too in host memory between the passes;
+    /// `model` times the prefetches. Offloading an input, a parameter or a forward output is an
+    /// error naming it; an offloaded value the backward never reads is kept on the device (there
+    /// is nothing to fetch it for).
+    pub fn with_offload(
+        graph: &(impl Schedulable + ?Sized),
+        saved: &[bool],
+        offloaded: &[bool],
+        model: &CostModel,
+    ) -> Result<Plan> {
+        let n_fwd = graph.forward_len()?;
         if saved.len() != n_fwd || offloaded.len() != n_fwd {
             return Err(Error::Invalid(format!(
                 "saved and offloaded sets cover {} and {} nodes, the forward has {n_fwd}",
@@ -94,30 +102,26 @@ impl Plan {
             let id = NodeId::from_index(i);
             let why = if !saved[i] {
                 Some("it is not saved")
-            } else if is_resident(graph, id) {
+            } else if graph.is_resident(id) {
                 Some("it is an input or a parameter, which stays on the device")
-            } else if joint.forward_outputs().contains(&id) {
+            } else if graph.forward_outputs().contains(&id) {
                 Some("it is a forward output, which the caller holds on the device")
             } else {
                 None
             };
             if let Some(why) = why {
-                return Err(Error::Node {
-                    node: id,
-                    op: graph.node(id).op.name(),
-                    message: format!("cannot be offloaded: {why}"),
-                });
+                return Err(graph.node_error(id, format!("cannot be offloaded: {why}")));
             }
         }
-        let resident: Vec<NodeId> = (0..n_fwd as u32).map(NodeId::new).filter(|&i| is_resident(graph, i)).collect();
-        let kept: Vec<NodeId> = graph.outputs().to_vec();
-        let mut at_hand = vec![false; graph.len()];
-        for &i in resident.iter().chain(joint.forward_outputs()) {
+        let resident: Vec<NodeId> = (0..n_fwd as u32).map(NodeId::new).filter(|&i| graph.is_resident(i)).collect();
+        let kept: Vec<NodeId> = graph.forward_outputs().iter().chain(graph.gradients()).copied().collect();
+        let mut at_hand = vec![false; graph.node_count()];
+        for &i in resident.iter().chain(graph.forward_outputs()) {
             at_hand[i.index()] = true;
         }
 
         // Forward: ancestors of the outputs and of the saved values.
-        let roots: Vec<NodeId> = joint
+        let roots: Vec<NodeId> = graph
             .forward_outputs()
             .iter()
             .copied()
@@ -126,24 +130,23 @@ impl Plan {
         let live_fwd = ancestors(graph, &roots, n_fwd);
         let mut seq: Vec<(NodeId, Kind)> = (0..n_fwd as u32)
             .map(NodeId::new)
-            .filter(|&i| live_fwd[i.index()] && !is_resident(graph, i))
+            .filter(|&i| live_fwd[i.index()] && !graph.is_resident(i))
             .map(|i| (i, Kind::Compute))
             .collect();
         let n_forward_steps = seq.len();
         let saved_ids: Vec<NodeId> = (0..n_fwd as u32)
             .map(NodeId::new)
-            .filter(|&i| saved[i.index()] && live_fwd[i.index()] && !is_resident(graph, i))
+            .filter(|&i| saved[i.index()] && live_fwd[i.index()] && !graph.is_resident(i))
             .collect();
         for &i in &saved_ids {
             at_hand[i.index()] = true;
         }
 
         // Backward: gradient nodes in order, recomputing what they read just before first use.
-        let grad_roots: Vec<NodeId> = joint.grads().iter().map(|&(_, g)| g).collect();
-        let live_bwd = ancestors(graph, &grad_roots, graph.len());
+        let live_bwd = ancestors(graph, graph.gradients(), graph.node_count());
         let mut recomputed = Vec::new();
-        for id in (n_fwd..graph.len()).map(NodeId::from_index).filter(|i| live_bwd[i.index()]) {
-            for &input in &graph.node(id).inputs {
+        for id in (n_fwd..graph.node_count()).map(NodeId::from_index).filter(|i| live_bwd[i.index()]) {
+            for &input in graph.inputs(id) {
                 if !at_hand[input.index()] {
                     recompute(graph, input, &mut at_hand, &mut seq, &mut recomputed);
                 }
@@ -152,16 +155,16 @@ impl Plan {
             at_hand[id.index()] = true;
         }
 
-        let never_free = at_hand_never_freed(graph, &resident, &kept);
+        let never_free = at_hand_never_freed(graph.node_count(), &resident, &kept);
         let (seq, offloaded_ids) = with_fetches(graph, seq, n_forward_steps, &saved_ids, offloaded, &never_free, model);
-        let mut is_offloaded = vec![false; graph.len()];
+        let mut is_offloaded = vec![false; graph.node_count()];
         for &i in &offloaded_ids {
             is_offloaded[i.index()] = true;
         }
         let (forward, backward) = with_frees(graph, &seq, n_forward_steps, &never_free, &is_offloaded);
-        let resident_bytes = resident.iter().map(|&i| graph.node(i).bytes()).sum();
-        let saved_bytes = saved_ids.iter().filter(|&&i| !is_offloaded[i.index()]).map(|&i| graph.node(i).bytes()).sum();
-        let host_bytes = offloaded_ids.iter().map(|&i| graph.node(i).bytes()).sum();
+        let resident_bytes = resident.iter().map(|&i| graph.bytes(i)).sum();
+        let saved_bytes = saved_ids.iter().filter(|&&i| !is_offloaded[i.index()]).map(|&i| graph.bytes(i)).sum();
+        let host_bytes = offloaded_ids.iter().map(|&i| graph.bytes(i)).sum();
         let mut plan = Plan {
             forward,
             backward,
@@ -198,17 +201,17 @@ impl Plan {
                 "{bad} is not a forward value; a forward-only plan computes forward values"
             )));
         }
-        let live = ancestors(graph, outputs, n_fwd);
+        let live = ancestors(joint, outputs, n_fwd);
         let resident: Vec<NodeId> =
-            (0..n_fwd as u32).map(NodeId::new).filter(|&i| live[i.index()] && is_resident(graph, i)).collect();
+            (0..n_fwd as u32).map(NodeId::new).filter(|&i| live[i.index()] && joint.is_resident(i)).collect();
         let seq: Vec<(NodeId, Kind)> = (0..n_fwd as u32)
             .map(NodeId::new)
-            .filter(|&i| live[i.index()] && !is_resident(graph, i))
+            .filter(|&i| live[i.index()] && !joint.is_resident(i))
             .map(|i| (i, Kind::Compute))
             .collect();
         let kept = outputs.to_vec();
-        let never_free = at_hand_never_freed(graph, &resident, &kept);
-        let (mut forward, backward) = with_frees(graph, &seq, seq.len(), &never_free, &vec![false; graph.len()]);
+        let never_free = at_hand_never_freed(graph.len(), &resident, &kept);
+        let (mut forward, backward) = with_frees(joint, &seq, seq.len(), &never_free, &vec![false; graph.len()]);
         for &id in consumed {
             if !resident.contains(&id) || kept.contains(&id) {
                 return Err(Error::Invalid(format!(
@@ -216,7 +219,7 @@ impl Plan {
                     graph.describe(id)
                 )));
             }
-            free_after_last_read(graph, &mut forward, id);
+            free_after_last_read(joint, &mut forward, id);
         }
         let resident_bytes = resident.iter().map(|&i| graph.node(i).bytes()).sum();
         let mut plan = Plan {
@@ -233,7 +236,7 @@ impl Plan {
             predicted_peak: 0,
             predicted_host_peak: 0,
         };
-        (plan.predicted_peak, plan.predicted_host_peak) = plan.simulate_peaks(graph);
+        (plan.predicted_peak, plan.predicted_host_peak) = plan.simulate_peaks(joint);
         Ok(plan)
     }
 
@@ -275,15 +278,16 @@ impl Plan {
 
     /// For each offloaded value: (value, index of its `Offload` in the forward program, index of
     /// its `Fetch` and of its first use in the backward program) — its transfer windows.
-    /// `graph` is the joint graph the plan was made for.
-    pub fn transfer_windows(&self, graph: &Graph) -> Vec<(NodeId, usize, usize, usize)> {
+    /// `graph` is the graph the plan was made for (or its partition graph, or the joint graph
+    /// of that).
+    pub fn transfer_windows(&self, graph: &(impl Schedulable + ?Sized)) -> Vec<(NodeId, usize, usize, usize)> {
         self.offloaded
             .iter()
             .map(|&v| {
                 let out = self.forward.iter().position(|s| *s == Step::Offload(v)).unwrap_or(0);
                 let fetch = self.backward.iter().position(|s| *s == Step::Fetch(v)).unwrap_or(0);
                 let reads = |s: &Step| match *s {
-                    Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) => graph.node(id).inputs.contains(&v),
+                    Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) => graph.inputs(id).contains(&v),
                     _ => false,
                 };
                 let first = self.backward.iter().skip(fetch).position(reads).map_or(fetch, |k| fetch + k);
@@ -322,33 +326,33 @@ impl Plan {
         self.predicted_peak
     }
 
-    /// FLOPs spent recomputing.
-    pub fn recompute_flops(&self, graph: &Graph) -> u64 {
-        self.recomputed.iter().map(|&i| node_flops(graph, i)).sum()
+    /// FLOPs spent recomputing; `graph` as for [`Plan::transfer_windows`].
+    pub fn recompute_flops(&self, graph: &(impl Schedulable + ?Sized)) -> u64 {
+        self.recomputed.iter().map(|&i| graph.flops(i)).sum()
     }
 
     /// Device and host peaks, walking the programs.
-    fn simulate_peaks(&self, graph: &Graph) -> (usize, usize) {
+    fn simulate_peaks(&self, graph: &(impl Schedulable + ?Sized)) -> (usize, usize) {
         let mut live = self.resident_bytes;
         let mut peak = live;
         let (mut host, mut host_peak) = (0usize, 0usize);
         for step in self.steps() {
             match *step {
                 Step::Compute(id) | Step::Recompute(id) => {
-                    live += graph.node(id).bytes();
+                    live += graph.bytes(id);
                     peak = peak.max(live);
                 }
-                Step::Free(id) => live -= graph.node(id).bytes(),
+                Step::Free(id) => live -= graph.bytes(id),
                 // The input's buffer becomes this value's: the same bytes, still live.
                 Step::Alias(_) => {}
                 Step::Offload(id) => {
-                    host += graph.node(id).bytes();
+                    host += graph.bytes(id);
                     host_peak = host_peak.max(host);
                 }
                 Step::Fetch(id) => {
-                    live += graph.node(id).bytes();
+                    live += graph.bytes(id);
                     peak = peak.max(live);
-                    host -= graph.node(id).bytes();
+                    host -= graph.bytes(id);
                 }
             }
         }
@@ -361,12 +365,8 @@ pub fn node_flops(graph: &Graph, id: NodeId) -> u64 {
     graph.node_flops(id)
 }
 
-fn is_resident(graph: &Graph, id: NodeId) -> bool {
-    graph.node(id).op.is_resident()
-}
-
-fn at_hand_never_freed(graph: &Graph, resident: &[NodeId], kept: &[NodeId]) -> Vec<bool> {
-    let mut never = vec![false; graph.len()];
+fn at_hand_never_freed(nodes: usize, resident: &[NodeId], kept: &[NodeId]) -> Vec<bool> {
+    let mut never = vec![false; nodes];
     for &i in resident.iter().chain(kept) {
         never[i.index()] = true;
     }
@@ -374,9 +374,9 @@ fn at_hand_never_freed(graph: &Graph, resident: &[NodeId], kept: &[NodeId]) -> V
 }
 
 /// Inserts a [`Step::Free`] of `value` right after the last step of `program` that reads it.
-fn free_after_last_read(graph: &Graph, program: &mut Vec<Step>, value: NodeId) {
+fn free_after_last_read(graph: &(impl Schedulable + ?Sized), program: &mut Vec<Step>, value: NodeId) {
     let reads = |s: &Step| match *s {
-        Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) => graph.node(id).inputs.contains(&value),
+        Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) => graph.inputs(id).contains(&value),
         _ => false,
     };
     if let Some(last) = program.iter().rposition(reads) {
@@ -385,7 +385,7 @@ fn free_after_last_read(graph: &Graph, program: &mut Vec<Step>, value: NodeId) {
 }
 
 /// Marks the ancestors of `roots` (roots included) among nodes `0..limit`.
-fn ancestors(graph: &Graph, roots: &[NodeId], limit: usize) -> Vec<bool> {
+fn ancestors(graph: &(impl Schedulable + ?Sized), roots: &[NodeId], limit: usize) -> Vec<bool> {
     let mut mark = vec![false; limit];
     for &r in roots {
         if r.index() < limit {
@@ -394,7 +394,7 @@ fn ancestors(graph: &Graph, roots: &[NodeId], limit: usize) -> Vec<bool> {
     }
     for i in (0..limit).rev() {
         if mark[i] {
-            for &input in &graph.node(NodeId::from_index(i)).inputs {
+            for &input in graph.inputs(NodeId::from_index(i)) {
                 mark[input.index()] = true;
             }
         }
@@ -404,7 +404,7 @@ fn ancestors(graph: &Graph, roots: &[NodeId], limit: usize) -> Vec<bool> {
 
 /// Appends recomputes of `value` and of whatever it needs that is not at hand, inputs first.
 fn recompute(
-    graph: &Graph,
+    graph: &(impl Schedulable + ?Sized),
     value: NodeId,
     at_hand: &mut [bool],
     seq: &mut Vec<(NodeId, Kind)>,
@@ -423,7 +423,7 @@ fn recompute(
             continue;
         }
         stack.push((id, true));
-        for &input in graph.node(id).inputs.iter().rev() {
+        for &input in graph.inputs(id).iter().rev() {
             if !at_hand[input.index()] {
                 stack.push((input, false));
             }
@@ -438,7 +438,7 @@ fn recompute(
 /// Returns the sequence and the offloaded values it fetches; an offloaded value the backward
 /// never reads stays on the device.
 fn with_fetches(
-    graph: &Graph,
+    graph: &(impl Schedulable + ?Sized),
     seq: Vec<(NodeId, Kind)>,
     n_forward_steps: usize,
     saved_ids: &[NodeId],
@@ -446,9 +446,9 @@ fn with_fetches(
     never_free: &[bool],
     model: &CostModel,
 ) -> (Vec<(NodeId, Kind)>, Vec<NodeId>) {
-    let mut first_use = vec![usize::MAX; graph.len()];
+    let mut first_use = vec![usize::MAX; graph.node_count()];
     for (pos, &(id, _)) in seq.iter().enumerate().skip(n_forward_steps) {
-        for &input in &graph.node(id).inputs {
+        for &input in graph.inputs(id) {
             first_use[input.index()] = first_use[input.index()].min(pos);
         }
     }
@@ -463,7 +463,7 @@ fn with_fetches(
         ids.sort();
         ids
     };
-    let mut is_offloaded = vec![false; graph.len()];
+    let mut is_offloaded = vec![false; graph.node_count()];
     for &v in &ids {
         is_offloaded[v.index()] = true;
     }
@@ -475,24 +475,24 @@ fn with_fetches(
     for step in forward.iter().chain(&backward) {
         match *step {
             Step::Compute(id) | Step::Recompute(id) => {
-                live += graph.node(id).bytes();
+                live += graph.bytes(id);
                 live_at.push(live);
             }
             Step::Alias(_) => live_at.push(live),
-            Step::Fetch(id) => live += graph.node(id).bytes(),
-            Step::Free(id) => live -= graph.node(id).bytes(),
+            Step::Fetch(id) => live += graph.bytes(id),
+            Step::Free(id) => live -= graph.bytes(id),
             Step::Offload(_) => {}
         }
     }
     let peak = live_at.iter().copied().max().unwrap_or(0);
     for (at, v) in fetch_at.iter_mut() {
-        let bytes = graph.node(*v).bytes();
+        let bytes = graph.bytes(*v);
         let transfer = model.h2d_s(bytes as u64);
         let mut hidden = 0.0;
         while *at > n_forward_steps && hidden < transfer && live_at[*at - 1] + bytes <= peak {
             *at -= 1;
             live_at[*at] += bytes;
-            hidden += model.compute_s(graph.node_flops(seq[*at].0));
+            hidden += model.compute_s(graph.flops(seq[*at].0));
         }
     }
     fetch_at.sort();
@@ -520,18 +520,18 @@ fn insert_fetches(seq: &[(NodeId, Kind)], fetch_at: &[(usize, NodeId)]) -> Vec<(
 /// A node computed twice (forward, then recomputed or fetched) is two values, each freed on its
 /// own; an offloaded value is copied out right after it is computed.
 fn with_frees(
-    graph: &Graph,
+    graph: &(impl Schedulable + ?Sized),
     seq: &[(NodeId, Kind)],
     n_forward_steps: usize,
     never_free: &[bool],
     offloaded: &[bool],
 ) -> (Vec<Step>, Vec<Step>) {
     const NONE: usize = usize::MAX;
-    let mut current = vec![NONE; graph.len()]; // node → index in `defs` of its live value
+    let mut current = vec![NONE; graph.node_count()]; // node → index in `defs` of its live value
     let mut last_use: Vec<usize> = Vec::with_capacity(seq.len()); // per definition
     for (pos, &(id, kind)) in seq.iter().enumerate() {
         // A fetch reads the host copy, not the value's inputs.
-        let inputs: &[NodeId] = if kind == Kind::Fetch { &[] } else { &graph.node(id).inputs };
+        let inputs: &[NodeId] = if kind == Kind::Fetch { &[] } else { graph.inputs(id) };
         for &input in inputs {
             let def = current[input.index()];
             if def != NONE {
@@ -590,10 +590,9 @@ fn with_frees(
 /// The input a computed reshape `id` can take over: its only input, when that is freed right
 /// after this step (`frees`: what the step frees), so no one else reads the buffer. Recomputes
 /// copy (their steps stay `Recompute`, as reports count them).
-fn aliased_input(graph: &Graph, id: NodeId, frees: &[NodeId]) -> Option<NodeId> {
-    let node = graph.node(id);
-    match (&node.op, node.inputs.as_slice()) {
-        (Op::Reshape { .. }, &[input]) if input != id && frees.contains(&input) => Some(input),
+fn aliased_input(graph: &(impl Schedulable + ?Sized), id: NodeId, frees: &[NodeId]) -> Option<NodeId> {
+    match graph.inputs(id) {
+        &[input] if graph.is_reshape(id) && input != id && frees.contains(&input) => Some(input),
         _ => None,
     }
 }

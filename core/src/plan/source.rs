@@ -1,0 +1,147 @@
+//! What the planner reads of a joint graph, and the two graphs that hold it: a traced
+//! [`JointGraph`] and a partition graph ([`PGraph`]).
+//!
+//! A partition graph made from a joint graph ([`PGraph::from_joint`]) holds everything a plan
+//! reads — inputs, bytes, FLOPs, which nodes are inputs and parameters, which are reshapes, the
+//! forward/backward split and the outputs — and plans exactly as that joint graph does. A caller
+//! that has partitioned may then drop the joint graph and plan from the partition graph alone:
+//! the `remat` command does for `remat.graph` documents, where the two graphs together were most
+//! of its memory (at 10⁶ forward nodes, 330 MB of joint graph beside 375 MB of partition graph).
+
+use crate::autodiff::JointGraph;
+use crate::error::{Error, Result};
+use crate::graph::NodeId;
+use crate::op::OpKind;
+use crate::partition::PGraph;
+
+/// A joint graph as the planner reads it ([`crate::Plan::with_offload`]): nodes in topological
+/// order, the forward nodes first (ids `0..forward_len`), then the backward nodes.
+pub trait Schedulable {
+    /// How many nodes are forward nodes (ids `0..n`), or why this graph cannot be planned (the
+    /// checks a graph needs before the planner reads it: every other method may assume they
+    /// passed).
+    fn forward_len(&self) -> Result<usize>;
+    /// How many nodes there are, forward and backward.
+    fn node_count(&self) -> usize;
+    /// The nodes `id` reads, each with a smaller id.
+    fn inputs(&self, id: NodeId) -> &[NodeId];
+    /// Bytes of `id`'s value.
+    fn bytes(&self, id: NodeId) -> usize;
+    /// FLOPs to compute `id` once.
+    fn flops(&self, id: NodeId) -> u64;
+    /// Whether forward node `id` is an input or a parameter: on the device for the whole step,
+    /// never computed.
+    fn is_resident(&self, id: NodeId) -> bool;
+    /// Whether `id` is a reshape, which may take over its input's buffer where it is that
+    /// buffer's last reader.
+    fn is_reshape(&self, id: NodeId) -> bool;
+    /// The forward graph's outputs (the caller holds them).
+    fn forward_outputs(&self) -> &[NodeId];
+    /// The gradient nodes (the backward's outputs).
+    fn gradients(&self) -> &[NodeId];
+    /// An error about node `id`, naming it as the graph's own errors do.
+    fn node_error(&self, id: NodeId, message: String) -> Error;
+}
+
+impl Schedulable for JointGraph {
+    fn forward_len(&self) -> Result<usize> {
+        Ok(self.n_forward())
+    }
+
+    fn node_count(&self) -> usize {
+        self.graph().len()
+    }
+
+    fn inputs(&self, id: NodeId) -> &[NodeId] {
+        &self.graph().node(id).inputs
+    }
+
+    fn bytes(&self, id: NodeId) -> usize {
+        self.graph().node(id).bytes()
+    }
+
+    fn flops(&self, id: NodeId) -> u64 {
+        self.graph().node_flops(id)
+    }
+
+    fn is_resident(&self, id: NodeId) -> bool {
+        self.graph().node(id).op.is_resident()
+    }
+
+    fn is_reshape(&self, id: NodeId) -> bool {
+        self.graph().node(id).op.kind() == OpKind::Reshape
+    }
+
+    fn forward_outputs(&self) -> &[NodeId] {
+        JointGraph::forward_outputs(self)
+    }
+
+    fn gradients(&self) -> &[NodeId] {
+        &self.graph().outputs()[JointGraph::forward_outputs(self).len()..]
+    }
+
+    fn node_error(&self, id: NodeId, message: String) -> Error {
+        Error::Node { node: id, op: self.graph().node(id).op.name(), message }
+    }
+}
+
+/// A partition graph plans as the joint graph it was made from ([`PGraph::from_joint`]): a
+/// reshape is a node of op `reshape`, an input or parameter a forward node flagged `resident`.
+/// One read from a `remat.joint` document plans by the same rules, once its forward nodes come
+/// first.
+impl Schedulable for PGraph {
+    /// The partition graph's own invariants ([`PGraph::validate`]), then: the forward nodes
+    /// first, and their bytes within the address space.
+    fn forward_len(&self) -> Result<usize> {
+        self.validate()?;
+        let n = self.nodes.iter().position(|n| n.backward).unwrap_or(self.len());
+        if let Some(k) = self.nodes[n..].iter().position(|n| !n.backward) {
+            return Err(Error::Invalid(format!(
+                "{}: a forward node after a backward one; a plan needs every forward node first",
+                self.describe(NodeId::from_index(n + k))
+            )));
+        }
+        // `validate` bounds the sum by u64; a 32-bit address space is smaller.
+        let total: u64 = self.nodes.iter().map(|n| n.bytes).sum();
+        if usize::try_from(total).is_err() {
+            return Err(Error::Invalid(format!("the graph's {total} bytes do not fit this machine's address space")));
+        }
+        Ok(n)
+    }
+
+    fn node_count(&self) -> usize {
+        self.len()
+    }
+
+    fn inputs(&self, id: NodeId) -> &[NodeId] {
+        &self.node(id).inputs
+    }
+
+    fn bytes(&self, id: NodeId) -> usize {
+        self.node(id).bytes as usize
+    }
+
+    fn flops(&self, id: NodeId) -> u64 {
+        self.node(id).flops
+    }
+
+    fn is_resident(&self, id: NodeId) -> bool {
+        self.node(id).flags.resident
+    }
+
+    fn is_reshape(&self, id: NodeId) -> bool {
+        self.node(id).op == OpKind::Reshape.name()
+    }
+
+    fn forward_outputs(&self) -> &[NodeId] {
+        &self.forward_outputs
+    }
+
+    fn gradients(&self) -> &[NodeId] {
+        &self.backward_outputs
+    }
+
+    fn node_error(&self, id: NodeId, message: String) -> Error {
+        Error::Invalid(format!("{}: {message}", self.describe(id)))
+    }
+}
