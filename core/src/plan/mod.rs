@@ -446,6 +446,11 @@ fn with_fetches(
     never_free: &[bool],
     model: &CostModel,
 ) -> (Vec<(NodeId, Kind)>, Vec<NodeId>) {
+    if !saved_ids.iter().any(|v| offloaded[v.index()]) {
+        // Nothing to fetch: the sequence as it is (the passes below would copy it and free it
+        // twice over for nothing — a third of a 10⁶-node plan's time).
+        return (seq, Vec::new());
+    }
     let mut first_use = vec![usize::MAX; graph.node_count()];
     for (pos, &(id, _)) in seq.iter().enumerate().skip(n_forward_steps) {
         for &input in graph.inputs(id) {

@@ -28,8 +28,7 @@ const TIME: Duration = Duration::from_secs(1);
 const CUTS_BEFORE_STOPPING: usize = 2;
 
 /// A proven lower bound on the least cost of a problem within its global limit, under way: the
-/// network and its first cut, which needs no limit — a caller still computing the limit (a
-/// budget fraction's) can take it beside that work.
+/// network and its first cut, which needs no limit (its plan is one the search chooses from).
 pub(super) struct Bound {
     net: Box<dyn Cuts + Send>,
     start: Instant,

@@ -180,7 +180,6 @@ pub(super) fn refine(
     }
     let mut problem = Problem::new(g, class, reads, base, global.is_some(), &budgeted, off);
     problem.hint_min_cut(class);
-    let mut started = None;
     if let Some(b) = global {
         let limit = match b {
             Budget::Bytes(b) => b,
@@ -190,15 +189,11 @@ pub(super) fn refine(
                 }
                 // 0.0 is the fewest bytes any choice within the region budgets keeps.
                 problem.limits[0] = 0;
-                // Only the fewest bytes matter here: no bound is computed to grade the plan. The
-                // bound that grades the final plan starts beside it (its first cut needs no limit).
-                let graded_by_bound = problem.method() == Method::Path;
-                let (fewest, bound) = crate::par::join(
-                    || problem.solve_graded(false),
-                    || graded_by_bound.then(|| Bound::start(&problem)),
-                );
-                started = bound;
-                let lo = match fewest {
+                // Only the fewest bytes matter here: no bound is computed to grade the plan. (On
+                // large graphs the min-cut the path is compared with is cut beside it, for the
+                // final solve; the bound's network is built beside that solve's path, after the
+                // min-cut's is freed, so the two are never held at once.)
+                let lo = match problem.solve_graded(false) {
                     Ok((at_hand, offloaded, _)) => problem.global_bytes(&at_hand, &offloaded),
                     Err(e) => match e.least_global_within_regions {
                         Some(lo) => lo,
@@ -211,7 +206,7 @@ pub(super) fn refine(
         };
         problem.limits[0] = limit;
     }
-    let solved = problem.solve_with(true, started);
+    let solved = problem.solve();
     let (at_hand, offloaded, bound) = if off.choose {
         // Offloading is a choice, never a constraint: the plain budget's answer (tagged offloads
         // only) is one of this problem's choices, so it stands where the search finds none or
@@ -261,6 +256,9 @@ struct Problem<'a> {
     /// the path's thread, beside the lower bound (each is about a third of a second on a
     /// 10⁶-node graph).
     hint: std::sync::OnceLock<Vec<bool>>,
+    /// The order the eviction path evicts candidates and optional offloads in, which does not
+    /// depend on the limits: sorted on first use, for every path after.
+    eviction_order: std::sync::OnceLock<Vec<NodeId>>,
 }
 
 /// Why no choice fits: per limit, the fewest bytes any choice tried needed, and the fewest
@@ -356,6 +354,7 @@ impl<'a> Problem<'a> {
             reads,
             hint_class: None,
             hint: std::sync::OnceLock::new(),
+            eviction_order: std::sync::OnceLock::new(),
         }
     }
 
@@ -485,12 +484,6 @@ impl<'a> Problem<'a> {
         self.solve_graded(true)
     }
 
-    /// [`Problem::solve`]; without `grade`, the eviction path's plan comes with no lower bound
-    /// (where only its bytes matter).
-    fn solve_graded(&self, grade: bool) -> std::result::Result<Solved, Infeasible> {
-        self.solve_with(grade, None)
-    }
-
     /// How [`Problem::solve`] finds its plan (whatever the limits).
     fn method(&self) -> Method {
         let vars = self.variables();
@@ -505,9 +498,9 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// [`Problem::solve_graded`], grading an eviction path's plan with `started` where it is
-    /// given (a bound begun on this problem, whatever its limits then).
-    fn solve_with(&self, grade: bool, started: Option<Bound>) -> std::result::Result<Solved, Infeasible> {
+    /// [`Problem::solve`]; without `grade`, the eviction path's plan comes with no lower bound
+    /// (where only its bytes matter).
+    fn solve_graded(&self, grade: bool) -> std::result::Result<Solved, Infeasible> {
         match self.method() {
             Method::Enumerate => return self.solve_exact(&self.variables()).map(|(a, o)| (a, o, None)),
             Method::Program => {
@@ -524,12 +517,9 @@ impl<'a> Problem<'a> {
         }
         // The bound's first cut needs no limit, and its plan (within every rule but the limits)
         // is the third the plan is chosen from on plain budgets: the cut is taken beside the path
-        // and the min-cut (or was, beside a fraction's fewest-bytes solve), then the bound goes
-        // on beside that plan's repair.
-        let (path, mut started) = crate::par::join(
-            || self.solve_heuristic(),
-            || self.has_global().then(|| started.unwrap_or_else(|| Bound::start(self))),
-        );
+        // and the min-cut, then the bound goes on beside that plan's repair.
+        let (path, mut started) =
+            crate::par::join(|| self.solve_heuristic(), || self.has_global().then(|| Bound::start(self)));
         let cut_plan = started.as_mut().filter(|_| !self.off.choose).map(Bound::take_first_plan);
         let plan_found = AtomicBool::new(false);
         let plan = || {
@@ -728,9 +718,9 @@ impl<'a> Problem<'a> {
         let offload_first = |i: NodeId| {
             off.optional[i.index()] && (forced_optional[i.index()] || off.exposed[i.index()] <= recompute_s(i))
         };
-        let mut order: Vec<NodeId> = self.candidates.iter().chain(&self.optional).copied().collect();
-        // Cheapest eviction per byte first; later nodes first among equals.
-        order.sort_by(|&a, &b| {
+        let order = self.eviction_order.get_or_init(|| {
+            // Cheapest eviction per byte first; later nodes first among equals (a total order:
+            // no two entries are the same node). The keys are computed once, not per comparison.
             let cost = |i: NodeId| {
                 let c = if !off.choose {
                     g.node(i).flops as f64
@@ -741,11 +731,14 @@ impl<'a> Problem<'a> {
                 };
                 c / g.node(i).bytes.max(1) as f64
             };
-            cost(a).total_cmp(&cost(b)).then(b.cmp(&a))
+            let mut keyed: Vec<(f64, NodeId)> =
+                self.candidates.iter().chain(&self.optional).map(|&i| (cost(i), i)).collect();
+            keyed.sort_unstable_by(|(ka, a), (kb, b)| ka.total_cmp(kb).then(b.cmp(a)));
+            keyed.into_iter().map(|(_, i)| i).collect()
         });
         let mut at_hand = self.base.clone();
         let mut offloaded = off.fixed.clone();
-        for &c in &order {
+        for &c in order {
             at_hand[c.index()] = true;
         }
         let mut reached = vec![false; g.len()];
@@ -754,7 +747,7 @@ impl<'a> Problem<'a> {
         let mut least = Infeasible { least: vec![u64::MAX; self.limits.len()], least_global_within_regions: None };
         self.note(&bytes, &mut least);
         let mut stack = Vec::new();
-        for &v in &order {
+        for &v in order {
             if self.fits(&bytes) {
                 return Ok((at_hand, offloaded));
             }
