@@ -25,7 +25,7 @@ pub use remat_core::{BinaryOp, CompareOp, Op, OpKind, ReduceOp, UnaryGradOp, Una
 pub use remat_core::{Graph, JointGraph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 // Planning.
 pub use remat_core::{
-    Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Step, Strategy,
+    Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Schedulable, Step, Strategy,
 };
 // Running and training.
 pub use remat_core::HugePageAlloc;
