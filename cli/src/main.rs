@@ -16,6 +16,7 @@ use remat::json::{self, Document};
 use remat::partition::{partition, PGraph};
 use remat::report::{fmt_bytes, Report};
 use remat::{Budget, JointGraph, Partition, Plan, Strategy};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -162,6 +163,16 @@ fn load(path: &Path) -> Result<Loaded, Failure> {
     }
 }
 
+/// Writes a report to standard output. A reader that stops early (`| head`) is no failure:
+/// the rest is not wanted, and the command ends quietly.
+fn to_stdout(write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match write(&mut out).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.map_err(|e| Failure(1, format!("writing the report to standard output: {e}"))),
+    }
+}
+
 fn write_out(out: &Path, text: &str) -> Result<(), Failure> {
     std::fs::write(out, text).map_err(|e| Failure(1, format!("{}: {e}", out.display())))
 }
@@ -180,7 +191,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .with_planned_peak(plan.predicted_peak() as u64)
                     .with_host_peaks(plan.predicted_host_peak() as u64, None);
             }
-            print!("{}", if json { report.json() } else { report.text() });
+            // The JSON is written as it is laid out: the report of a 10⁶-node graph is 70 MB.
+            to_stdout(|out| if json { report.write_json(out) } else { out.write_all(report.text().as_bytes()) })?;
             // A graph of 10⁶ nodes takes a tenth of a second to free; the process is ending.
             std::mem::forget((windows, plan, p, loaded));
         }
@@ -190,7 +202,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let dot = Report::new(&loaded.pg, &p).dot();
             match out {
                 Some(out) => write_out(&out, &dot)?,
-                None => print!("{dot}"),
+                None => to_stdout(|out| out.write_all(dot.as_bytes()))?,
             }
         }
         Command::Evaluate { file, save, json } => {
@@ -203,21 +215,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 let mut v: serde_json::Value = serde_json::from_str(&report.json()).expect("reports are JSON");
                 v["broken"] = serde_json::json!(e.broken);
                 v["unneeded"] = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.to_json()).collect();
-                println!("{}", serde_json::to_string_pretty(&v).expect("JSON values serialize"));
+                let text = serde_json::to_string_pretty(&v).expect("JSON values serialize");
+                to_stdout(|out| writeln!(out, "{text}"))?;
             } else {
-                print!("{}", report.text());
+                let mut text = report.text();
                 let unneeded: Vec<String> = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.label()).collect();
                 if !unneeded.is_empty() {
-                    println!("\nkept for nothing (the backward never reaches them): {}", unneeded.join(", "));
+                    text += &format!("\nkept for nothing (the backward never reaches them): {}\n", unneeded.join(", "));
                 }
                 if e.broken.is_empty() {
-                    println!("\nrules: the decision keeps every rule");
+                    text += "\nrules: the decision keeps every rule\n";
                 } else {
-                    println!("\nrules broken ({}):", e.broken.len());
+                    text += &format!("\nrules broken ({}):\n", e.broken.len());
                     for line in &e.broken {
-                        println!("  - {line}");
+                        text += &format!("  - {line}\n");
                     }
                 }
+                to_stdout(|out| out.write_all(text.as_bytes()))?;
             }
         }
         Command::Pareto { file, out } => {
@@ -233,7 +247,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     recomputed: p.recomputed.len(),
                 });
             }
-            print!("{}", pareto_table(&points));
+            let table = pareto_table(&points);
+            to_stdout(|out| out.write_all(table.as_bytes()))?;
             let at = |p: &Point| plot::Point { bytes: p.bytes, flops: p.flops };
             let sweep: Vec<plot::Point> =
                 points.iter().filter(|p| matches!(p.strategy, Strategy::Budget(_))).map(at).collect();
@@ -244,7 +259,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .collect();
             plot::frontier(&out, "saved bytes vs recompute FLOPs (budget sweep 0.0..=1.0)", &sweep, &marks)
                 .map_err(|e| Failure(1, format!("{}: {e}", out.display())))?;
-            println!("wrote {}", out.display());
+            to_stdout(|stdout| writeln!(stdout, "wrote {}", out.display()))?;
         }
     }
     Ok(())

@@ -285,3 +285,36 @@ fn evaluate_scores_a_given_decision() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no node has the id \"nonexistent\""), "{}", stderr(&o));
 }
+
+#[path = "../../benches/common/residual_mlp_graph.rs"]
+mod residual_mlp_graph;
+
+/// A reader that stops early (`remat partition .. | head`) ends the command quietly — the text
+/// and JSON reports, DOT and evaluations alike (each far larger than a pipe's buffer, so the write
+/// fails part way).
+#[test]
+fn a_reader_that_stops_early_is_no_failure() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let doc = scratch("long.graph.json", &residual_mlp_graph::residual_mlp_graph(4000));
+    let doc = doc.to_str().unwrap();
+    for args in [
+        vec!["partition", doc, "--strategy", "mincut"],
+        vec!["partition", doc, "--strategy", "mincut", "--json"],
+        vec!["dot", doc],
+        vec!["evaluate", doc, "--save", "3,7"],
+        vec!["evaluate", doc, "--save", "3,7", "--json"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_remat"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run remat");
+        let mut head = [0u8; 100];
+        child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{args:?}: {:?} {}", o.status, stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+    }
+}
