@@ -141,9 +141,8 @@ fn residual_mlp_stages(dir: &std::path::Path, layers: usize) {
     let json::Document::Graph(g, ids) = json::read(&text).unwrap() else { panic!("a remat.graph") };
     stage("read", start);
     let start = Instant::now();
-    let joint = JointGraph::new(&g).unwrap();
+    let joint = JointGraph::from_forward(g).unwrap();
     stage(&format!("differentiate ({} nodes)", joint.graph().len()), start);
-    drop(g);
     let start = Instant::now();
     let pg = PGraph::from_joint(&joint).with_forward_ids(&ids);
     drop(joint);

@@ -161,6 +161,11 @@ impl Graph {
         Graph { nodes, regions: self.regions.clone(), outputs: self.outputs.clone() }
     }
 
+    /// Makes room for `extra` more nodes.
+    pub(crate) fn reserve_nodes(&mut self, extra: usize) {
+        self.nodes.reserve(extra);
+    }
+
     /// Keeps the nodes `keep` says (by index), in order, moved in place, with their inputs
     /// renumbered; returns each old index's new id (`u32::MAX` for a node dropped). A kept
     /// node's inputs must be kept too. Outputs are left as they are: the caller sets them.

@@ -7,7 +7,7 @@
 use super::Backward;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, NodeId};
+use crate::graph::{NodeId, Shape};
 use crate::op::{BinaryOp, Op, ReduceOp, UnaryGradOp, UnaryOp};
 use smallvec::{smallvec, SmallVec};
 
@@ -46,24 +46,25 @@ pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> SmallVec<[usize; 4
 }
 
 /// The gradient contributions of node `id` (output gradient `g`) to its inputs that need one.
-pub(super) fn backprop(
-    bw: &mut Backward,
-    fwd: &Graph,
-    id: NodeId,
-    g: NodeId,
-    needs: &[bool],
-) -> Result<Vec<(NodeId, NodeId)>> {
-    let node = fwd.node(id);
-    let x = &node.inputs;
-    let wanted: SmallVec<[usize; 4]> =
-        differentiable_inputs(&node.op, x.len()).into_iter().filter(|&k| needs[x[k].index()]).collect();
+/// Forward node `id` is read from the joint graph under construction, whose first nodes are the
+/// forward graph's: its op, inputs and their shapes are copied out first, as the rules append to
+/// that graph.
+pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool]) -> Result<Vec<(NodeId, NodeId)>> {
+    let node = bw.graph.node(id);
+    let wanted: SmallVec<[usize; 4]> = differentiable_inputs(&node.op, node.inputs.len())
+        .into_iter()
+        .filter(|&k| needs[node.inputs[k].index()])
+        .collect();
     if wanted.is_empty() {
         return Ok(vec![]);
     }
+    let (op, x) = (node.op.clone(), node.inputs.clone());
+    let x = &x;
+    let shapes: SmallVec<[Shape; 4]> = x.iter().map(|&i| bw.graph.node(i).shape.clone()).collect();
     let gd = bw.dtype(g);
-    let shape_of = |k: usize| fwd.node(x[k]).shape.clone();
+    let shape_of = |k: usize| shapes[k].clone();
     let mut out: Vec<(usize, NodeId)> = Vec::new();
-    match &node.op {
+    match &op {
         Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => {}
         Op::Compare(_) => {}
         Op::Unary(u) => out.push((0, unary_grad(bw, *u, x[0], id, g)?)),
@@ -160,7 +161,7 @@ pub(super) fn backprop(
             let kept = crate::shape::reduced(&xs, axes, true);
             let gk = if *keepdim { g } else { bw.op(Op::Reshape { shape: kept }, vec![g])? };
             let mut ge = bw.op(Op::Expand { shape: xs.to_vec() }, vec![gk])?;
-            if matches!(node.op, Op::Reduce { op: ReduceOp::Mean, .. }) {
+            if matches!(op, Op::Reduce { op: ReduceOp::Mean, .. }) {
                 let count: usize = axes.iter().map(|&a| xs[a]).product();
                 let inv = bw.scalar(1.0 / count as f64, gd);
                 ge = bw.op(Op::Binary(BinaryOp::Mul), vec![ge, inv])?;
@@ -209,10 +210,10 @@ pub(super) fn backprop(
             out.push((0, bw.op(Op::EmbeddingGrad { rows }, vec![x[1], g])?));
         }
         Op::Cast { .. } => {
-            let target = fwd.node(x[0]).dtype.grad_dtype();
+            let target = bw.dtype(x[0]).grad_dtype();
             out.push((0, bw.cast_to(g, target)?));
         }
-        Op::Dropout { .. } => out.push((0, bw.op(node.op.clone(), vec![g])?)),
+        Op::Dropout { .. } => out.push((0, bw.op(op.clone(), vec![g])?)),
         Op::SliceGrad { .. }
         | Op::IndexSelectGrad { .. }
         | Op::GatherGrad { .. }
@@ -230,7 +231,7 @@ pub(super) fn backprop(
         | Op::MatmulT { .. } => {
             return Err(Error::Node {
                 node: id,
-                op: node.op.name(),
+                op: op.name(),
                 message: "internal backward op in a forward graph: it has no gradient".into(),
             })
         }
