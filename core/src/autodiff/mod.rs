@@ -28,8 +28,7 @@ pub struct JointGraph {
 impl JointGraph {
     /// Differentiates `forward`'s first output (the scalar loss) with respect to every parameter.
     pub fn new(forward: &Graph) -> Result<JointGraph> {
-        // Room for the backward nodes (about two per forward node), so that the node list is not
-        // moved as it grows.
+        // A copy made with the room `from_forward` reserves, so that it is allocated once.
         Self::from_forward(forward.clone_with_room(2 * forward.len()))
     }
 
