@@ -78,10 +78,9 @@ impl Bound {
             best = best.max(cost + lambda * (bytes - limit));
             if bytes > limit {
                 lo = Some(lambda);
-                // The flow of the greatest multiplier whose cut kept more than the limit: every
-                // later multiplier is greater (the search steps up from it or bisects above it),
-                // and a greater multiplier only raises capacities, so each later cut starts from
-                // that flow.
+                // Every later multiplier is greater (the search steps up from this one or
+                // bisects above it), and a greater multiplier only raises capacities, so the next
+                // cut starts from this cut's flow.
                 self.net.keep_flow();
             } else {
                 hi = Some(lambda);
@@ -122,7 +121,9 @@ trait Cuts {
     /// limits, and that plan's device bytes; from the flow [`Cuts::keep_flow`] kept where its
     /// multiplier is at most λ (capacities only grow from it), else from no flow.
     fn cut(&mut self, p: &Problem<'_>, lambda: f64) -> (f64, f64);
-    /// Keeps the last cut's flow, to start cuts at greater multipliers from.
+    /// Keeps the last cut's flow, for the next cut to start from if its multiplier is not
+    /// smaller. Only the next: the flow is the network's own, not a copy (a copy of a 10⁶-node
+    /// network's capacities is 128 MB, and copying it took longer than the cut it saves).
     fn keep_flow(&mut self);
     /// The last cut's plan: what is at hand (the candidates as cut, the rest as the problem's
     /// base).
@@ -170,15 +171,8 @@ struct Network<C: Capacity> {
     flow: C,
     /// The last cut's sink side, per network node.
     sink: Vec<bool>,
-    /// The flow [`Cuts::keep_flow`] kept: its multiplier, residual capacities and value.
-    warm: Option<Warm<C>>,
-}
-
-/// A maximum flow at multiplier `lambda`: the residual capacities and the flow's value.
-struct Warm<C> {
-    lambda: f64,
-    residual: Vec<C>,
-    flow: C,
+    /// Whether the next cut may start from the last cut's flow ([`Cuts::keep_flow`]).
+    warm: bool,
 }
 
 /// Per value, whether it is one of `p`'s candidates.
@@ -249,7 +243,7 @@ impl<C: Capacity> Network<C> {
                 net.add_infinite_edge(v_out[i], SINK);
             }
         }
-        Network { net, priced, v_in, v_out, most, lambda: 0.0, flow: C::default(), sink: Vec::new(), warm: None }
+        Network { net, priced, v_in, v_out, most, lambda: 0.0, flow: C::default(), sink: Vec::new(), warm: false }
     }
 
     /// The capacity that prices value `i` at multiplier λ (at most at [`Network::most`]).
@@ -260,24 +254,20 @@ impl<C: Capacity> Network<C> {
 
 impl<C: Capacity> Cuts for Network<C> {
     fn cut(&mut self, p: &Problem<'_>, lambda: f64) -> (f64, f64) {
-        let pushed = match self.warm.as_ref().filter(|w| w.lambda <= lambda) {
-            Some(w) => {
-                self.net.restore(&w.residual);
-                for k in 0..self.priced.len() {
-                    let (i, edge) = self.priced[k];
-                    let raise = self.price(p, i, lambda).saturating_sub(self.price(p, i, w.lambda));
-                    self.net.raise_capacity(edge, raise);
-                }
-                w.flow
+        let pushed = if std::mem::take(&mut self.warm) && self.lambda <= lambda {
+            for k in 0..self.priced.len() {
+                let (i, edge) = self.priced[k];
+                let raise = self.price(p, i, lambda).saturating_sub(self.price(p, i, self.lambda));
+                self.net.raise_capacity(edge, raise);
             }
-            None => {
-                self.net.clear_flow();
-                for k in 0..self.priced.len() {
-                    let (i, edge) = self.priced[k];
-                    self.net.set_capacity(edge, self.price(p, i, lambda));
-                }
-                C::default()
+            self.flow
+        } else {
+            self.net.clear_flow();
+            for k in 0..self.priced.len() {
+                let (i, edge) = self.priced[k];
+                self.net.set_capacity(edge, self.price(p, i, lambda));
             }
+            C::default()
         };
         self.lambda = lambda;
         self.flow = pushed.saturating_add(self.net.max_flow(SOURCE, SINK));
@@ -298,11 +288,7 @@ impl<C: Capacity> Cuts for Network<C> {
     }
 
     fn keep_flow(&mut self) {
-        // The memory of the flow kept before, reused.
-        let mut residual = self.warm.take().map(|w| w.residual).unwrap_or_default();
-        residual.clear();
-        residual.extend_from_slice(self.net.capacities());
-        self.warm = Some(Warm { lambda: self.lambda, residual, flow: self.flow });
+        self.warm = true;
     }
 
     fn plan(&self, p: &Problem<'_>) -> Vec<bool> {
