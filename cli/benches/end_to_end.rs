@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 /// The `remat` command's allocator, so that the in-process stages are timed as the command runs
 /// them.
 #[global_allocator]
-static ALLOCATOR: remat::HugePageAlloc = remat::HugePageAlloc;
+static ALLOCATOR: remat::LargeBlockAlloc = remat::LargeBlockAlloc;
 
 /// PyTorch 2.15's min-cut partition step alone on its 512-layer MLP graph, on these machines.
 const TORCH_PARTITION_512: f64 = 10.2;

@@ -20,10 +20,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Large blocks on transparent huge pages: a 10⁶-node document otherwise takes ~250 000 page
-/// faults to read and partition (see `remat::HugePageAlloc`).
+/// Large blocks given back to the system when freed, so that what one stage of a 10⁶-node
+/// document freed does not count in the next one's peak (see `remat::LargeBlockAlloc`; not on
+/// huge pages, which cost seconds on virtual machines whose host takes free memory back).
 #[global_allocator]
-static ALLOCATOR: remat::HugePageAlloc = remat::HugePageAlloc;
+static ALLOCATOR: remat::LargeBlockAlloc = remat::LargeBlockAlloc;
 
 /// Partition remat graph documents and explain what is saved for the backward pass and why.
 #[derive(Parser)]

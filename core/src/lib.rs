@@ -15,9 +15,9 @@ mod error;
 mod exec;
 mod graph;
 mod host;
-mod huge_pages;
 mod id;
 pub mod json;
+mod large_blocks;
 mod model;
 pub mod op;
 mod optim;
@@ -50,8 +50,8 @@ pub use error::{Error, Result};
 pub use exec::{run, run_inference, RunOutput};
 pub use graph::{Graph, Inputs, Label, Node, Region, Shape, SrcLoc, Tag};
 pub use host::{HostData, HostTensor, HostValuesMut};
-pub use huge_pages::HugePageAlloc;
 pub use id::{NodeId, RegionId};
+pub use large_blocks::{HugePageAlloc, LargeBlockAlloc};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
 pub use op::{
     AttnDims, AttnLayout, BinaryOp, CompareOp, Domain, GradReads, Init, Member, Op, OpKind, OtherKind, ReduceOp,
