@@ -84,14 +84,16 @@ enum Command {
 /// the joint graph itself is not kept).
 struct Loaded {
     pg: PGraph,
-    plannable: bool,
+    /// For a `remat.graph`, which can be planned: how many of the nodes are forward nodes (they
+    /// come first), as the joint graph said.
+    forward: Option<usize>,
 }
 
 impl Loaded {
     fn partition(&self, strategy: Strategy) -> remat::Result<Partition> {
         match strategy {
             // A peak is searched over plans: a remat.graph has them.
-            Strategy::Peak(limit) if self.plannable => {
+            Strategy::Peak(limit) if self.forward.is_some() => {
                 remat::partition::partition_for_peak(&self.pg, &self.pg, limit, &Default::default()).map(|(p, _)| p)
             }
             _ => partition(&self.pg, strategy),
@@ -100,11 +102,7 @@ impl Loaded {
 
     /// The plan, for `remat.graph` files.
     fn plan(&self, p: &Partition) -> remat::Result<Option<Plan>> {
-        if !self.plannable {
-            return Ok(None);
-        }
-        // The forward nodes come first (the plan checks it).
-        let n = self.pg.nodes.iter().take_while(|n| !n.backward).count();
+        let Some(n) = self.forward else { return Ok(None) };
         Plan::with_offload(&self.pg, &p.saved[..n], &p.offloaded[..n], &Default::default()).map(Some)
     }
 }
@@ -153,12 +151,13 @@ fn load(path: &Path) -> Result<Loaded, Failure> {
             // The joint graph takes the forward graph's nodes over rather than copy them.
             let joint = JointGraph::from_forward(g).map_err(|e| bad(&e))?;
             let pg = PGraph::from_joint(&joint).with_forward_ids(&ids);
+            let forward = joint.n_forward();
             // Nor is the joint graph held beside the partition graph, which plans alike: a third
             // of the peak at 10⁶ nodes.
             drop(joint);
-            Ok(Loaded { pg, plannable: true })
+            Ok(Loaded { pg, forward: Some(forward) })
         }
-        Document::Joint(pg) => Ok(Loaded { pg, plannable: false }),
+        Document::Joint(pg) => Ok(Loaded { pg, forward: None }),
     }
 }
 

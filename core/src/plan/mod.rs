@@ -548,21 +548,23 @@ fn with_frees(
     }
     // What each step frees, grouped by step (CSR: `frees[start[pos]..start[pos + 1]]`, in
     // sequence order): one list per step would be 10⁶ small allocations on large graphs.
+    // Counted per step, summed so that `start[pos]` is where the step's group ends, then filled
+    // from the back, each group's end moving down to its start (no second array of cursors).
     let mut start = vec![0usize; seq.len() + 1];
     for (pos, &(id, _)) in seq.iter().enumerate() {
         if !never_free[id.index()] {
-            start[last_use[pos] + 1] += 1;
+            start[last_use[pos]] += 1;
         }
     }
-    for pos in 0..seq.len() {
-        start[pos + 1] += start[pos];
+    for pos in 1..=seq.len() {
+        start[pos] += start[pos - 1];
     }
     let mut frees = vec![NodeId::new(0); start[seq.len()]];
-    let mut fill = start.clone();
-    for (pos, &(id, _)) in seq.iter().enumerate() {
+    for (pos, &(id, _)) in seq.iter().enumerate().rev() {
         if !never_free[id.index()] {
-            frees[fill[last_use[pos]]] = id;
-            fill[last_use[pos]] += 1;
+            let end = &mut start[last_use[pos]];
+            *end -= 1;
+            frees[*end] = id;
         }
     }
     let steps_after = |from: usize| 2 * from + frees.len() / 2;
