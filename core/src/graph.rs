@@ -136,11 +136,22 @@ impl Node {
 }
 
 /// A graph: nodes in topological order, regions, and outputs (the first is the scalar loss).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Graph {
     nodes: Vec<Node>,
     regions: Vec<Region>,
     outputs: Vec<NodeId>,
+    /// Whether the graph is known to hold [`Graph::validate`]'s invariants: set by a reader that
+    /// checked each node as it was added ([`Graph::mark_valid`]), cleared by every method that
+    /// takes `&mut self`, so that differentiating a graph just read does not check 10⁶ nodes
+    /// again (a tenth of a second). Not part of the graph's value: equality ignores it.
+    valid: bool,
+}
+
+impl PartialEq for Graph {
+    fn eq(&self, other: &Graph) -> bool {
+        self.nodes == other.nodes && self.regions == other.regions && self.outputs == other.outputs
+    }
 }
 
 impl Graph {
@@ -158,11 +169,12 @@ impl Graph {
     pub(crate) fn clone_with_room(&self, extra: usize) -> Graph {
         let mut nodes = Vec::with_capacity(self.nodes.len() + extra);
         nodes.extend_from_slice(&self.nodes);
-        Graph { nodes, regions: self.regions.clone(), outputs: self.outputs.clone() }
+        Graph { nodes, regions: self.regions.clone(), outputs: self.outputs.clone(), valid: self.valid }
     }
 
     /// Makes room for `extra` more nodes.
     pub(crate) fn reserve_nodes(&mut self, extra: usize) {
+        // Room changes nothing the invariants speak of: `valid` stays.
         self.nodes.reserve(extra);
     }
 
@@ -170,6 +182,7 @@ impl Graph {
     /// renumbered; returns each old index's new id (`u32::MAX` for a node dropped). A kept
     /// node's inputs must be kept too. Outputs are left as they are: the caller sets them.
     pub(crate) fn retain_nodes(&mut self, keep: impl Fn(usize) -> bool) -> Vec<NodeId> {
+        self.valid = false;
         let mut remap = vec![NodeId::new(u32::MAX); self.nodes.len()];
         let mut kept = 0;
         for i in 0..self.nodes.len() {
@@ -188,6 +201,7 @@ impl Graph {
 
     /// Appends a node whose shape and dtype are already known; returns its id.
     pub fn push(&mut self, node: Node) -> NodeId {
+        self.valid = false;
         debug_assert!(node.inputs.iter().all(|i| i.index() < self.nodes.len()), "inputs must precede");
         self.nodes.push(node);
         NodeId::new(self.nodes.len() as u32 - 1)
@@ -212,6 +226,7 @@ impl Graph {
 
     /// Adds a region; returns its id.
     pub fn add_region(&mut self, region: Region) -> RegionId {
+        self.valid = false;
         self.regions.push(region);
         RegionId::new(self.regions.len() as u32 - 1)
     }
@@ -223,6 +238,7 @@ impl Graph {
 
     /// The node `id`, mutably.
     pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        self.valid = false;
         &mut self.nodes[id.index()]
     }
 
@@ -331,6 +347,7 @@ impl Graph {
 
     /// Sets the outputs.
     pub fn set_outputs(&mut self, outputs: Vec<NodeId>) {
+        self.valid = false;
         self.outputs = outputs;
     }
 
@@ -372,7 +389,38 @@ impl Graph {
     /// Checks the invariants listed in the module docs, and that every value's bytes can be
     /// counted without overflow.
     pub fn validate(&self) -> Result<()> {
-        // Inputs and parameters are fed and saved by name: one name, one value.
+        self.validate_names()?;
+        for id in self.ids() {
+            self.validate_node(id)?;
+        }
+        self.validate_regions_and_outputs()
+    }
+
+    /// [`Graph::validate`], skipped where the graph is known to be valid ([`Graph::mark_valid`]
+    /// and no change since).
+    pub(crate) fn validate_unless_known(&self) -> Result<()> {
+        debug_assert!(!self.valid || self.validate().is_ok(), "a graph marked valid is not");
+        if self.valid {
+            return Ok(());
+        }
+        self.validate()
+    }
+
+    /// Records that every node was checked as [`Graph::validate`] checks it when it was added
+    /// (inputs before it, region known, bytes countable, shape and dtype those its op infers),
+    /// then checks what no single node shows: names, regions' parents, outputs. A reader that
+    /// checks each node as it reads it calls this instead of `validate`, which would check them
+    /// all again; debug builds check every node anyway.
+    pub(crate) fn mark_valid(&mut self) -> Result<()> {
+        self.validate_names()?;
+        self.validate_regions_and_outputs()?;
+        debug_assert!(self.validate().is_ok(), "a reader marked an invalid graph valid");
+        self.valid = true;
+        Ok(())
+    }
+
+    /// Inputs and parameters are fed and saved by name: one name, one value.
+    fn validate_names(&self) -> Result<()> {
         let mut leaf_names: rustc_hash::FxHashMap<&str, NodeId> = Default::default();
         for id in self.ids() {
             let node = self.node(id);
@@ -392,34 +440,43 @@ impl Graph {
                 });
             }
         }
-        for id in self.ids() {
-            let node = self.node(id);
-            let err = |message: String| Error::Node { node: id, op: node.op.name(), message };
-            if let Some(bad) = node.inputs.iter().find(|i| i.index() >= id.index()) {
-                return Err(err(format!("input {bad} does not precede the node (cycle or dangling input)")));
-            }
-            if let Some(tag) = node.tag {
-                if tag.region.index() >= self.regions.len() {
-                    return Err(err(format!("region {} does not exist", tag.region)));
-                }
-            }
-            if crate::shape::checked_bytes(&node.shape, node.dtype.size()).is_none() {
-                return Err(err(format!("{} {} is more than 2^64 bytes", fmt_shape(&node.shape), node.dtype)));
-            }
-            if node.op.info().leaf {
-                continue;
-            }
-            let (shape, dtype) = self.infer(&node.op, &node.inputs).map_err(err)?;
-            if shape[..] != node.shape[..] || dtype != node.dtype {
-                return Err(err(format!(
-                    "declared {} {} but the op produces {} {}",
-                    fmt_shape(&node.shape),
-                    node.dtype,
-                    fmt_shape(&shape),
-                    dtype
-                )));
+        Ok(())
+    }
+
+    /// The invariants of one node: its inputs precede it, its region exists, its bytes can be
+    /// counted, and its shape and dtype are those its op infers.
+    fn validate_node(&self, id: NodeId) -> Result<()> {
+        let node = self.node(id);
+        let err = |message: String| Error::Node { node: id, op: node.op.name(), message };
+        if let Some(bad) = node.inputs.iter().find(|i| i.index() >= id.index()) {
+            return Err(err(format!("input {bad} does not precede the node (cycle or dangling input)")));
+        }
+        if let Some(tag) = node.tag {
+            if tag.region.index() >= self.regions.len() {
+                return Err(err(format!("region {} does not exist", tag.region)));
             }
         }
+        if crate::shape::checked_bytes(&node.shape, node.dtype.size()).is_none() {
+            return Err(err(format!("{} {} is more than 2^64 bytes", fmt_shape(&node.shape), node.dtype)));
+        }
+        if node.op.info().leaf {
+            return Ok(());
+        }
+        let (shape, dtype) = self.infer(&node.op, &node.inputs).map_err(err)?;
+        if shape[..] != node.shape[..] || dtype != node.dtype {
+            return Err(err(format!(
+                "declared {} {} but the op produces {} {}",
+                fmt_shape(&node.shape),
+                node.dtype,
+                fmt_shape(&shape),
+                dtype
+            )));
+        }
+        Ok(())
+    }
+
+    /// Regions' parents precede them, and every output is a node.
+    fn validate_regions_and_outputs(&self) -> Result<()> {
         for (i, r) in self.regions.iter().enumerate() {
             if r.parent.is_some_and(|p| p.index() >= i) {
                 return Err(Error::Invalid(format!("region r{i}: parent must precede it")));

@@ -36,7 +36,7 @@ impl JointGraph {
     /// nodes where they are, not copied (120 MB for a 10⁶-node graph, which a caller done with
     /// the forward graph need not hold twice).
     pub fn from_forward(mut forward: Graph) -> Result<JointGraph> {
-        forward.validate()?;
+        forward.validate_unless_known()?;
         let loss = *forward
             .outputs()
             .first()
@@ -72,7 +72,7 @@ impl JointGraph {
             for (input, contribution) in contributions {
                 grad[input.index()] = Some(match grad[input.index()] {
                     None => contribution,
-                    Some(previous) => bw.op(Op::Binary(BinaryOp::Add), vec![previous, contribution])?,
+                    Some(previous) => bw.op(Op::Binary(BinaryOp::Add), &[previous, contribution])?,
                 });
             }
         }
@@ -219,11 +219,11 @@ pub(crate) struct Backward {
 
 impl Backward {
     /// Appends `op(inputs)`. A failure here is a bug in a gradient rule, reported as such.
-    pub fn op(&mut self, op: Op, inputs: impl Into<Inputs>) -> Result<NodeId> {
+    pub fn op(&mut self, op: Op, inputs: &[NodeId]) -> Result<NodeId> {
         let name = op.name();
         let id = self
             .graph
-            .push_op(op, inputs)
+            .push_op(op, Inputs::from_slice(inputs))
             .map_err(|e| Error::Invalid(format!("internal error in the gradient of {name}: {e}")))?;
         self.grad_of.push(self.owner);
         Ok(id)
@@ -260,11 +260,11 @@ impl Backward {
         let axes: Vec<usize> =
             (0..gshape.len()).filter(|&i| i < lead || (shape[i - lead] == 1 && gshape[i] != 1)).collect();
         let summed =
-            if axes.is_empty() { g } else { self.op(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: true }, vec![g])? };
+            if axes.is_empty() { g } else { self.op(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: true }, &[g])? };
         if self.shape(summed) == shape {
             return Ok(summed);
         }
-        self.op(Op::Reshape { shape: shape.to_vec() }, vec![summed])
+        self.op(Op::Reshape { shape: shape.to_vec() }, &[summed])
     }
 
     /// Casts `g` to `dtype` if it is not already.
@@ -272,7 +272,7 @@ impl Backward {
         if self.dtype(g) == dtype {
             Ok(g)
         } else {
-            self.op(Op::Cast { dtype }, vec![g])
+            self.op(Op::Cast { dtype }, &[g])
         }
     }
 }

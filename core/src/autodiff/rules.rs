@@ -71,47 +71,47 @@ pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool])
         Op::Pow { exponent } => {
             // d(x^p)/dx = p·x^(p−1).
             let p = bw.scalar(*exponent, gd);
-            let xp = bw.op(Op::Pow { exponent: exponent - 1.0 }, vec![x[0]])?;
-            let gp = bw.op(Op::Binary(BinaryOp::Mul), vec![g, p])?;
-            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), vec![gp, xp])?));
+            let xp = bw.op(Op::Pow { exponent: exponent - 1.0 }, &[x[0]])?;
+            let gp = bw.op(Op::Binary(BinaryOp::Mul), &[g, p])?;
+            out.push((0, bw.op(Op::Binary(BinaryOp::Mul), &[gp, xp])?));
         }
         Op::Where => {
             let zero = bw.scalar(0.0, gd);
             if wanted.contains(&1) {
-                let ga = bw.op(Op::Where, vec![x[0], g, zero])?;
+                let ga = bw.op(Op::Where, &[x[0], g, zero])?;
                 out.push((1, bw.unbroadcast(ga, &shape_of(1))?));
             }
             if wanted.contains(&2) {
-                let gb = bw.op(Op::Where, vec![x[0], zero, g])?;
+                let gb = bw.op(Op::Where, &[x[0], zero, g])?;
                 out.push((2, bw.unbroadcast(gb, &shape_of(2))?));
             }
         }
         Op::Slice { axis, start, .. } => {
             let dim = shape_of(0)[*axis];
-            out.push((0, bw.op(Op::SliceGrad { axis: *axis, start: *start, dim }, vec![g])?));
+            out.push((0, bw.op(Op::SliceGrad { axis: *axis, start: *start, dim }, &[g])?));
         }
         Op::IndexSelect { axis } => {
             let dim = shape_of(0)[*axis];
-            out.push((0, bw.op(Op::IndexSelectGrad { axis: *axis, dim }, vec![x[1], g])?));
+            out.push((0, bw.op(Op::IndexSelectGrad { axis: *axis, dim }, &[x[1], g])?));
         }
         Op::Gather { axis } => {
             let dim = shape_of(0)[*axis];
-            out.push((0, bw.op(Op::GatherGrad { axis: *axis, dim }, vec![x[1], g])?));
+            out.push((0, bw.op(Op::GatherGrad { axis: *axis, dim }, &[x[1], g])?));
         }
-        Op::RmsNorm { eps } => out.push((0, bw.op(Op::RmsNormGrad { eps: *eps }, vec![x[0], g])?)),
+        Op::RmsNorm { eps } => out.push((0, bw.op(Op::RmsNormGrad { eps: *eps }, &[x[0], g])?)),
         Op::Sdpa { causal, scale, layout } => {
             // One fused gradient op; dq, dk and dv are views of its flat result, each one
             // attention's `[t, d]` (or `[t, heads, d]`) block after another.
             let op = Op::SdpaGrad { causal: *causal, scale: *scale, layout: *layout };
-            let flat = bw.op(op, vec![x[0], x[1], x[2], id, g])?;
+            let flat = bw.op(op, &[x[0], x[1], x[2], id, g])?;
             let last = bw.shape(flat).len() - 1;
             let mut start = 0;
             for k in 0..3 {
                 let shape = shape_of(k);
                 let len: usize = shape[shape.len() - layout.inner_rank()..].iter().product();
                 if wanted.contains(&k) {
-                    let part = bw.op(Op::Slice { axis: last, start, len }, vec![flat])?;
-                    out.push((k, bw.op(Op::Reshape { shape: shape.to_vec() }, vec![part])?));
+                    let part = bw.op(Op::Slice { axis: last, start, len }, &[flat])?;
+                    out.push((k, bw.op(Op::Reshape { shape: shape.to_vec() }, &[part])?));
                 }
                 start += len;
             }
@@ -122,73 +122,73 @@ pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool])
         }
         Op::Binary(BinaryOp::Sub) => {
             out.push((0, bw.unbroadcast(g, &shape_of(0))?));
-            let neg = bw.op(Op::Unary(UnaryOp::Neg), vec![g])?;
+            let neg = bw.op(Op::Unary(UnaryOp::Neg), &[g])?;
             out.push((1, bw.unbroadcast(neg, &shape_of(1))?));
         }
         Op::Binary(BinaryOp::Mul) => {
             if wanted.contains(&0) {
-                let ga = bw.op(Op::Binary(BinaryOp::Mul), vec![g, x[1]])?;
+                let ga = bw.op(Op::Binary(BinaryOp::Mul), &[g, x[1]])?;
                 out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
             }
             if wanted.contains(&1) {
-                let gb = bw.op(Op::Binary(BinaryOp::Mul), vec![g, x[0]])?;
+                let gb = bw.op(Op::Binary(BinaryOp::Mul), &[g, x[0]])?;
                 out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
             }
         }
         Op::Binary(BinaryOp::Div) => {
             if wanted.contains(&0) {
-                let ga = bw.op(Op::Binary(BinaryOp::Div), vec![g, x[1]])?;
+                let ga = bw.op(Op::Binary(BinaryOp::Div), &[g, x[1]])?;
                 out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
             }
             if wanted.contains(&1) {
                 // d(a/b)/db = -(a/b)/b: read the output rather than a.
-                let gy = bw.op(Op::Binary(BinaryOp::Mul), vec![g, id])?;
-                let q = bw.op(Op::Binary(BinaryOp::Div), vec![gy, x[1]])?;
-                let gb = bw.op(Op::Unary(UnaryOp::Neg), vec![q])?;
+                let gy = bw.op(Op::Binary(BinaryOp::Mul), &[g, id])?;
+                let q = bw.op(Op::Binary(BinaryOp::Div), &[gy, x[1]])?;
+                let gb = bw.op(Op::Unary(UnaryOp::Neg), &[q])?;
                 out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
             }
         }
         Op::Binary(BinaryOp::Maximum) => {
-            let mask = bw.op(Op::Binary(BinaryOp::MaximumMask), vec![x[0], x[1]])?;
-            let ga = bw.op(Op::Binary(BinaryOp::Mul), vec![g, mask])?;
-            let gb = bw.op(Op::Binary(BinaryOp::Sub), vec![g, ga])?;
+            let mask = bw.op(Op::Binary(BinaryOp::MaximumMask), &[x[0], x[1]])?;
+            let ga = bw.op(Op::Binary(BinaryOp::Mul), &[g, mask])?;
+            let gb = bw.op(Op::Binary(BinaryOp::Sub), &[g, ga])?;
             out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
             out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
         }
-        Op::Clamp { min, max } => out.push((0, bw.op(Op::ClampGrad { min: *min, max: *max }, vec![x[0], g])?)),
+        Op::Clamp { min, max } => out.push((0, bw.op(Op::ClampGrad { min: *min, max: *max }, &[x[0], g])?)),
         Op::Reduce { op: ReduceOp::Sum | ReduceOp::Mean, axes, keepdim } => {
             let xs = shape_of(0);
             let kept = crate::shape::reduced(&xs, axes, true);
-            let gk = if *keepdim { g } else { bw.op(Op::Reshape { shape: kept }, vec![g])? };
-            let mut ge = bw.op(Op::Expand { shape: xs.to_vec() }, vec![gk])?;
+            let gk = if *keepdim { g } else { bw.op(Op::Reshape { shape: kept }, &[g])? };
+            let mut ge = bw.op(Op::Expand { shape: xs.to_vec() }, &[gk])?;
             if matches!(op, Op::Reduce { op: ReduceOp::Mean, .. }) {
                 let count: usize = axes.iter().map(|&a| xs[a]).product();
                 let inv = bw.scalar(1.0 / count as f64, gd);
-                ge = bw.op(Op::Binary(BinaryOp::Mul), vec![ge, inv])?;
+                ge = bw.op(Op::Binary(BinaryOp::Mul), &[ge, inv])?;
             }
             out.push((0, ge));
         }
         Op::Reduce { op: ReduceOp::Amax, axes, keepdim } => {
             let op = Op::AmaxGrad { axes: axes.clone(), keepdim: *keepdim };
-            out.push((0, bw.op(op, vec![x[0], id, g])?));
+            out.push((0, bw.op(op, &[x[0], id, g])?));
         }
         Op::Matmul => matmul_grads(bw, x[0], x[1], g, &wanted, &mut out)?,
         Op::ScaledMatmul => {
             // Scales are constants: d/da = (g·s_a·s_b)·bᵀ with a, b dequantised to f32.
-            let s = bw.op(Op::Binary(BinaryOp::Mul), vec![x[2], x[3]])?;
-            let gs = bw.op(Op::Binary(BinaryOp::Mul), vec![g, s])?;
-            let a = bw.op(Op::Cast { dtype: DType::F32 }, vec![x[0]])?;
-            let b = bw.op(Op::Cast { dtype: DType::F32 }, vec![x[1]])?;
+            let s = bw.op(Op::Binary(BinaryOp::Mul), &[x[2], x[3]])?;
+            let gs = bw.op(Op::Binary(BinaryOp::Mul), &[g, s])?;
+            let a = bw.op(Op::Cast { dtype: DType::F32 }, &[x[0]])?;
+            let b = bw.op(Op::Cast { dtype: DType::F32 }, &[x[1]])?;
             // Positions 0 and 1 map back to the fp8 operands, which receive f32 gradients.
             matmul_grads(bw, a, b, gs, &wanted, &mut out)?;
         }
-        Op::Reshape { .. } => out.push((0, bw.op(Op::Reshape { shape: shape_of(0).to_vec() }, vec![g])?)),
+        Op::Reshape { .. } => out.push((0, bw.op(Op::Reshape { shape: shape_of(0).to_vec() }, &[g])?)),
         Op::Transpose { perm } => {
             let mut inverse = vec![0; perm.len()];
             for (i, &p) in perm.iter().enumerate() {
                 inverse[p] = i;
             }
-            out.push((0, bw.op(Op::Transpose { perm: inverse }, vec![g])?));
+            out.push((0, bw.op(Op::Transpose { perm: inverse }, &[g])?));
         }
         Op::Expand { .. } => out.push((0, bw.unbroadcast(g, &shape_of(0))?)),
         Op::Concat { axis } => {
@@ -196,24 +196,24 @@ pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool])
             for k in 0..x.len() {
                 let len = shape_of(k)[*axis];
                 if wanted.contains(&k) {
-                    out.push((k, bw.op(Op::Slice { axis: *axis, start, len }, vec![g])?));
+                    out.push((k, bw.op(Op::Slice { axis: *axis, start, len }, &[g])?));
                 }
                 start += len;
             }
         }
-        Op::Softmax => out.push((0, bw.op(Op::SoftmaxGrad, vec![id, g])?)),
-        Op::LogSoftmax => out.push((0, bw.op(Op::LogSoftmaxGrad, vec![id, g])?)),
-        Op::LayerNorm { eps } => out.push((0, bw.op(Op::LayerNormGrad { eps: *eps }, vec![x[0], g])?)),
-        Op::CrossEntropy => out.push((0, bw.op(Op::CrossEntropyGrad, vec![x[0], x[1], g])?)),
+        Op::Softmax => out.push((0, bw.op(Op::SoftmaxGrad, &[id, g])?)),
+        Op::LogSoftmax => out.push((0, bw.op(Op::LogSoftmaxGrad, &[id, g])?)),
+        Op::LayerNorm { eps } => out.push((0, bw.op(Op::LayerNormGrad { eps: *eps }, &[x[0], g])?)),
+        Op::CrossEntropy => out.push((0, bw.op(Op::CrossEntropyGrad, &[x[0], x[1], g])?)),
         Op::Embedding => {
             let rows = shape_of(0)[0];
-            out.push((0, bw.op(Op::EmbeddingGrad { rows }, vec![x[1], g])?));
+            out.push((0, bw.op(Op::EmbeddingGrad { rows }, &[x[1], g])?));
         }
         Op::Cast { .. } => {
             let target = bw.dtype(x[0]).grad_dtype();
             out.push((0, bw.cast_to(g, target)?));
         }
-        Op::Dropout { .. } => out.push((0, bw.op(op.clone(), vec![g])?)),
+        Op::Dropout { .. } => out.push((0, bw.op(op.clone(), &[g])?)),
         Op::SliceGrad { .. }
         | Op::IndexSelectGrad { .. }
         | Op::GatherGrad { .. }
@@ -244,30 +244,30 @@ pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool])
 fn unary_grad(bw: &mut Backward, u: UnaryOp, x: NodeId, y: NodeId, g: NodeId) -> Result<NodeId> {
     use BinaryOp::{Div, Mul, Sub};
     let gd = bw.dtype(g);
-    let mul = |bw: &mut Backward, a, b| bw.op(Op::Binary(Mul), vec![a, b]);
-    let fused = |bw: &mut Backward, k: UnaryGradOp, v| bw.op(Op::UnaryGrad(k), vec![v, g]);
+    let mul = |bw: &mut Backward, a, b| bw.op(Op::Binary(Mul), &[a, b]);
+    let fused = |bw: &mut Backward, k: UnaryGradOp, v| bw.op(Op::UnaryGrad(k), &[v, g]);
     match u {
-        UnaryOp::Neg => bw.op(Op::Unary(UnaryOp::Neg), vec![g]),
+        UnaryOp::Neg => bw.op(Op::Unary(UnaryOp::Neg), &[g]),
         UnaryOp::Exp => mul(bw, g, y),
-        UnaryOp::Log => bw.op(Op::Binary(Div), vec![g, x]),
+        UnaryOp::Log => bw.op(Op::Binary(Div), &[g, x]),
         UnaryOp::Sin => {
-            let c = bw.op(Op::Unary(UnaryOp::Cos), vec![x])?;
+            let c = bw.op(Op::Unary(UnaryOp::Cos), &[x])?;
             mul(bw, g, c)
         }
         UnaryOp::Cos => {
-            let s = bw.op(Op::Unary(UnaryOp::Sin), vec![x])?;
+            let s = bw.op(Op::Unary(UnaryOp::Sin), &[x])?;
             let gs = mul(bw, g, s)?;
-            bw.op(Op::Unary(UnaryOp::Neg), vec![gs])
+            bw.op(Op::Unary(UnaryOp::Neg), &[gs])
         }
         UnaryOp::Tanh => {
             let one = bw.scalar(1.0, gd);
-            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![y])?;
-            let d = bw.op(Op::Binary(Sub), vec![one, y2])?;
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), &[y])?;
+            let d = bw.op(Op::Binary(Sub), &[one, y2])?;
             mul(bw, g, d)
         }
         UnaryOp::Sigmoid => {
             let one = bw.scalar(1.0, gd);
-            let q = bw.op(Op::Binary(Sub), vec![one, y])?;
+            let q = bw.op(Op::Binary(Sub), &[one, y])?;
             let d = mul(bw, y, q)?;
             mul(bw, g, d)
         }
@@ -278,23 +278,23 @@ fn unary_grad(bw: &mut Backward, u: UnaryOp, x: NodeId, y: NodeId, g: NodeId) ->
         UnaryOp::Sqrt => {
             let half = bw.scalar(0.5, gd);
             let gh = mul(bw, g, half)?;
-            bw.op(Op::Binary(Div), vec![gh, y])
+            bw.op(Op::Binary(Div), &[gh, y])
         }
         UnaryOp::Rsqrt => {
             // d(x^-1/2)/dx = -x^-3/2 / 2 = -y^3 / 2.
             let c = bw.scalar(-0.5, gd);
-            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![y])?;
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), &[y])?;
             let y3 = mul(bw, y2, y)?;
             let gc = mul(bw, g, c)?;
             mul(bw, gc, y3)
         }
         UnaryOp::Reciprocal => {
-            let y2 = bw.op(Op::Unary(UnaryOp::Square), vec![y])?;
+            let y2 = bw.op(Op::Unary(UnaryOp::Square), &[y])?;
             let gy = mul(bw, g, y2)?;
-            bw.op(Op::Unary(UnaryOp::Neg), vec![gy])
+            bw.op(Op::Unary(UnaryOp::Neg), &[gy])
         }
         UnaryOp::Softplus => {
-            let s = bw.op(Op::Unary(UnaryOp::Sigmoid), vec![x])?;
+            let s = bw.op(Op::Unary(UnaryOp::Sigmoid), &[x])?;
             mul(bw, g, s)
         }
         UnaryOp::Square => {
@@ -317,16 +317,16 @@ fn matmul_grads(
     let (a_rank, b_rank) = (bw.shape(a).len(), bw.shape(b).len());
     // Operands are read transposed by the product itself (`matmul_t`): no transposed copies.
     if wanted.contains(&0) {
-        let ga = bw.op(Op::MatmulT { ta: false, tb: true, fold: false }, vec![g, b])?;
+        let ga = bw.op(Op::MatmulT { ta: false, tb: true, fold: false }, &[g, b])?;
         let a_shape = bw.shape(a).to_vec();
         out.push((0, bw.unbroadcast(ga, &a_shape)?));
     }
     if wanted.contains(&1) {
         let gb = if b_rank == 2 && a_rank > 2 {
             // A shared weight: the batch folds into the rows, one GEMM instead of a batch and a sum.
-            bw.op(Op::MatmulT { ta: true, tb: false, fold: true }, vec![a, g])?
+            bw.op(Op::MatmulT { ta: true, tb: false, fold: true }, &[a, g])?
         } else {
-            let gb = bw.op(Op::MatmulT { ta: true, tb: false, fold: false }, vec![a, g])?;
+            let gb = bw.op(Op::MatmulT { ta: true, tb: false, fold: false }, &[a, g])?;
             let b_shape = bw.shape(b).to_vec();
             bw.unbroadcast(gb, &b_shape)?
         };

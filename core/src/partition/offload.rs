@@ -16,7 +16,7 @@
 //! queued behind each other), which is exact when transfers do not overlap and optimistic when
 //! they do.
 
-use super::PGraph;
+use super::{PGraph, PNode};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::policy::{Policy, PolicySource};
@@ -195,6 +195,12 @@ pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
     let mut wish: Vec<Option<Policy>> = vec![None; n];
     let mut via_view = vec![None; n];
     let mut fallbacks = Fallbacks::default();
+    let offload_tag = |x: &PNode| !x.backward && matches!(x.policy, Some(Policy::MustOffload | Policy::PreferOffload));
+    if !g.nodes.iter().any(offload_tag) {
+        // Nothing asks: the views and bases below matter only to an offload tag (a pass over
+        // every node and three more arrays saved, most graphs).
+        return Ok(Wishes { wish, via_view, warnings: Vec::new() });
+    }
     let output = g.output_mask();
     // The must_save view that keeps each base on the device.
     let mut must_save_view = vec![None; n];

@@ -413,18 +413,25 @@ impl PGraph {
     /// Checks the invariants of the module docs; the error names the first node at fault.
     pub fn validate(&self) -> Result<()> {
         let (mut bytes, mut flops) = (0u64, 0u64);
+        // The nodes seen so far before the first backward one are forward nodes: only another
+        // node is looked up (at 10⁶ nodes, a lookup per input would miss the cache each time).
+        let mut first_backward = self.len();
+        let is_backward = |x: NodeId, known_below: usize| x.index() >= known_below && self.node(x).backward;
         for (i, n) in self.nodes.iter().enumerate() {
             let at = |m: String| Error::Invalid(format!("{}: {m}", self.describe(NodeId::from_index(i))));
             if let Some(&bad) = n.inputs.iter().find(|x| x.index() >= i) {
                 return Err(at(format!("input {bad} does not precede it (a cycle or a dangling input)")));
             }
-            if !n.backward && n.inputs.iter().any(|&x| self.node(x).backward) {
+            if !n.backward && n.inputs.iter().any(|&x| is_backward(x, first_backward.min(i))) {
                 return Err(at("a forward node reads a backward node".into()));
             }
             if let Some(r) = n.region.filter(|r| r.index() >= self.regions.len()) {
                 return Err(at(format!("region index {} does not exist", r.raw())));
             }
-            if let Some(u) = n.grad_of.filter(|u| u.index() >= self.len() || self.node(*u).backward) {
+            if n.backward {
+                first_backward = first_backward.min(i);
+            }
+            if let Some(u) = n.grad_of.filter(|&u| u.index() >= self.len() || is_backward(u, first_backward.min(i))) {
                 return Err(at(format!("grad_of {u} is not a forward node")));
             }
             bytes = bytes.checked_add(n.bytes).ok_or_else(|| at("the graph's bytes add up past 2^64".into()))?;
@@ -568,5 +575,43 @@ mod tests {
         assert!(Arc::ptr_eq(&given[0], &given[1]) && Arc::ptr_eq(&given[0], &given[4]));
         assert!(Arc::ptr_eq(&given[2], &given[5]));
         assert!(!Arc::ptr_eq(&given[0], &given[12]) && Arc::ptr_eq(&given[12], &given[13]));
+    }
+
+    /// `validate` looks a node's phase up only past the forward prefix it has seen: each check
+    /// must still catch a backward node wherever it sits — after a forward node that reads it or
+    /// names it as `grad_of`, before one, or the node itself.
+    #[test]
+    fn backward_nodes_are_found_wherever_they_sit() {
+        // Nodes by phase (true: backward), inputs, grad_of.
+        type Spec<'a> = &'a [(bool, &'a [u32], Option<u32>)];
+        let graph = |spec: Spec| PGraph {
+            nodes: spec
+                .iter()
+                .enumerate()
+                .map(|(k, &(backward, inputs, grad_of))| PNode {
+                    grad_of: grad_of.map(NodeId::new),
+                    ..PNode::new(k as u64, "op", inputs, backward, 4)
+                })
+                .collect(),
+            ..PGraph::default()
+        };
+        let error = |spec: Spec| graph(spec).validate().err().map(|e| e.to_string()).unwrap_or_default();
+        let reads = "a forward node reads a backward node";
+        // Fine: backward nodes after the forward ones, or between them, read and named by none.
+        assert_eq!(error(&[(false, &[], None), (true, &[0], Some(0)), (true, &[1], Some(0))]), "");
+        assert_eq!(error(&[(false, &[], None), (true, &[0], Some(0)), (false, &[0], None)]), "");
+        // A forward node reading a backward node: right after it, and far past the first one.
+        assert!(error(&[(false, &[], None), (true, &[0], None), (false, &[1], None)]).contains(reads));
+        let far: Spec =
+            &[(false, &[], None), (true, &[0], None), (false, &[0], None), (true, &[2], None), (false, &[3], None)];
+        assert!(error(far).contains(reads));
+        // grad_of naming a backward node: an earlier one, a later one (from a forward node or
+        // from a backward one), or the node itself.
+        let not_forward = "is not a forward node";
+        assert!(error(&[(false, &[], None), (true, &[0], None), (true, &[1], Some(1))]).contains(not_forward));
+        assert!(error(&[(false, &[], Some(1)), (true, &[0], None)]).contains(not_forward));
+        assert!(error(&[(false, &[], None), (true, &[0], Some(2)), (true, &[1], None)]).contains(not_forward));
+        assert!(error(&[(false, &[], None), (true, &[0], Some(1))]).contains(not_forward));
+        assert!(error(&[(false, &[], None), (true, &[0], Some(9))]).contains(not_forward));
     }
 }
