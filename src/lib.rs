@@ -71,7 +71,7 @@ pub mod region {
 
 /// Reports of a partition: a text table with a reason per value, JSON, Graphviz DOT.
 pub mod report {
-    pub use remat_core::report::{dot, fmt_bytes, reason_code, Report};
+    pub use remat_core::report::{dot, fmt_bytes, reason_code, JsonDraft, Report};
 }
 
 /// Ready-made models — an MLP and a GPT with feeds — for examples, benchmarks and trying remat.

@@ -14,13 +14,28 @@ impl Report<'_> {
     /// (`id`, `action`, `reason` code, `why` text, and `overrode`, `region`, `grad_of` or `view`
     /// where they apply), `warnings`, and the peaks when given. Ids are the document's own.
     pub fn json(&self) -> String {
-        object(self.json_fields())
+        object(self.json_fields().into_iter().chain(self.peak_fields()).collect())
     }
 
     /// [`Report::json`], written to `out` as it is laid out rather than built first (the report
     /// of a 10⁶-node graph is 70 MB; the `remat` command writes it straight to its output).
     pub fn write_json(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
-        write_object(out, self.json_fields())
+        self.write_json_draft(self.json_draft(), out)
+    }
+
+    /// Every field of [`Report::json`] but the peaks, laid out ahead of them: a caller that
+    /// still has to plan (the plan gives the peaks) lays the report out beside planning, then
+    /// hands the draft to [`Report::write_json_draft`] on a report with the peaks added.
+    pub fn json_draft(&self) -> JsonDraft {
+        JsonDraft(self.json_fields())
+    }
+
+    /// Writes `draft` (of a report of the same partition and graph) with this report's peaks
+    /// after it: what [`Report::write_json`] writes.
+    pub fn write_json_draft(&self, draft: JsonDraft, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let mut fields = draft.0;
+        fields.extend(self.peak_fields());
+        write_object(out, fields)
     }
 
     fn json_fields(&self) -> Vec<(&'static str, Field)> {
@@ -50,14 +65,18 @@ impl Report<'_> {
         }
         fields.push(("decisions", decisions));
         fields.push(("warnings", value(&p.warnings)));
+        fields
+    }
+
+    /// The peaks known, after every other field.
+    fn peak_fields(&self) -> impl Iterator<Item = (&'static str, Field)> {
         let peaks = [
             ("planned_peak", self.planned_peak),
             ("measured_peak", self.measured_peak),
             ("planned_host_peak", self.planned_host_peak),
             ("measured_host_peak", self.measured_host_peak),
         ];
-        fields.extend(peaks.into_iter().filter_map(|(key, b)| Some((key, value(&b?)))));
-        fields
+        peaks.into_iter().filter_map(|(key, b)| Some((key, value(&b?))))
     }
 
     fn decision_out(&self, d: &Decision) -> DecisionOut {
@@ -84,6 +103,15 @@ impl Report<'_> {
             overrode: d.overrode.map(Policy::name),
             offload: d.offload.map(|o| o.describe(g)),
         }
+    }
+}
+
+/// A JSON report laid out but for its peaks ([`Report::json_draft`]).
+pub struct JsonDraft(Vec<(&'static str, Field)>);
+
+impl std::fmt::Debug for JsonDraft {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonDraft").field("fields", &self.0.len()).finish_non_exhaustive()
     }
 }
 

@@ -21,6 +21,7 @@ mod text;
 
 pub use crate::text::fmt_bytes;
 pub use dot::dot;
+pub use json::JsonDraft;
 
 use crate::graph::NodeId;
 use crate::partition::{counts_bytes, Decision, PGraph, Partition, Reason};
