@@ -472,6 +472,19 @@ fn reports() {
     assert_eq!(v["decisions"].as_array().unwrap().len(), p.decisions.len());
     assert!(v["decisions"].as_array().unwrap().iter().any(|d| d["reason"] == "boundary" && d["region"].is_u64()));
     assert_eq!(v["planned_peak"], 1000);
+    // Laid out before the peaks are known (as the command does while it plans), then written
+    // with them: the same bytes, the peaks last; written from a draft of a report without them,
+    // none.
+    let draft = Report::new(&pg, &p).json_draft();
+    let mut drafted = Vec::new();
+    report.write_json_draft(draft, &mut drafted).unwrap();
+    assert_eq!(String::from_utf8(drafted).unwrap(), report.json());
+    let mut bare = Vec::new();
+    Report::new(&pg, &p).write_json_draft(Report::new(&pg, &p).json_draft(), &mut bare).unwrap();
+    let bare: Value = serde_json::from_slice(&bare).unwrap();
+    assert!(bare.get("planned_peak").is_none() && bare["decisions"] == v["decisions"]);
+    let json = report.json();
+    assert!(json.find("\"warnings\"") < json.find("\"planned_peak\""), "the peaks come last");
     let dot = report.dot();
     assert!(dot.starts_with("digraph remat {"));
     assert!(dot.contains("subgraph cluster_r0 {"));
