@@ -98,6 +98,8 @@ impl Plan {
             )));
         }
         model.validate()?;
+        let compact = source::Compact::of(graph);
+        let graph = &compact;
         for i in (0..n_fwd).filter(|&i| offloaded[i]) {
             let id = NodeId::from_index(i);
             let why = if !saved[i] {

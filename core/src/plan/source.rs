@@ -153,3 +153,84 @@ impl Schedulable for PGraph {
         Error::Invalid(format!("{}: {message}", self.describe(id)))
     }
 }
+
+/// What the planner reads on every one of its passes — each node's inputs, bytes, and whether
+/// it is resident or a reshape — copied out of `graph`'s nodes into arrays of their own, the
+/// rest read through. Planning walks the nodes half a dozen times, mostly by id at random:
+/// from nodes of a hundred bytes and more, each read would miss the cache (at 2.75·10⁶ nodes,
+/// a third of planning time); from these arrays (about 20 bytes a node) most hit it.
+///
+/// Invariant: `inputs[starts[i]..starts[i + 1]]` are node `i`'s inputs, `bytes[i]` its bytes
+/// and `flags[i]` its [`RESIDENT`] and [`RESHAPE`] bits, each equal to what `graph` says.
+pub(super) struct Compact<'g, S: ?Sized> {
+    graph: &'g S,
+    starts: Vec<usize>,
+    inputs: Vec<NodeId>,
+    bytes: Vec<usize>,
+    flags: Vec<u8>,
+}
+
+const RESIDENT: u8 = 1;
+const RESHAPE: u8 = 2;
+
+impl<'g, S: Schedulable + ?Sized> Compact<'g, S> {
+    /// The arrays of `graph`, which has passed [`Schedulable::forward_len`]'s checks.
+    pub(super) fn of(graph: &'g S) -> Self {
+        let n = graph.node_count();
+        let mut starts = Vec::with_capacity(n + 1);
+        let mut inputs = Vec::with_capacity(2 * n);
+        let mut bytes = Vec::with_capacity(n);
+        let mut flags = Vec::with_capacity(n);
+        starts.push(0);
+        for id in (0..n).map(NodeId::from_index) {
+            inputs.extend_from_slice(graph.inputs(id));
+            starts.push(inputs.len());
+            bytes.push(graph.bytes(id));
+            let resident = if graph.is_resident(id) { RESIDENT } else { 0 };
+            flags.push(resident | if graph.is_reshape(id) { RESHAPE } else { 0 });
+        }
+        Compact { graph, starts, inputs, bytes, flags }
+    }
+}
+
+impl<S: Schedulable + ?Sized> Schedulable for Compact<'_, S> {
+    fn forward_len(&self) -> Result<usize> {
+        self.graph.forward_len()
+    }
+
+    fn node_count(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn inputs(&self, id: NodeId) -> &[NodeId] {
+        &self.inputs[self.starts[id.index()]..self.starts[id.index() + 1]]
+    }
+
+    fn bytes(&self, id: NodeId) -> usize {
+        self.bytes[id.index()]
+    }
+
+    fn flops(&self, id: NodeId) -> u64 {
+        self.graph.flops(id)
+    }
+
+    fn is_resident(&self, id: NodeId) -> bool {
+        self.flags[id.index()] & RESIDENT != 0
+    }
+
+    fn is_reshape(&self, id: NodeId) -> bool {
+        self.flags[id.index()] & RESHAPE != 0
+    }
+
+    fn forward_outputs(&self) -> &[NodeId] {
+        self.graph.forward_outputs()
+    }
+
+    fn gradients(&self) -> &[NodeId] {
+        self.graph.gradients()
+    }
+
+    fn node_error(&self, id: NodeId, message: String) -> Error {
+        self.graph.node_error(id, message)
+    }
+}
