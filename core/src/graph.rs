@@ -184,8 +184,13 @@ impl Graph {
     pub(crate) fn retain_nodes(&mut self, keep: impl Fn(usize) -> bool) -> Vec<NodeId> {
         self.valid = false;
         let mut remap = vec![NodeId::new(u32::MAX); self.nodes.len()];
-        let mut kept = 0;
-        for i in 0..self.nodes.len() {
+        // Up to the first node dropped, every node stays where it is and reads nodes that do.
+        let first_dropped = (0..self.nodes.len()).find(|&i| !keep(i)).unwrap_or(self.nodes.len());
+        for (i, new) in remap[..first_dropped].iter_mut().enumerate() {
+            *new = NodeId::from_index(i);
+        }
+        let mut kept = first_dropped;
+        for i in first_dropped..self.nodes.len() {
             if keep(i) {
                 self.nodes.swap(i, kept);
                 let node = &mut self.nodes[kept];
