@@ -8,7 +8,7 @@
 //! `arange` or `full`) are recomputed for their FLOPs; boundary values and the bases of kept
 //! views are kept; everything else is up to the strategy.
 
-use super::boundary::{boundary_values, Boundary};
+use super::boundary::Boundary;
 use super::{PGraph, Reason};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
@@ -33,15 +33,19 @@ impl Class {
 
 /// The class of every forward node (backward nodes get `Forbidden(View)`, never looked at), or
 /// the first conflict between the user's tags and the rules, naming both. `reads` is
-/// [`PGraph::backward_reads`].
-pub(crate) fn classify(g: &PGraph, reads: &[bool]) -> Result<Vec<Class>> {
-    let boundary = boundary_values(g);
+/// [`PGraph::backward_reads`], `boundary` [`super::boundary::boundary_values`].
+pub(crate) fn classify(g: &PGraph, reads: &[bool], boundary: &[Option<Boundary>]) -> Result<Vec<Class>> {
     let output = g.output_mask();
-    // The random op each generator state belongs to (its only user, which reads it first).
+    // The random op each generator state belongs to (its only user, which reads it first). The
+    // flag of each first input is looked up in a table of its own: read from the inputs' nodes,
+    // at random, each lookup would miss the cache on a large graph.
+    let rng_state: Vec<bool> = g.nodes.iter().map(|n| n.flags.rng_state).collect();
     let mut state_of = vec![None; g.len()];
-    for i in g.ids() {
-        if let Some(&s) = g.node(i).inputs.first().filter(|s| g.node(**s).flags.rng_state) {
-            state_of[s.index()] = Some(i);
+    if rng_state.contains(&true) {
+        for i in g.ids() {
+            if let Some(&s) = g.node(i).inputs.first().filter(|s| rng_state[s.index()]) {
+                state_of[s.index()] = Some(i);
+            }
         }
     }
     let mut class: Vec<Class> = g
@@ -92,7 +96,7 @@ pub(crate) fn classify(g: &PGraph, reads: &[bool]) -> Result<Vec<Class>> {
         .collect();
     // A view that must be kept (must_save, or a boundary value) is kept through its base, when
     // the backward may need the view; a reader's keep outweighs the base's must_recompute.
-    let kept = kept_views(g, &class, &output, &boundary, reads);
+    let kept = kept_views(g, &class, &output, boundary, reads);
     for (c, k) in class.iter_mut().zip(&kept) {
         match (*c, k.first(), k.reader) {
             // A factory base replays the view for free.
@@ -191,16 +195,17 @@ fn kept_views(
 /// views kept through it: classification forces such a base when the backward *may* need the
 /// view, and a choice that saves what lies between the two can make it unneeded. One sweep from
 /// the last node back settles every base before its own inputs; the rest of the choice stands,
-/// and forced values the recompute reaches are kept. `reads` is [`PGraph::backward_reads`].
+/// and forced values the recompute reaches are kept. `reads` is [`PGraph::backward_reads`],
+/// `boundary` [`super::boundary::boundary_values`].
 pub(crate) fn settle_view_bases(
     g: &PGraph,
     class: &[Class],
+    boundary: &[Option<Boundary>],
     reads: &[bool],
     prefer_binds: bool,
     at_hand: &mut [bool],
     chosen: &mut [Option<Reason>],
 ) {
-    let boundary = boundary_values(g);
     let output = g.output_mask();
     let mut demanded = vec![false; g.len()];
     let mut reached = reads.to_vec();
@@ -208,7 +213,7 @@ pub(crate) fn settle_view_bases(
         if g.nodes[i].backward || !reached[i] {
             continue;
         }
-        if must_keep_view(g, i, &boundary).is_some() {
+        if must_keep_view(g, i, boundary).is_some() {
             demanded[g.view_base(NodeId::from_index(i), &output).index()] = true;
         }
         let recompute = match g.nodes[i].policy {
@@ -248,13 +253,18 @@ pub(crate) fn boundary_reason(b: Boundary) -> Reason {
 /// is a value that cannot be recomputed — flagged `not_recomputable`, random without inputs, or
 /// an input or a parameter tagged explicitly — and the base of a view another tag keeps.
 fn check_conflicts(g: &PGraph, class: &[Class], kept: &[KeptViews], reads: &[bool]) -> Result<()> {
-    let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
-    let needed = closure_from(g, reads.to_vec(), &forced);
+    // What the backward could need, made when the first must_recompute value asks (most graphs
+    // have none: a sweep over every node saved).
+    let mut needed: Option<Vec<bool>> = None;
     for i in g.ids() {
         let n = g.node(i);
         if n.backward || n.policy != Some(Policy::MustRecompute) {
             continue;
         }
+        let needed = needed.get_or_insert_with(|| {
+            let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
+            closure_from(g, reads.to_vec(), &forced)
+        });
         let tag = format!("must_recompute ({})", source_text(g, i));
         // A traced region's policy may reach a constant it encloses; that tag is moot (the value
         // is held anyway). Written explicitly, as in a document, it is a contradiction.

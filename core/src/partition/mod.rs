@@ -348,9 +348,9 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     model.validate()?;
     let wishes = offload::wishes(g)?;
     // What the backward reads: every sweep below starts from it (one pass over every node,
-    // computed once).
-    let reads = g.backward_reads();
-    let class = classify(g, &reads)?;
+    // computed once); beside it, which values are boundary values (another).
+    let (reads, boundary) = crate::par::join(|| g.backward_reads(), || boundary::boundary_values(g));
+    let class = classify(g, &reads, &boundary)?;
     let respect = respect_at_hand(&class);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
     // Exposed transfer times matter only for values that may leave the device: none without an
@@ -380,7 +380,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
     // where Prefer tags bind.
     let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
-    classify::settle_view_bases(g, &class, &reads, prefer_binds, &mut at_hand, &mut chosen);
+    classify::settle_view_bases(g, &class, &boundary, &reads, prefer_binds, &mut at_hand, &mut chosen);
     let mut p = finish(g, strategy, &class, &reads, &at_hand, &chosen, &off, &wishes, ctx.exposed());
     p.warnings.extend(wishes.warnings);
     let searched = strategy.budget().is_some() || g.regions.iter().any(|r| r.budget.is_some());
