@@ -191,10 +191,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let loaded = load(&file)?;
             let bad = doc_error(&file);
             let p = loaded.partition(planning.strategy()).map_err(&bad)?;
-            // The JSON report (all but the peaks the plan gives) is laid out while the plan is
-            // made: a fifth of a second each at 10⁶ nodes.
-            let (plan, draft) = beside(|| loaded.plan(&p), || json.then(|| Report::new(&loaded.pg, &p).json_draft()));
+            // The JSON report up to the peaks the plan gives is laid out and written while the
+            // plan is made (at 10⁶ nodes, a third of a second each). Planning a partition just
+            // made fails only on a bug; the report would then end there, with the error.
+            let (plan, head) = beside(
+                || loaded.plan(&p),
+                || json.then(|| to_stdout(|out| Report::new(&loaded.pg, &p).json_draft().write_head(out))),
+            );
             let plan = plan.map_err(bad)?;
+            head.transpose()?;
             let windows = plan.as_ref().map_or_else(Vec::new, |plan| plan.transfer_windows(&loaded.pg));
             let mut report = Report::new(&loaded.pg, &p).with_transfer_windows(&windows);
             if let Some(plan) = &plan {
@@ -203,10 +208,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .with_host_peaks(plan.predicted_host_peak() as u64, None);
             }
             // The JSON is written as it is laid out: the report of a 10⁶-node graph is 70 MB.
-            to_stdout(|out| match draft {
-                Some(draft) => report.write_json_draft(draft, out),
-                None => out.write_all(report.text().as_bytes()),
-            })?;
+            to_stdout(|out| if json { report.write_json_tail(out) } else { out.write_all(report.text().as_bytes()) })?;
             // A graph of 10⁶ nodes takes a tenth of a second to free; the process is ending.
             std::mem::forget((windows, plan, p, loaded));
         }

@@ -510,8 +510,19 @@ pub(crate) fn object(fields: Vec<(&str, Field)>) -> String {
 /// is 70 MB).
 pub(crate) fn write_object(out: &mut impl std::io::Write, fields: Vec<(&str, Field)>) -> std::io::Result<()> {
     out.write_all(b"{")?;
+    write_fields(out, fields, true)?;
+    out.write_all(b"\n}\n")
+}
+
+/// The fields of an object [`write_object`] writes, without its braces; `first` when none is
+/// written before them.
+pub(crate) fn write_fields(
+    out: &mut impl std::io::Write,
+    fields: Vec<(&str, Field)>,
+    first: bool,
+) -> std::io::Result<()> {
     for (k, (key, field)) in fields.into_iter().enumerate() {
-        out.write_all(if k == 0 { b"\n  " } else { b",\n  " })?;
+        out.write_all(if first && k == 0 { b"\n  " } else { b",\n  " })?;
         out.write_all(spaced(key).as_bytes())?;
         out.write_all(b": ")?;
         match field {
@@ -529,7 +540,7 @@ pub(crate) fn write_object(out: &mut impl std::io::Write, fields: Vec<(&str, Fie
             }
         }
     }
-    out.write_all(b"\n}\n")
+    Ok(())
 }
 
 /// Lays out a document: header fields, then each list with one item a line.

@@ -2,7 +2,7 @@
 
 use super::{reason_code, Report};
 use crate::graph::NodeId;
-use crate::json::{object, rows, spaced, write_object, Field};
+use crate::json::{object, rows, spaced, write_fields, Field};
 use crate::partition::{Action, Decision, Reason};
 use crate::policy::Policy;
 use serde::Serialize;
@@ -25,7 +25,9 @@ impl Report<'_> {
 
     /// Every field of [`Report::json`] but the peaks, laid out ahead of them: a caller that
     /// still has to plan (the plan gives the peaks) lays the report out beside planning, then
-    /// hands the draft to [`Report::write_json_draft`] on a report with the peaks added.
+    /// hands the draft to [`Report::write_json_draft`] on a report with the peaks added — or
+    /// writes it out while planning ([`JsonDraft::write_head`]), then the peaks
+    /// ([`Report::write_json_tail`]).
     pub fn json_draft(&self) -> JsonDraft {
         JsonDraft(self.json_fields())
     }
@@ -33,9 +35,15 @@ impl Report<'_> {
     /// Writes `draft` (of a report of the same partition and graph) with this report's peaks
     /// after it: what [`Report::write_json`] writes.
     pub fn write_json_draft(&self, draft: JsonDraft, out: &mut impl std::io::Write) -> std::io::Result<()> {
-        let mut fields = draft.0;
-        fields.extend(self.peak_fields());
-        write_object(out, fields)
+        draft.write_head(out)?;
+        self.write_json_tail(out)
+    }
+
+    /// What follows a [`JsonDraft::write_head`] of a report of the same partition and graph:
+    /// this report's peaks, and the end of the object.
+    pub fn write_json_tail(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        write_fields(out, self.peak_fields().collect(), false)?;
+        out.write_all(b"\n}\n")
     }
 
     fn json_fields(&self) -> Vec<(&'static str, Field)> {
@@ -108,6 +116,15 @@ impl Report<'_> {
 
 /// A JSON report laid out but for its peaks ([`Report::json_draft`]).
 pub struct JsonDraft(Vec<(&'static str, Field)>);
+
+impl JsonDraft {
+    /// Writes the report up to its peaks, leaving the object open for
+    /// [`Report::write_json_tail`].
+    pub fn write_head(self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        out.write_all(b"{")?;
+        write_fields(out, self.0, true)
+    }
+}
 
 impl std::fmt::Debug for JsonDraft {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
