@@ -26,7 +26,7 @@ use remat::partition::{partition, PGraph};
 use remat::report::Report;
 use remat::{json, Budget, JointGraph, Plan, Strategy};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `remat` command's allocator, so that the in-process stages are timed as the command runs
@@ -112,14 +112,20 @@ fn main() {
     many_names(&dir);
 }
 
-/// `remat partition PATH --strategy STRATEGY --json`, checked to succeed; the bytes it printed.
+/// `remat partition PATH --strategy STRATEGY --json`, checked to succeed; the bytes it printed,
+/// counted as they come (as `| wc -c` would: holding a 70 MB report in this process would time
+/// its allocations too).
 fn remat_cli(path: &std::path::Path, strategy: &str) -> usize {
-    let o = Command::new(env!("CARGO_BIN_EXE_remat"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_remat"))
         .args(["partition", path.to_str().unwrap(), "--strategy", strategy, "--json"])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let printed = std::io::copy(&mut child.stdout.take().unwrap(), &mut std::io::sink()).unwrap();
+    let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    o.stdout.len()
+    printed as usize
 }
 
 /// A `remat.graph` of `layers` residual layers `h + tanh(h · w)`, four nodes each (the weight,

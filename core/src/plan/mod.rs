@@ -98,6 +98,7 @@ impl Plan {
             )));
         }
         model.validate()?;
+        // Every pass below reads inputs and bytes by id: from arrays, not from the nodes.
         let compact = source::Compact::of(graph);
         let graph = &compact;
         for i in (0..n_fwd).filter(|&i| offloaded[i]) {
