@@ -51,6 +51,46 @@ impl<'de: 'a, 'a> Deserialize<'de> for IdRef<'a> {
     }
 }
 
+/// An optional string field, borrowed from the text where it can be (it has no escapes). Serde's
+/// own `Option<Cow<str>>` copies every string whatever `borrow` says (the attribute does not
+/// reach inside an `Option`): an allocation and a free per name and dtype, 10⁶ of them in a
+/// large document.
+pub(super) fn borrowed<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Cow<'a, str>>, D::Error> {
+    struct Text;
+    impl<'de> Visitor<'de> for Text {
+        type Value = Cow<'de, str>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
+            Ok(Cow::Borrowed(v))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
+            Ok(Cow::Owned(v.to_string()))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Self::Value, E> {
+            Ok(Cow::Owned(v))
+        }
+    }
+    struct Optional;
+    impl<'de> Visitor<'de> for Optional {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_none<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+            d.deserialize_str(Text).map(Some)
+        }
+    }
+    d.deserialize_option(Optional)
+}
+
 /// What a node field holds, for "expected ..." in errors.
 pub(super) fn expected(field: &str) -> &'static str {
     match field {
@@ -278,4 +318,27 @@ fn backticked(message: &str) -> Option<String> {
     let start = message.find('`')? + 1;
     let len = message[start..].find('`')?;
     Some(message[start..start + len].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Field<'a> {
+        #[serde(default, borrow, deserialize_with = "borrowed")]
+        x: Option<Cow<'a, str>>,
+    }
+
+    #[test]
+    fn optional_strings_borrow_where_the_text_allows() {
+        let read = |text: &'static str| serde_json::from_str::<Field<'static>>(text).map(|f| f.x);
+        assert!(matches!(read(r#"{"x": "f32"}"#), Ok(Some(Cow::Borrowed("f32")))));
+        // An escape must be undone: the string is a copy, and says what the text means.
+        assert!(matches!(read(r#"{"x": "a\nb"}"#), Ok(Some(Cow::Owned(s))) if s == "a\nb"));
+        assert!(matches!(read(r#"{"x": null}"#), Ok(None)));
+        assert!(matches!(read("{}"), Ok(None)));
+        let wrong = read(r#"{"x": 5}"#).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(wrong.contains("invalid type: integer `5`, expected a string"), "{wrong}");
+    }
 }

@@ -36,17 +36,17 @@ struct NodeIn<'a> {
     attrs: Map<String, Value>,
     #[serde(default)]
     shape: Option<SmallVec<[u64; 4]>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     dtype: Option<Cow<'a, str>>,
     #[serde(default)]
     region: Option<u64>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     policy: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     source: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     loc: Option<Cow<'a, str>>,
 }
 

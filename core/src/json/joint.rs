@@ -57,7 +57,7 @@ struct NodeIn<'a> {
     bytes: Option<u64>,
     #[serde(default)]
     shape: Option<SmallVec<[u64; 4]>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     dtype: Option<Cow<'a, str>>,
     #[serde(default)]
     flops: u64,
@@ -65,19 +65,19 @@ struct NodeIn<'a> {
     flags: SmallVec<[Cow<'a, str>; 2]>,
     #[serde(default)]
     region: Option<u64>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     policy: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     source: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     grad_of: Option<IdRef<'a>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     loc: Option<Cow<'a, str>>,
     #[serde(default)]
     rng_state_bytes: Option<u64>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::fields::borrowed")]
     rng_state: Option<Cow<'a, str>>,
 }
 
