@@ -344,9 +344,9 @@ pub fn partition(g: &PGraph, strategy: Strategy) -> Result<Partition> {
 /// [`partition`] with the transfer and compute rates of `model` (used by `BudgetOffload`'s
 /// solver and for the exposed-transfer estimate).
 pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
-    g.validate()?;
+    let validated = g.validated()?;
     model.validate()?;
-    let wishes = offload::wishes(g)?;
+    let wishes = offload::wishes(g, validated.offload_tags)?;
     // What the backward reads: every sweep below starts from it (one pass over every node,
     // computed once); beside it, which values are boundary values (another).
     let (reads, boundary) = crate::par::join(|| g.backward_reads(), || boundary::boundary_values(g));

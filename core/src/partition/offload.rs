@@ -16,7 +16,7 @@
 //! queued behind each other), which is exact when transfers do not overlap and optimistic when
 //! they do.
 
-use super::{PGraph, PNode};
+use super::PGraph;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::policy::{Policy, PolicySource};
@@ -190,13 +190,13 @@ pub(crate) fn can_leave(g: &PGraph, i: NodeId) -> bool {
 
 /// The offload wishes of the tags; an error naming the node for a must_offload on a value that
 /// cannot leave the device (or whose base cannot), or a must_offload view of a must_save base.
-pub(crate) fn wishes(g: &PGraph) -> Result<Wishes> {
+/// `offload_tags`: whether any forward node's tag asks for offload ([`PGraph::validated`]).
+pub(crate) fn wishes(g: &PGraph, offload_tags: bool) -> Result<Wishes> {
     let n = g.len();
     let mut wish: Vec<Option<Policy>> = vec![None; n];
     let mut via_view = vec![None; n];
     let mut fallbacks = Fallbacks::default();
-    let offload_tag = |x: &PNode| !x.backward && matches!(x.policy, Some(Policy::MustOffload | Policy::PreferOffload));
-    if !g.nodes.iter().any(offload_tag) {
+    if !offload_tags {
         // Nothing asks: the views and bases below matter only to an offload tag (a pass over
         // every node and three more arrays saved, most graphs).
         return Ok(Wishes { wish, via_view, warnings: Vec::new() });

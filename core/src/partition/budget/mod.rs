@@ -73,13 +73,16 @@ impl Offload {
                 None => false,
             })
             .collect();
-        // Bases of must_save views stay on the device.
-        let output = g.output_mask();
+        // Bases of must_save views stay on the device (found only where the solver chooses
+        // offloads: a sweep over every node).
         let mut must_save_base = vec![false; g.len()];
-        for v in g.ids() {
-            let n = g.node(v);
-            if !n.backward && n.flags.view && n.policy == Some(Policy::MustSave) {
-                must_save_base[g.view_base(v, &output).index()] = true;
+        if choose {
+            let output = g.output_mask();
+            for v in g.ids() {
+                let n = g.node(v);
+                if !n.backward && n.flags.view && n.policy == Some(Policy::MustSave) {
+                    must_save_base[g.view_base(v, &output).index()] = true;
+                }
             }
         }
         let optional = g
