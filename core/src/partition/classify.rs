@@ -33,8 +33,15 @@ impl Class {
 
 /// The class of every forward node (backward nodes get `Forbidden(View)`, never looked at), or
 /// the first conflict between the user's tags and the rules, naming both. `reads` is
-/// [`PGraph::backward_reads`], `boundary` [`super::boundary::boundary_values`].
-pub(crate) fn classify(g: &PGraph, reads: &[bool], boundary: &[Option<Boundary>]) -> Result<Vec<Class>> {
+/// [`PGraph::backward_reads`], `boundary` [`super::boundary::boundary_values`];
+/// `must_recompute_tags` whether any forward node is tagged must_recompute (conflicts are looked
+/// for only then).
+pub(crate) fn classify(
+    g: &PGraph,
+    reads: &[bool],
+    boundary: &[Option<Boundary>],
+    must_recompute_tags: bool,
+) -> Result<Vec<Class>> {
     let output = g.output_mask();
     // The random op each generator state belongs to (its only user, which reads it first). The
     // flag of each first input is looked up in a table of its own: read from the inputs' nodes,
@@ -107,7 +114,9 @@ pub(crate) fn classify(g: &PGraph, reads: &[bool], boundary: &[Option<Boundary>]
             _ => {}
         }
     }
-    check_conflicts(g, &class, &kept, reads)?;
+    if must_recompute_tags {
+        check_conflicts(g, &class, &kept, reads)?;
+    }
     Ok(class)
 }
 
@@ -163,7 +172,9 @@ fn kept_views(
     let mut kept: Vec<KeptViews> = vec![KeptViews::default(); g.len()];
     let mut reached = reads.to_vec();
     for i in (0..g.len()).rev() {
-        if g.nodes[i].backward || !reached[i] {
+        // `reached` first: only forward nodes are ever reached, and a node not looked at is
+        // not loaded (at 10⁶ nodes, the backward's are most of this sweep's memory).
+        if !reached[i] || g.nodes[i].backward {
             continue;
         }
         if let Some(by) = must_keep_view(g, i, boundary) {
@@ -210,7 +221,9 @@ pub(crate) fn settle_view_bases(
     let mut demanded = vec![false; g.len()];
     let mut reached = reads.to_vec();
     for i in (0..g.len()).rev() {
-        if g.nodes[i].backward || !reached[i] {
+        // `reached` first: only forward nodes are ever reached, and a node not looked at is
+        // not loaded (at 10⁶ nodes, the backward's are most of this sweep's memory).
+        if !reached[i] || g.nodes[i].backward {
             continue;
         }
         if must_keep_view(g, i, boundary).is_some() {
@@ -319,7 +332,9 @@ pub(crate) fn closure(g: &PGraph, at_hand: &[bool]) -> Vec<bool> {
 pub(crate) fn closure_from(g: &PGraph, mut reached: Vec<bool>, at_hand: &[bool]) -> Vec<bool> {
     // Reverse id order visits users before inputs, so one sweep suffices.
     for i in (0..g.len()).rev() {
-        if g.nodes[i].backward || !reached[i] || at_hand[i] {
+        // The arrays first: a node neither reached nor at hand is not loaded (the backward's are
+        // never reached).
+        if !reached[i] || at_hand[i] || g.nodes[i].backward {
             continue;
         }
         for &x in &g.nodes[i].inputs {

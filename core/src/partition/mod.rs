@@ -350,7 +350,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // What the backward reads: every sweep below starts from it (one pass over every node,
     // computed once); beside it, which values are boundary values (another).
     let (reads, boundary) = crate::par::join(|| g.backward_reads(), || boundary::boundary_values(g));
-    let class = classify(g, &reads, &boundary)?;
+    let class = classify(g, &reads, &boundary, validated.must_recompute_tags)?;
     let respect = respect_at_hand(&class);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
     // Exposed transfer times matter only for values that may leave the device: none without an

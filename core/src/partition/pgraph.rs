@@ -311,6 +311,8 @@ impl ShapeCache {
 pub(crate) struct Validated {
     /// Whether a forward node's tag asks for offload (must_offload or prefer_offload).
     pub offload_tags: bool,
+    /// Whether a forward node is tagged must_recompute.
+    pub must_recompute_tags: bool,
 }
 
 /// A joint graph for partitioning: nodes in topological order, forward and backward.
@@ -424,7 +426,7 @@ impl PGraph {
     /// [`PGraph::validate`], with what its sweep saw that the partition would otherwise sweep
     /// every node again for (a sweep over 10⁶ nodes of this size is some 60 ms).
     pub(crate) fn validated(&self) -> Result<Validated> {
-        let mut offload_tags = false;
+        let (mut offload_tags, mut must_recompute_tags) = (false, false);
         let (mut bytes, mut flops) = (0u64, 0u64);
         // The nodes seen so far before the first backward one are forward nodes: only another
         // node is looked up (at 10⁶ nodes, a lookup per input would miss the cache each time).
@@ -448,6 +450,7 @@ impl PGraph {
                 return Err(at(format!("grad_of {u} is not a forward node")));
             }
             offload_tags |= !n.backward && matches!(n.policy, Some(Policy::MustOffload | Policy::PreferOffload));
+            must_recompute_tags |= !n.backward && n.policy == Some(Policy::MustRecompute);
             bytes = bytes.checked_add(n.bytes).ok_or_else(|| at("the graph's bytes add up past 2^64".into()))?;
             flops = flops.checked_add(n.flops).ok_or_else(|| at("the graph's FLOPs add up past 2^64".into()))?;
         }
@@ -464,7 +467,7 @@ impl PGraph {
                 return Err(Error::Invalid(format!("output {o} is not a node")));
             }
         }
-        Ok(Validated { offload_tags })
+        Ok(Validated { offload_tags, must_recompute_tags })
     }
 
     /// For each node, whether a backward node reads it while it is a forward node.
