@@ -349,7 +349,8 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     let wishes = offload::wishes(g, validated.offload_tags)?;
     // What the backward reads: every sweep below starts from it (one pass over every node,
     // computed once); beside it, which values are boundary values (another).
-    let (reads, boundary) = crate::par::join(|| g.backward_reads(), || boundary::boundary_values(g));
+    let (reads, boundary) =
+        crate::par::join(|| g.backward_reads_from(&validated.backward), || boundary::boundary_values(g));
     let class = classify(g, &reads, &boundary, validated.must_recompute_tags)?;
     let respect = respect_at_hand(&class);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
@@ -381,7 +382,8 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // where Prefer tags bind.
     let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
     classify::settle_view_bases(g, &class, &boundary, &reads, prefer_binds, &mut at_hand, &mut chosen);
-    let mut p = finish(g, strategy, &class, &reads, &at_hand, &chosen, &off, &wishes, ctx.exposed());
+    let mut p =
+        finish(g, strategy, &class, &reads, &validated.backward, &at_hand, &chosen, &off, &wishes, ctx.exposed());
     p.warnings.extend(wishes.warnings);
     let searched = strategy.budget().is_some() || g.regions.iter().any(|r| r.budget.is_some());
     p.optimality_gap = searched.then(|| {
@@ -462,6 +464,7 @@ fn finish(
     strategy: Strategy,
     class: &[Class],
     reads: &[bool],
+    backward: &[bool],
     at_hand: &[bool],
     chosen: &[Option<Reason>],
     off: &[bool],
@@ -478,11 +481,9 @@ fn finish(
     // policy.
     let mut unneeded = UnneededGroups::default();
     let (mut saved_bytes, mut held_bytes, mut recompute_flops) = (0u64, 0u64, 0u64);
-    for i in g.ids() {
+    // Backward nodes skipped by the phase table, not loaded (most of a joint graph's nodes).
+    for i in g.ids().filter(|i| !backward[i.index()]) {
         let n = g.node(i);
-        if n.backward {
-            continue;
-        }
         if !reached[i.index()] {
             // Warned about only where the user chose the value itself (a statement attribute,
             // `save_names`, an explicit tag): a kind-wide rule such as `save(matmul)` covers

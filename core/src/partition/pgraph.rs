@@ -313,6 +313,9 @@ pub(crate) struct Validated {
     pub offload_tags: bool,
     /// Whether a forward node is tagged must_recompute.
     pub must_recompute_tags: bool,
+    /// Per node, whether it is a backward node: a table the sweeps read instead of the nodes
+    /// (a node of 136 bytes is loaded for one flag otherwise).
+    pub backward: Vec<bool>,
 }
 
 /// A joint graph for partitioning: nodes in topological order, forward and backward.
@@ -427,6 +430,7 @@ impl PGraph {
     /// every node again for (a sweep over 10⁶ nodes of this size is some 60 ms).
     pub(crate) fn validated(&self) -> Result<Validated> {
         let (mut offload_tags, mut must_recompute_tags) = (false, false);
+        let mut backward = Vec::with_capacity(self.len());
         let (mut bytes, mut flops) = (0u64, 0u64);
         // The nodes seen so far before the first backward one are forward nodes: only another
         // node is looked up (at 10⁶ nodes, a lookup per input would miss the cache each time).
@@ -451,6 +455,7 @@ impl PGraph {
             }
             offload_tags |= !n.backward && matches!(n.policy, Some(Policy::MustOffload | Policy::PreferOffload));
             must_recompute_tags |= !n.backward && n.policy == Some(Policy::MustRecompute);
+            backward.push(n.backward);
             bytes = bytes.checked_add(n.bytes).ok_or_else(|| at("the graph's bytes add up past 2^64".into()))?;
             flops = flops.checked_add(n.flops).ok_or_else(|| at("the graph's FLOPs add up past 2^64".into()))?;
         }
@@ -467,16 +472,21 @@ impl PGraph {
                 return Err(Error::Invalid(format!("output {o} is not a node")));
             }
         }
-        Ok(Validated { offload_tags, must_recompute_tags })
+        Ok(Validated { offload_tags, must_recompute_tags, backward })
     }
 
     /// For each node, whether a backward node reads it while it is a forward node.
     pub fn backward_reads(&self) -> Vec<bool> {
         // Each input's phase is looked up in a compact table, not in the node itself (nodes are
-        // about 200 bytes: at 10⁶ of them, each lookup would miss the cache).
-        let backward: Vec<bool> = self.nodes.iter().map(|n| n.backward).collect();
+        // 136 bytes: at 10⁶ of them, each lookup would miss the cache).
+        self.backward_reads_from(&self.nodes.iter().map(|n| n.backward).collect::<Vec<_>>())
+    }
+
+    /// [`PGraph::backward_reads`], given each node's phase (`backward[i]`: node `i` is a backward
+    /// node).
+    pub(crate) fn backward_reads_from(&self, backward: &[bool]) -> Vec<bool> {
         let mut reads = vec![false; self.nodes.len()];
-        for (n, _) in self.nodes.iter().zip(&backward).filter(|(_, &b)| b) {
+        for (n, _) in self.nodes.iter().zip(backward).filter(|(_, &b)| b) {
             for &i in &n.inputs {
                 if !backward[i.index()] {
                     reads[i.index()] = true;

@@ -284,14 +284,17 @@ impl<'a> Problem<'a> {
         let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
         let relevant = closure_from(g, reads.to_vec(), &forced);
         let mut innermost_budget = vec![None; g.len()];
-        for i in g.ids() {
-            let mut r = g.node(i).region;
-            while let Some(region) = r {
-                if g.regions[region.index()].budget.is_some() {
-                    innermost_budget[i.index()] = Some(region);
-                    break;
+        // Without a budgeted region no node lies in one: no sweep over every node.
+        if !budgeted.is_empty() {
+            for i in g.ids() {
+                let mut r = g.node(i).region;
+                while let Some(region) = r {
+                    if g.regions[region.index()].budget.is_some() {
+                        innermost_budget[i.index()] = Some(region);
+                        break;
+                    }
+                    r = g.regions[region.index()].parent;
                 }
-                r = g.regions[region.index()].parent;
             }
         }
         let candidates: Vec<NodeId> = g
