@@ -162,15 +162,6 @@ fn load(path: &Path) -> Result<Loaded, Failure> {
     }
 }
 
-/// `a()` and `b()`, `b` on a thread of its own.
-fn beside<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> (A, B) {
-    std::thread::scope(|scope| {
-        let second = scope.spawn(b);
-        let first = a();
-        (first, second.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-    })
-}
-
 /// Writes a report to standard output. A reader that stops early (`| head`) is no failure:
 /// the rest is not wanted, and the command ends quietly.
 fn to_stdout(write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>) -> Result<(), Failure> {
@@ -194,7 +185,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             // The JSON report up to the peaks the plan gives is laid out and written while the
             // plan is made (at 10⁶ nodes, a third of a second each). Planning a partition just
             // made fails only on a bug; the report would then end there, with the error.
-            let (plan, head) = beside(
+            let (plan, head) = remat_core::par::join(
                 || loaded.plan(&p),
                 || json.then(|| to_stdout(|out| Report::new(&loaded.pg, &p).json_draft().write_head(out))),
             );

@@ -21,7 +21,8 @@ mod large_blocks;
 mod model;
 pub mod op;
 mod optim;
-mod par;
+#[doc(hidden)] // Not a public API: the `remat` command runs its own work beside planning.
+pub mod par;
 pub mod partition;
 pub mod peak;
 pub mod plan;

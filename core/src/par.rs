@@ -12,7 +12,7 @@ pub(crate) fn second_cpu() -> bool {
 
 /// `a()` and `b()`: `b` on a thread of its own beside `a` where there is a second CPU, else `a`
 /// then `b`. A panic in either is the caller's.
-pub(crate) fn join<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> (A, B) {
+pub fn join<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> (A, B) {
     if !second_cpu() {
         let first = a();
         return (first, b());

@@ -432,30 +432,28 @@ impl PGraph {
         let (mut offload_tags, mut must_recompute_tags) = (false, false);
         let mut backward = Vec::with_capacity(self.len());
         let (mut bytes, mut flops) = (0u64, 0u64);
-        // The nodes seen so far before the first backward one are forward nodes: only another
-        // node is looked up (at 10⁶ nodes, a lookup per input would miss the cache each time).
-        let mut first_backward = self.len();
-        let is_backward = |x: NodeId, known_below: usize| x.index() >= known_below && self.node(x).backward;
         for (i, n) in self.nodes.iter().enumerate() {
             let at = |m: String| Error::Invalid(format!("{}: {m}", self.describe(NodeId::from_index(i))));
             if let Some(&bad) = n.inputs.iter().find(|x| x.index() >= i) {
                 return Err(at(format!("input {bad} does not precede it (a cycle or a dangling input)")));
             }
-            if !n.backward && n.inputs.iter().any(|&x| is_backward(x, first_backward.min(i))) {
+            // Phases of earlier nodes come from the table this sweep fills, not from the nodes
+            // (at 10⁶ nodes of this size, a lookup per input would miss the cache each time).
+            backward.push(n.backward);
+            if !n.backward && n.inputs.iter().any(|x| backward[x.index()]) {
                 return Err(at("a forward node reads a backward node".into()));
             }
             if let Some(r) = n.region.filter(|r| r.index() >= self.regions.len()) {
                 return Err(at(format!("region index {} does not exist", r.raw())));
             }
-            if n.backward {
-                first_backward = first_backward.min(i);
-            }
-            if let Some(u) = n.grad_of.filter(|&u| u.index() >= self.len() || is_backward(u, first_backward.min(i))) {
+            let grad_of_backward = |u: NodeId| {
+                backward.get(u.index()).copied().unwrap_or_else(|| self.nodes.get(u.index()).is_none_or(|m| m.backward))
+            };
+            if let Some(u) = n.grad_of.filter(|&u| grad_of_backward(u)) {
                 return Err(at(format!("grad_of {u} is not a forward node")));
             }
             offload_tags |= !n.backward && matches!(n.policy, Some(Policy::MustOffload | Policy::PreferOffload));
             must_recompute_tags |= !n.backward && n.policy == Some(Policy::MustRecompute);
-            backward.push(n.backward);
             bytes = bytes.checked_add(n.bytes).ok_or_else(|| at("the graph's bytes add up past 2^64".into()))?;
             flops = flops.checked_add(n.flops).ok_or_else(|| at("the graph's FLOPs add up past 2^64".into()))?;
         }
