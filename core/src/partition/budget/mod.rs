@@ -183,6 +183,7 @@ pub(super) fn refine(
     }
     let mut problem = Problem::new(g, class, reads, base, global.is_some(), &budgeted, off);
     problem.hint_min_cut(class);
+    let mut early_bound = None;
     if let Some(b) = global {
         let limit = match b {
             Budget::Bytes(b) => b,
@@ -193,10 +194,12 @@ pub(super) fn refine(
                 // 0.0 is the fewest bytes any choice within the region budgets keeps.
                 problem.limits[0] = 0;
                 // Only the fewest bytes matter here: no bound is computed to grade the plan. (On
-                // large graphs the min-cut the path is compared with is cut beside it, for the
-                // final solve; the bound's network is built beside that solve's path, after the
-                // min-cut's is freed, so the two are never held at once.)
-                let lo = match problem.solve_graded(false) {
+                // large graphs the min-cut the path is compared with is cut beside it, and the
+                // bound's first cut after the path, both for the final solve: neither reads the
+                // limits.)
+                let (fewest, bound) = problem.fewest_bytes();
+                early_bound = bound;
+                let lo = match fewest {
                     Ok((at_hand, offloaded, _)) => problem.global_bytes(&at_hand, &offloaded),
                     Err(e) => match e.least_global_within_regions {
                         Some(lo) => lo,
@@ -209,7 +212,7 @@ pub(super) fn refine(
         };
         problem.limits[0] = limit;
     }
-    let solved = problem.solve();
+    let solved = problem.solve_graded(true, early_bound);
     let (at_hand, offloaded, bound) = if off.choose {
         // Offloading is a choice, never a constraint: the plain budget's answer (tagged offloads
         // only) is one of this problem's choices, so it stands where the search finds none or
@@ -255,13 +258,22 @@ struct Problem<'a> {
     reads: &'a [bool],
     /// The classes to take the min-cut's choice from, where the path compares against it.
     hint_class: Option<&'a [Class]>,
-    /// The min-cut's choice over the candidates (the rest as `base`), computed on first use: on
-    /// the path's thread, beside the lower bound (each is about a third of a second on a
-    /// 10⁶-node graph).
-    hint: std::sync::OnceLock<Vec<bool>>,
+    /// The min-cut's choice over the candidates (the rest as `base`) and its evaluation,
+    /// computed on first use, beside the path (about a third of a second on a 10⁶-node graph).
+    hint: std::sync::OnceLock<Hint>,
     /// The order the eviction path evicts candidates and optional offloads in, which does not
     /// depend on the limits: sorted on first use, for every path after.
     eviction_order: std::sync::OnceLock<Vec<NodeId>>,
+}
+
+/// The min-cut's choice ([`Problem::hint_min_cut`]), evaluated with the tagged offloads (which
+/// no limit changes: one evaluation serves every solve of the problem).
+struct Hint {
+    at_hand: Vec<bool>,
+    flops: u64,
+    exposed: f64,
+    /// Device bytes counted against each limit.
+    bytes: Vec<u64>,
 }
 
 /// Why no choice fits: per limit, the fewest bytes any choice tried needed, and the fewest
@@ -373,16 +385,19 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// The min-cut's choice ([`Problem::hint_min_cut`]), cut on first use.
-    fn hint(&self) -> Option<&Vec<bool>> {
+    /// The min-cut's choice ([`Problem::hint_min_cut`]), cut and evaluated on first use.
+    fn hint(&self) -> Option<&Hint> {
         let class = self.hint_class?;
         Some(self.hint.get_or_init(|| {
-            let (cut, _) = super::mincut::solve(self.g, class, self.reads);
-            let mut hint = self.base.clone();
+            let (mut cut, _) = super::mincut::solve(self.g, class, self.reads);
+            let mut at_hand = self.base.clone();
             for &c in &self.candidates {
-                hint[c.index()] = cut[c.index()];
+                at_hand[c.index()] = cut[c.index()];
             }
-            hint
+            let mut bytes = vec![0; self.limits.len()];
+            // The cut's own table serves as scratch: it is read no more.
+            let (flops, exposed) = self.eval_into(&at_hand, &self.off.fixed, &mut cut, &mut bytes);
+            Hint { at_hand, flops, exposed, bytes }
         }))
     }
 
@@ -487,7 +502,19 @@ impl<'a> Problem<'a> {
     /// program fails); with a proven lower bound on the cost where the plan is not proven
     /// optimal.
     fn solve(&self) -> std::result::Result<Solved, Infeasible> {
-        self.solve_graded(true)
+        self.solve_graded(true, None)
+    }
+
+    /// The plan of fewest bytes any choice keeps within the region limits (the global limit is
+    /// 0), without a bound to grade it; and, where the eviction path decides, the lower bound
+    /// already started (its network and first cut read no limit), for the solve that follows.
+    fn fewest_bytes(&self) -> (std::result::Result<Solved, Infeasible>, Option<Bound>) {
+        if self.method() != Method::Path {
+            return (self.solve_graded(false, None), None);
+        }
+        let mut bound = None;
+        let path = self.solve_heuristic(|| bound = self.has_global().then(|| Bound::start(self)));
+        (path.map(|(a, o)| (a, o, None)), bound)
     }
 
     /// How [`Problem::solve`] finds its plan (whatever the limits).
@@ -505,8 +532,9 @@ impl<'a> Problem<'a> {
     }
 
     /// [`Problem::solve`]; without `grade`, the eviction path's plan comes with no lower bound
-    /// (where only its bytes matter).
-    fn solve_graded(&self, grade: bool) -> std::result::Result<Solved, Infeasible> {
+    /// (where only its bytes matter). `started`: the bound of [`Problem::fewest_bytes`], where
+    /// one was started.
+    fn solve_graded(&self, grade: bool, started: Option<Bound>) -> std::result::Result<Solved, Infeasible> {
         match self.method() {
             Method::Enumerate => return self.solve_exact(&self.variables()).map(|(a, o)| (a, o, None)),
             Method::Program => {
@@ -519,13 +547,16 @@ impl<'a> Problem<'a> {
         // The bound only grades the plan: it is computed beside the eviction path, on a second
         // thread where there is one (each is about a second on a 10⁶-node graph).
         if !grade {
-            return self.solve_heuristic().map(|(a, o)| (a, o, None));
+            return self.solve_heuristic(|| ()).map(|(a, o)| (a, o, None));
         }
         // The bound's first cut needs no limit, and its plan (within every rule but the limits)
         // is the third the plan is chosen from on plain budgets: the cut is taken beside the path
-        // and the min-cut, then the bound goes on beside that plan's repair.
-        let (path, mut started) =
-            crate::par::join(|| self.solve_heuristic(), || self.has_global().then(|| Bound::start(self)));
+        // and the min-cut (unless it was taken already), then the bound goes on beside that
+        // plan's repair.
+        let (path, mut started) = match started {
+            Some(started) => (self.solve_heuristic(|| ()), Some(started)),
+            None => crate::par::join(|| self.solve_heuristic(|| ()), || self.has_global().then(|| Bound::start(self))),
+        };
         let cut_plan = started.as_mut().filter(|_| !self.off.choose).map(Bound::take_first_plan);
         let plan_found = AtomicBool::new(false);
         let plan = || {
@@ -601,39 +632,45 @@ impl<'a> Problem<'a> {
         Infeasible { least, least_global_within_regions }
     }
 
-    /// The eviction path, or the min-cut's choice where it fits and costs less.
-    fn solve_heuristic(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+    /// The eviction path, or the min-cut's choice where it fits and costs less; `after_path`
+    /// runs after the path, beside the min-cut where that is cut now.
+    fn solve_heuristic(
+        &self,
+        after_path: impl FnOnce() + Send,
+    ) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
         // The min-cut is cut beside the path where there is a second CPU (each takes a fraction
         // of a second on a 10⁶-node graph); its first use waits for it.
+        let path_then = || {
+            let path = self.solve_path();
+            after_path();
+            path
+        };
         let path = if self.hint_class.is_some() && self.hint.get().is_none() {
-            crate::par::join(|| self.solve_path(), || self.hint()).0
+            crate::par::join(path_then, || self.hint()).0
         } else {
-            self.solve_path()
+            path_then()
         };
         let Some(hint) = self.hint() else { return path };
         // The hint when it fits and costs less (or the path found nothing). Monotone: the
         // hint's bytes are fixed, and the path's first point within a smaller limit is the same
         // point or a later one, which costs no less.
         let offloaded = self.off.fixed.clone();
-        let mut scratch = vec![false; self.g.len()];
-        let mut bytes = vec![0; self.limits.len()];
-        let (hint_flops, hint_exposed) = self.eval_into(hint, &offloaded, &mut scratch, &mut bytes);
-        let hint_fits = self.fits(&bytes);
+        let hint_fits = self.fits(&hint.bytes);
         match path {
             Ok((at_hand, off)) if hint_fits => {
+                let mut scratch = vec![false; self.g.len()];
                 let mut path_bytes = vec![0; self.limits.len()];
                 let (flops, exposed) = self.eval_into(&at_hand, &off, &mut scratch, &mut path_bytes);
-                let hint_cost = self.cost(hint_flops, hint_exposed);
-                if hint_cost.lt(&self.cost(flops, exposed), 0, 0) {
-                    Ok((hint.clone(), offloaded))
+                if self.cost(hint.flops, hint.exposed).lt(&self.cost(flops, exposed), 0, 0) {
+                    Ok((hint.at_hand.clone(), offloaded))
                 } else {
                     Ok((at_hand, off))
                 }
             }
             Ok(found) => Ok(found),
-            Err(_) if hint_fits => Ok((hint.clone(), offloaded)),
+            Err(_) if hint_fits => Ok((hint.at_hand.clone(), offloaded)),
             Err(mut e) => {
-                self.note(&bytes, &mut e);
+                self.note(&hint.bytes, &mut e);
                 Err(e)
             }
         }
