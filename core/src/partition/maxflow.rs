@@ -232,11 +232,17 @@ impl<C: Capacity> FlowNetwork<C> {
                 let w = self.to[e as usize];
                 if self.cap[e as usize] > C::default() && level[w as usize] == u32::MAX {
                     level[w as usize] = level[v as usize] + 1;
+                    if w == t {
+                        // Every node one level below `t` is labelled by now, and a node at
+                        // `t`'s level or past it leads no augmenting path of this phase
+                        // anywhere: the rest stay unlabelled.
+                        return true;
+                    }
                     queue.push_back(w);
                 }
             }
         }
-        level[t as usize] != u32::MAX
+        false
     }
 
     /// One augmenting path along increasing levels (iterative DFS with per-node cursors, so
