@@ -47,7 +47,7 @@ impl Bound {
         let mut ratios: Vec<f64> = p
             .candidates
             .iter()
-            .map(|c| p.g.nodes[c.index()].flops as f64 / p.g.nodes[c.index()].bytes.max(1) as f64)
+            .map(|c| p.facts.flops(c.index()) as f64 / p.facts.bytes(c.index()).max(1) as f64)
             .collect();
         ratios.sort_by(f64::total_cmp);
         let lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
@@ -142,7 +142,7 @@ fn networks(p: &Problem<'_>, lambda: f64) -> Box<dyn Cuts + Send> {
     for &i in &p.order {
         let (recompute_possible, at_hand_possible) = choices(p, &candidate, i);
         if recompute_possible {
-            finite += cap(p.g.nodes[i].flops as f64) as u128;
+            finite += cap(p.facts.flops(i) as f64) as u128;
         }
         if at_hand_possible {
             finite += cap(keep_cost(p, i, most)) as u128;
@@ -192,7 +192,7 @@ fn choices(p: &Problem<'_>, candidate: &[bool], i: usize) -> (bool, bool) {
 /// What keeping value `i` costs at multiplier λ: its device bytes times λ, or its exposed
 /// transfer where offloaded. (Never less at a greater multiplier.)
 fn keep_cost(p: &Problem<'_>, i: usize, lambda: f64) -> f64 {
-    let bytes = if p.limits_of(i).is_empty() { 0.0 } else { lambda * p.g.nodes[i].bytes as f64 };
+    let bytes = if p.limits_of(i).is_empty() { 0.0 } else { lambda * p.facts.bytes(i) as f64 };
     let exposed = p.off.exposed[i] / p.off.s_per_flop;
     if p.off.fixed[i] {
         if p.off.choose {
@@ -218,15 +218,14 @@ impl<C: Capacity> Network<C> {
         }
         // Per value: its recompute edge (or the source's), one per input, its pricing edge, and
         // the sink's where the backward reads it.
-        let edges = p.order.iter().map(|&i| 3 + p.g.nodes[i].inputs.len()).sum();
+        let edges = p.order.iter().map(|&i| 3 + p.facts.inputs(i).len()).sum();
         let mut net = FlowNetwork::<C>::with_capacity(2 + 2 * p.order.len(), edges);
         let mut priced = Vec::new();
         for &i in &p.order {
-            let node = &p.g.nodes[i];
             let (recompute_possible, at_hand_possible) = choices(p, &candidate, i);
             if recompute_possible {
-                net.add_edge(SOURCE, v_in[i], cap(node.flops as f64));
-                for &x in &node.inputs {
+                net.add_edge(SOURCE, v_in[i], cap(p.facts.flops(i) as f64));
+                for &x in p.facts.inputs(i) {
                     if v_out[x.index()] != u32::MAX {
                         net.add_infinite_edge(v_out[x.index()], v_in[i]);
                     }
@@ -279,9 +278,9 @@ impl<C: Capacity> Cuts for Network<C> {
             let reached = self.sink[self.v_out[i] as usize];
             let recomputed = self.sink[self.v_in[i] as usize];
             let offloaded =
-                p.off.fixed[i] || (p.off.optional[i] && keep_cost(p, i, lambda) < lambda * p.g.nodes[i].bytes as f64);
+                p.off.fixed[i] || (p.off.optional[i] && keep_cost(p, i, lambda) < lambda * p.facts.bytes(i) as f64);
             if reached && !recomputed && !offloaded && !p.limits_of(i).is_empty() {
-                bytes += p.g.nodes[i].bytes as f64;
+                bytes += p.facts.bytes(i) as f64;
             }
         }
         (value - lambda * bytes, bytes)

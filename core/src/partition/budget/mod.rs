@@ -21,6 +21,8 @@
 
 mod bound;
 use bound::Bound;
+mod facts;
+use facts::Facts;
 #[cfg(feature = "exact")]
 mod milp;
 mod repair;
@@ -254,6 +256,8 @@ struct Problem<'a> {
     innermost_budget: Vec<Option<RegionId>>,
     /// Forward nodes the backward could reach under any choice, users before inputs.
     order: Vec<usize>,
+    /// FLOPs, bytes and inputs of every node in `order` (and of those between them).
+    facts: Facts,
     /// What the backward reads ([`PGraph::backward_reads`]).
     reads: &'a [bool],
     /// The classes to take the min-cut's choice from, where the path compares against it.
@@ -324,7 +328,13 @@ impl<'a> Problem<'a> {
         let mut scopes: Vec<Option<RegionId>> = if global { vec![None] } else { vec![] };
         scopes.extend(budgeted.iter().map(|&r| Some(r)));
         let (mut start, mut counts) = (vec![0u32], Vec::new());
+        // The table covers every node up to the last one the backward may reach.
+        let reach = relevant.iter().rposition(|&r| r).map_or(0, |last| last + 1);
+        let mut facts = Facts::with_capacity(reach);
         for i in g.ids() {
+            if i.index() < reach {
+                facts.push(g, i);
+            }
             if counts_bytes(g, i) && !g.node(i).backward {
                 let boundary = matches!(class[i.index()], Class::Forced(r) if r.is_boundary());
                 for (k, scope) in scopes.iter().enumerate() {
@@ -369,6 +379,7 @@ impl<'a> Problem<'a> {
             counts,
             innermost_budget,
             order,
+            facts,
             reads,
             hint_class: None,
             hint: std::sync::OnceLock::new(),
@@ -447,16 +458,15 @@ impl<'a> Problem<'a> {
             if !reached[i] {
                 continue;
             }
-            let n = &self.g.nodes[i];
             if at_hand[i] && offloaded[i] {
                 exposed += self.off.exposed[i];
             } else if at_hand[i] {
                 for &k in self.limits_of(i) {
-                    bytes[k as usize] += n.bytes;
+                    bytes[k as usize] += self.facts.bytes(i);
                 }
             } else {
-                flops += n.flops;
-                for &x in &n.inputs {
+                flops += self.facts.flops(i);
+                for &x in self.facts.inputs(i) {
                     reached[x.index()] = true;
                 }
             }
@@ -753,7 +763,8 @@ impl<'a> Problem<'a> {
         let off = self.off;
         // Each value is evicted the cheaper way: offloaded when allowed and its exposed time is
         // below its recompute time (outside `BudgetOffload`, FLOPs alone rank recomputes).
-        let recompute_s = |i: NodeId| g.node(i).flops as f64 * off.s_per_flop;
+        let facts = &self.facts;
+        let recompute_s = |i: NodeId| facts.flops(i.index()) as f64 * off.s_per_flop;
         let mut forced_optional = vec![false; g.len()];
         for &o in &self.optional {
             forced_optional[o.index()] = true;
@@ -766,13 +777,13 @@ impl<'a> Problem<'a> {
             // no two entries are the same node). The keys are computed once, not per comparison.
             let cost = |i: NodeId| {
                 let c = if !off.choose {
-                    g.node(i).flops as f64
+                    facts.flops(i.index()) as f64
                 } else if offload_first(i) {
                     off.exposed[i.index()]
                 } else {
                     recompute_s(i)
                 };
-                c / g.node(i).bytes.max(1) as f64
+                c / facts.bytes(i.index()).max(1) as f64
             };
             let mut keyed: Vec<(f64, NodeId)> =
                 self.candidates.iter().chain(&self.optional).map(|&i| (cost(i), i)).collect();
@@ -802,7 +813,7 @@ impl<'a> Problem<'a> {
                 offloaded[v.index()] = true;
                 if reached[v.index()] {
                     for &k in self.limits_of(v.index()) {
-                        bytes[k as usize] -= g.node(v).bytes;
+                        bytes[k as usize] -= facts.bytes(v.index());
                     }
                 }
                 self.note(&bytes, &mut least);
@@ -811,9 +822,9 @@ impl<'a> Problem<'a> {
             at_hand[v.index()] = false;
             if reached[v.index()] {
                 for &k in self.limits_of(v.index()) {
-                    bytes[k as usize] -= g.node(v).bytes;
+                    bytes[k as usize] -= facts.bytes(v.index());
                 }
-                stack.extend(g.node(v).inputs.iter().copied());
+                stack.extend_from_slice(facts.inputs(v.index()));
             }
             while let Some(u) = stack.pop() {
                 if reached[u.index()] {
@@ -824,10 +835,10 @@ impl<'a> Problem<'a> {
                     // In host memory: no device bytes.
                 } else if at_hand[u.index()] {
                     for &k in self.limits_of(u.index()) {
-                        bytes[k as usize] += g.node(u).bytes;
+                        bytes[k as usize] += facts.bytes(u.index());
                     }
                 } else {
-                    stack.extend(g.node(u).inputs.iter().copied());
+                    stack.extend_from_slice(facts.inputs(u.index()));
                 }
             }
             self.note(&bytes, &mut least);

@@ -81,16 +81,16 @@ impl State<'_, '_> {
     }
 
     fn price_as(&mut self, v: NodeId, deep: bool) -> Option<Price> {
-        let g = self.p.g;
+        let facts = &self.p.facts;
         if self.stamp == u32::MAX {
             // Stamps start over rather than wrap onto marks still in `seen`.
             self.seen.fill(0);
             self.stamp = 0;
         }
         self.stamp += 1;
-        let (mut flops, mut added) = (g.node(v).flops as f64, 0u64);
+        let (mut flops, mut added) = (facts.flops(v.index()) as f64, 0u64);
         self.stack.clear();
-        self.stack.extend(g.node(v).inputs.iter().copied());
+        self.stack.extend_from_slice(facts.inputs(v.index()));
         let mut walked = 0;
         while let Some(u) = self.stack.pop() {
             if self.reached[u.index()] || self.seen[u.index()] == self.stamp {
@@ -102,13 +102,13 @@ impl State<'_, '_> {
                 return None;
             }
             if self.recomputed_when_needed(u, deep) {
-                flops += g.node(u).flops as f64;
-                self.stack.extend(g.node(u).inputs.iter().copied());
+                flops += facts.flops(u.index()) as f64;
+                self.stack.extend_from_slice(facts.inputs(u.index()));
             } else if !self.offloaded[u.index()] && self.counts_globally(u) {
-                added += g.node(u).bytes;
+                added += facts.bytes(u.index());
             }
         }
-        let freed = g.node(v).bytes.checked_sub(added).filter(|&b| b > 0)?;
+        let freed = facts.bytes(v.index()).checked_sub(added).filter(|&b| b > 0)?;
         Some(Price { per_byte: flops / freed as f64, node: v, deep })
     }
 
@@ -120,14 +120,14 @@ impl State<'_, '_> {
     /// Evicts `v` (at hand and reached) as `price` priced it: its bytes leave, and what
     /// recomputing it needs is reached; values at hand it reaches anew go to `newly_kept`.
     fn evict(&mut self, price: Price, newly_kept: &mut Vec<NodeId>) {
-        let g = self.p.g;
+        let facts = &self.p.facts;
         let v = price.node;
         self.at_hand[v.index()] = false;
         for &k in self.p.limits_of(v.index()) {
-            self.bytes[k as usize] -= g.node(v).bytes;
+            self.bytes[k as usize] -= facts.bytes(v.index());
         }
         self.stack.clear();
-        self.stack.extend(g.node(v).inputs.iter().copied());
+        self.stack.extend_from_slice(facts.inputs(v.index()));
         while let Some(u) = self.stack.pop() {
             if self.reached[u.index()] {
                 continue;
@@ -140,11 +140,11 @@ impl State<'_, '_> {
                 // In host memory: no device bytes.
             } else if self.at_hand[u.index()] {
                 for &k in self.p.limits_of(u.index()) {
-                    self.bytes[k as usize] += g.node(u).bytes;
+                    self.bytes[k as usize] += facts.bytes(u.index());
                 }
                 newly_kept.push(u);
             } else {
-                self.stack.extend(g.node(u).inputs.iter().copied());
+                self.stack.extend_from_slice(facts.inputs(u.index()));
             }
         }
     }
