@@ -12,7 +12,7 @@
 
 use super::classify::{closure_from, counts_bytes, Class};
 use super::maxflow::{Capacity, FlowNetwork};
-use super::{PGraph, Reason};
+use super::{PGraph, PNode, Reason};
 use crate::graph::NodeId;
 use crate::policy::Policy;
 
@@ -30,20 +30,39 @@ enum Role {
 /// Which forward values are at hand, and the reason for each value the cut decided.
 /// `reads` is [`PGraph::backward_reads`].
 pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, Vec<Option<Reason>>) {
+    let (at_hand, relevant) = cut(g, class, reads);
+    let mut chosen = vec![None; g.len()];
+    for i in (0..g.len()).filter(|&i| relevant[i]) {
+        if let Class::Soft(soft) = class[i] {
+            let node = &g.nodes[i];
+            chosen[i] = Some(match (role(node, &class[i]), node.policy) {
+                _ if soft == Reason::Factory => Reason::Factory,
+                (_, Some(Policy::PreferRecompute)) => Reason::PreferRecompute,
+                (Role::Kept, _) => Reason::ComputeIntensive,
+                _ => Reason::MinCut,
+            });
+        }
+    }
+    (at_hand, chosen)
+}
+
+/// How a value enters the network.
+fn role(node: &PNode, class: &Class) -> Role {
+    match class {
+        Class::Forced(_) => Role::Kept,
+        Class::Forbidden(_) | Class::Soft(Reason::PreferRecompute | Reason::Factory) => Role::Unsaved,
+        Class::Soft(_) if node.flags.compute_intensive && node.policy.is_none() => Role::Kept,
+        Class::Soft(_) => Role::Open,
+    }
+}
+
+/// [`solve`]'s choice alone: which forward values are at hand; and which values the backward
+/// may reach (those with only forced values at hand), the only ones the cut decides.
+pub(super) fn cut(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, Vec<bool>) {
     let n = g.len();
     let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
     let relevant = closure_from(g, reads.to_vec(), &forced);
-    let role: Vec<Role> = g
-        .nodes
-        .iter()
-        .zip(class)
-        .map(|(node, class)| match class {
-            Class::Forced(_) => Role::Kept,
-            Class::Forbidden(_) | Class::Soft(Reason::PreferRecompute | Reason::Factory) => Role::Unsaved,
-            Class::Soft(_) if node.flags.compute_intensive && node.policy.is_none() => Role::Kept,
-            Class::Soft(_) => Role::Open,
-        })
-        .collect();
+    let role: Vec<Role> = g.nodes.iter().zip(class).map(|(node, class)| role(node, class)).collect();
     // Network nodes: 0 source, 1 sink, then per relevant node an `out` and (if open) an `in`.
     let mut v_in = vec![u32::MAX; n];
     let mut v_out = vec![u32::MAX; n];
@@ -67,21 +86,10 @@ pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, 
     let finite: u128 =
         (0..n).filter(|&i| relevant[i] && role[i] != Role::Unsaved).map(|i| g.nodes[i].bytes as u128).sum();
     let sink_side = if u64::holds(finite) { network.sink_side::<u64>() } else { network.sink_side::<u128>() };
-    let mut chosen = vec![None; n];
-    for i in (0..n).filter(|&i| relevant[i]) {
-        if let Class::Soft(soft) = class[i] {
-            chosen[i] = Some(match (role[i], g.nodes[i].policy) {
-                _ if soft == Reason::Factory => Reason::Factory,
-                (_, Some(Policy::PreferRecompute)) => Reason::PreferRecompute,
-                (Role::Kept, _) => Reason::ComputeIntensive,
-                _ => Reason::MinCut,
-            });
-        }
-    }
     let at_hand = (0..n)
         .map(|i| relevant[i] && role[i] != Role::Unsaved && (v_in[i] == SOURCE || !sink_side[v_in[i] as usize]))
         .collect();
-    (at_hand, chosen)
+    (at_hand, relevant)
 }
 
 /// Index of the source and sink in the network.

@@ -400,7 +400,7 @@ impl<'a> Problem<'a> {
     fn hint(&self) -> Option<&Hint> {
         let class = self.hint_class?;
         Some(self.hint.get_or_init(|| {
-            let (mut cut, _) = super::mincut::solve(self.g, class, self.reads);
+            let (mut cut, _) = super::mincut::cut(self.g, class, self.reads);
             let mut at_hand = self.base.clone();
             for &c in &self.candidates {
                 at_hand[c.index()] = cut[c.index()];
