@@ -316,6 +316,8 @@ pub(crate) struct Validated {
     /// Per node, whether it is a backward node: a table the sweeps read instead of the nodes
     /// (a node of 136 bytes is loaded for one flag otherwise).
     pub backward: Vec<bool>,
+    /// The bytes of every node together (at most `u64::MAX`: a valid graph's sum fits).
+    pub bytes: u64,
 }
 
 /// A joint graph for partitioning: nodes in topological order, forward and backward.
@@ -470,7 +472,7 @@ impl PGraph {
                 return Err(Error::Invalid(format!("output {o} is not a node")));
             }
         }
-        Ok(Validated { offload_tags, must_recompute_tags, backward })
+        Ok(Validated { offload_tags, must_recompute_tags, backward, bytes })
     }
 
     /// For each node, whether a backward node reads it while it is a forward node.

@@ -93,24 +93,18 @@ impl Schedulable for PGraph {
     /// The partition graph's own invariants ([`PGraph::validate`]), then: the forward nodes
     /// first, and their bytes within the address space.
     fn forward_len(&self) -> Result<usize> {
-        self.validate()?;
-        // One pass over the nodes (each a pass over hundreds of megabytes at 10⁶ nodes).
-        let mut first_backward = None;
-        let mut total = 0u64;
-        for (i, node) in self.nodes.iter().enumerate() {
-            match (node.backward, first_backward) {
-                (true, None) => first_backward = Some(i),
-                (false, Some(_)) => {
-                    return Err(Error::Invalid(format!(
-                        "{}: a forward node after a backward one; a plan needs every forward node first",
-                        self.describe(NodeId::from_index(i))
-                    )))
-                }
-                _ => {}
-            }
-            // `validate` bounds the sum by u64; a 32-bit address space is smaller.
-            total = total.saturating_add(node.bytes);
+        // The validation's own sweep gives each node's phase and the bytes' sum: the checks
+        // below read those, not the nodes again (a pass over hundreds of megabytes at 10⁶ nodes).
+        let valid = self.validated()?;
+        let first_backward = valid.backward.iter().position(|&b| b);
+        if let Some(i) = first_backward.and_then(|b| valid.backward[b..].iter().position(|&b| !b).map(|k| b + k)) {
+            return Err(Error::Invalid(format!(
+                "{}: a forward node after a backward one; a plan needs every forward node first",
+                self.describe(NodeId::from_index(i))
+            )));
         }
+        // `validated` bounds the sum by u64; a 32-bit address space is smaller.
+        let total = valid.bytes;
         if usize::try_from(total).is_err() {
             return Err(Error::Invalid(format!("the graph's {total} bytes do not fit this machine's address space")));
         }
