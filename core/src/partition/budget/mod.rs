@@ -249,7 +249,8 @@ struct Problem<'a> {
     limits: Vec<u64>,
     /// What each limit is: `None` for the global one.
     scopes: Vec<Option<RegionId>>,
-    /// Per node, the limits its bytes count against (CSR: `counts[start[i]..start[i + 1]]`).
+    /// Per node, the limits its bytes count against (CSR: `counts[start[i]..start[i + 1]]`;
+    /// none past the last node the backward may reach, which the search never asks about).
     start: Vec<u32>,
     counts: Vec<u32>,
     /// Per node, the innermost budgeted region it lies in.
@@ -327,14 +328,14 @@ impl<'a> Problem<'a> {
         }
         let mut scopes: Vec<Option<RegionId>> = if global { vec![None] } else { vec![] };
         scopes.extend(budgeted.iter().map(|&r| Some(r)));
-        let (mut start, mut counts) = (vec![0u32], Vec::new());
-        // The table covers every node up to the last one the backward may reach.
+        let (mut start, mut counts) = (Vec::with_capacity(g.len() + 1), Vec::new());
+        start.push(0u32);
+        // Both tables cover the nodes up to the last one the backward may reach, the only ones
+        // the search reads: the nodes past it (the backward's, at least) are not loaded.
         let reach = relevant.iter().rposition(|&r| r).map_or(0, |last| last + 1);
         let mut facts = Facts::with_capacity(reach);
-        for i in g.ids() {
-            if i.index() < reach {
-                facts.push(g, i);
-            }
+        for i in g.ids().take(reach) {
+            facts.push(g, i);
             if counts_bytes(g, i) && !g.node(i).backward {
                 let boundary = matches!(class[i.index()], Class::Forced(r) if r.is_boundary());
                 for (k, scope) in scopes.iter().enumerate() {
@@ -349,6 +350,7 @@ impl<'a> Problem<'a> {
             }
             start.push(counts.len() as u32);
         }
+        start.resize(g.len() + 1, counts.len() as u32);
         // A region's limit: its fraction of the bytes of its own values the backward may need
         // (those it reaches with only forced values at hand), which no choice exceeds: a budget
         // of 1.0 never constrains.
