@@ -150,7 +150,7 @@ fn residual_mlp_stages(dir: &std::path::Path, layers: usize) {
     let joint = JointGraph::from_forward(g).unwrap();
     stage(&format!("differentiate ({} nodes)", joint.graph().len()), start);
     let start = Instant::now();
-    let pg = PGraph::from_joint(&joint).with_forward_ids(&ids);
+    let pg = PGraph::from_joint_with_ids(&joint, &ids);
     drop(joint);
     stage("partition graph", start);
     let n = pg.nodes.iter().take_while(|n| !n.backward).count();

@@ -150,7 +150,7 @@ fn load(path: &Path) -> Result<Loaded, Failure> {
         Document::Graph(g, ids) => {
             // The joint graph takes the forward graph's nodes over rather than copy them.
             let joint = JointGraph::from_forward(g).map_err(|e| bad(&e))?;
-            let pg = PGraph::from_joint(&joint).with_forward_ids(&ids);
+            let pg = PGraph::from_joint_with_ids(&joint, &ids);
             let forward = joint.n_forward();
             // Nor is the joint graph held beside the partition graph, which plans alike: a third
             // of the peak at 10⁶ nodes. It is freed on a thread of its own, beside partitioning

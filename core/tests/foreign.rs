@@ -115,6 +115,37 @@ fn remat_graph_takes_the_same_ids() {
     assert!(e.starts_with(r#"node "h" (matmul): input "ww" is not a node"#), "{e}");
 }
 
+/// Integer ids up to 2^64 - 1: relabelling while converting gives what converting and then
+/// relabelling gives, keeps each forward node's id, and (below the limit) leaves every id
+/// unique; at the limit nothing overflows.
+#[test]
+fn integer_ids_up_to_the_limit_relabel_alike_in_one_pass_or_two() {
+    for top in [7u64, 1 << 40, u64::MAX - 1, u64::MAX] {
+        let text = format!(
+            r#"{{"format": "remat.graph", "version": 1, "nodes": [
+            {{"id": {top}, "op": "input", "shape": [2, 3], "dtype": "f32"}},
+            {{"id": 1, "op": "param", "shape": [3, 3], "dtype": "f32"}},
+            {{"id": 2, "op": "matmul", "inputs": [{top}, 1]}},
+            {{"id": 3, "op": "sum", "inputs": [2], "attrs": {{"axes": [0, 1]}}}}
+        ], "outputs": [3]}}"#
+        );
+        let (g, ids) = match json::read(&text).unwrap() {
+            json::Document::Graph(g, ids) => (g, ids),
+            other => panic!("{other:?}"),
+        };
+        let joint = remat_core::JointGraph::new(&g).unwrap();
+        let one_pass = PGraph::from_joint_with_ids(&joint, &ids);
+        assert_eq!(one_pass, PGraph::from_joint(&joint).with_forward_ids(&ids), "top id {top}");
+        assert_eq!(one_pass.nodes[0].id, DocId::Index(top));
+        assert_eq!(one_pass.nodes[3].id, DocId::Index(3));
+        assert!(one_pass.nodes.len() > 4, "the joint graph has backward nodes");
+        if top < 1 << 62 {
+            let unique: std::collections::HashSet<&DocId> = one_pass.nodes.iter().map(|n| &n.id).collect();
+            assert_eq!(unique.len(), one_pass.nodes.len(), "top id {top}");
+        }
+    }
+}
+
 #[test]
 fn every_framework_dtype_is_sized() {
     let sizes = [

@@ -20,7 +20,7 @@ pub fn partition_report(document: &str, strategy: &str, text: bool) -> Result<St
         Document::Joint(pg) => pg,
         Document::Graph(graph, ids) => {
             let joint = JointGraph::new(&graph).map_err(|e| e.to_string())?;
-            PGraph::from_joint(&joint).with_forward_ids(&ids)
+            PGraph::from_joint_with_ids(&joint, &ids)
         }
     };
     let p = partition(&pg, strategy).map_err(|e| e.to_string())?;

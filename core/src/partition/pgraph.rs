@@ -333,16 +333,47 @@ pub struct PGraph {
     pub backward_outputs: Vec<NodeId>,
 }
 
+/// The ids [`PGraph::with_forward_ids`] gives.
+struct Relabel<'a> {
+    /// The forward nodes' document ids.
+    ids: &'a [DocId],
+    /// What positional ids are moved by: past every integer id of `ids`.
+    offset: u64,
+}
+
+impl<'a> Relabel<'a> {
+    fn new(ids: &'a [DocId]) -> Self {
+        // An id of 2^64 - 1 has nothing past it: it is left out (positional ids then wrap past
+        // it rather than overflow; only ids that near the limit can meet them).
+        let past = ids.iter().filter_map(|d| if let DocId::Index(i) = d { i.checked_add(1) } else { None }).max();
+        Relabel { ids, offset: past.unwrap_or(0).saturating_sub(ids.len() as u64) }
+    }
+
+    /// The id of node `k`.
+    fn id(&self, k: usize, backward: bool) -> DocId {
+        match self.ids.get(k) {
+            Some(id) if !backward => id.clone(),
+            _ => DocId::Index((k as u64).wrapping_add(self.offset)),
+        }
+    }
+}
+
 impl PGraph {
     /// The partition view of a traced joint graph.
     pub fn from_joint(joint: &JointGraph) -> PGraph {
+        Self::from_joint_with_ids(joint, &[])
+    }
+
+    /// [`PGraph::from_joint`] then [`PGraph::with_forward_ids`], in one pass over the nodes.
+    pub fn from_joint_with_ids(joint: &JointGraph, ids: &[DocId]) -> PGraph {
         let g = joint.graph();
+        let label = Relabel::new(ids);
         let node = |shapes: &mut ShapeCache, id: NodeId| {
             let n = g.node(id);
             let info = n.op.info();
             let backward = !joint.is_forward(id);
             PNode {
-                id: DocId::Index(id.raw() as u64),
+                id: label.id(id.index(), backward),
                 op: Cow::Borrowed(n.op.name()),
                 inputs: n.inputs.clone(),
                 backward,
@@ -392,13 +423,9 @@ impl PGraph {
     /// `remat.graph`); backward nodes keep positional ids, moved past every integer id the
     /// document used so that ids stay unique.
     pub fn with_forward_ids(mut self, ids: &[DocId]) -> PGraph {
-        let past = ids.iter().filter_map(|d| if let DocId::Index(i) = d { Some(*i + 1) } else { None }).max();
-        let offset = past.unwrap_or(0).saturating_sub(ids.len() as u64);
+        let label = Relabel::new(ids);
         for (k, n) in self.nodes.iter_mut().enumerate() {
-            n.id = match ids.get(k) {
-                Some(id) if !n.backward => id.clone(),
-                _ => DocId::Index(k as u64 + offset),
-            };
+            n.id = label.id(k, n.backward);
         }
         self
     }
