@@ -32,12 +32,14 @@ impl Class {
 }
 
 /// The class of every forward node (backward nodes get `Forbidden(View)`, never looked at), or
-/// the first conflict between the user's tags and the rules, naming both. `reads` is
+/// the first conflict between the user's tags and the rules, naming both. `backward[i]`: node
+/// `i` is a backward node (the table [`PGraph::validate`]'s sweep fills). `reads` is
 /// [`PGraph::backward_reads`], `boundary` [`super::boundary::boundary_values`];
 /// `must_recompute_tags` whether any forward node is tagged must_recompute (conflicts are looked
 /// for only then).
 pub(crate) fn classify(
     g: &PGraph,
+    backward: &[bool],
     reads: &[bool],
     boundary: &[Option<Boundary>],
     must_recompute_tags: bool,
@@ -46,7 +48,8 @@ pub(crate) fn classify(
     // The random op each generator state belongs to (its only user, which reads it first). The
     // flag of each first input is looked up in a table of its own: read from the inputs' nodes,
     // at random, each lookup would miss the cache on a large graph.
-    let rng_state: Vec<bool> = g.nodes.iter().map(|n| n.flags.rng_state).collect();
+    // (Only a forward node's state is ever kept: a backward node is loaded for neither table.)
+    let rng_state: Vec<bool> = g.nodes.iter().zip(backward).map(|(n, &b)| !b && n.flags.rng_state).collect();
     let mut state_of = vec![None; g.len()];
     if rng_state.contains(&true) {
         for i in g.ids() {
@@ -58,11 +61,12 @@ pub(crate) fn classify(
     let mut class: Vec<Class> = g
         .ids()
         .map(|i| {
+            if backward[i.index()] {
+                return Class::Forbidden(Reason::View);
+            }
             let n = g.node(i);
             let f = n.flags;
-            if n.backward {
-                Class::Forbidden(Reason::View)
-            } else if f.resident {
+            if f.resident {
                 Class::Forced(Reason::Resident)
             } else if output[i.index()] {
                 Class::Forced(Reason::Output)

@@ -351,7 +351,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // computed once); beside it, which values are boundary values (another).
     let (reads, boundary) =
         crate::par::join(|| g.backward_reads_from(&validated.backward), || boundary::boundary_values(g));
-    let class = classify(g, &reads, &boundary, validated.must_recompute_tags)?;
+    let class = classify(g, &validated.backward, &reads, &boundary, validated.must_recompute_tags)?;
     let respect = respect_at_hand(&class);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
     // Exposed transfer times matter only for values that may leave the device: none without an
