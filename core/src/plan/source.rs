@@ -96,11 +96,11 @@ impl Schedulable for PGraph {
         // The validation's own sweep gives each node's phase and the bytes' sum: the checks
         // below read those, not the nodes again (a pass over hundreds of megabytes at 10⁶ nodes).
         let valid = self.validated()?;
-        let first_backward = valid.backward.iter().position(|&b| b);
-        if let Some(i) = first_backward.and_then(|b| valid.backward[b..].iter().position(|&b| !b).map(|k| b + k)) {
+        let forward_len = valid.backward.iter().position(|&b| b).unwrap_or(self.len());
+        if let Some(k) = valid.backward[forward_len..].iter().position(|&b| !b) {
             return Err(Error::Invalid(format!(
                 "{}: a forward node after a backward one; a plan needs every forward node first",
-                self.describe(NodeId::from_index(i))
+                self.describe(NodeId::from_index(forward_len + k))
             )));
         }
         // `validated` bounds the sum by u64; a 32-bit address space is smaller.
@@ -108,7 +108,7 @@ impl Schedulable for PGraph {
         if usize::try_from(total).is_err() {
             return Err(Error::Invalid(format!("the graph's {total} bytes do not fit this machine's address space")));
         }
-        Ok(first_backward.unwrap_or(self.len()))
+        Ok(forward_len)
     }
 
     fn node_count(&self) -> usize {
