@@ -196,8 +196,8 @@ pub(super) fn refine(
                 // 0.0 is the fewest bytes any choice within the region budgets keeps.
                 problem.limits[0] = 0;
                 // Only the fewest bytes matter here: no bound is computed to grade the plan. (On
-                // large graphs the min-cut the path is compared with is cut beside it, and the
-                // bound's first cut after the path, both for the final solve: neither reads the
+                // large graphs the min-cut the path is compared with, and the bound's network and
+                // first cut, are made beside the path, for the final solve: neither reads the
                 // limits.)
                 let (fewest, bound) = problem.fewest_bytes();
                 early_bound = bound;
@@ -264,7 +264,8 @@ struct Problem<'a> {
     /// The classes to take the min-cut's choice from, where the path compares against it.
     hint_class: Option<&'a [Class]>,
     /// The min-cut's choice over the candidates (the rest as `base`) and its evaluation,
-    /// computed on first use, beside the path (about a third of a second on a 10⁶-node graph).
+    /// computed on first use, beside the bound's first cut or the path (about a third of a
+    /// second on a 10⁶-node graph).
     hint: std::sync::OnceLock<Hint>,
     /// The order the eviction path evicts candidates and optional offloads in, which does not
     /// depend on the limits: sorted on first use, for every path after.
@@ -524,8 +525,7 @@ impl<'a> Problem<'a> {
         if self.method() != Method::Path {
             return (self.solve_graded(false, None), None);
         }
-        let mut bound = None;
-        let path = self.solve_heuristic(|| bound = self.has_global().then(|| Bound::start(self)));
+        let (path, bound) = self.path_and_bound();
         (path.map(|(a, o)| (a, o, None)), bound)
     }
 
@@ -559,15 +559,15 @@ impl<'a> Problem<'a> {
         // The bound only grades the plan: it is computed beside the eviction path, on a second
         // thread where there is one (each is about a second on a 10⁶-node graph).
         if !grade {
-            return self.solve_heuristic(|| ()).map(|(a, o)| (a, o, None));
+            return self.solve_heuristic().map(|(a, o)| (a, o, None));
         }
         // The bound's first cut needs no limit, and its plan (within every rule but the limits)
         // is the third the plan is chosen from on plain budgets: the cut is taken beside the path
         // and the min-cut (unless it was taken already), then the bound goes on beside that
         // plan's repair.
         let (path, mut started) = match started {
-            Some(started) => (self.solve_heuristic(|| ()), Some(started)),
-            None => crate::par::join(|| self.solve_heuristic(|| ()), || self.has_global().then(|| Bound::start(self))),
+            Some(started) => (self.solve_heuristic(), Some(started)),
+            None => self.path_and_bound(),
         };
         let cut_plan = started.as_mut().filter(|_| !self.off.choose).map(Bound::take_first_plan);
         let plan_found = AtomicBool::new(false);
@@ -644,28 +644,37 @@ impl<'a> Problem<'a> {
         Infeasible { least, least_global_within_regions }
     }
 
-    /// The eviction path, or the min-cut's choice where it fits and costs less; `after_path`
-    /// runs after the path, beside the min-cut where that is cut now.
-    fn solve_heuristic(
-        &self,
-        after_path: impl FnOnce() + Send,
-    ) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
-        // The min-cut is cut beside the path where there is a second CPU (each takes a fraction
-        // of a second on a 10⁶-node graph); its first use waits for it.
-        let path_then = || {
-            let path = self.solve_path();
-            after_path();
-            path
-        };
-        let path = if self.hint_class.is_some() && self.hint.get().is_none() {
-            crate::par::join(path_then, || self.hint()).0
+    /// [`Problem::solve_heuristic`] and, where there is a global limit, the lower bound started
+    /// (its network and first cut, which read no limit): at once where there is a second CPU.
+    /// The bound takes longest, so the min-cut and the path follow each other beside it; with
+    /// no bound, the min-cut is cut beside the path (each takes a fraction of a second on a
+    /// 10⁶-node graph).
+    fn path_and_bound(&self) -> (std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>, Option<Bound>) {
+        if self.has_global() {
+            let (bound, path) = crate::par::join(|| Bound::start(self), || self.solve_heuristic());
+            (path, Some(bound))
         } else {
-            path_then()
-        };
+            let (path, _) = crate::par::join(|| self.solve_path(), || self.hint());
+            (self.or_hint(path), None)
+        }
+    }
+
+    /// The eviction path, or the min-cut's choice where it fits and costs less.
+    fn solve_heuristic(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+        self.hint();
+        let path = self.solve_path();
+        self.or_hint(path)
+    }
+
+    /// `path`, or the min-cut's choice where that fits and costs less (or the path found
+    /// nothing).
+    fn or_hint(
+        &self,
+        path: std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>,
+    ) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
         let Some(hint) = self.hint() else { return path };
-        // The hint when it fits and costs less (or the path found nothing). Monotone: the
-        // hint's bytes are fixed, and the path's first point within a smaller limit is the same
-        // point or a later one, which costs no less.
+        // Monotone: the hint's bytes are fixed, and the path's first point within a smaller limit
+        // is the same point or a later one, which costs no less.
         let offloaded = self.off.fixed.clone();
         let hint_fits = self.fits(&hint.bytes);
         match path {
