@@ -220,11 +220,11 @@ impl Graph {
             op: op.name(),
             message,
         })?;
-        Ok(self.push(Node { op, inputs, shape: Shape::from_vec(shape), dtype, tag: None, label: None }))
+        Ok(self.push(Node { op, inputs, shape, dtype, tag: None, label: None }))
     }
 
     /// What `op` would produce from `inputs`.
-    pub fn infer(&self, op: &Op, inputs: &[NodeId]) -> std::result::Result<(Vec<usize>, DType), String> {
+    pub fn infer(&self, op: &Op, inputs: &[NodeId]) -> std::result::Result<(Shape, DType), String> {
         let metas: SmallVec<[Meta<'_>; 4]> = inputs.iter().map(|&i| self.node(i).meta()).collect();
         op.infer(&metas)
     }

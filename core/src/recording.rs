@@ -3,7 +3,7 @@
 
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::graph::{Graph, Label, Node, NodeId, Region, RegionId, SrcLoc, Tag};
+use crate::graph::{Graph, Label, Node, NodeId, Region, RegionId, Shape, SrcLoc, Tag};
 use crate::op::Op;
 use crate::region::active_regions;
 use std::cell::RefCell;
@@ -93,7 +93,7 @@ pub(crate) fn record_node(
     state: &Shared,
     op: Op,
     inputs: Vec<NodeId>,
-    shape: Vec<usize>,
+    shape: impl Into<Shape>,
     dtype: DType,
     loc: SrcLoc,
 ) -> NodeId {

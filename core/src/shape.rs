@@ -1,5 +1,7 @@
 //! Shape arithmetic: element counts, strides, broadcasting.
 
+use crate::graph::Shape;
+
 /// Number of elements of a shape (1 for a scalar `[]`).
 pub fn numel(shape: &[usize]) -> usize {
     // Saturating: a shape too large to count is caught by `Graph::validate`, never wrapped.
@@ -26,9 +28,9 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// The numpy-style broadcast of two shapes (aligned on the right), or `None` when they clash.
-pub fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+pub fn broadcast(a: &[usize], b: &[usize]) -> Option<Shape> {
     let rank = a.len().max(b.len());
-    let mut out = vec![0; rank];
+    let mut out: Shape = smallvec::smallvec![0; rank];
     for (i, o) in out.iter_mut().enumerate() {
         let da = dim_from_right(a, rank - 1 - i);
         let db = dim_from_right(b, rank - 1 - i);
@@ -134,7 +136,7 @@ pub fn coalesce(shape: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Vec<Vec<u
 }
 
 /// Shape after reducing `axes` of `shape`.
-pub fn reduced(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
+pub fn reduced(shape: &[usize], axes: &[usize], keepdim: bool) -> Shape {
     shape
         .iter()
         .enumerate()
@@ -178,14 +180,14 @@ mod tests {
 
     #[test]
     fn broadcasting_follows_numpy() {
-        assert_eq!(broadcast(&[4, 1, 3], &[5, 3]), Some(vec![4, 5, 3]));
-        assert_eq!(broadcast(&[], &[2, 2]), Some(vec![2, 2]));
+        assert_eq!(broadcast(&[4, 1, 3], &[5, 3]), Some(Shape::from_slice(&[4, 5, 3])));
+        assert_eq!(broadcast(&[], &[2, 2]), Some(Shape::from_slice(&[2, 2])));
         assert_eq!(broadcast(&[2, 3], &[3, 2]), None);
         assert!(broadcasts_to(&[1, 3], &[4, 3]));
         assert!(!broadcasts_to(&[2, 3], &[4, 3]));
         assert_eq!(broadcast_strides(&[1, 3], &[2, 4, 3]), vec![0, 0, 1]);
         assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
-        assert_eq!(reduced(&[2, 3, 4], &[1], true), vec![2, 1, 4]);
-        assert_eq!(reduced(&[2, 3, 4], &[0, 2], false), vec![3]);
+        assert_eq!(reduced(&[2, 3, 4], &[1], true), Shape::from_slice(&[2, 1, 4]));
+        assert_eq!(reduced(&[2, 3, 4], &[0, 2], false), Shape::from_slice(&[3]));
     }
 }

@@ -228,7 +228,7 @@ impl CudaBackend {
             return Ok(());
         }
         let (shape, dtype) = call.op.infer(call.inputs).map_err(node_err)?;
-        if shape != call.out_shape || dtype != call.out_dtype {
+        if shape[..] != call.out_shape[..] || dtype != call.out_dtype {
             return Err(node_err(format!(
                 "the call asks for {} {} but the op produces {} {}",
                 fmt_shape(call.out_shape),

@@ -252,8 +252,8 @@ impl Backward {
 
     /// Sums `g` down to `shape`, undoing a broadcast (leading axes and size-1 axes).
     pub fn unbroadcast(&mut self, g: NodeId, shape: &[usize]) -> Result<NodeId> {
-        let gshape = self.shape(g).to_vec();
-        if gshape == shape {
+        let gshape = Shape::from_slice(self.shape(g));
+        if gshape[..] == shape[..] {
             return Ok(g);
         }
         let lead = gshape.len() - shape.len();

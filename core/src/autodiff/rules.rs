@@ -45,25 +45,28 @@ pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> SmallVec<[usize; 4
     }
 }
 
+/// Each input that needs a gradient, with its contribution (inline: a node has a few inputs).
+pub(super) type Contributions = SmallVec<[(NodeId, NodeId); 4]>;
+
 /// The gradient contributions of node `id` (output gradient `g`) to its inputs that need one.
 /// Forward node `id` is read from the joint graph under construction, whose first nodes are the
 /// forward graph's: its op, inputs and their shapes are copied out first, as the rules append to
 /// that graph.
-pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool]) -> Result<Vec<(NodeId, NodeId)>> {
+pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool]) -> Result<Contributions> {
     let node = bw.graph.node(id);
     let wanted: SmallVec<[usize; 4]> = differentiable_inputs(&node.op, node.inputs.len())
         .into_iter()
         .filter(|&k| needs[node.inputs[k].index()])
         .collect();
     if wanted.is_empty() {
-        return Ok(vec![]);
+        return Ok(Contributions::new());
     }
     let (op, x) = (node.op.clone(), node.inputs.clone());
     let x = &x;
     let shapes: SmallVec<[Shape; 4]> = x.iter().map(|&i| bw.graph.node(i).shape.clone()).collect();
     let gd = bw.dtype(g);
     let shape_of = |k: usize| shapes[k].clone();
-    let mut out: Vec<(usize, NodeId)> = Vec::new();
+    let mut out: SmallVec<[(usize, NodeId); 4]> = SmallVec::new();
     match &op {
         Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => {}
         Op::Compare(_) => {}
@@ -159,7 +162,7 @@ pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool])
         Op::Reduce { op: ReduceOp::Sum | ReduceOp::Mean, axes, keepdim } => {
             let xs = shape_of(0);
             let kept = crate::shape::reduced(&xs, axes, true);
-            let gk = if *keepdim { g } else { bw.op(Op::Reshape { shape: kept }, &[g])? };
+            let gk = if *keepdim { g } else { bw.op(Op::Reshape { shape: kept.into_vec() }, &[g])? };
             let mut ge = bw.op(Op::Expand { shape: xs.to_vec() }, &[gk])?;
             if matches!(op, Op::Reduce { op: ReduceOp::Mean, .. }) {
                 let count: usize = axes.iter().map(|&a| xs[a]).product();
@@ -312,13 +315,13 @@ fn matmul_grads(
     b: NodeId,
     g: NodeId,
     wanted: &[usize],
-    out: &mut Vec<(usize, NodeId)>,
+    out: &mut SmallVec<[(usize, NodeId); 4]>,
 ) -> Result<()> {
     let (a_rank, b_rank) = (bw.shape(a).len(), bw.shape(b).len());
     // Operands are read transposed by the product itself (`matmul_t`): no transposed copies.
     if wanted.contains(&0) {
         let ga = bw.op(Op::MatmulT { ta: false, tb: true, fold: false }, &[g, b])?;
-        let a_shape = bw.shape(a).to_vec();
+        let a_shape = Shape::from_slice(bw.shape(a));
         out.push((0, bw.unbroadcast(ga, &a_shape)?));
     }
     if wanted.contains(&1) {
@@ -327,7 +330,7 @@ fn matmul_grads(
             bw.op(Op::MatmulT { ta: true, tb: false, fold: true }, &[a, g])?
         } else {
             let gb = bw.op(Op::MatmulT { ta: true, tb: false, fold: false }, &[a, g])?;
-            let b_shape = bw.shape(b).to_vec();
+            let b_shape = Shape::from_slice(bw.shape(b));
             bw.unbroadcast(gb, &b_shape)?
         };
         out.push((1, gb));

@@ -169,7 +169,7 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Inputs, region: Option<RegionId
             let declared = declared.join(" ");
             return Err(err(format!("declared {declared} but the op produces {} {out}", fmt_shape(&inferred))));
         }
-        (Shape::from_vec(inferred), out)
+        (inferred, out)
     };
     if crate::shape::checked_bytes(&shape, dtype.size()).is_none() {
         return Err(err(format!("{} {dtype} is more than 2^64 bytes", fmt_shape(&shape))));

@@ -1,6 +1,7 @@
 //! The shape and dtype rule of every op ([`super::Op::infer`]).
 
 use super::*;
+use crate::graph::Shape;
 
 /// Arithmetic needs a float dtype wide enough to compute in: fp8 values can only be cast,
 /// viewed, concatenated or fed to `scaled_matmul`.
@@ -54,12 +55,12 @@ fn ids(m: Meta<'_>) -> Result<(), String> {
 
 /// The shape `matmul_t` multiplies: `a` and `b` with the last two axes of each flagged operand
 /// swapped, or for `fold` the 2-D `[rows, m]ᵀ · [rows, n]` of every leading axis.
-fn matmul_t_shape(a: &[usize], b: &[usize], ta: bool, tb: bool, fold: bool) -> Result<Vec<usize>, String> {
+fn matmul_t_shape(a: &[usize], b: &[usize], ta: bool, tb: bool, fold: bool) -> Result<Shape, String> {
     if a.len() < 2 || b.len() < 2 {
         return matmul_shape(a, b);
     }
     let swap = |s: &[usize], t: bool| {
-        let mut s = s.to_vec();
+        let mut s = Shape::from_slice(s);
         let r = s.len();
         if t {
             s.swap(r - 2, r - 1);
@@ -76,11 +77,11 @@ fn matmul_t_shape(a: &[usize], b: &[usize], ta: bool, tb: bool, fold: bool) -> R
     if lead_a != lead_b {
         return Err(format!("fold needs the same leading axes, got {} and {}", fmt_shape(a), fmt_shape(b)));
     }
-    Ok(vec![a[a.len() - 1], b[b.len() - 1]])
+    Ok(smallvec::smallvec![a[a.len() - 1], b[b.len() - 1]])
 }
 
 /// Batched matmul shape rule shared by `matmul` and `scaled_matmul`.
-fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     if a.len() < 2 || b.len() < 2 {
         return Err(format!(
             "operands need rank >= 2, got {} and {} (reshape a vector to [1, n] or [n, 1])",
@@ -95,7 +96,9 @@ fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     }
     let batch = broadcast(&a[..a.len() - 2], &b[..b.len() - 2])
         .ok_or_else(|| format!("batch dimensions of {} and {} do not broadcast", fmt_shape(a), fmt_shape(b)))?;
-    Ok([batch, vec![m, n]].concat())
+    let mut out = batch;
+    out.extend([m, n]);
+    Ok(out)
 }
 
 fn scalar_f32(what: &str, m: Meta<'_>) -> Result<(), String> {
@@ -105,7 +108,7 @@ fn scalar_f32(what: &str, m: Meta<'_>) -> Result<(), String> {
     Ok(())
 }
 
-fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     broadcast(a, b).ok_or_else(|| format!("shapes {} and {} do not broadcast", fmt_shape(a), fmt_shape(b)))
 }
 
@@ -160,9 +163,9 @@ fn attention_shapes(x: &[Meta<'_>], scale: f64, layout: AttnLayout) -> Result<At
     Ok(layout.dims(q, k, v))
 }
 
-pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), String> {
+pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Shape, DType), String> {
     let first = x.first().copied().unwrap_or((&[], DType::F32));
-    let same = || (first.0.to_vec(), first.1);
+    let same = || (Shape::from_slice(first.0), first.1);
     match op {
         Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => {
             Err("leaf ops take their shape and dtype from the trace, not from inputs".into())
@@ -206,7 +209,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if x[1].0.len() != 1 {
                 return Err(format!("indices must be one axis [k], got {}", fmt_shape(x[1].0)));
             }
-            let mut out = x[0].0.to_vec();
+            let mut out = Shape::from_slice(x[0].0);
             out[*axis] = x[1].0[0];
             Ok((out, x[0].1))
         }
@@ -226,7 +229,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
                     fmt_shape(xs)
                 ));
             }
-            Ok((is.to_vec(), x[0].1))
+            Ok((Shape::from_slice(is), x[0].1))
         }
         Op::GatherGrad { axis, dim } => {
             ids(x[0])?;
@@ -234,7 +237,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if x[0].0 != x[1].0 || *axis >= x[1].0.len() {
                 return Err(format!("gradient {} does not fit indices {}", fmt_shape(x[1].0), fmt_shape(x[0].0)));
             }
-            let mut out = x[1].0.to_vec();
+            let mut out = Shape::from_slice(x[1].0);
             out[*axis] = *dim;
             Ok((out, x[1].1))
         }
@@ -249,7 +252,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
                     fmt_shape(x[0].0)
                 ));
             }
-            let mut out = g.to_vec();
+            let mut out = Shape::from_slice(g);
             out[*axis] = *dim;
             Ok((out, x[1].1))
         }
@@ -257,7 +260,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             float("gradient", first)?;
             let len = first.0.get(*axis).copied().ok_or_else(|| format!("axis {axis} out of range"))?;
             slice_range(*start, len, *dim)?;
-            let mut out = first.0.to_vec();
+            let mut out = Shape::from_slice(first.0);
             out[*axis] = *dim;
             Ok((out, first.1))
         }
@@ -270,7 +273,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
         }
         Op::Sdpa { scale, layout, .. } => {
             let dims = attention_shapes(x, *scale, *layout)?;
-            let mut out = x[0].0.to_vec();
+            let mut out = Shape::from_slice(x[0].0);
             let r = out.len();
             out[r - 1] = dims.dv.checked_add(1).ok_or("the value dim is too large")?;
             Ok((out, x[0].1))
@@ -293,7 +296,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
                 .and_then(|((a, b), c)| a.checked_add(b)?.checked_add(c));
             let packed_grads =
                 per_head.and_then(|p| p.checked_mul(heads)).ok_or("the packed gradients are too large")?;
-            Ok(([lead, &[packed_grads]].concat(), x[0].1))
+            Ok((lead.iter().copied().chain([packed_grads]).collect(), x[0].1))
         }
         Op::Clamp { min, max } => {
             float("input", first)?;
@@ -338,7 +341,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
                     numel(shape)
                 ));
             }
-            Ok((shape.clone(), first.1))
+            Ok((Shape::from_slice(shape), first.1))
         }
         Op::Transpose { perm } => {
             let rank = first.0.len();
@@ -357,14 +360,14 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if !broadcasts_to(first.0, shape) {
                 return Err(format!("cannot expand {} to {}", fmt_shape(first.0), fmt_shape(shape)));
             }
-            Ok((shape.clone(), first.1))
+            Ok((Shape::from_slice(shape), first.1))
         }
         Op::Concat { axis } => {
             let rank = first.0.len();
             if *axis >= rank {
                 return Err(format!("axis {axis} out of range for rank {rank}"));
             }
-            let mut out = first.0.to_vec();
+            let mut out = Shape::from_slice(first.0);
             out[*axis] = 0;
             for m in x {
                 same_dtype(first, *m)?;
@@ -385,7 +388,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
         Op::Slice { axis, start, len } => {
             let dim = first.0.get(*axis).copied().ok_or_else(|| format!("axis {axis} out of range"))?;
             slice_range(*start, *len, dim)?;
-            let mut out = first.0.to_vec();
+            let mut out = Shape::from_slice(first.0);
             out[*axis] = *len;
             Ok((out, first.1))
         }
@@ -412,7 +415,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
                     fmt_shape(x[1].0)
                 ));
             }
-            Ok((vec![], x[0].1))
+            Ok((Shape::new(), x[0].1))
         }
         Op::Embedding => {
             float("table", x[0])?;
@@ -420,7 +423,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if x[0].0.len() != 2 {
                 return Err(format!("table must be [rows, dim], got {}", fmt_shape(x[0].0)));
             }
-            Ok(([x[1].0, &x[0].0[1..]].concat(), x[0].1))
+            Ok((x[1].0.iter().chain(&x[0].0[1..]).copied().collect(), x[0].1))
         }
         Op::Cast { dtype } => {
             if *dtype == DType::I64 && first.1 != DType::I64 {
@@ -429,7 +432,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if *dtype == DType::Bool && first.1 != DType::Bool {
                 return Err(format!("cannot cast {} to bool: compare instead (`x.ne(&zero)`)", first.1));
             }
-            Ok((first.0.to_vec(), *dtype))
+            Ok((Shape::from_slice(first.0), *dtype))
         }
         Op::Dropout { p, .. } => {
             float("input", first)?;
@@ -447,7 +450,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if x[0].0 != x[1].0 {
                 return Err(format!("gradient {} does not match {}", fmt_shape(x[1].0), fmt_shape(x[0].0)));
             }
-            Ok((x[0].0.to_vec(), x[1].1))
+            Ok((Shape::from_slice(x[0].0), x[1].1))
         }
         Op::CrossEntropyGrad => {
             infer(&Op::CrossEntropy, &x[..2])?;
@@ -455,7 +458,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if numel(x[2].0) != 1 {
                 return Err(format!("the loss gradient must be one value, got {}", fmt_shape(x[2].0)));
             }
-            Ok((x[0].0.to_vec(), x[0].1))
+            Ok((Shape::from_slice(x[0].0), x[0].1))
         }
         Op::EmbeddingGrad { rows } => {
             ids(x[0])?;
@@ -464,7 +467,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
             if g.len() != lead.len() + 1 || &g[..lead.len()] != lead {
                 return Err(format!("gradient {} does not fit ids {}", fmt_shape(g), fmt_shape(lead)));
             }
-            Ok((vec![*rows, g[g.len() - 1]], x[1].1))
+            Ok((smallvec::smallvec![*rows, g[g.len() - 1]], x[1].1))
         }
         Op::AmaxGrad { axes, keepdim } => {
             float("input", x[0])?;
@@ -478,7 +481,7 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Vec<usize>, DType), Stri
                     fmt_shape(&reduced_shape)
                 ));
             }
-            Ok((x[0].0.to_vec(), x[2].1))
+            Ok((Shape::from_slice(x[0].0), x[2].1))
         }
         Op::Unary(_) => {
             float("input", first)?;

@@ -6,6 +6,7 @@
 //! kernels in the backends.
 
 use crate::dtype::DType;
+use crate::graph::Shape;
 use crate::host::HostTensor;
 use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced};
 pub use remat_catalog::{
@@ -345,7 +346,7 @@ impl Op {
 
     /// The shape and dtype this op produces from inputs of the given shapes and dtypes, or a
     /// message saying what is wrong (the caller adds the op name and source location).
-    pub fn infer(&self, inputs: &[Meta<'_>]) -> Result<(Vec<usize>, DType), String> {
+    pub fn infer(&self, inputs: &[Meta<'_>]) -> Result<(Shape, DType), String> {
         let arity = self.info().arity;
         if !arity.accepts(inputs.len()) {
             return Err(match arity {
@@ -362,8 +363,8 @@ impl Op {
     /// error still has a plausible shape and the model code after it runs on to the point where
     /// the error is reported.
     pub fn guess(&self, inputs: &[Meta<'_>]) -> (Vec<usize>, DType) {
-        if let Ok(meta) = self.infer(inputs) {
-            return meta;
+        if let Ok((shape, dtype)) = self.infer(inputs) {
+            return (shape.into_vec(), dtype);
         }
         let Some(&(first, dtype)) = inputs.first() else {
             return (Vec::new(), DType::F32);
@@ -372,14 +373,17 @@ impl Op {
         let shape = match self {
             Op::Matmul | Op::MatmulT { .. } | Op::ScaledMatmul => {
                 let lead = &first[..first.len().saturating_sub(1)];
-                [lead, &[last_of(1).unwrap_or(1)]].concat()
+                lead.iter().copied().chain([last_of(1).unwrap_or(1)]).collect()
             }
-            Op::Reshape { shape } | Op::Expand { shape } => shape.clone(),
+            Op::Reshape { shape } | Op::Expand { shape } => Shape::from_slice(shape),
             // The fused value: the output with the log-sum-exp column, `[.., t, dv + 1]`.
-            Op::Sdpa { .. } => [&first[..first.len().saturating_sub(1)], &[last_of(2).unwrap_or(0) + 1]].concat(),
+            Op::Sdpa { .. } => {
+                first[..first.len().saturating_sub(1)].iter().copied().chain([last_of(2).unwrap_or(0) + 1]).collect()
+            }
             Op::Reduce { axes, keepdim, .. } if axes.iter().all(|&a| a < first.len()) => reduced(first, axes, *keepdim),
             _ => {
-                inputs.iter().try_fold(first.to_vec(), |acc, m| broadcast(&acc, m.0)).unwrap_or_else(|| first.to_vec())
+                let first = Shape::from_slice(first);
+                inputs.iter().try_fold(first.clone(), |acc, m| broadcast(&acc, m.0)).unwrap_or(first)
             }
         };
         let dtype = match self {
@@ -388,7 +392,7 @@ impl Op {
             Op::ScaledMatmul => DType::F32,
             _ => dtype,
         };
-        (shape, dtype)
+        (shape.into_vec(), dtype)
     }
 
     /// Floating-point operations to compute this op once (multiply-adds count as two).
@@ -513,7 +517,7 @@ mod tests {
     #[test]
     fn shape_rules() {
         let f = DType::F32;
-        assert_eq!(Op::Matmul.infer(&[(&[3, 2, 4], f), (&[4, 5], f)]).unwrap().0, vec![3, 2, 5]);
+        assert_eq!(Op::Matmul.infer(&[(&[3, 2, 4], f), (&[4, 5], f)]).unwrap().0, Shape::from_slice(&[3, 2, 5]));
         assert!(Op::Matmul.infer(&[(&[2, 4], f), (&[3, 5], f)]).unwrap_err().contains("inner dimensions"));
         assert!(Op::Binary(BinaryOp::Add)
             .infer(&[(&[2], f), (&[2], DType::BF16)])
@@ -522,26 +526,35 @@ mod tests {
         let r = Op::Reshape { shape: vec![5] }.infer(&[(&[2, 3], f)]);
         assert!(r.unwrap_err().contains("6 elements"));
         let t = Op::Transpose { perm: vec![1, 0, 2] }.infer(&[(&[2, 3, 4], f)]).unwrap();
-        assert_eq!(t.0, vec![3, 2, 4]);
+        assert_eq!(t.0, Shape::from_slice(&[3, 2, 4]));
         assert!(Op::Transpose { perm: vec![0, 0] }.infer(&[(&[2, 3], f)]).is_err());
         let ce = Op::CrossEntropy.infer(&[(&[4, 10], f), (&[4], DType::I64)]).unwrap();
-        assert_eq!(ce, (vec![], f));
+        assert_eq!(ce, (Shape::from_slice(&[]), f));
         assert!(Op::CrossEntropy.infer(&[(&[4, 10], f), (&[5], DType::I64)]).is_err());
         let e = Op::Embedding.infer(&[(&[10, 3], f), (&[2, 5], DType::I64)]).unwrap();
-        assert_eq!(e.0, vec![2, 5, 3]);
+        assert_eq!(e.0, Shape::from_slice(&[2, 5, 3]));
         let c = Op::Concat { axis: 1 }.infer(&[(&[2, 3], f), (&[2, 4], f)]).unwrap();
-        assert_eq!(c.0, vec![2, 7]);
+        assert_eq!(c.0, Shape::from_slice(&[2, 7]));
         assert!(Op::Unary(UnaryOp::Neg).infer(&[]).unwrap_err().contains("takes 1 input"));
         let mt = |ta, tb, fold| Op::MatmulT { ta, tb, fold };
-        assert_eq!(mt(true, false, false).infer(&[(&[3, 4, 2], f), (&[4, 5], f)]).unwrap().0, vec![3, 2, 5]);
-        assert_eq!(mt(false, true, false).infer(&[(&[2, 4], f), (&[3, 5, 4], f)]).unwrap().0, vec![3, 2, 5]);
-        assert_eq!(mt(true, true, false).infer(&[(&[4, 2], f), (&[5, 4], f)]).unwrap().0, vec![2, 5]);
-        assert_eq!(mt(true, false, true).infer(&[(&[3, 7, 2], f), (&[3, 7, 5], f)]).unwrap().0, vec![2, 5]);
+        assert_eq!(
+            mt(true, false, false).infer(&[(&[3, 4, 2], f), (&[4, 5], f)]).unwrap().0,
+            Shape::from_slice(&[3, 2, 5])
+        );
+        assert_eq!(
+            mt(false, true, false).infer(&[(&[2, 4], f), (&[3, 5, 4], f)]).unwrap().0,
+            Shape::from_slice(&[3, 2, 5])
+        );
+        assert_eq!(mt(true, true, false).infer(&[(&[4, 2], f), (&[5, 4], f)]).unwrap().0, Shape::from_slice(&[2, 5]));
+        assert_eq!(
+            mt(true, false, true).infer(&[(&[3, 7, 2], f), (&[3, 7, 5], f)]).unwrap().0,
+            Shape::from_slice(&[2, 5])
+        );
         assert!(mt(false, true, false).infer(&[(&[2, 4], f), (&[5, 3], f)]).unwrap_err().contains("inner dimensions"));
         let fold_err = mt(true, false, true).infer(&[(&[3, 7, 2], f), (&[1, 7, 5], f)]).unwrap_err();
         assert!(fold_err.contains("same leading axes"), "{fold_err}");
         assert!(mt(false, false, true).infer(&[(&[7, 2], f), (&[7, 5], f)]).unwrap_err().contains("fold"));
         let s = Op::ScaledMatmul.infer(&[(&[2, 4], DType::F8E4M3), (&[4, 3], DType::F8E4M3), (&[], f), (&[], f)]);
-        assert_eq!(s.unwrap(), (vec![2, 3], f));
+        assert_eq!(s.unwrap(), (Shape::from_slice(&[2, 3]), f));
     }
 }

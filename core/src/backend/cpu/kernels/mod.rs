@@ -304,7 +304,7 @@ fn check(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<()> {
         return Ok(());
     }
     let (shape, dtype) = call.op.infer(call.inputs).map_err(|m| node_err(call, m))?;
-    if shape != call.out_shape || dtype != call.out_dtype {
+    if shape[..] != call.out_shape[..] || dtype != call.out_dtype {
         return Err(node_err(
             call,
             format!(

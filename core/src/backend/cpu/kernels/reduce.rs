@@ -134,7 +134,7 @@ pub(super) fn amax_grad<T: Float>(
     }
     let want = reduced(x.shape(), axes, keepdim);
     for (what, t) in [("max", y), ("gradient", g)] {
-        if t.shape() != want {
+        if t.shape() != &want[..] {
             return Err(node_err(
                 call,
                 format!(
