@@ -147,6 +147,9 @@ const PROGRAM_SECONDS: f64 = 60.0;
 /// when it is not proven optimal (`None`: optimal).
 type Solved = (Vec<bool>, Vec<bool>, Option<f64>);
 
+/// A plan one of the searches found (what is at hand, what is offloaded), or why none fits.
+type Found = std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>;
+
 /// What is at hand, the reason for each value the search decided, what is offloaded, and a
 /// proven lower bound on the search's cost when the plan is not proven optimal (`None`: optimal).
 pub(super) type Solution = (Vec<bool>, Vec<Option<Reason>>, Vec<bool>, Option<f64>);
@@ -590,11 +593,7 @@ impl<'a> Problem<'a> {
     /// depend on them, so the choice keeps saved bytes from rising as the limits shrink: where
     /// `first` won, a smaller limit it still meets gives it again, and it costs less than any
     /// later point of the other path.
-    fn cheaper(
-        &self,
-        first: std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>,
-        second: std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>,
-    ) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+    fn cheaper(&self, first: Found, second: Found) -> Found {
         let (first, second) = match (first, second) {
             (Ok(first), Ok(second)) => (first, second),
             (Err(_), Ok(second)) => return Ok(second),
@@ -649,7 +648,7 @@ impl<'a> Problem<'a> {
     /// The bound takes longest, so the min-cut and the path follow each other beside it; with
     /// no bound, the min-cut is cut beside the path (each takes a fraction of a second on a
     /// 10⁶-node graph).
-    fn path_and_bound(&self) -> (std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>, Option<Bound>) {
+    fn path_and_bound(&self) -> (Found, Option<Bound>) {
         if self.has_global() {
             let (bound, path) = crate::par::join(|| Bound::start(self), || self.solve_heuristic());
             (path, Some(bound))
@@ -660,7 +659,7 @@ impl<'a> Problem<'a> {
     }
 
     /// The eviction path, or the min-cut's choice where it fits and costs less.
-    fn solve_heuristic(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+    fn solve_heuristic(&self) -> Found {
         self.hint();
         let path = self.solve_path();
         self.or_hint(path)
@@ -668,10 +667,7 @@ impl<'a> Problem<'a> {
 
     /// `path`, or the min-cut's choice where that fits and costs less (or the path found
     /// nothing).
-    fn or_hint(
-        &self,
-        path: std::result::Result<(Vec<bool>, Vec<bool>), Infeasible>,
-    ) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+    fn or_hint(&self, path: Found) -> Found {
         let Some(hint) = self.hint() else { return path };
         // Monotone: the hint's bytes are fixed, and the path's first point within a smaller limit
         // is the same point or a later one, which costs no less.
@@ -724,7 +720,7 @@ impl<'a> Problem<'a> {
 
     /// Every combination of choices: least cost, then least device bytes, then the first in
     /// enumeration order — deterministic, so equal problems give equal answers.
-    fn solve_exact(&self, vars: &[(NodeId, &[Choice])]) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+    fn solve_exact(&self, vars: &[(NodeId, &[Choice])]) -> Found {
         let mut at_hand = self.base.clone();
         let mut offloaded = self.off.fixed.clone();
         let mut best: Option<((Cost, u64), Vec<u8>)> = None;
@@ -769,7 +765,7 @@ impl<'a> Problem<'a> {
 
     /// The eviction path, evaluated incrementally: evicting a value can only add to what the
     /// backward reaches, so each node is reached once over the whole path.
-    fn solve_path(&self) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+    fn solve_path(&self) -> Found {
         let g = self.g;
         let off = self.off;
         // Each value is evicted the cheaper way: offloaded when allowed and its exposed time is

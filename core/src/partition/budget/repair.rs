@@ -11,7 +11,7 @@
 //! rising as the limits shrink when the search takes the cheapest of its plans
 //! ([`Problem::cheaper`]).
 
-use super::{Infeasible, Problem};
+use super::{Found, Infeasible, Problem};
 use crate::graph::NodeId;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -160,7 +160,7 @@ impl Problem<'_> {
     /// `at_hand` (a plan that keeps every rule but the limits) evicted value by value, cheapest
     /// recompute per freed byte first, to the first point within every limit (see the module
     /// docs). Plain budgets only: offloads stay as tagged.
-    pub(super) fn repair(&self, at_hand: Vec<bool>) -> std::result::Result<(Vec<bool>, Vec<bool>), Infeasible> {
+    pub(super) fn repair(&self, at_hand: Vec<bool>) -> Found {
         let n = self.g.len();
         let mut candidate = vec![false; n];
         for &c in &self.candidates {
