@@ -1,13 +1,20 @@
-//! Global allocators for processes that read and partition very large graphs: the system
-//! allocator, with every block of [`LARGE_FROM`] bytes or more in a mapping of its own, given
-//! back to the system when freed ([`LargeBlockAlloc`], which the `remat` command installs) —
-//! and, in [`HugePageAlloc`], advised to use transparent huge pages as well.
+//! Global allocators for processes that read and partition very large graphs: every block of
+//! [`LARGE_FROM`] bytes or more in a mapping of its own, kept when freed for the next large
+//! block up to a bound and given back to the system past it; the system allocator for the rest
+//! ([`LargeBlockAlloc`], which the `remat` command installs) — and, in [`HugePageAlloc`], large
+//! blocks advised to use transparent huge pages as well.
 //!
-//! With glibc a large block is a mapping of its own only below glibc's dynamic mmap threshold,
-//! which rises (up to 32 MiB) each time such a block is freed; past that, blocks come from the
-//! heap, where freed memory stays with the process. Fixing the threshold (`M_MMAP_THRESHOLD`)
-//! before the first large block keeps what one stage freed out of the next stage's peak: at 10⁶
-//! nodes, 130 MB of the min-cut's freed network stayed resident through the plan and the report.
+//! Left to glibc, a large block is a mapping of its own only below glibc's dynamic mmap
+//! threshold, which rises (up to 32 MiB) each time such a block is freed; past that, blocks come
+//! from the heap, where freed memory stays with the process for as long as anything near its end
+//! lives: at 10⁶ nodes, 130 MB of the min-cut's freed network stayed resident through the plan
+//! and the report. Given back at once instead, the memory one stage frees is faulted in again,
+//! page by page, by the next: 500 000 faults and over a second of system time for a run whose
+//! peak is 0.9 GB. So large blocks are mapped here, and a freed one is kept, up to 128 MiB in
+//! all, for the next large block to reuse with its pages backed already (`retained`, on Linux;
+//! elsewhere large blocks are the system allocator's, with glibc's threshold fixed where glibc
+//! is the system allocator). The blocks below [`LARGE_FROM`] stay with glibc, whose threshold is
+//! fixed at that size, so that they never become mappings of their own.
 //!
 //! Huge pages are a choice, not the default, because of what they cost where the memory comes
 //! from. Reading and partitioning a 10⁶-node document touches one to two gigabytes of fresh
@@ -23,6 +30,34 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
+#[cfg(target_os = "linux")]
+mod retained;
+
+/// Off Linux, no block is large here: every block is the system allocator's.
+#[cfg(not(target_os = "linux"))]
+mod retained {
+    pub(super) struct Pool;
+
+    pub(super) fn is_large(_size: usize, _align: usize) -> bool {
+        false
+    }
+
+    impl Pool {
+        pub(super) const fn new() -> Pool {
+            Pool
+        }
+        pub(super) unsafe fn alloc(&self, _size: usize, _zeroed: bool) -> *mut u8 {
+            unreachable!("no block is large off Linux")
+        }
+        pub(super) unsafe fn free(&self, _block: *mut u8, _size: usize) {
+            unreachable!("no block is large off Linux")
+        }
+        pub(super) unsafe fn realloc(&self, _block: *mut u8, _size: usize, _new_size: usize) -> *mut u8 {
+            unreachable!("no block is large off Linux")
+        }
+    }
+}
+
 /// Blocks of at least this many bytes get a mapping of its own each (and, from
 /// [`HugePageAlloc`], the huge-page advice): two huge pages, so that every such block has at
 /// least one aligned huge page inside it.
@@ -32,10 +67,11 @@ const LARGE_FROM: usize = 4 << 20;
 /// 4 KiB-page aarch64); elsewhere the advised ranges just hold no whole huge page.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// The system allocator, with every block of 4 MiB or more in a mapping of its own, given back
-/// to the system when freed (glibc's mmap threshold, fixed before the first such block; elsewhere
-/// this is the system allocator). Installed by the `remat` command: what one stage of reading
-/// and partitioning a large document frees does not count in the next stage's peak.
+/// Every block of 4 MiB or more in a mapping of its own, kept when freed (up to 128 MiB) for
+/// the next large block to reuse and given back to the system past that; the system allocator
+/// for the rest. Installed by the `remat` command: what one stage of reading and partitioning a
+/// large document frees neither stays in the next stage's peak nor is faulted in again by it
+/// (see the module's notes; off Linux, large blocks are the system allocator's).
 ///
 /// ```
 /// #[global_allocator]
@@ -59,61 +95,119 @@ pub struct LargeBlockAlloc;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HugePageAlloc;
 
-// SAFETY: every block comes from `System` and goes back to it with the layout it was made with;
-// fixing glibc's mmap threshold only changes where the system allocator takes blocks from.
-unsafe impl GlobalAlloc for LargeBlockAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        own_mapping(layout.size());
-        // SAFETY: the caller's contract for `alloc` is `System`'s.
-        unsafe { System.alloc(layout) }
-    }
+/// Blocks of one allocator: the large ones from (and kept in) `pool`, the others the system
+/// allocator's.
+struct Blocks(&'static retained::Pool);
 
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+/// The large blocks [`LargeBlockAlloc`] keeps, and those [`HugePageAlloc`] keeps (advised).
+static PLAIN: retained::Pool = retained::Pool::new();
+static HUGE: retained::Pool = retained::Pool::new();
+
+// SAFETY (of every method): a block goes back to where it came from: a large block (by its
+// layout, which the caller passes back unchanged) to the pool, the others to `System`; a block
+// that changes sides in `realloc` is copied and freed where it came from. Fixing glibc's mmap
+// threshold only changes where the system allocator takes blocks from.
+impl Blocks {
+    unsafe fn alloc(&self, layout: Layout, zeroed: bool) -> *mut u8 {
         own_mapping(layout.size());
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
+        // SAFETY: the caller's contract for `GlobalAlloc::alloc`, which the pool's is.
+        unsafe {
+            match (retained::is_large(layout.size(), layout.align()), zeroed) {
+                (true, _) => self.0.alloc(layout.size(), zeroed),
+                (false, false) => System.alloc(layout),
+                (false, true) => System.alloc_zeroed(layout),
+            }
+        }
     }
 
     unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
-        // SAFETY: `block` came from `System` with `layout` (every block of this allocator does).
-        unsafe { System.dealloc(block, layout) }
+        // SAFETY: a large layout's block came from the pool with this size, the others from
+        // `System` with `layout`.
+        unsafe {
+            if retained::is_large(layout.size(), layout.align()) {
+                self.0.free(block, layout.size())
+            } else {
+                System.dealloc(block, layout)
+            }
+        }
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         own_mapping(new_size);
-        // SAFETY: as for `dealloc`; the caller's contract for `realloc` is `System`'s.
-        unsafe { System.realloc(block, layout, new_size) }
+        let (was_large, large) =
+            (retained::is_large(layout.size(), layout.align()), retained::is_large(new_size, layout.align()));
+        // SAFETY: each block goes back where it came from; a block that changes sides is copied
+        // (up to the smaller size) into one from the other side first, and freed only when that
+        // one was made.
+        unsafe {
+            match (was_large, large) {
+                (true, true) => self.0.realloc(block, layout.size(), new_size),
+                (false, false) => System.realloc(block, layout, new_size),
+                _ => {
+                    let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+                    let fresh = self.alloc(new_layout, false);
+                    if !fresh.is_null() {
+                        std::ptr::copy_nonoverlapping(block, fresh, layout.size().min(new_size));
+                        self.dealloc(block, layout);
+                    }
+                    fresh
+                }
+            }
+        }
     }
 }
 
-// SAFETY: every block comes from `LargeBlockAlloc` and goes back to it with the layout it was
-// made with; the advice only changes how the kernel backs pages inside a block this allocator
-// just handed out, never their contents or their ownership.
-unsafe impl GlobalAlloc for HugePageAlloc {
+// SAFETY: `Blocks` hands out and takes back every block (see there).
+unsafe impl GlobalAlloc for LargeBlockAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract for `alloc` is `LargeBlockAlloc`'s.
-        advise(unsafe { LargeBlockAlloc.alloc(layout) }, layout.size())
+        // SAFETY: the caller's contract for `alloc` is `Blocks`'.
+        unsafe { Blocks(&PLAIN).alloc(layout, false) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as for `alloc`.
-        advise(unsafe { LargeBlockAlloc.alloc_zeroed(layout) }, layout.size())
+        unsafe { Blocks(&PLAIN).alloc(layout, true) }
     }
 
     unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
-        // SAFETY: `block` came from `LargeBlockAlloc` with `layout`.
-        unsafe { LargeBlockAlloc.dealloc(block, layout) }
+        // SAFETY: `block` came from `Blocks(&PLAIN)` with `layout`.
+        unsafe { Blocks(&PLAIN).dealloc(block, layout) }
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as for `dealloc`; the caller's contract for `realloc` is `LargeBlockAlloc`'s.
-        advise(unsafe { LargeBlockAlloc.realloc(block, layout, new_size) }, new_size)
+        // SAFETY: as for `dealloc`; the caller's contract for `realloc` is `Blocks`'.
+        unsafe { Blocks(&PLAIN).realloc(block, layout, new_size) }
     }
 }
 
-/// Before the first block of [`LARGE_FROM`] bytes or more: has the system allocator map every
-/// such block on its own, to be returned to the system when freed (glibc's threshold for that,
-/// `M_MMAP_THRESHOLD`, fixed at `LARGE_FROM`: see the module's notes).
+// SAFETY: `Blocks` hands out and takes back every block; the advice only changes how the kernel
+// backs pages inside a block just handed out, never their contents or their ownership.
+unsafe impl GlobalAlloc for HugePageAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc` is `Blocks`'.
+        advise(unsafe { Blocks(&HUGE).alloc(layout, false) }, layout.size())
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as for `alloc`.
+        advise(unsafe { Blocks(&HUGE).alloc(layout, true) }, layout.size())
+    }
+
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        // SAFETY: `block` came from `Blocks(&HUGE)` with `layout`.
+        unsafe { Blocks(&HUGE).dealloc(block, layout) }
+    }
+
+    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as for `dealloc`; the caller's contract for `realloc` is `Blocks`'.
+        advise(unsafe { Blocks(&HUGE).realloc(block, layout, new_size) }, new_size)
+    }
+}
+
+/// Before the first block of [`LARGE_FROM`] bytes or more: fixes glibc's mmap threshold
+/// (`M_MMAP_THRESHOLD`) at `LARGE_FROM`, so that the smaller blocks come from its heap and the
+/// large ones it is given (those off Linux, and those of an alignment above a page) are mappings
+/// of their own, returned to the system when freed (see the module's notes).
 fn own_mapping(size: usize) {
     if size >= LARGE_FROM {
         imp::fix_mmap_threshold();
@@ -249,24 +343,23 @@ mod tests {
         assert!(!advised(LargeBlockAlloc), "huge-page advice on a large block of LargeBlockAlloc");
     }
 
-    /// Set in the process [`large_blocks_stay_mapped_on_their_own_after_a_larger_one_is_freed`]
-    /// starts for its check.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    /// Set in the process [`kept_blocks_are_reused_cleared_where_asked_and_bounded`] starts for
+    /// its checks.
+    #[cfg(target_os = "linux")]
     const ALONE: &str = "REMAT_LARGE_BLOCKS_TEST_ALONE";
 
-    /// Checked in a process of its own: beside other tests, glibc may serve a large block from
-    /// memory they freed into the same arena (the threshold only decides how the arena grows),
-    /// and the block is then no mapping of its own whatever the threshold.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    /// Checked in a process of its own, where no other test's large block takes what is kept.
+    #[cfg(target_os = "linux")]
     #[test]
-    fn large_blocks_stay_mapped_on_their_own_after_a_larger_one_is_freed() {
+    fn kept_blocks_are_reused_cleared_where_asked_and_bounded() {
         if std::env::var_os(ALONE).is_some() {
-            stays_mapped(LargeBlockAlloc);
-            stays_mapped(HugePageAlloc);
+            reused_without_faults();
+            grown_from_a_kept_block();
+            bounded();
             return;
         }
         let module = module_path!().split_once("::").map_or(module_path!(), |(_, rest)| rest);
-        let name = format!("{module}::large_blocks_stay_mapped_on_their_own_after_a_larger_one_is_freed");
+        let name = format!("{module}::kept_blocks_are_reused_cleared_where_asked_and_bounded");
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([name.as_str(), "--exact", "--test-threads=1", "--nocapture"])
             .env(ALONE, "1")
@@ -277,27 +370,94 @@ mod tests {
         assert!(stdout.contains("1 passed"), "the check did not run in its own process:\n{stdout}");
     }
 
-    /// Stock glibc raises its mmap threshold to the size of a mapped block when that block is
-    /// freed (up to 32 MiB), so that the next blocks below that size come from an arena, where
-    /// freed memory stays with the process.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn stays_mapped(alloc: impl GlobalAlloc) {
+    /// Page faults this thread has taken so far.
+    #[cfg(target_os = "linux")]
+    fn faults() -> i64 {
+        // SAFETY: `getrusage` fills the zeroed struct it is given.
+        unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+            usage.ru_minflt as i64
+        }
+    }
+
+    /// Writes `fill` to one byte of every page of `size` bytes at `block`.
+    ///
+    /// # Safety
+    /// The block is writable for `size` bytes.
+    unsafe fn touch(block: *mut u8, size: usize, fill: u8) {
+        for k in (0..size).step_by(4096) {
+            // SAFETY: within the block.
+            unsafe { block.add(k).write_volatile(fill) };
+        }
+    }
+
+    /// Whether sampled bytes of the block (one per page) are all zero.
+    ///
+    /// # Safety
+    /// The block is readable for `size` bytes.
+    unsafe fn zeroed(block: *const u8, size: usize) -> bool {
+        // SAFETY: within the block.
+        (0..size).step_by(4093).chain([size - 1]).all(|k| unsafe { block.add(k).read_volatile() } == 0)
+    }
+
+    /// A freed large block is the next large block's (it is the smallest kept span that fits),
+    /// whose pages are backed already; cleared where the block is asked zeroed.
+    #[cfg(target_os = "linux")]
+    fn reused_without_faults() {
         let big = Layout::from_size_align(24 << 20, 8).unwrap();
         let next = Layout::from_size_align(LARGE_FROM + 12_345, 8).unwrap();
-        // SAFETY: non-zero layouts, each block freed with its own; the word read lies just
-        // before the block, in the header glibc keeps for it.
+        // SAFETY: non-zero layouts, each block written within its size and freed with its own.
         unsafe {
-            // `black_box`: a block nobody reads could be optimised away with its `malloc`.
-            let block = std::hint::black_box(alloc.alloc(big));
+            let block = LargeBlockAlloc.alloc(big);
             assert!(!block.is_null());
-            alloc.dealloc(block, big);
-            let block = std::hint::black_box(alloc.alloc(next));
-            assert!(!block.is_null());
-            // glibc's chunk header: the word before the block is its size, with bit 1 set when
-            // the chunk is a mapping of its own (IS_MMAPPED).
-            let mapped = (block as *const usize).sub(1).read() & 2 != 0;
-            alloc.dealloc(block, next);
-            assert!(mapped, "a {}-byte block came from an arena, not a mapping of its own", next.size());
+            touch(block, big.size(), 0xAB);
+            LargeBlockAlloc.dealloc(block, big);
+            let before = faults();
+            let reused = LargeBlockAlloc.alloc(next);
+            touch(reused, next.size(), 0xCD);
+            let taken = faults() - before;
+            assert_eq!(reused, block, "the next large block is not carved out of the one just freed");
+            let pages = next.size() / 4096;
+            assert!(taken < pages as i64 / 4, "{taken} page faults writing the {pages} pages of a reused block");
+            LargeBlockAlloc.dealloc(reused, next);
+            let cleared = LargeBlockAlloc.alloc_zeroed(next);
+            assert_eq!(cleared, block);
+            assert!(zeroed(cleared, next.size()), "a reused block asked zeroed holds old bytes");
+            LargeBlockAlloc.dealloc(cleared, next);
         }
+    }
+
+    /// A block larger than any kept one grows the largest in place of a fresh mapping: its
+    /// first bytes are the kept block's pages, cleared where asked, the rest fresh.
+    #[cfg(target_os = "linux")]
+    fn grown_from_a_kept_block() {
+        let larger = Layout::from_size_align(64 << 20, 8).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            let block = LargeBlockAlloc.alloc_zeroed(larger);
+            assert!(!block.is_null());
+            assert!(zeroed(block, larger.size()), "a block grown from a kept one, asked zeroed, holds old bytes");
+            touch(block, larger.size(), 0xEF);
+            LargeBlockAlloc.dealloc(block, larger);
+        }
+    }
+
+    /// Past [`retained::RETAIN`] bytes, freed memory goes back to the system: the tail of a
+    /// block larger than that is no longer mapped; its head is kept.
+    #[cfg(target_os = "linux")]
+    fn bounded() {
+        let huge = Layout::from_size_align(retained::RETAIN + LARGE_FROM + 12_345, 8).unwrap();
+        // SAFETY: as above; the addresses are only looked up, never read, after the block is freed.
+        let block = unsafe {
+            let block = LargeBlockAlloc.alloc(huge);
+            assert!(!block.is_null());
+            touch(block, huge.size(), 1);
+            LargeBlockAlloc.dealloc(block, huge);
+            block as usize
+        };
+        assert!(vm_flags_at(block).is_some(), "the head of a freed block is not kept");
+        let tail = block + retained::RETAIN + 4096;
+        assert!(vm_flags_at(tail).is_none(), "memory past the bound is still mapped after it was freed");
     }
 }
