@@ -67,8 +67,7 @@ pub struct Region {
 /// be a tenth of a differentiated 10⁶-node graph's memory, and its time to build).
 pub type Inputs = SmallVec<[NodeId; 4]>;
 
-/// A node's shape: up to four dimensions held inline.
-pub type Shape = SmallVec<[usize; 4]>;
+pub use crate::shape::Shape;
 
 /// One node: an op applied to earlier nodes.
 #[derive(Clone, Debug, PartialEq)]

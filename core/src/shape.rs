@@ -1,6 +1,8 @@
 //! Shape arithmetic: element counts, strides, broadcasting.
 
-use crate::graph::Shape;
+/// A node's shape: up to four dimensions held inline (what shape inference gives, so that
+/// inferring one allocates nothing).
+pub type Shape = smallvec::SmallVec<[usize; 4]>;
 
 /// Number of elements of a shape (1 for a scalar `[]`).
 pub fn numel(shape: &[usize]) -> usize {

@@ -1,7 +1,7 @@
 //! The shape and dtype rule of every op ([`super::Op::infer`]).
 
 use super::*;
-use crate::graph::Shape;
+use crate::shape::Shape;
 
 /// Arithmetic needs a float dtype wide enough to compute in: fp8 values can only be cast,
 /// viewed, concatenated or fed to `scaled_matmul`.

@@ -6,8 +6,8 @@
 //! kernels in the backends.
 
 use crate::dtype::DType;
-use crate::graph::Shape;
 use crate::host::HostTensor;
+use crate::shape::Shape;
 use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced};
 pub use remat_catalog::{
     Arity, BinaryOp, CompareOp, Domain, GradReads, Member, OpInfo, OpKind, OtherKind, ReduceOp, UnaryGradOp, UnaryOp,
