@@ -385,6 +385,7 @@ mod tests {
     ///
     /// # Safety
     /// The block is writable for `size` bytes.
+    #[cfg(target_os = "linux")]
     unsafe fn touch(block: *mut u8, size: usize, fill: u8) {
         for k in (0..size).step_by(4096) {
             // SAFETY: within the block.
@@ -396,6 +397,7 @@ mod tests {
     ///
     /// # Safety
     /// The block is readable for `size` bytes.
+    #[cfg(target_os = "linux")]
     unsafe fn zeroed(block: *const u8, size: usize) -> bool {
         // SAFETY: within the block.
         (0..size).step_by(4093).chain([size - 1]).all(|k| unsafe { block.add(k).read_volatile() } == 0)

@@ -7,8 +7,7 @@
 
 use crate::dtype::DType;
 use crate::host::HostTensor;
-use crate::shape::Shape;
-use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced};
+use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced, Shape};
 pub use remat_catalog::{
     Arity, BinaryOp, CompareOp, Domain, GradReads, Member, OpInfo, OpKind, OtherKind, ReduceOp, UnaryGradOp, UnaryOp,
     CATALOG,
