@@ -136,23 +136,27 @@ impl Blocks {
         own_mapping(new_size);
         let (was_large, large) =
             (retained::is_large(layout.size(), layout.align()), retained::is_large(new_size, layout.align()));
-        // SAFETY: each block goes back where it came from; a block that changes sides is copied
-        // (up to the smaller size) into one from the other side first, and freed only when that
-        // one was made.
+        // SAFETY: each block goes back where it came from; a block that changes sides, or a
+        // large one the pool cannot remap, is copied (up to the smaller size) into a fresh one
+        // first, and freed only when that one was made.
         unsafe {
             match (was_large, large) {
-                (true, true) => self.0.realloc(block, layout.size(), new_size),
-                (false, false) => System.realloc(block, layout, new_size),
-                _ => {
-                    let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
-                    let fresh = self.alloc(new_layout, false);
-                    if !fresh.is_null() {
-                        std::ptr::copy_nonoverlapping(block, fresh, layout.size().min(new_size));
-                        self.dealloc(block, layout);
+                (false, false) => return System.realloc(block, layout, new_size),
+                (true, true) => {
+                    let remapped = self.0.realloc(block, layout.size(), new_size);
+                    if !remapped.is_null() {
+                        return remapped;
                     }
-                    fresh
                 }
+                _ => {}
             }
+            let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+            let fresh = self.alloc(new_layout, false);
+            if !fresh.is_null() {
+                std::ptr::copy_nonoverlapping(block, fresh, layout.size().min(new_size));
+                self.dealloc(block, layout);
+            }
+            fresh
         }
     }
 }

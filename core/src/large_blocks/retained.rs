@@ -110,9 +110,10 @@ impl Pool {
         self.keep(block as usize, pages(size));
     }
 
-    /// The block at `block` (of `size` bytes) resized to `new_size` bytes, its contents kept up
-    /// to the smaller size; null when the system has no memory left (the block is then
-    /// unchanged).
+    /// The block at `block` (of `size` bytes) resized to `new_size` bytes in place or moved by
+    /// the kernel, its contents kept up to the smaller size; null where it cannot be (the block
+    /// spans two mappings, made of merged freed ranges, which one remap cannot move; or the
+    /// system has no memory left): the block is then unchanged, for the caller to copy.
     ///
     /// # Safety
     /// As for [`Pool::free`]; the block goes back with `new_size` unless null is returned.
@@ -127,20 +128,10 @@ impl Pool {
         }
         // SAFETY: the block is a mapped range of `len` bytes; the kernel moves it where it must.
         let moved = unsafe { libc::mremap(block as *mut libc::c_void, len, new_len, libc::MREMAP_MAYMOVE) };
-        if moved != libc::MAP_FAILED {
-            return moved as *mut u8;
-        }
-        // The block spans two mappings (made of merged freed ranges), which one remap cannot
-        // move: copy it instead.
-        // SAFETY: a fresh block of `new_size`, the old one's `size` bytes copied into it, then
-        // freed.
-        unsafe {
-            let fresh = self.alloc(new_size, false);
-            if !fresh.is_null() {
-                std::ptr::copy_nonoverlapping(block, fresh, size);
-                self.free(block, size);
-            }
-            fresh
+        if moved == libc::MAP_FAILED {
+            std::ptr::null_mut()
+        } else {
+            moved as *mut u8
         }
     }
 

@@ -660,9 +660,7 @@ impl<'a> Problem<'a> {
 
     /// The eviction path, or the min-cut's choice where it fits and costs less.
     fn solve_heuristic(&self) -> Found {
-        self.hint();
-        let path = self.solve_path();
-        self.or_hint(path)
+        self.or_hint(self.solve_path())
     }
 
     /// `path`, or the min-cut's choice where that fits and costs less (or the path found
