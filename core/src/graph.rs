@@ -171,6 +171,11 @@ impl Graph {
         Graph { nodes, regions: self.regions.clone(), outputs: self.outputs.clone(), valid: self.valid }
     }
 
+    /// The node list itself, for its capacity.
+    pub(crate) fn node_list(&self) -> &Vec<Node> {
+        &self.nodes
+    }
+
     /// Makes room for `extra` more nodes.
     pub(crate) fn reserve_nodes(&mut self, extra: usize) {
         // Room changes nothing the invariants speak of: `valid` stays.
