@@ -204,14 +204,16 @@ pub(super) fn refine(
                 // limits.)
                 let (fewest, bound) = problem.fewest_bytes();
                 early_bound = bound;
-                let lo = match fewest {
-                    Ok((at_hand, offloaded, _)) => problem.global_bytes(&at_hand, &offloaded),
-                    Err(e) => match e.least_global_within_regions {
-                        Some(lo) => lo,
-                        None => return Err(problem.error(g, e)),
+                // The two ends are counted at once (each a sweep over every node).
+                let (lo, hi) = crate::par::join(
+                    || match fewest {
+                        Ok((at_hand, offloaded, _)) => Ok(problem.global_bytes(&at_hand, &offloaded)),
+                        Err(e) => e.least_global_within_regions.ok_or(e),
                     },
-                };
-                let hi = problem.global_bytes(respect, &off.fixed).max(lo);
+                    || problem.global_bytes(respect, &off.fixed),
+                );
+                let lo = lo.map_err(|e| problem.error(g, e))?;
+                let hi = hi.max(lo);
                 lo + ((hi - lo) as f64 * f).floor() as u64
             }
         };
@@ -566,15 +568,20 @@ impl<'a> Problem<'a> {
         }
         // The bound's first cut needs no limit, and its plan (within every rule but the limits)
         // is the third the plan is chosen from on plain budgets: the cut is taken beside the path
-        // and the min-cut (unless it was taken already), then the bound goes on beside that
-        // plan's repair.
+        // and the min-cut, then the bound goes on beside that plan's repair. Where the cut was
+        // taken already (by `fewest_bytes`), the path for these limits is found beside the
+        // bound's next cut too.
         let (path, mut started) = match started {
-            Some(started) => (self.solve_heuristic(), Some(started)),
-            None => self.path_and_bound(),
+            Some(started) => (None, Some(started)),
+            None => {
+                let (path, started) = self.path_and_bound();
+                (Some(path), started)
+            }
         };
         let cut_plan = started.as_mut().filter(|_| !self.off.choose).map(Bound::take_first_plan);
         let plan_found = AtomicBool::new(false);
         let plan = || {
+            let path = path.unwrap_or_else(|| self.solve_heuristic());
             let plan = match cut_plan {
                 Some(cut_plan) => self.cheaper(path, self.repair(cut_plan)),
                 None => path,
