@@ -195,23 +195,32 @@ fn without_dead_backward_nodes(graph: Graph, n_forward: usize, outputs: &[NodeId
 /// Which forward nodes need a gradient: those on a path from a parameter to the loss.
 fn needs_grad(forward: &Graph, loss: NodeId) -> Vec<bool> {
     let n = forward.len();
-    let mut from_param = vec![false; n];
-    for id in forward.ids() {
-        let node = forward.node(id);
-        let differentiable_inputs = rules::differentiable_inputs(&node.op, node.inputs.len());
-        from_param[id.index()] = node.dtype.is_float()
-            && (matches!(node.op, Op::Param { .. })
-                || differentiable_inputs.into_iter().any(|k| from_param[node.inputs[k].index()]));
-    }
-    let mut to_loss = vec![false; n];
-    to_loss[loss.index()] = true;
-    for id in forward.ids().rev() {
-        if to_loss[id.index()] {
-            for &i in &forward.node(id).inputs {
-                to_loss[i.index()] = true;
+    // Two sweeps, one from the first node and one from the last, each on its own: at once.
+    let (from_param, to_loss) = crate::par::join(
+        || {
+            let mut from_param = vec![false; n];
+            for id in forward.ids() {
+                let node = forward.node(id);
+                let differentiable_inputs = rules::differentiable_inputs(&node.op, node.inputs.len());
+                from_param[id.index()] = node.dtype.is_float()
+                    && (matches!(node.op, Op::Param { .. })
+                        || differentiable_inputs.into_iter().any(|k| from_param[node.inputs[k].index()]));
             }
-        }
-    }
+            from_param
+        },
+        || {
+            let mut to_loss = vec![false; n];
+            to_loss[loss.index()] = true;
+            for id in forward.ids().rev() {
+                if to_loss[id.index()] {
+                    for &i in &forward.node(id).inputs {
+                        to_loss[i.index()] = true;
+                    }
+                }
+            }
+            to_loss
+        },
+    );
     (0..n).map(|i| from_param[i] && to_loss[i]).collect()
 }
 
