@@ -17,9 +17,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// The most bytes kept for reuse. On the 10⁶-node `remat.graph` (peak 0.9 GB), 256 MiB took
-/// 10–20 % fewer page faults than 128 MiB and the peak did not move; 384 MiB raised the
-/// min-cut's peak by 50 MB, 512 MiB the budgets' by 90 MB (to 1.05 GB).
+/// The most bytes kept for reuse. On the 10⁶-node `remat.graph` (peak 0.95 GB), 256 MiB took
+/// 10–20 % fewer page faults than 128 MiB and its peak did not move (the 10⁶-node joint
+/// document's, 0.45 GB, rose by 50–60 MB); 384 MiB raised the graph's min-cut peak by 50 MB,
+/// 512 MiB its budgets' by 90 MB (to 1.05 GB).
 pub(super) const RETAIN: usize = 256 << 20;
 /// The most spans kept (the table is fixed: an allocator cannot allocate its own bookkeeping).
 const SPANS: usize = 64;
