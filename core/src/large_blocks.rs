@@ -248,28 +248,26 @@ const FAULT_IN_FROM: usize = 32 << 20;
 /// whatever holds the range then, or fails on an unmapped one (failures are ignored: the pages
 /// are then faulted in as they are written, as without it). Off Linux nothing starts.
 pub(crate) fn fault_in_spare<T>(v: &Vec<T>) -> Option<std::thread::JoinHandle<bool>> {
-    let page = imp::PAGE;
     let size = std::mem::size_of::<T>();
-    let start = (v.as_ptr() as usize + v.len() * size).next_multiple_of(page);
-    let end = (v.as_ptr() as usize + v.capacity() * size) / page * page;
+    let start = v.as_ptr() as usize + v.len() * size;
+    let end = v.as_ptr() as usize + v.capacity() * size;
     if !cfg!(target_os = "linux") || end < start + FAULT_IN_FROM {
         return None;
     }
-    std::thread::Builder::new().name("fault-in".into()).spawn(move || imp::populate(start, end - start)).ok()
+    std::thread::Builder::new().name("fault-in".into()).spawn(move || imp::populate(start, end)).ok()
 }
 
 #[cfg(target_os = "linux")]
 mod imp {
-    /// The page size [`super::fault_in_spare`] rounds to (a larger one only makes its range
-    /// partly advised: the advice rounds nothing).
-    pub(super) const PAGE: usize = 4096;
-
-    /// Backs the pages of `len` bytes at `start` (page-aligned) as a write would; whether the
-    /// kernel did (before Linux 5.14 it knows no such advice).
-    pub(super) fn populate(start: usize, len: usize) -> bool {
+    /// Backs the whole pages from `start` to `end` as a write would; whether the kernel did
+    /// (before Linux 5.14 it knows no such advice; it takes only page-aligned ranges, of the
+    /// system's page size).
+    pub(super) fn populate(start: usize, end: usize) -> bool {
+        let page = super::retained::page();
+        let (start, end) = (start.next_multiple_of(page), end / page * page);
         // SAFETY: the advice changes no byte of memory (it backs pages as writing would, and
         // fails on a range that is not mapped writable); the range is the caller's to name.
-        unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) == 0 }
+        end > start && unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE) == 0 }
     }
 
     /// Sets glibc's mmap threshold to [`super::LARGE_FROM`], once (see [`super::own_mapping`]).
@@ -297,10 +295,9 @@ mod imp {
 
 #[cfg(not(target_os = "linux"))]
 mod imp {
-    pub(super) const PAGE: usize = 4096;
     pub(super) fn fix_mmap_threshold() {}
     pub(super) fn advise(_start: usize, _len: usize) {}
-    pub(super) fn populate(_start: usize, _len: usize) -> bool {
+    pub(super) fn populate(_start: usize, _end: usize) -> bool {
         false
     }
 }

@@ -209,7 +209,7 @@ impl Pool {
 }
 
 /// The system's page size (read once).
-fn page() -> usize {
+pub(super) fn page() -> usize {
     static PAGE: AtomicUsize = AtomicUsize::new(0);
     match PAGE.load(Ordering::Relaxed) {
         0 => {
