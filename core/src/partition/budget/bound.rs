@@ -32,7 +32,8 @@ const CUTS_BEFORE_STOPPING: usize = 2;
 pub(super) struct Bound {
     net: Box<dyn Cuts + Send>,
     start: Instant,
-    /// The first multiplier and its cut's cost and device bytes.
+    /// The first multiplier, its cut's value (the least `cost + λ·device bytes`) and that
+    /// cut's device bytes.
     first: (f64, f64, f64),
     /// The first cut's plan: what is at hand (the candidates as cut, the rest as the problem's
     /// base).
@@ -52,9 +53,10 @@ impl Bound {
         ratios.sort_by(f64::total_cmp);
         let lambda = ratios.get(ratios.len() / 2).copied().filter(|r| *r > 0.0).unwrap_or(1.0);
         let mut net = networks(p, lambda);
-        let (cost, bytes) = net.cut(p, lambda);
+        let value = net.cut(p, lambda);
+        let bytes = net.sides(p);
         let first_plan = net.plan(p);
-        Bound { net, start, first: (lambda, cost, bytes), first_plan }
+        Bound { net, start, first: (lambda, value, bytes), first_plan }
     }
 
     /// The plan of the first cut, which keeps every rule but the limits, and depends on `p`'s
@@ -69,13 +71,16 @@ impl Bound {
     /// λ is stepped by factors of four until the cuts' bytes straddle the limit, then bisected in
     /// log space. Once `plan_found` is set (the plan it grades is ready), it stops after
     /// [`CUTS_BEFORE_STOPPING`] cuts rather than keep the caller waiting.
+    ///
+    /// Each cut at λ bounds the least cost by its value less `λ · limit`; which side of the cut
+    /// each value lies on (a sweep over the network, a third of a cut's time) is found only
+    /// where another cut follows, to step λ towards the limit.
     pub(super) fn finish(mut self, p: &Problem<'_>, plan_found: &AtomicBool) -> f64 {
         let limit = p.limits[0] as f64;
         let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
-        let mut best = 0.0f64;
-        let (mut lambda, mut cost, mut bytes) = self.first;
-        for k in 1..=CUTS {
-            best = best.max(cost + lambda * (bytes - limit));
+        let (mut lambda, value, mut bytes) = self.first;
+        let mut best = value - lambda * limit;
+        for k in 2..=CUTS {
             if bytes > limit {
                 lo = Some(lambda);
                 // Every later multiplier is greater (the search steps up from this one or
@@ -91,6 +96,7 @@ impl Bound {
                 (None, Some(h)) => h / 4.0,
                 (None, None) => lambda,
             };
+            best = best.max(self.net.cut(p, lambda) - lambda * limit);
             // Past the first cuts, another only when it should end within the time (each takes
             // about as long as those did) and the plan is not ready.
             let late = k >= CUTS_BEFORE_STOPPING;
@@ -100,7 +106,7 @@ impl Bound {
             {
                 break;
             }
-            (cost, bytes) = self.net.cut(p, lambda);
+            bytes = self.net.sides(p);
         }
         let bound = best.max(0.0);
         if p.off.choose {
@@ -118,15 +124,18 @@ const SINK: u32 = 1;
 /// What a [`Bound`] asks of its network, whatever its capacity type.
 trait Cuts {
     /// The least `cost + λ·device bytes` (FLOPs) over plans that keep every rule but the
-    /// limits, and that plan's device bytes; from the flow [`Cuts::keep_flow`] kept where its
-    /// multiplier is at most λ (capacities only grow from it), else from no flow.
-    fn cut(&mut self, p: &Problem<'_>, lambda: f64) -> (f64, f64);
+    /// limits; from the flow [`Cuts::keep_flow`] kept where its multiplier is at most λ
+    /// (capacities only grow from it), else from no flow.
+    fn cut(&mut self, p: &Problem<'_>, lambda: f64) -> f64;
+    /// After a [`Cuts::cut`]: finds which side of it each value lies on, and returns the device
+    /// bytes of its plan.
+    fn sides(&mut self, p: &Problem<'_>) -> f64;
     /// Keeps the last cut's flow, for the next cut to start from if its multiplier is not
     /// smaller. Only the next: the flow is the network's own, not a copy (a copy of a 10⁶-node
     /// network's capacities is 128 MB, and copying it took longer than the cut it saves).
     fn keep_flow(&mut self);
-    /// The last cut's plan: what is at hand (the candidates as cut, the rest as the problem's
-    /// base).
+    /// The plan of the last cut whose [`Cuts::sides`] were found: what is at hand (the
+    /// candidates as cut, the rest as the problem's base).
     fn plan(&self, p: &Problem<'_>) -> Vec<bool>;
 }
 
@@ -169,7 +178,7 @@ struct Network<C: Capacity> {
     /// The multiplier of the last cut, and that cut's flow.
     lambda: f64,
     flow: C,
-    /// The last cut's sink side, per network node.
+    /// The sink side of the last cut [`Cuts::sides`] was asked for, per network node.
     sink: Vec<bool>,
     /// Whether the next cut may start from the last cut's flow ([`Cuts::keep_flow`]).
     warm: bool,
@@ -252,7 +261,7 @@ impl<C: Capacity> Network<C> {
 }
 
 impl<C: Capacity> Cuts for Network<C> {
-    fn cut(&mut self, p: &Problem<'_>, lambda: f64) -> (f64, f64) {
+    fn cut(&mut self, p: &Problem<'_>, lambda: f64) -> f64 {
         let pushed = if std::mem::take(&mut self.warm) && self.lambda <= lambda {
             for k in 0..self.priced.len() {
                 let (i, edge) = self.priced[k];
@@ -270,8 +279,12 @@ impl<C: Capacity> Cuts for Network<C> {
         };
         self.lambda = lambda;
         self.flow = pushed.saturating_add(self.net.max_flow(SOURCE, SINK));
-        let value = self.flow.wide() as f64 / SCALE;
-        // The plan of that cut: reached values whose `in` stays on the source side are at hand.
+        self.flow.wide() as f64 / SCALE
+    }
+
+    fn sides(&mut self, p: &Problem<'_>) -> f64 {
+        let lambda = self.lambda;
+        // The plan of the cut: reached values whose `in` stays on the source side are at hand.
         self.sink = self.net.sink_side(SINK);
         let mut bytes = 0.0;
         for &i in &p.order {
@@ -283,7 +296,7 @@ impl<C: Capacity> Cuts for Network<C> {
                 bytes += p.facts.bytes(i) as f64;
             }
         }
-        (value - lambda * bytes, bytes)
+        bytes
     }
 
     fn keep_flow(&mut self) {
