@@ -362,44 +362,49 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
         vec![0.0; g.len()]
     };
     let ctx = budget::Offload::new(g, &class, &wishes.wish, exposed, model, choose);
-    let (mut at_hand, mut chosen, off, bound) = match strategy {
-        Strategy::Respect => budget::solve(g, &class, &reads, respect.clone(), &respect, None, &ctx)?,
-        Strategy::MinCut => {
-            let (at_hand, chosen) = mincut::solve(g, &class, &reads);
-            budget::refine(g, &class, &reads, at_hand, chosen, &respect, None, &ctx)?
-        }
-        Strategy::Budget(b) | Strategy::BudgetOffload(b) => {
-            budget::solve(g, &class, &reads, respect.clone(), &respect, Some(b), &ctx)?
-        }
-        Strategy::Peak(bytes) => {
-            return Err(crate::error::Error::Invalid(format!(
-                "peak={bytes} needs a plan to measure peaks on: a traced model (Model::with_strategy) or a \
+    // A budget's bound may still be proven on a thread of this scope while the partition is
+    // finished.
+    std::thread::scope(|scope| {
+        let (mut at_hand, mut chosen, off, grade) = match strategy {
+            Strategy::Respect => budget::solve(scope, g, &class, &reads, respect.clone(), &respect, None, &ctx)?,
+            Strategy::MinCut => {
+                let (at_hand, chosen) = mincut::solve(g, &class, &reads);
+                budget::refine(scope, g, &class, &reads, at_hand, chosen, &respect, None, &ctx)?
+            }
+            Strategy::Budget(b) | Strategy::BudgetOffload(b) => {
+                budget::solve(scope, g, &class, &reads, respect.clone(), &respect, Some(b), &ctx)?
+            }
+            Strategy::Peak(bytes) => {
+                return Err(crate::error::Error::Invalid(format!(
+                    "peak={bytes} needs a plan to measure peaks on: a traced model (Model::with_strategy) or a \
                  remat.graph document; a joint graph alone has no schedule (budget=B bounds saved bytes)"
-            )))
-        }
-    };
-    // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
-    // where Prefer tags bind.
-    let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
-    classify::settle_view_bases(g, &class, &boundary, &reads, prefer_binds, &mut at_hand, &mut chosen);
-    let mut p =
-        finish(g, strategy, &class, &reads, &validated.backward, &at_hand, &chosen, &off, &wishes, ctx.exposed());
-    p.warnings.extend(wishes.warnings);
-    let searched = strategy.budget().is_some() || g.regions.iter().any(|r| r.budget.is_some());
-    p.optimality_gap = searched.then(|| {
-        let cost = if choose {
-            p.recompute_flops as f64 / model.flops_per_s + p.exposed_transfer_s
-        } else {
-            p.recompute_flops as f64
+                )))
+            }
         };
-        match bound {
-            None => 0.0,
-            Some(b) if cost > 0.0 => ((cost - b) / cost).clamp(0.0, 1.0),
-            Some(_) => 0.0,
-        }
-    });
-    debug_assert!(check(g, &p).is_ok(), "{strategy}: partition breaks a rule: {:?}", check(g, &p).err());
-    Ok(p)
+        // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
+        // where Prefer tags bind.
+        let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
+        classify::settle_view_bases(g, &class, &boundary, &reads, prefer_binds, &mut at_hand, &mut chosen);
+        let mut p =
+            finish(g, strategy, &class, &reads, &validated.backward, &at_hand, &chosen, &off, &wishes, ctx.exposed());
+        p.warnings.extend(wishes.warnings);
+        let searched = strategy.budget().is_some() || g.regions.iter().any(|r| r.budget.is_some());
+        let bound = grade.wait();
+        p.optimality_gap = searched.then(|| {
+            let cost = if choose {
+                p.recompute_flops as f64 / model.flops_per_s + p.exposed_transfer_s
+            } else {
+                p.recompute_flops as f64
+            };
+            match bound {
+                None => 0.0,
+                Some(b) if cost > 0.0 => ((cost - b) / cost).clamp(0.0, 1.0),
+                Some(_) => 0.0,
+            }
+        });
+        debug_assert!(check(g, &p).is_ok(), "{strategy}: partition breaks a rule: {:?}", check(g, &p).err());
+        Ok(p)
+    })
 }
 
 /// What `Respect` keeps at hand: forced values and values it saves by tag.
