@@ -416,12 +416,12 @@ impl Graph {
     }
 
     /// Records that every node was checked as [`Graph::validate`] checks it when it was added
-    /// (inputs before it, region known, bytes countable, shape and dtype those its op infers),
-    /// then checks what no single node shows: names, regions' parents, outputs. A reader that
-    /// checks each node as it reads it calls this instead of `validate`, which would check them
-    /// all again; debug builds check every node anyway.
+    /// (inputs before it, region known, bytes countable, shape and dtype those its op infers)
+    /// and the names of inputs and parameters with [`LeafNames`], then checks what no single
+    /// node shows: regions' parents, outputs. A reader that checks each node as it reads it
+    /// calls this instead of `validate`, which would check them all again; debug builds check
+    /// every node anyway.
     pub(crate) fn mark_valid(&mut self) -> Result<()> {
-        self.validate_names()?;
         self.validate_regions_and_outputs()?;
         debug_assert!(self.validate().is_ok(), "a reader marked an invalid graph valid");
         self.valid = true;
@@ -430,23 +430,10 @@ impl Graph {
 
     /// Inputs and parameters are fed and saved by name: one name, one value.
     fn validate_names(&self) -> Result<()> {
-        let mut leaf_names: rustc_hash::FxHashMap<&str, NodeId> = Default::default();
+        let mut names = LeafNames::default();
         for id in self.ids() {
-            let node = self.node(id);
-            if !matches!(node.op, Op::Input | Op::Param { .. }) {
-                continue;
-            }
-            let Some(name) = node.name() else { continue };
-            if let Some(first) = leaf_names.insert(name, id) {
-                return Err(Error::Node {
-                    node: id,
-                    op: node.op.name(),
-                    message: format!(
-                        "the name {} is already that of {first} ({}): inputs and parameters are fed and saved by name",
-                        crate::text::quoted(name),
-                        self.node(first).op.name()
-                    ),
-                });
+            if let Some(name) = self.node(id).name() {
+                names.check(self, id, name.into())?;
             }
         }
         Ok(())
@@ -550,6 +537,39 @@ impl Graph {
             let _ = write!(line, " @ {loc}");
         }
         line
+    }
+}
+
+/// The names of a graph's inputs and parameters so far, node by node as the graph is built:
+/// they are fed and saved by name, so no two may share one. (A reader checks each name as it
+/// adds the node, where its other checks are made; [`Graph::validate`] checks them all at once.)
+#[derive(Default)]
+pub(crate) struct LeafNames<'a>(rustc_hash::FxHashMap<std::borrow::Cow<'a, str>, NodeId>);
+
+impl<'a> LeafNames<'a> {
+    /// Records `name` as node `id`'s where `id` (a node of `g`) is an input or a parameter, or
+    /// says which one took it first.
+    pub(crate) fn check(&mut self, g: &Graph, id: NodeId, name: std::borrow::Cow<'a, str>) -> Result<()> {
+        let op = &g.node(id).op;
+        if !matches!(op, Op::Input | Op::Param { .. }) {
+            return Ok(());
+        }
+        match self.0.entry(name) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(id);
+                Ok(())
+            }
+            std::collections::hash_map::Entry::Occupied(taken) => Err(Error::Node {
+                node: id,
+                op: op.name(),
+                message: format!(
+                    "the name {} is already that of {} ({}): inputs and parameters are fed and saved by name",
+                    crate::text::quoted(taken.key()),
+                    taken.get(),
+                    g.node(*taken.get()).op.name()
+                ),
+            }),
+        }
     }
 }
 

@@ -192,6 +192,16 @@ fn leaf_names_are_unique_and_never_missing() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("node 1 (param): the name \"w\" is already that of %0 (param)"), "{err}");
+    // The reader stops at the first fault in list order: a taken name comes before a later
+    // node's own fault, and a name made from an id is taken like a written one.
+    let later_fault = doc(r#"{"id": 1, "op": "param", "shape": [2], "dtype": "f32", "name": "w"}"#)
+        .replace(r#""axes": [0]"#, r#""axes": "x""#);
+    let err = json::read_graph(&later_fault).unwrap_err().to_string();
+    assert!(err.contains("node 1 (param): the name \"w\" is already that of %0 (param)"), "{err}");
+    let made = doc(r#"{"id": 1, "op": "param", "shape": [2], "dtype": "f32"}"#)
+        .replace(r#""name": "w""#, r#""name": "param_1""#);
+    let err = json::read_graph(&made).unwrap_err().to_string();
+    assert!(err.contains("node 1 (param): the name \"param_1\" is already that of %0 (param)"), "{err}");
 
     let g = json::read_graph(&doc(r#"{"id": 1, "op": "input", "shape": [2], "dtype": "f32"}"#)).unwrap();
     let model = Model::new(g).unwrap();

@@ -3,7 +3,7 @@
 use super::fields::IdRef;
 use super::{at, attrs, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Inputs, Label, Node, NodeId, Region, RegionId, Shape, SrcLoc, Tag};
+use crate::graph::{Graph, Inputs, Label, LeafNames, Node, NodeId, Region, RegionId, Shape, SrcLoc, Tag};
 use crate::op::{Meta, Op, OpKind};
 use crate::partition::DocId;
 use crate::policy::{Policy, PolicySource};
@@ -81,6 +81,9 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     let mut ids = Ids::for_text(raw_nodes.len());
     let mut regions = Regions::new(region_docs)?;
     let mut doc_ids = Vec::with_capacity(raw_nodes.len() / 60);
+    // Names of inputs and parameters are checked as their nodes are read, on the thread that
+    // builds the graph (which waits for the parser anyway), not in a pass after.
+    let mut leaf_names = LeafNames::default();
     let mut g = Graph::with_capacity(raw_nodes.len() / 60);
     // One pass: each node is checked and stored as it is parsed (parsed ahead on a second
     // thread; shape inference needs the nodes before, so nothing more is done ahead); the first
@@ -101,8 +104,17 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
                 .collect::<std::result::Result<Inputs, _>>()
                 .map_err(|m| at(&id, &d.op, m))?;
             let region = d.region.map(|r| regions.get(r));
+            let doc_name = d.name.clone();
             let node = node(&g, k, &id, inputs, region, d)?;
+            // An input or parameter without a name in the document is named for its id.
+            let name = doc_name.or_else(|| node.name().map(|n| Cow::Owned(n.to_string())));
             g.push(node);
+            if let Some(name) = name {
+                leaf_names.check(&g, NodeId::new(k as u32), name).map_err(|e| match e {
+                    Error::Node { op, message, .. } => at(&id, op, message),
+                    other => other,
+                })?;
+            }
             doc_ids.push(id);
             Ok(())
         },
