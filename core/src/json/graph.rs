@@ -2,6 +2,7 @@
 
 use super::fields::IdRef;
 use super::{at, attrs, region_docs, spaced, top_error, Ids, RegionDoc, Regions};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Inputs, Label, LeafNames, Node, NodeId, Region, RegionId, Shape, SrcLoc, Tag};
 use crate::op::{Meta, Op, OpKind};
@@ -85,15 +86,15 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
     // builds the graph (which waits for the parser anyway), not in a pass after.
     let mut leaf_names = LeafNames::default();
     let mut g = Graph::with_capacity(raw_nodes.len() / 60);
-    // One pass: each node is checked and stored as it is parsed (parsed ahead on a second
-    // thread; shape inference needs the nodes before, so nothing more is done ahead); the first
-    // error in list order stops it. Regions get their graph ids in the order the pass numbers
-    // them, so they are added after it.
+    // One pass: each node is checked and stored as it is parsed; the first error in list order
+    // stops it. Ahead, on a second thread, each node is parsed, its ids resolved and what it
+    // says read (op, attributes, dtype, shape); shape inference needs the nodes before it, so
+    // the rest is done in order on this one. Regions get their graph ids in the order the pass
+    // numbers them, so they are added after it.
     super::fields::each_node_pipelined(
         raw_nodes,
         FORMAT,
         &FIELDS,
-        |_, d| Ok(d),
         |k, d: NodeIn<'a>| {
             let id = d.id.owned();
             ids.define(&d.id, k).map_err(|m| at(&id, &d.op, m))?;
@@ -104,8 +105,11 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<(Graph, Vec<DocId>)> {
                 .collect::<std::result::Result<Inputs, _>>()
                 .map_err(|m| at(&id, &d.op, m))?;
             let region = d.region.map(|r| regions.get(r));
-            let doc_name = d.name.clone();
-            let node = node(&g, k, &id, inputs, region, d)?;
+            Prepared::of(k, id, inputs, region, d)
+        },
+        |k, p: Prepared<'a>| {
+            let doc_name = p.rest.name.clone();
+            let (node, id) = node(&g, p)?;
             // An input or parameter without a name in the document is named for its id.
             let name = doc_name.or_else(|| node.name().map(|n| Cow::Owned(n.to_string())));
             g.push(node);
@@ -157,22 +161,55 @@ fn boxed<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<B
 /// The attributes of a node without any.
 static NO_ATTRS: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
 
-/// Reads node `k` (document id `id`), checking it against the graph so far.
-fn node(g: &Graph, k: usize, id: &DocId, inputs: Inputs, region: Option<RegionId>, d: NodeIn<'_>) -> Result<Node> {
-    let err = |m: String| super::at_named(id, &d.op, d.name.as_deref(), m);
-    let kind = op_kind(&d.op).map_err(&err)?;
-    let op = attrs::read(kind, d.attrs.as_deref().unwrap_or(&NO_ATTRS), k as u32).map_err(&err)?;
-    let dtype =
-        d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(|m| err(format!("field \"dtype\": {m}")))?;
-    let shape: Option<Shape> = match &d.shape {
-        None => None,
-        Some(s) => Some(
-            s.iter()
-                .map(|&x| usize::try_from(x))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(|_| err("field \"shape\": a dimension does not fit this machine's usize".into()))?,
-        ),
-    };
+/// A node as read ahead of the graph ([`Prepared::of`]): its ids resolved, and what it says
+/// that needs no other node read.
+struct Prepared<'a> {
+    id: DocId,
+    inputs: Inputs,
+    region: Option<RegionId>,
+    kind: OpKind,
+    op: Op,
+    dtype: Option<DType>,
+    shape: Option<Shape>,
+    rest: Rest<'a>,
+}
+
+/// The fields of a node read once the graph before it is known.
+struct Rest<'a> {
+    op: Cow<'a, str>,
+    policy: Option<Cow<'a, str>>,
+    source: Option<Cow<'a, str>>,
+    name: Option<Cow<'a, str>>,
+    loc: Option<Cow<'a, str>>,
+}
+
+impl<'a> Prepared<'a> {
+    /// Reads node `k` (document id `id`) as far as it can be read alone: its op, attributes,
+    /// dtype and shape, checked in that order (the first checks [`node`] makes).
+    fn of(k: usize, id: DocId, inputs: Inputs, region: Option<RegionId>, d: NodeIn<'a>) -> Result<Prepared<'a>> {
+        let err = |m: String| super::at_named(&id, &d.op, d.name.as_deref(), m);
+        let kind = op_kind(&d.op).map_err(&err)?;
+        let op = attrs::read(kind, d.attrs.as_deref().unwrap_or(&NO_ATTRS), k as u32).map_err(&err)?;
+        let dtype =
+            d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(|m| err(format!("field \"dtype\": {m}")))?;
+        let shape: Option<Shape> = match &d.shape {
+            None => None,
+            Some(s) => Some(
+                s.iter()
+                    .map(|&x| usize::try_from(x))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|_| err("field \"shape\": a dimension does not fit this machine's usize".into()))?,
+            ),
+        };
+        let rest = Rest { op: d.op, policy: d.policy, source: d.source, name: d.name, loc: d.loc };
+        Ok(Prepared { id, inputs, region, kind, op, dtype, shape, rest })
+    }
+}
+
+/// Node `k` as [`Prepared::of`] read it, checked against the graph so far; and its document id.
+fn node(g: &Graph, p: Prepared<'_>) -> Result<(Node, DocId)> {
+    let Prepared { id, inputs, region, kind, op, dtype, shape, rest: d } = p;
+    let err = |m: String| super::at_named(&id, &d.op, d.name.as_deref(), m);
     let (shape, dtype) = if kind.info().leaf {
         if !inputs.is_empty() {
             return Err(err(format!("{kind} takes no inputs")));
@@ -207,13 +244,13 @@ fn node(g: &Graph, k: usize, id: &DocId, inputs: Inputs, region: Option<RegionId
     // Inputs and parameters are fed and saved by name: one without is named by its id.
     let name = match (d.name, &op) {
         (Some(name), _) => Some(name.into_owned()),
-        (None, Op::Input | Op::Param { .. }) => Some(match id {
+        (None, Op::Input | Op::Param { .. }) => Some(match &id {
             DocId::Name(s) => s.to_string(),
             DocId::Index(i) => format!("{}_{i}", op.name()),
         }),
         (None, _) => None,
     };
-    Ok(Node { op, inputs, shape, dtype, tag, label: Label::of(name, loc) })
+    Ok((Node { op, inputs, shape, dtype, tag, label: Label::of(name, loc) }, id))
 }
 
 /// The tag fields of a node: policy (with its source) and region go together.
