@@ -206,7 +206,7 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// Node `k` as [`Prepared::of`] read it, checked against the graph so far; and its document id.
+/// A node as [`Prepared::of`] read it, checked against the graph so far; and its document id.
 fn node(g: &Graph, p: Prepared<'_>) -> Result<(Node, DocId)> {
     let Prepared { id, inputs, region, kind, op, dtype, shape, rest: d } = p;
     let err = |m: String| super::at_named(&id, &d.op, d.name.as_deref(), m);
