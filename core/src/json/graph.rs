@@ -192,15 +192,7 @@ impl<'a> Prepared<'a> {
         let op = attrs::read(kind, d.attrs.as_deref().unwrap_or(&NO_ATTRS), k as u32).map_err(&err)?;
         let dtype =
             d.dtype.as_deref().map(super::parse_dtype).transpose().map_err(|m| err(format!("field \"dtype\": {m}")))?;
-        let shape: Option<Shape> = match &d.shape {
-            None => None,
-            Some(s) => Some(
-                s.iter()
-                    .map(|&x| usize::try_from(x))
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(|_| err("field \"shape\": a dimension does not fit this machine's usize".into()))?,
-            ),
-        };
+        let shape = d.shape.as_deref().map(super::parse_shape).transpose().map_err(&err)?;
         let rest = Rest { op: d.op, policy: d.policy, source: d.source, name: d.name, loc: d.loc };
         Ok(Prepared { id, inputs, region, kind, op, dtype, shape, rest })
     }

@@ -329,15 +329,7 @@ fn describe<'a>(d: NodeIn<'a>, shapes: &mut ShapeCache) -> Result<Parsed<'a>> {
             err(format!("field \"dtype\": {}", super::unknown("dtype", name, &StorageType::ALL.map(StorageType::name))))
         })?),
     };
-    let shape: Option<SmallVec<[usize; 4]>> = match d.shape {
-        None => None,
-        Some(s) => Some(
-            s.iter()
-                .map(|&x| usize::try_from(x))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(|_| err("field \"shape\": a dimension does not fit this machine's usize".into()))?,
-        ),
-    };
+    let shape = d.shape.as_deref().map(super::parse_shape).transpose().map_err(&err)?;
     let bytes = match (d.bytes, &shape, dtype) {
         (Some(b), Some(s), Some(t)) if t != StorageType::Bytes => {
             let implied = value_bytes(s, t).map_err(|m| err(format!("field \"shape\": {m}")))?;

@@ -395,6 +395,14 @@ fn unknown(what: &str, name: &str, names: &[&'static str]) -> String {
     format!("unknown {what} {} ({hint}expected one of {})", crate::text::quoted(name), names.join(", "))
 }
 
+/// A node's `shape` field as this machine's sizes.
+fn parse_shape(dims: &[u64]) -> std::result::Result<crate::graph::Shape, String> {
+    dims.iter()
+        .map(|&x| usize::try_from(x))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| "field \"shape\": a dimension does not fit this machine's usize".into())
+}
+
 fn parse_dtype(name: &str) -> std::result::Result<crate::DType, String> {
     crate::DType::from_name(name).ok_or_else(|| unknown("dtype", name, &crate::DType::ALL.map(crate::DType::name)))
 }
