@@ -107,24 +107,47 @@ enum Walked {
 /// never closes or a bracket closes none. Where `depth` is 0, the first byte opens one.
 fn walk(b: &[u8], from: usize, to: usize, mut depth: usize) -> Option<Walked> {
     let mut j = from;
+    loop {
+        match next_bracket(b, j, to)? {
+            Bracket::None(at) => return Some(Walked::Open(depth, at)),
+            Bracket::Opens(at) => {
+                depth += 1;
+                j = at + 1;
+            }
+            Bracket::Closes(at) => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(Walked::Closed(at + 1));
+                }
+                j = at + 1;
+            }
+        }
+    }
+}
+
+/// The next bracket outside strings from `j` on.
+enum Bracket {
+    Opens(usize),
+    Closes(usize),
+    /// None before `to`: the first position at or past it outside a string.
+    None(usize),
+}
+
+/// The first bracket at or after `j` (outside any string) and before `to`; a string that opens
+/// before `to` is skipped whole. `None` where a string never closes.
+fn next_bracket(b: &[u8], mut j: usize, to: usize) -> Option<Bracket> {
     while j < to {
         match b[j] {
             b'"' => {
                 j = string_end(b, j)?;
                 continue;
             }
-            b'[' | b'{' => depth += 1,
-            b']' | b'}' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(Walked::Closed(j + 1));
-                }
-            }
-            _ => {}
+            b'[' | b'{' => return Some(Bracket::Opens(j)),
+            b']' | b'}' => return Some(Bracket::Closes(j)),
+            _ => j += 1,
         }
-        j += 1;
     }
-    Some(Walked::Open(depth, j))
+    Some(Bracket::None(j))
 }
 
 /// The position after the bracket that closes the `depth` brackets open at `at` (outside any
@@ -176,31 +199,30 @@ fn lows(b: &[u8], from: usize, stop: &AtomicBool) -> Option<Vec<usize>> {
     let mut lows = Vec::new();
     let mut j = from;
     let mut look_at = from + LOOK_EVERY;
-    while j < b.len() {
-        if j >= look_at {
-            if stop.load(Ordering::Relaxed) {
-                return Some(lows);
+    loop {
+        let at = match next_bracket(b, j, b.len())? {
+            Bracket::None(_) => return Some(lows),
+            Bracket::Opens(at) => {
+                depth += 1;
+                at
             }
-            look_at = j + LOOK_EVERY;
-        }
-        match b[j] {
-            b'"' => {
-                j = string_end(b, j)?;
-                continue;
-            }
-            b'[' | b'{' => depth += 1,
-            b']' | b'}' => {
+            Bracket::Closes(at) => {
                 depth -= 1;
                 if depth < lowest {
                     lowest = depth;
-                    lows.push(j + 1);
+                    lows.push(at + 1);
                 }
+                at
             }
-            _ => {}
+        };
+        if at >= look_at {
+            if stop.load(Ordering::Relaxed) {
+                return Some(lows);
+            }
+            look_at = at + LOOK_EVERY;
         }
-        j += 1;
+        j = at + 1;
     }
-    Some(lows)
 }
 
 #[cfg(test)]
