@@ -318,3 +318,40 @@ fn a_reader_that_stops_early_is_no_failure() {
         assert_eq!(stderr(&o), "", "{args:?}");
     }
 }
+
+#[path = "../../benches/common/deep_mlp_joint.rs"]
+mod deep_mlp_joint;
+#[path = "../../benches/common/torch_python.rs"]
+mod torch_python;
+
+/// The script `cargo bench --bench end_to_end` runs to time PyTorch's partition step in the same
+/// run as remat's (`python/bench/deep_mlp_partition.py`), on a 2-layer model: it exports the
+/// joint graph PyTorch partitioned, which has the nodes of the benchmark's own document of that
+/// depth, times PyTorch's partition step on it, and `remat partition` reads and partitions it
+/// (the script fails where remat does). Skipped without PyTorch, unless `REMAT_REQUIRE_TORCH=1`.
+#[test]
+fn the_benchmarks_pytorch_script_times_both_partitioners_on_one_graph() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = match torch_python::torch_python(&root, "torch") {
+        Ok(p) => p,
+        Err(why) if torch_python::required() => panic!("REMAT_REQUIRE_TORCH=1 but {why}"),
+        Err(why) => return println!("skipped: {why} (set REMAT_TORCH_PYTHON, or run .ci/run's set-up)"),
+    };
+    let bench_doc = scratch("deep_mlp_2.joint.json", &deep_mlp_joint::deep_mlp_joint(2));
+    let o = Command::new(python)
+        .arg(root.join("python/bench/deep_mlp_partition.py"))
+        .args(["--remat", env!("CARGO_BIN_EXE_remat"), "--layers", "2", "--runs", "1", "--doc"])
+        .arg(&bench_doc)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let result: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let ours: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bench_doc).unwrap()).unwrap();
+    assert_eq!(result["layers"], 2, "{text}");
+    assert_eq!(result["nodes"].as_u64(), Some(ours["nodes"].as_array().unwrap().len() as u64), "{text}");
+    for times in ["torch_partition_s", "remat_end_to_end_s", "remat_end_to_end_doc_s"] {
+        let times = result[times].as_array().unwrap_or_else(|| panic!("no {times} in {text}"));
+        assert!(times.len() == 1 && times[0].as_f64().is_some_and(|s| s > 0.0), "{text}");
+    }
+}

@@ -7,22 +7,15 @@
 //! pytest the test prints why and passes, unless `REMAT_REQUIRE_TORCH=1` (set by `.ci/run`),
 //! which makes that a failure.
 
+#[path = "../../benches/common/torch_python.rs"]
+mod torch_python;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn python() -> Result<PathBuf, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("python/ is in the workspace");
-    let python = std::env::var_os("REMAT_TORCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join(".venv-torch/bin/python"));
-    let probe = Command::new(&python)
-        .args(["-c", "import torch, pytest; print(torch.__version__)"])
-        .output()
-        .map_err(|e| format!("{}: {e}", python.display()))?;
-    if !probe.status.success() {
-        return Err(format!("{} cannot import torch and pytest", python.display()));
-    }
-    Ok(python)
+    torch_python::torch_python(root, "torch, pytest")
 }
 
 /// The extension module cargo built beside this test's executable.
@@ -43,7 +36,7 @@ fn extension() -> PathBuf {
 fn python_package_tests() {
     let python = match python() {
         Ok(p) => p,
-        Err(why) if std::env::var("REMAT_REQUIRE_TORCH").is_ok_and(|v| v == "1") => {
+        Err(why) if torch_python::required() => {
             panic!("REMAT_REQUIRE_TORCH=1 but {why}")
         }
         Err(why) => {
