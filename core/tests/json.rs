@@ -173,6 +173,54 @@ fn two_regions_save_the_boundary() {
     assert!(text.contains("prefer_recompute tag"), "{text}");
 }
 
+/// The issue's plain `remat.graph` case: two consecutive regions whose every op is
+/// must_recompute. The tensor between them is kept by the region that reads it (DESIGN.md §4)
+/// under every strategy, said so in the decision and the report; must_recompute on a forward
+/// output is no conflict either (the caller holds it); the plan runs, with the same gradients
+/// bit for bit as the prefer_recompute document's.
+#[test]
+fn two_must_recompute_regions_keep_the_tensor_between_them() {
+    use remat_core::partition::Reason;
+    use remat_core::{Action, Budget, NodeId};
+    let prefer = example("two_regions.graph.json");
+    let must = prefer.replace("prefer_recompute", "must_recompute");
+    // g's tanh (%7, must_recompute) as a forward output besides the loss.
+    let with_output = must.replace(r#""outputs": [8]"#, r#""outputs": [8, 7]"#);
+    assert!(must != prefer && with_output != must, "the example changed: {prefer}");
+    for text in [&must, &with_output] {
+        let g = json::read_graph(text).unwrap();
+        let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
+        for strategy in [
+            Strategy::Respect,
+            Strategy::MinCut,
+            Strategy::Budget(Budget::Fraction(0.0)),
+            Strategy::Budget(Budget::Fraction(1.0)),
+        ] {
+            let p = partition(&pg, strategy).unwrap_or_else(|e| panic!("{strategy}: {e}"));
+            let h = p.decisions.iter().find(|d| d.node == NodeId::new(5)).expect("a decision on h");
+            assert_eq!(h.action, Action::Save, "{strategy}");
+            assert_eq!(h.reason, Reason::ReadByRegion(remat_core::RegionId::new(1)), "{strategy}");
+            assert_eq!(h.overrode, Some(Policy::MustRecompute), "{strategy}");
+            let report = Report::new(&pg, &p).text();
+            assert!(report.contains("must_recompute applies inside `f#0`"), "{strategy}: {report}");
+            let json: Value = serde_json::from_str(&Report::new(&pg, &p).json()).unwrap();
+            let decision = json["decisions"].as_array().unwrap().iter().find(|d| d["id"] == 5).unwrap();
+            assert_eq!(decision["overrode"], "must_recompute", "{strategy}: {decision}");
+        }
+    }
+    let x = HostTensor::f32([4, 8], (0..32).map(|i| (i as f32 * 0.37).sin()).collect()).unwrap();
+    let grads = |text: &str| {
+        let model = Model::with_strategy(json::read_graph(text).unwrap(), Strategy::MinCut).unwrap();
+        let params = model.init_params(3).unwrap();
+        let out = model.step(&mut CpuBackend::new(), &params, &Feeds::new().with("x", x.clone())).unwrap();
+        let bits: Vec<Vec<u32>> =
+            out.grads.iter().map(|t| t.to_f32_vec().iter().map(|v| v.to_bits()).collect()).collect();
+        assert!(bits.iter().flatten().any(|&b| b != 0), "zero gradients");
+        bits
+    };
+    assert_eq!(grads(&must), grads(&prefer));
+}
+
 /// A remat.graph with `x: [2, 3]`, `w: [4, 5]` and the given further nodes.
 fn doc(nodes: &[&str], outputs: &str) -> String {
     let mut all = vec![
