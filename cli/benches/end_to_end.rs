@@ -58,8 +58,9 @@ struct TorchRun {
 /// PyTorch's partition step on the `layers`-layer model and remat's on its export, in this run;
 /// why not, where PyTorch is missing or the script fails.
 fn torch_partition(layers: usize, doc: &std::path::Path) -> Result<TorchRun, String> {
-    let python = torch_python::torch_python(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."), "torch")?;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../python/bench/deep_mlp_partition.py");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = torch_python::torch_python(&root, "torch")?;
+    let script = root.join("python/bench/deep_mlp_partition.py");
     let o = Command::new(&python)
         .arg(&script)
         .args(["--remat", env!("CARGO_BIN_EXE_remat"), "--layers", &layers.to_string(), "--runs", "3", "--doc"])
