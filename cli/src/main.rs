@@ -1,13 +1,14 @@
 //! `remat`: partition graph documents (`remat.graph`, `remat.joint`) and explain the result.
 //!
 //! ```text
-//! remat partition FILE [--strategy respect|mincut|budget=B|budget+offload=B] [--offload] [--json]
+//! remat partition FILE [--strategy respect|mincut|budget=B|budget+offload=B|peak=BYTES] [--offload] [--json]
 //! remat dot FILE [--strategy ..] [--offload] [--out F]
 //! remat pareto FILE --out frontier.svg
 //! remat evaluate FILE --save ID,ID,... [--json]
 //! ```
 //!
-//! A bad file exits with code 2 and one line on stderr naming the node at fault.
+//! A bad file or argument exits with code 2 and one line on stderr naming the node or the
+//! value at fault.
 
 mod plot;
 
@@ -111,24 +112,33 @@ impl Loaded {
 #[derive(Args)]
 struct Planning {
     /// `respect`, `mincut`, `budget=B` — B in bytes when an integer (`4096`, `64KiB`,
-    /// `2MiB`, `1GiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or, for a
-    /// `remat.graph`, `peak=BYTES`: the plan's predicted peak at most that.
+    /// `2MiB`, `1GiB`, `1TiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or, for
+    /// a `remat.graph`, `peak=BYTES`: the plan's predicted peak at most that.
     #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
     strategy: Strategy,
     /// Let a budget choose offload (host memory) besides save and recompute: `budget=B`
-    /// becomes `budget+offload=B`. Tags asking for offload are honoured either way.
+    /// becomes `budget+offload=B`. Tags asking for offload are honoured either way. Not with
+    /// `peak=`.
     #[arg(long)]
     offload: bool,
 }
 
 impl Planning {
     /// `--offload` turns a budget into `budget+offload`; without it the strategy is as written
-    /// (`budget+offload=B` included).
-    fn strategy(&self) -> Strategy {
-        if self.offload {
-            self.strategy.with_offload(true)
-        } else {
-            self.strategy
+    /// (`budget+offload=B` included). A peak with `--offload` is refused rather than planned
+    /// without offload as if the flag were not there.
+    fn strategy(&self) -> Result<Strategy, Failure> {
+        match (self.offload, self.strategy) {
+            (true, Strategy::Peak(limit)) => Err(Failure(
+                2,
+                format!(
+                    "--offload with --strategy peak={limit}: the peak search chooses between saving and \
+                     recomputing only (it walks the byte-budget plans without offload); for device bytes that \
+                     offload may lower, use --strategy budget+offload=B"
+                ),
+            )),
+            (true, s) => Ok(s.with_offload(true)),
+            (false, s) => Ok(s),
         }
     }
 }
@@ -181,7 +191,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Partition { file, planning, json } => {
             let loaded = load(&file)?;
             let bad = doc_error(&file);
-            let p = loaded.partition(planning.strategy()).map_err(&bad)?;
+            let p = loaded.partition(planning.strategy()?).map_err(&bad)?;
             // The JSON report up to the peaks the plan gives is laid out and written while the
             // plan is made (at 10⁶ nodes, a third of a second each). Planning a partition just
             // made fails only on a bug; the report would then end there, with the error.
@@ -205,7 +215,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Dot { file, planning, out } => {
             let loaded = load(&file)?;
-            let p = loaded.partition(planning.strategy()).map_err(doc_error(&file))?;
+            let p = loaded.partition(planning.strategy()?).map_err(doc_error(&file))?;
             let dot = Report::new(&loaded.pg, &p).dot();
             match out {
                 Some(out) => write_out(&out, &dot)?,
@@ -217,15 +227,18 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let bad = doc_error(&file);
             let ids = loaded.pg.find_ids(save.iter().map(String::as_str).filter(|s| !s.is_empty())).map_err(&bad)?;
             let e = remat::partition::evaluate(&loaded.pg, &ids).map_err(bad)?;
-            let report = Report::new(&loaded.pg, &e.partition);
+            let given = distinct(&ids);
             if json {
+                let report = Report::new(&loaded.pg, &e.partition).with_heading("evaluate", "given");
                 let mut v: serde_json::Value = serde_json::from_str(&report.json()).expect("reports are JSON");
+                v["given"] = given.iter().map(|&i| loaded.pg.node(i).id.to_json()).collect();
                 v["broken"] = serde_json::json!(e.broken);
                 v["unneeded"] = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.to_json()).collect();
                 let text = serde_json::to_string_pretty(&v).expect("JSON values serialize");
                 to_stdout(|out| writeln!(out, "{text}"))?;
             } else {
-                let mut text = report.text();
+                let label = given_label(&loaded.pg, &given);
+                let mut text = Report::new(&loaded.pg, &e.partition).with_heading("evaluate", &label).text();
                 let unneeded: Vec<String> = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.label()).collect();
                 if !unneeded.is_empty() {
                     text += &format!("\nkept for nothing (the backward never reaches them): {}\n", unneeded.join(", "));
@@ -272,6 +285,26 @@ fn run(cli: Cli) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `ids` without repeats, in the order first given.
+fn distinct(ids: &[remat::NodeId]) -> Vec<remat::NodeId> {
+    let mut seen = std::collections::HashSet::new();
+    ids.iter().copied().filter(|&i| seen.insert(i)).collect()
+}
+
+/// What `evaluate` scored, for its first line: `the given decision: keep %2, %5`.
+fn given_label(pg: &PGraph, given: &[remat::NodeId]) -> String {
+    if given.is_empty() {
+        return "the given decision: keep only what is held anyway".to_string();
+    }
+    let labels: Vec<String> = given.iter().map(|&i| pg.node(i).id.label()).collect();
+    let shown: Vec<&str> = labels.iter().take(8).map(String::as_str).collect();
+    let more = match labels.len() - shown.len() {
+        0 => String::new(),
+        more => format!(" and {more} more"),
+    };
+    format!("the given decision: keep {}{more}", shown.join(", "))
+}
+
 /// One partition of a sweep.
 struct Point {
     strategy: Strategy,
@@ -303,12 +336,30 @@ fn pareto_table(points: &[Point]) -> String {
     out
 }
 
+/// A bad argument value as one line, like every other error (clap's own report of one is three:
+/// the error, a blank line and where to look); help, version and usage errors as clap writes them.
+fn argument_error(e: clap::Error) -> Failure {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(e.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
+        e.exit();
+    }
+    let arg = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg.split(' ').next().unwrap_or(arg).to_string(),
+        _ => "an argument".to_string(),
+    };
+    let why = match std::error::Error::source(&e) {
+        Some(source) => source.to_string(),
+        None => e.to_string().lines().next().unwrap_or("").trim_start_matches("error: ").to_string(),
+    };
+    Failure(2, format!("{arg}: {why}"))
+}
+
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    match Cli::try_parse().map_err(argument_error).and_then(run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(code, message)) => {
-            // One line whatever the document held: newlines joined, control characters escaped,
-            // an echo no message shortened cut to a reasonable length.
+            // One line whatever the document held: newlines joined, control characters and line
+            // separators escaped, an echo no message shortened cut to a reasonable length.
             eprintln!("error: {}", remat_core::text::one_line(&message.replace('\n', " ")));
             ExitCode::from(code)
         }

@@ -196,19 +196,29 @@ fn a_missing_file_exits_2() {
 #[test]
 fn bad_flags_are_usage_errors() {
     let file = example("two_regions.graph.json");
-    for args in [
-        vec!["partition", &file, "--strategy", "fastest"],
-        vec!["partition", &file, "--strategy", "budget=lots"],
-        vec!["partition", &file, "--strategy", "budget=1.5"],
-        vec!["partition", &file, "--frobnicate"],
-        vec!["pareto", &file],
-        vec!["explain", &file],
-    ] {
+    for args in [vec!["partition", &file, "--frobnicate"], vec!["pareto", &file], vec!["explain", &file]] {
         let o = remat(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = stderr(&o);
         assert!(err.starts_with("error: "), "{args:?}: {err}");
         assert!(err.contains("Usage: remat") || err.contains("try '--help'"), "{args:?}: {err}");
+    }
+}
+
+/// A bad value of a flag is one line, like every other error, naming the flag and the value.
+#[test]
+fn bad_flag_values_are_one_line() {
+    let file = example("two_regions.graph.json");
+    for (strategy, expected) in [
+        ("fastest", "--strategy: unknown strategy `fastest`"),
+        ("budget=lots", "--strategy: `budget=lots`: `lots` is not a number of bytes"),
+        ("budget=1.5", "--strategy: `budget=1.5`: a fraction budget must be in [0, 1], got 1.5"),
+    ] {
+        let o = remat(&["partition", &file, "--strategy", strategy]);
+        assert_eq!(o.status.code(), Some(2), "{strategy}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{strategy}: {err}");
+        assert!(err.starts_with(&format!("error: {expected}")), "{strategy}: {err}");
     }
 }
 

@@ -1,7 +1,12 @@
 //! `Strategy::Peak`: a peak-memory budget for a model. The plan's predicted peak — which the CPU
 //! backend's measured peak equals — is a property of the schedule, not of the saved set alone,
 //! so it is searched over the exact byte-budget plans: the more a plan may save, the less it
-//! recomputes; the search takes the largest byte budget whose plan peaks within the limit.
+//! recomputes; the search takes the largest byte budget whose plan peaks within the limit. A
+//! limit below what every plan holds ([`peak_lower_bound`]) is refused before the search.
+
+mod bound;
+
+pub use bound::{peak_lower_bound, PeakBound};
 
 use crate::error::{Error, Result};
 use crate::partition::{partition_with, Budget, CostModel, PGraph, Partition, Strategy};
@@ -29,7 +34,8 @@ impl Candidate {
 /// The plan of least recompute whose predicted peak is at most `limit` bytes, among the exact
 /// byte-budget plans of `pg` (the partition graph of `joint`, which plans them: a
 /// [`crate::JointGraph`], or `pg` itself — [`Schedulable`]); an error giving the smallest peak the
-/// search reached when none fits. The partition's strategy reads `peak=limit`.
+/// search reached when none fits, or, without searching, the lower bound on every plan's peak
+/// ([`peak_lower_bound`]) when `limit` is below it. The partition's strategy reads `peak=limit`.
 ///
 /// The exact plans of the byte budgets form a family ordered by the bytes they may save: a larger
 /// budget recomputes no more. The search walks it down from the least recompute, plan by plan
@@ -44,6 +50,10 @@ pub fn partition_for_peak(
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
     let n = joint.forward_len()?;
+    let bound = peak_lower_bound(joint)?;
+    if limit < bound.bytes {
+        return Err(Error::Invalid(bound.explain(limit, joint)));
+    }
     let plan = |strategy: Strategy| -> Result<Candidate> {
         let partition = partition_with(pg, strategy, model)?;
         let plan = Plan::with_offload(joint, &partition.saved[..n], &partition.offloaded[..n], model)?;

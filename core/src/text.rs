@@ -51,17 +51,26 @@ pub fn quoted(s: &str) -> String {
     format!("\"{}\"", shorten(&inner, CELL))
 }
 
-/// Appends `c`, a control character as its escape (`\n`, `\u{1b}`).
+/// Appends `c`, a character that breaks a line as its escape (`\n`, `\u{1b}`, `\u{2028}`):
+/// control characters (U+0085 among them), and the line and paragraph separators, which are
+/// no control characters but end a line for readers that split lines as Python's
+/// `str.splitlines` does.
 fn push_escaped(out: &mut String, c: char) {
     match c {
         '\n' => out.push_str("\\n"),
         '\r' => out.push_str("\\r"),
         '\t' => out.push_str("\\t"),
-        c if c.is_control() => {
+        c if breaks_line(c) => {
             let _ = std::fmt::Write::write_fmt(out, format_args!("\\u{{{:x}}}", c as u32));
         }
         c => out.push(c),
     }
+}
+
+/// Whether `c` is echoed escaped: a control character (U+0085 included) or U+2028/U+2029.
+/// (A lone surrogate cannot reach a Rust string: the JSON readers refuse its escape.)
+pub fn breaks_line(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
 /// A short list for a message: the distinct `names` in order of first appearance, each in
@@ -103,5 +112,6 @@ mod tests {
         assert_eq!(s.chars().count(), 48);
         assert!(s.ends_with("END") && s.contains('…'));
         assert_eq!(quoted("say \"hi\""), "\"say \\\"hi\\\"\"");
+        assert_eq!(shorten("a\u{85}b\u{2028}c\u{2029}d", 48), "a\\u{85}b\\u{2028}c\\u{2029}d");
     }
 }

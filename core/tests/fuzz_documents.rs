@@ -7,7 +7,8 @@
 //! changed) or byte-level ones on the text — and runs what the `remat` CLI runs. The oracles:
 //!
 //! - nothing panics (the partitioner's own debug-build check included);
-//! - every error is one line of at most 800 characters with no raw control character;
+//! - every error is one line of at most 800 characters with no raw control character (U+0085
+//!   included) and no raw U+2028 or U+2029 (lines end there for Python's `str.splitlines`);
 //! - every accepted document partitions under every strategy into a partition that passes the
 //!   independent checker (`partition::check`), or into an error a user can cause; its reports
 //!   render, the JSON report is JSON, and a `remat.graph` writes back to the same document.
@@ -137,6 +138,7 @@ fn hostile_value(rng: &mut Rng, doc: &Value) -> Value {
             "matmul",
             "aten.view.default",
         ])),
+        4 if rng.chance(2) => json!(format!("sep\u{2028}\u{2029}\u{85}{}", rng.next())),
         4 => json!(format!("ctl\u{1b}[2J\r\t\u{0}{}", rng.next())),
         5 => json!("x".repeat(rng.below(20_000))),
         6 => ids.get(rng.below(ids.len())).cloned().unwrap_or(Value::Null),
@@ -246,7 +248,7 @@ fn mutate_value(rng: &mut Rng, doc: &mut Value) {
         8 => {
             let entry = json!({
                 "id": rng.below(4),
-                "name": *rng.pick(&["f", "", "g\u{1b}", "%1"]),
+                "name": *rng.pick(&["f", "", "g\u{1b}", "%1", "s\u{2028}", "n\u{85}"]),
                 "parent_region": if rng.chance(2) { json!(rng.below(4)) } else { Value::Null },
                 "budget": *rng.pick(&[json!(0.0), json!(1.0), json!(0.5), json!(2.0), json!(-1), Value::Null]),
             });
@@ -314,7 +316,22 @@ fn mutate_text(rng: &mut Rng, text: &str) -> String {
         0 => bytes.truncate(at),
         1 if at < bytes.len() => bytes[at] = *rng.pick(b"{}[],:\"0-9e.\\ x\x00\x1b"),
         2 => {
-            let junk = *rng.pick(&["[", "{", "\"", "\\u0000", "1e999", "[[[[[[[[[[", ",,", "null", "\u{feff}"]);
+            let junk = *rng.pick(&[
+                "[",
+                "{",
+                "\"",
+                "\\u0000",
+                "1e999",
+                "[[[[[[[[[[",
+                ",,",
+                "null",
+                "\u{feff}",
+                "\\ud800",
+                "\\udfff\\ud800",
+                "\u{2028}",
+                "\u{2029}",
+                "\u{85}",
+            ]);
             bytes.splice(at..at, junk.bytes());
         }
         3 => {
@@ -400,10 +417,16 @@ fn case(rng: &mut Rng, seeds: &[String]) -> String {
     text.unwrap_or_else(|| serde_json::to_string(&doc).unwrap())
 }
 
-/// One line, short, no raw control character.
+/// Characters after which Python's `str.splitlines` starts a new line: every control character
+/// (Unicode category Cc, U+0085 included) and the line and paragraph separators.
+fn breaks_a_line(c: char) -> bool {
+    c.is_control() || c == '\u{85}' || c == '\u{2028}' || c == '\u{2029}'
+}
+
+/// One line, short, no raw character that breaks a line.
 fn clean_message(e: &Error) -> Result<(), String> {
     let m = e.to_string();
-    if m.contains('\n') || m.chars().any(char::is_control) || m.chars().count() > 800 {
+    if m.contains('\n') || m.chars().any(breaks_a_line) || m.chars().count() > 800 {
         return Err(format!("an error that is not one clean line ({} chars): {:?}", m.chars().count(), short(&m)));
     }
     Ok(())

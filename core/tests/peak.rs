@@ -1,8 +1,9 @@
 //! `Strategy::Peak`: the plan's predicted peak — equal to the measured one on the CPU — within a
 //! limit, with the least recompute the search finds; gradients equal every other strategy's.
 
+use remat_core::peak::peak_lower_bound;
 use remat_core::zoo::{self, GptConfig};
-use remat_core::{Budget, CpuBackend, DType, Model, Strategy};
+use remat_core::{Budget, CostModel, CpuBackend, DType, JointGraph, Model, NodeId, Plan, Strategy};
 
 fn cfg() -> GptConfig {
     GptConfig { batch: 2, seq: 16, d_model: 32, heads: 2, layers: 2, vocab: 13, dropout: 0.1, dtype: DType::F32 }
@@ -50,14 +51,70 @@ fn a_peak_limit_is_met_with_the_least_recompute_of_the_budget_sweep() {
 #[test]
 fn an_unreachable_peak_names_the_smallest_one() {
     let graph = zoo::gpt(&cfg()).unwrap();
-    let err = Model::with_strategy(graph, Strategy::Peak(1024)).unwrap_err().to_string();
-    assert!(
-        err.contains("peak=1024") && err.contains("cannot be met: the smallest predicted peak reached is"),
-        "{err}"
-    );
+    // Below the parameters alone: refused from the lower bound, before any search.
+    let err = Model::with_strategy(graph.clone(), Strategy::Peak(1024)).unwrap_err().to_string();
+    assert!(err.contains("peak=1024") && err.contains("cannot be met: no plan peaks below"), "{err}");
+    // At the bound the search runs: it finds a plan at the bound, or names the smallest peak
+    // it reached, at or above the bound.
+    let bound = peak_lower_bound(&JointGraph::new(&graph).unwrap()).unwrap().bytes;
+    match Model::with_strategy(graph, Strategy::Peak(bound)) {
+        Ok(model) => assert_eq!(model.plan().predicted_peak() as u64, bound),
+        Err(e) => {
+            let err = e.to_string();
+            let prefix = "cannot be met: the smallest predicted peak reached is ";
+            let at = err.find(prefix).unwrap_or_else(|| panic!("{err}")) + prefix.len();
+            let reached: u64 = err[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap();
+            assert!(reached >= bound, "{err}");
+        }
+    }
     let joint = remat_core::json::read_joint(include_str!("../../docs/examples/small.joint.json")).unwrap();
     let err = remat_core::partition::partition(&joint, Strategy::Peak(1 << 20)).unwrap_err().to_string();
     assert!(err.contains("needs a plan to measure peaks on"), "{err}");
     assert_eq!("peak=3MiB".parse::<Strategy>(), Ok(Strategy::Peak(3 << 20)));
-    assert!("peak=0.5".parse::<Strategy>().unwrap_err().contains("not a fraction"));
+    assert!("peak=0.5".parse::<Strategy>().unwrap_err().contains("a peak is bytes"));
+}
+
+/// The lower bound against every plan of small graphs (each saved set of the values the rules
+/// leave open, brute force; each again with its saved values offloaded): none peaks below it,
+/// and it is at least the inputs and parameters.
+#[test]
+fn no_plan_peaks_below_the_lower_bound() {
+    let mlp = |widths: Vec<usize>| zoo::mlp(&zoo::MlpConfig { batch: 2, widths }).unwrap();
+    let graphs = [
+        ("mlp 3-4-2", mlp(vec![3, 4, 2])),
+        ("mlp 3-5-4-2", mlp(vec![3, 5, 4, 2])),
+        (
+            "two_regions",
+            remat_core::json::read_graph(include_str!("../../docs/examples/two_regions.graph.json")).unwrap(),
+        ),
+    ];
+    for (what, graph) in graphs {
+        let joint = JointGraph::new(&graph).unwrap();
+        let n = joint.n_forward();
+        let resident = |i: usize| joint.graph().node(NodeId::from_index(i)).op.is_resident();
+        let open: Vec<usize> =
+            (0..n).filter(|&i| !resident(i) && !joint.forward_outputs().contains(&NodeId::from_index(i))).collect();
+        assert!(open.len() <= 16, "{what}: {} open values", open.len());
+        let bound = peak_lower_bound(&joint).unwrap();
+        let resident_bytes: u64 =
+            (0..n).filter(|&i| resident(i)).map(|i| joint.graph().node(NodeId::from_index(i)).bytes() as u64).sum();
+        assert_eq!(bound.resident, resident_bytes, "{what}");
+        assert!(bound.bytes >= resident_bytes, "{what}");
+        let mut least = u64::MAX;
+        for mask in 0u32..1 << open.len() {
+            let mut saved = vec![false; n];
+            for (k, &i) in open.iter().enumerate() {
+                saved[i] = mask & (1 << k) != 0;
+            }
+            let plain = Plan::new(&joint, &saved).unwrap().predicted_peak() as u64;
+            let offloaded = Plan::with_offload(&joint, &saved, &saved, &CostModel::default()).unwrap();
+            let offloaded = offloaded.predicted_peak() as u64;
+            assert!(
+                plain >= bound.bytes && offloaded >= bound.bytes,
+                "{what}: mask {mask:b}: {plain}/{offloaded} < {bound:?}"
+            );
+            least = least.min(plain).min(offloaded);
+        }
+        println!("{what}: bound {} bytes, least peak of {} plans {least}", bound.bytes, 2u64 << open.len());
+    }
 }

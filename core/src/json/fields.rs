@@ -277,19 +277,30 @@ fn node_error(
     fields: &[&'static str],
     e: serde_path_to_error::Error<serde_json::Error>,
 ) -> Error {
-    let value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+    // A string escape no string can hold fails the whole node: the node is read with it
+    // replaced, so that the error can still name the node, the field and the escape.
+    let surrogate = super::escape::at_error(raw.get(), e.inner());
+    let value: Value = match surrogate {
+        Some(_) => super::escape::without_lone_surrogates(raw.get()).and_then(|t| serde_json::from_str(&t).ok()),
+        None => serde_json::from_str(raw.get()).ok(),
+    }
+    .unwrap_or(Value::Null);
     if !value.is_object() {
         return top_error(format!("nodes[{k}]: expected a node object, got {}", got(Some(&value))));
     }
+    let path = e.path().to_string();
     let id = match value.get("id") {
-        Some(Value::String(s)) => DocId::Name(s.as_str().into()),
+        Some(Value::String(s)) if !(surrogate.is_some() && path == "id") => DocId::Name(s.as_str().into()),
         Some(v) if v.as_u64().is_some() => DocId::Index(v.as_u64().unwrap_or(0)),
         _ => DocId::Name(format!("nodes[{k}]").into()),
     };
     let op = value.get("op").and_then(Value::as_str).unwrap_or("?");
-    let name = value.get("name").and_then(Value::as_str);
+    // A name read with a replaced escape would echo what the document does not say.
+    let name = value.get("name").and_then(Value::as_str).filter(|_| surrogate.is_none());
     let inner = e.inner().to_string();
-    let message = if let Some(name) = backticked(&inner).filter(|_| inner.starts_with("unknown field")) {
+    let message = if let Some(escape) = surrogate {
+        format!("field \"{path}\": {}", super::escape::describe(escape))
+    } else if let Some(name) = backticked(&inner).filter(|_| inner.starts_with("unknown field")) {
         super::unknown("field", &name, fields)
     } else if let Some(name) = backticked(&inner).filter(|_| inner.starts_with("missing field")) {
         format!("missing field \"{name}\" ({})", expected(&name))

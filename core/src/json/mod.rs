@@ -24,6 +24,7 @@
 //! ```
 
 mod attrs;
+mod escape;
 mod fields;
 mod graph;
 mod joint;
@@ -131,6 +132,13 @@ impl<'a> Top<'a> {
         let fields: std::collections::BTreeMap<String, &'a RawValue> = serde_json::from_str(text).map_err(|e| {
             if e.classify() == serde_json::error::Category::Data {
                 top_error("expected a JSON object at the top level".into())
+            } else if let Some(escape) = escape::at_error(text, &e) {
+                top_error(format!(
+                    "invalid JSON: {} (line {}, column {})",
+                    escape::describe(escape),
+                    e.line(),
+                    e.column()
+                ))
             } else {
                 top_error(format!("invalid JSON: {e}"))
             }
@@ -141,6 +149,11 @@ impl<'a> Top<'a> {
     /// Checks `format` and `version`.
     fn format(&self) -> Result<Format> {
         let value = |key: &str| self.fields.get(key).and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok());
+        if let Some(raw) = self.fields.get("format") {
+            if let Some(escape) = serde_json::from_str::<String>(raw).err().and_then(|e| escape::at_error(raw, &e)) {
+                return Err(top_error(format!("field `format`: {}", escape::describe(escape))));
+            }
+        }
         let format = match value("format") {
             Some(serde_json::Value::String(s)) => s,
             Some(_) => return Err(top_error("`format` must be a string".into())),
@@ -182,8 +195,16 @@ impl<'a> Top<'a> {
         let mut de = serde_json::Deserializer::from_str(raw);
         serde_path_to_error::deserialize(&mut de).map(Some).map_err(|e| {
             let path = e.path().to_string();
-            let at = if path == "." || path.is_empty() { key.to_string() } else { format!("{key}{path}") };
-            top_error(format!("{format}: field `{at}`: {}", crate::text::shorten(&e.into_inner().to_string(), 200)))
+            let at = match path.as_str() {
+                "." | "" => key.to_string(),
+                p if p.starts_with('[') => format!("{key}{p}"),
+                p => format!("{key}.{p}"),
+            };
+            let what = match escape::at_error(raw, e.inner()) {
+                Some(escape) => escape::describe(escape),
+                None => crate::text::shorten(&e.into_inner().to_string(), 200),
+            };
+            top_error(format!("{format}: field `{at}`: {what}"))
         })
     }
 

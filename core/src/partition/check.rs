@@ -202,7 +202,15 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
             bad.push(format!("{}: must_recompute but saved", describe(i)));
         }
         if recomputed[i] && (f.resident || f.not_recomputable || is_output(i)) {
-            bad.push(format!("{}: recomputed, but it is resident, an output or not recomputable", describe(i)));
+            let why: Vec<&str> = [
+                (f.resident, "an input, a parameter or a constant (resident)"),
+                (is_output(i), "a forward output"),
+                (f.not_recomputable, "flagged not_recomputable"),
+            ]
+            .into_iter()
+            .filter_map(|(holds, what)| holds.then_some(what))
+            .collect();
+            bad.push(format!("{}: recomputed, but it is {}", describe(i), why.join(" and ")));
         }
         if recomputed[i] && node.inputs.is_empty() && f.random {
             bad.push(format!("{}: a random value without inputs is recomputed", describe(i)));

@@ -14,7 +14,8 @@ pub struct Evaluation {
     pub partition: Partition,
     /// Every rule it breaks, one line each ([`check`]'s lines); empty when it keeps them all.
     pub broken: Vec<String>,
-    /// Given values the backward never reaches: they would be kept for nothing.
+    /// Given values the backward never reaches, each once, in the order given: they would be
+    /// kept for nothing.
     pub unneeded: Vec<NodeId>,
 }
 
@@ -41,8 +42,17 @@ pub fn evaluate(g: &PGraph, saved: &[NodeId]) -> Result<Evaluation> {
         }
     }
     let reached = super::classify::closure(g, &at_hand);
-    let unneeded: Vec<NodeId> = saved.iter().copied().filter(|&i| !reached[g.view_base(i, &output).index()]).collect();
+    // A value given twice is one decision, listed once.
+    let mut listed = vec![false; g.len()];
+    let unneeded: Vec<NodeId> = saved
+        .iter()
+        .copied()
+        .filter(|&i| !reached[g.view_base(i, &output).index()] && !std::mem::replace(&mut listed[i.index()], true))
+        .collect();
     let mut p = Partition {
+        // No strategy made this decision; the least constraining one stands in for the
+        // checker, which reads it. Reports of an evaluation name the given decision instead
+        // (`Report::with_heading`).
         strategy: Strategy::BudgetOffload(Budget::Bytes(u64::MAX)),
         saved: vec![false; g.len()],
         offloaded: vec![false; g.len()],

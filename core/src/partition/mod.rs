@@ -18,6 +18,7 @@
 //! keep is an error naming both, in every strategy. [`check`] verifies every partition against
 //! these rules independently of how it was found (after every partition in debug builds).
 
+mod amount;
 pub mod boundary;
 mod budget;
 mod check;
@@ -87,23 +88,11 @@ impl std::fmt::Display for Strategy {
 impl std::str::FromStr for Budget {
     type Err = String;
 
-    /// A fraction when it has a decimal point (`0.5`, `1.0`), else bytes with an optional
-    /// binary suffix (`4096`, `64KiB`, `2MiB`, `1GiB`).
+    /// A fraction when it is a decimal number (`0.5`, `1.0`), else bytes with an optional
+    /// binary unit (`4096`, `64KiB`, `2MiB`, `1GiB`, `1TiB`). A bad value is told what is wrong
+    /// with it (negative, hexadecimal, an unknown unit, too large, ...).
     fn from_str(b: &str) -> Result<Budget, String> {
-        if b.contains('.') {
-            let f: f64 = b.parse().map_err(|_| format!("`{b}` is not a fraction (like 0.5)"))?;
-            if !(0.0..=1.0).contains(&f) {
-                return Err(format!("a fraction budget must be in [0, 1], got {f}"));
-            }
-            return Ok(Budget::Fraction(f));
-        }
-        let units = [("KiB", 1u64 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("B", 1)];
-        let (digits, scale) =
-            units.iter().find_map(|&(suffix, scale)| b.strip_suffix(suffix).map(|d| (d, scale))).unwrap_or((b, 1));
-        let n: u64 = digits.trim().parse().map_err(|_| {
-            format!("`{b}` is neither bytes (4096, 64KiB, 2MiB, 1GiB) nor a fraction with a decimal point (0.5)")
-        })?;
-        n.checked_mul(scale).map(Budget::Bytes).ok_or_else(|| format!("`{b}` is too many bytes"))
+        amount::budget(b)
     }
 }
 
@@ -111,18 +100,24 @@ impl std::str::FromStr for Strategy {
     type Err = String;
 
     /// `respect`, `mincut`, `budget=B`, `budget+offload=B` (see [`Budget`]'s `from_str`) or
-    /// `peak=BYTES` (`peak=3MiB`).
+    /// `peak=BYTES` (`peak=3MiB`). An error names the strategy and what is wrong with its value.
     fn from_str(s: &str) -> Result<Strategy, String> {
+        let at = |key: &str, value: &str, why: String| {
+            format!("`{key}={}`: {why}", crate::text::shorten(value, crate::text::CELL))
+        };
         match s {
             "respect" => Ok(Strategy::Respect),
             "mincut" => Ok(Strategy::MinCut),
             _ => match (s.strip_prefix("budget="), s.strip_prefix("budget+offload="), s.strip_prefix("peak=")) {
-                (Some(b), ..) => b.parse().map(Strategy::Budget),
-                (_, Some(b), _) => b.parse().map(Strategy::BudgetOffload),
-                (.., Some(b)) => match b.parse() {
-                    Ok(Budget::Bytes(bytes)) => Ok(Strategy::Peak(bytes)),
-                    _ => Err(format!("`peak={b}`: a peak is bytes (`4096`, `64KiB`, `2MiB`, `1GiB`), not a fraction")),
-                },
+                (Some(b), ..) => amount::budget(b).map(Strategy::Budget).map_err(|e| at("budget", b, e)),
+                (_, Some(b), _) => amount::budget(b).map(Strategy::BudgetOffload).map_err(|e| at("budget+offload", b, e)),
+                (.., Some(b)) => amount::bytes(b).map(Strategy::Peak).map_err(|e| {
+                    // A fraction is what `budget=` takes; a peak counts inputs and parameters,
+                    // which no fraction of saved bytes measures.
+                    let fraction = amount::budget(b).is_ok_and(|x| matches!(x, Budget::Fraction(_)));
+                    let e = if fraction { format!("a peak is bytes ({}), not a fraction", amount::BYTES_FORMS) } else { e };
+                    at("peak", b, e)
+                }),
                 _ => Err(format!(
                     "unknown strategy `{}`: expected `respect`, `mincut`, `budget=B`, `budget+offload=B` or `peak=BYTES`",
                     crate::text::shorten(s, crate::text::CELL)

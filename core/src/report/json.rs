@@ -55,7 +55,7 @@ impl Report<'_> {
         };
         let decisions = rows(&p.decisions, |d| self.decision_out(d));
         let mut fields = vec![
-            ("strategy", value(&p.strategy.to_string())),
+            ("strategy", value(&self.heading().1)),
             ("saved", ids(&saved)),
             ("held", ids(&resident)),
             ("offloaded", ids(&self.offloaded())),

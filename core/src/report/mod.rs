@@ -37,6 +37,7 @@ pub struct Report<'a> {
     planned_host_peak: Option<u64>,
     measured_host_peak: Option<u64>,
     windows: Option<&'a [(NodeId, usize, usize, usize)]>,
+    heading: Option<(&'a str, &'a str)>,
 }
 
 impl<'a> Report<'a> {
@@ -50,6 +51,24 @@ impl<'a> Report<'a> {
             planned_host_peak: None,
             measured_host_peak: None,
             windows: None,
+            heading: None,
+        }
+    }
+
+    /// Names what the report is of when no strategy made the partition (a decision scored by
+    /// [`crate::partition::evaluate`]): the text's first line reads `{kind} ({label}): ...`
+    /// rather than `partition ({strategy}): ...`, and the JSON's `strategy` is `label`.
+    pub fn with_heading(mut self, kind: &'a str, label: &'a str) -> Self {
+        self.heading = Some((kind, label));
+        self
+    }
+
+    /// What the report calls itself and its strategy: `("partition", "mincut")` unless
+    /// [`Report::with_heading`] said otherwise.
+    fn heading(&self) -> (&'a str, String) {
+        match self.heading {
+            Some((kind, label)) => (kind, label.to_string()),
+            None => ("partition", self.partition.strategy.to_string()),
         }
     }
 

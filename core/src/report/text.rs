@@ -13,10 +13,10 @@ impl Report<'_> {
         let (g, p) = (self.graph, self.partition);
         let mut out = String::new();
         let (saved, resident) = self.kept();
+        let (kind, label) = self.heading();
         let _ = writeln!(
             out,
-            "partition ({}): {} value(s) saved, {} resident, {} op(s) recomputed",
-            p.strategy,
+            "{kind} ({label}): {} value(s) saved, {} resident, {} op(s) recomputed",
             saved.len(),
             resident.len(),
             p.recomputed.len()
