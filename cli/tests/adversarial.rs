@@ -422,7 +422,7 @@ fn a_lone_surrogate_escape_names_its_field() {
             r#"field `regions[0].name`: invalid escape \ud800"#,
         ),
         (
-            format!(r#"{{"format": "remat.joint\ud800", "version": 1, "nodes": []}}"#),
+            r#"{"format": "remat.joint\ud800", "version": 1, "nodes": []}"#.to_string(),
             r#"field `format`: invalid escape \ud800"#,
         ),
     ];

@@ -25,6 +25,7 @@ use remat_core::{Budget, DType, Error, JointGraph, Plan, Strategy};
 use serde_json::{json, Map, Value};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const STRATEGIES: [Strategy; 8] = [
@@ -423,9 +424,16 @@ fn breaks_a_line(c: char) -> bool {
     c.is_control() || c == '\u{85}' || c == '\u{2028}' || c == '\u{2029}'
 }
 
+/// Errors that echoed a line or paragraph separator or U+0085 (escaped): the mutations reach
+/// the escaping, which the oracle checks.
+static ECHOED_SEPARATORS: AtomicU64 = AtomicU64::new(0);
+
 /// One line, short, no raw character that breaks a line.
 fn clean_message(e: &Error) -> Result<(), String> {
     let m = e.to_string();
+    if [r"\u{2028}", r"\u{2029}", r"\u{85}"].iter().any(|escaped| m.contains(escaped)) {
+        ECHOED_SEPARATORS.fetch_add(1, Ordering::Relaxed);
+    }
     if m.contains('\n') || m.chars().any(breaks_a_line) || m.chars().count() > 800 {
         return Err(format!("an error that is not one clean line ({} chars): {:?}", m.chars().count(), short(&m)));
     }
@@ -524,11 +532,14 @@ fn mutated_documents_never_panic_and_accepted_ones_keep_the_rules() {
         }
     }
     let _ = std::panic::take_hook();
+    let separators = ECHOED_SEPARATORS.load(Ordering::Relaxed);
     println!(
-        "{ran} mutated documents from {} seeds in {:.1} s: {accepted} accepted, the rest refused with one clean line",
+        "{ran} mutated documents from {} seeds in {:.1} s: {accepted} accepted, the rest refused with one clean line \
+         ({separators} echoing a line separator or U+0085, escaped)",
         seeds.len(),
         start.elapsed().as_secs_f64()
     );
     assert!(failures.is_empty(), "{} failing cases:\n{}", failures.len(), failures.join("\n"));
     assert!(accepted * 4 > ran, "the mutations leave too few documents valid ({accepted} of {ran})");
+    assert!(ran < 1000 || separators > 0, "no error of {ran} echoed a line separator: the mutations miss them");
 }

@@ -80,15 +80,17 @@ fn an_unreachable_peak_names_the_smallest_one() {
 #[test]
 fn no_plan_peaks_below_the_lower_bound() {
     let mlp = |widths: Vec<usize>| zoo::mlp(&zoo::MlpConfig { batch: 2, widths }).unwrap();
+    // Whether the bound is the least peak itself (found so by the brute force, and kept so).
     let graphs = [
-        ("mlp 3-4-2", mlp(vec![3, 4, 2])),
-        ("mlp 3-5-4-2", mlp(vec![3, 5, 4, 2])),
+        ("mlp 3-4-2", true, mlp(vec![3, 4, 2])),
+        ("mlp 3-5-4-2", true, mlp(vec![3, 5, 4, 2])),
         (
             "two_regions",
+            false,
             remat_core::json::read_graph(include_str!("../../docs/examples/two_regions.graph.json")).unwrap(),
         ),
     ];
-    for (what, graph) in graphs {
+    for (what, exact, graph) in graphs {
         let joint = JointGraph::new(&graph).unwrap();
         let n = joint.n_forward();
         let resident = |i: usize| joint.graph().node(NodeId::from_index(i)).op.is_resident();
@@ -116,5 +118,8 @@ fn no_plan_peaks_below_the_lower_bound() {
             least = least.min(plain).min(offloaded);
         }
         println!("{what}: bound {} bytes, least peak of {} plans {least}", bound.bytes, 2u64 << open.len());
+        if exact {
+            assert_eq!(bound.bytes, least, "{what}");
+        }
     }
 }
