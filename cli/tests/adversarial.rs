@@ -425,6 +425,10 @@ fn a_lone_surrogate_escape_names_its_field() {
             r#"{"format": "remat.joint\ud800", "version": 1, "nodes": []}"#.to_string(),
             r#"field `format`: invalid escape \ud800"#,
         ),
+        (
+            r#"{"format": "remat.joint", "version": 1, "nodes\udc00": []}"#.to_string(),
+            r#"invalid JSON: invalid escape \udc00: a lone surrogate (a low surrogate without the high one before it), which no Unicode string can hold (line 1, column"#,
+        ),
     ];
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     for (k, (text, expected)) in docs.iter().enumerate() {
