@@ -41,6 +41,9 @@ pub(super) fn bytes(s: &str) -> Result<u64, String> {
     let split = t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len();
     let (number, unit) = t.split_at(split);
     let number = number.trim_end();
+    if !number.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E')) {
+        return Err(format!("`{shown}` is not a number of bytes ({BYTES_FORMS})"));
+    }
     let scale = unit_scale(t, number, unit)?;
     if number.starts_with('-') {
         return Err(format!("`{shown}` is negative; bytes are at least 0"));
@@ -112,6 +115,8 @@ mod tests {
         assert!(err("1parsecs").contains("unknown unit `parsecs`"), "{}", err("1parsecs"));
         assert!(err("GiB").contains("no number before its unit"), "{}", err("GiB"));
         assert!(err("1e3").contains("a fraction or a decimal number"), "{}", err("1e3"));
+        assert!(err("a b").contains("`a b` is not a number of bytes"), "{}", err("a b"));
+        assert!(err("1x2MiB").contains("`1x2MiB` is not a number of bytes"), "{}", err("1x2MiB"));
     }
 
     #[test]
