@@ -14,16 +14,42 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The environment variable that sets [`DEFAULT_TIMEOUT`] in seconds.
 pub const TIMEOUT_VAR: &str = "REMAT_DIST_TIMEOUT";
 
-/// The collective timeout: `REMAT_DIST_TIMEOUT` seconds when set to a positive number, else
-/// [`DEFAULT_TIMEOUT`]; a value that is not one is an error naming it.
+/// The longest [`TIMEOUT_VAR`] accepted, in seconds (about 31 years): beyond it a deadline
+/// would overflow the clock's arithmetic.
+pub const MAX_TIMEOUT_SECONDS: f64 = 1e9;
+
+/// The shortest [`TIMEOUT_VAR`] accepted, in seconds: anything shorter rounds to no wait at all.
+pub const MIN_TIMEOUT_SECONDS: f64 = 1e-3;
+
+/// The collective timeout: `REMAT_DIST_TIMEOUT` seconds when set, else [`DEFAULT_TIMEOUT`]; a
+/// value [`parse_timeout`] refuses is an error naming it.
 pub fn timeout_from_env() -> Result<Duration> {
-    match std::env::var(TIMEOUT_VAR) {
-        Err(_) => Ok(DEFAULT_TIMEOUT),
-        Ok(text) => match text.trim().parse::<f64>() {
-            Ok(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
-            _ => Err(Error::Invalid(format!("{TIMEOUT_VAR}={text:?}: expected a positive number of seconds"))),
-        },
+    match std::env::var_os(TIMEOUT_VAR) {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(text) => parse_timeout(&text.to_string_lossy()),
     }
+}
+
+/// `text` as a timeout: a number of seconds from [`MIN_TIMEOUT_SECONDS`] to
+/// [`MAX_TIMEOUT_SECONDS`] (`1.5`, `120`, `1e3`); anything else (`0`, `-1`, `abc`, `NaN`, `inf`,
+/// `1e20`) is a one-line error naming the value.
+pub fn parse_timeout(text: &str) -> Result<Duration> {
+    let refuse = |why: &str| {
+        Error::Invalid(format!(
+            "{TIMEOUT_VAR}={text:?}: expected a positive number of seconds, from {MIN_TIMEOUT_SECONDS} to {MAX_TIMEOUT_SECONDS:e} ({why})"
+        ))
+    };
+    let seconds = text.trim().parse::<f64>().map_err(|_| refuse("not a number"))?;
+    if !seconds.is_finite() {
+        return Err(refuse("not finite"));
+    }
+    if seconds < MIN_TIMEOUT_SECONDS {
+        return Err(refuse(if seconds > 0.0 { "too short" } else { "not positive" }));
+    }
+    if seconds > MAX_TIMEOUT_SECONDS {
+        return Err(refuse("too long"));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| refuse("too long"))
 }
 
 /// When a collective ran on its engine: from the moment the engine started it to the moment it
@@ -125,6 +151,14 @@ pub trait Collective: Send {
     /// Bytes this rank has sent to other ranks so far.
     fn bytes_sent(&self) -> u64;
 
+    /// Tells the other ranks that this one makes no more collectives (its program is ending,
+    /// after success or an error): a rank still waiting in a collective then stops at once with
+    /// an error naming this rank, instead of waiting out the timeout. Dropping an engine does
+    /// it; nothing for one process.
+    fn leave(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// [`Collective::start_all_reduce`] and wait.
     fn all_reduce(&mut self, values: Vec<f32>) -> Result<Vec<f32>> {
         self.start_all_reduce(values)?.wait()
@@ -200,6 +234,26 @@ pub fn sum_in_rank_order(gathered: &[f32], world: usize) -> Vec<f32> {
         sum.iter_mut().zip(chunk).for_each(|(s, &x)| *s += x);
     }
     sum
+}
+
+/// Ends this rank after `error`: prints it as one line on standard error (`error: rank R: ..`),
+/// then tells the other ranks ([`Collective::leave`]: each stops at its next collective, naming
+/// this rank) and exits with code 1 at once. The line comes first so that it is out before
+/// `mpirun` ends the job.
+pub fn exit_with_error<C: Collective + ?Sized>(comm: &mut C, error: &dyn std::fmt::Display) -> ! {
+    use std::io::Write;
+    let rank = comm.rank();
+    let text = error.to_string();
+    let line = if text.starts_with(&format!("rank {rank}:")) {
+        format!("error: {text}\n")
+    } else {
+        format!("error: rank {rank}: {text}\n")
+    };
+    // One write: `eprintln!` writes its pieces separately, and `mpirun` interleaves the pieces
+    // of ranks that fail at the same moment.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    let _ = comm.leave();
+    exit_now(1)
 }
 
 /// Ends this process at once with `code`, after flushing standard output and error, without

@@ -1,8 +1,9 @@
 //! Data-parallel steps: each rank runs forward and backward on its shard of the batch, and the
 //! gradients are averaged over the ranks in buckets while the backward is still running.
 
+use crate::agreement::{self, fnv, RankConfig};
 use crate::collective::{Collective, Pending, Span};
-use remat_core::{Backend, DType, Error, Feeds, HostTensor, Model, Params, Result, StepOutput};
+use remat_core::{Backend, DType, Error, Feeds, HostData, HostTensor, Model, Params, Result, StepOutput};
 use std::ops::Range;
 use std::time::Instant;
 
@@ -13,6 +14,20 @@ pub const DEFAULT_BUCKET_BYTES: usize = 1 << 20;
 pub struct DataParallel<C: Collective> {
     comm: C,
     bucket_bytes: usize,
+    /// The bucket layout every rank last agreed on ([`Layout`]): a step with another one agrees
+    /// again before its first all-reduce.
+    agreed_layout: Option<Layout>,
+    /// The step the next [`DataParallel::step`] runs (from [`RankConfig::first_step`]).
+    next_step: u64,
+}
+
+/// What decides the lengths of a step's all-reduces: buckets, values, and which parameters
+/// fill which bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    buckets: u64,
+    values: u64,
+    digest: u64,
 }
 
 /// Where one parameter's gradient sits in a bucket.
@@ -54,6 +69,14 @@ pub struct CommPlan {
     /// The most bytes of gradient buckets held at once: the copies of finished gradients, plus
     /// the engine's copy of each bucket sent during the backward.
     pub buffer_peak_bytes: usize,
+}
+
+impl CommPlan {
+    /// A digest of the buckets' parameters, in order ([`RankConfig::bucket_layout`]): ranks
+    /// whose digests are equal reduce buckets of the same lengths.
+    pub fn layout_digest(&self) -> u64 {
+        fnv(self.buckets.iter().flat_map(|b| b.iter().map(|&p| p as u64).chain([u64::MAX])))
+    }
 }
 
 /// The one rule by which gradients fill buckets, followed by the step and predicted by
@@ -111,7 +134,7 @@ impl StepComm {
 impl<C: Collective> DataParallel<C> {
     /// Data parallelism over `comm`, reducing gradients in buckets of [`DEFAULT_BUCKET_BYTES`].
     pub fn new(comm: C) -> Self {
-        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES }
+        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES, agreed_layout: None, next_step: 0 }
     }
 
     /// With buckets of `bytes` (at least one gradient per bucket whatever its size).
@@ -208,11 +231,9 @@ impl<C: Collective> DataParallel<C> {
                 message: e.to_string(),
             })?;
             let per_row = value.numel() / rows.max(1);
-            let values = value.to_f64_vec();
-            let start = range.start * per_row;
             let mut shape = value.shape().to_vec();
             shape[0] = range.len();
-            let part = HostTensor::from_fn(shape, value.dtype(), |i| values[start + i])?;
+            let part = HostTensor::new(shape, slice_data(value.data(), range.start * per_row..range.end * per_row))?;
             shard.insert(name, part);
         }
         Ok(shard)
@@ -256,6 +277,65 @@ impl<C: Collective> DataParallel<C> {
         CommPlan { buckets, buffer_peak_bytes: peak }
     }
 
+    /// This rank's configuration with what the data parallelism knows filled in: the world size,
+    /// the bucket size, and the buckets `model`'s steps will reduce ([`DataParallel::plan_comm`]).
+    /// The program fills in the rest (batch, steps, seed, optimizer, resumed state) with
+    /// `RankConfig { batch: .., ..dp.rank_config(&model, &params) }`.
+    pub fn rank_config(&self, model: &Model, params: &Params) -> RankConfig {
+        let layout = self.layout(model, params);
+        RankConfig {
+            world_size: self.world_size() as u64,
+            bucket_bytes: self.bucket_bytes as u64,
+            buckets: layout.buckets,
+            gradient_values: layout.values,
+            bucket_layout: layout.digest,
+            ..RankConfig::default()
+        }
+    }
+
+    /// Compares `config` with every other rank's before the first step: any difference is an
+    /// error on every rank naming the first ([`crate::first_difference`]), e.g. `ranks disagree
+    /// on the whole batch (rows): rank 0 has 8, rank 1 has 4 (every rank must be started with
+    /// the same settings)`. Steps then count from `config.first_step`.
+    pub fn agree(&mut self, config: &RankConfig) -> Result<()> {
+        agreement::agree(&mut self.comm, config)?;
+        self.agreed_layout =
+            Some(Layout { buckets: config.buckets, values: config.gradient_values, digest: config.bucket_layout });
+        self.next_step = config.first_step;
+        Ok(())
+    }
+
+    fn layout(&self, model: &Model, params: &Params) -> Layout {
+        let plan = self.plan_comm(model, params);
+        let values = params.values().iter().map(|p| p.numel() as u64).sum();
+        Layout { buckets: plan.buckets.len() as u64, values, digest: plan.layout_digest() }
+    }
+
+    /// Makes sure every rank will reduce buckets of the same lengths before any is sent: the
+    /// layout agreed last is reused, another one is compared first (a fixed-size exchange).
+    fn agree_on_layout(&mut self, model: &Model, params: &Params) -> Result<()> {
+        let mine = self.layout(model, params);
+        if self.agreed_layout == Some(mine) {
+            return Ok(());
+        }
+        let words = [mine.buckets, mine.values, mine.digest];
+        let all = self.comm.all_gather(words.iter().flat_map(|w| w.to_le_bytes()).collect())?;
+        let layouts: Vec<Vec<u64>> = all
+            .chunks(24)
+            .map(|c| c.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8"))).collect())
+            .collect();
+        if let Some((rank, theirs)) = layouts.iter().enumerate().find(|(_, l)| **l != layouts[0]) {
+            let show = |l: &[u64]| format!("{} bucket(s) of {} values in all (layout {:016x})", l[0], l[1], l[2]);
+            return Err(Error::Invalid(format!(
+                "ranks disagree on the gradient buckets: rank 0 reduces {}, rank {rank} reduces {} (every rank must build the same model with the same bucket size)",
+                show(&layouts[0]),
+                show(theirs)
+            )));
+        }
+        self.agreed_layout = Some(mine);
+        Ok(())
+    }
+
     /// One step: forward and backward on this rank's `feeds` (its shard), each gradient copied
     /// into a bucket the moment the backward finishes it and a full bucket handed to the engine
     /// at once, so reducing overlaps the rest of the backward. The gradients come back averaged
@@ -272,6 +352,7 @@ impl<C: Collective> DataParallel<C> {
         // Ranks draw different dropout masks for their different rows; one rank draws what
         // `Model::step_seeded(.., seed)` does.
         let rank_seed = seed.wrapping_mul(self.world_size() as u64).wrapping_add(self.rank() as u64);
+        self.agree_on_layout(model, params)?;
         let sent_before = self.comm.bytes_sent();
         let mut bucketing = Bucketing::new(self.bucket_bytes);
         let mut filling = Filling::default();
@@ -318,10 +399,16 @@ impl<C: Collective> DataParallel<C> {
         }
         stats.exposed_seconds = (last_end.saturating_duration_since(backward_end)).as_secs_f64();
         stats.buffer_peak_bytes = buffer_peak;
-        // The loss in f64, summed in rank order: the mean of the ranks' means.
-        let losses = self.comm.all_gather(local.loss.to_le_bytes().to_vec())?;
-        let loss = losses.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).sum::<f64>()
-            / f64::from(world);
+        // The loss in f64, summed in rank order: the mean of the ranks' means. The step number
+        // and seed travel with it: ranks at different steps stop here.
+        let step = self.next_step;
+        let mine = [local.loss.to_bits(), step, seed];
+        let gathered = self.comm.all_gather(mine.iter().flat_map(|w| w.to_le_bytes()).collect())?;
+        let words: Vec<u64> =
+            gathered.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+        check_same_step(&words)?;
+        let loss = words.chunks_exact(3).map(|w| f64::from_bits(w[0])).sum::<f64>() / f64::from(world);
+        self.next_step = step.wrapping_add(1);
         stats.bytes_sent = self.comm.bytes_sent() - sent_before;
         let grads = grads
             .into_iter()
@@ -333,6 +420,33 @@ impl<C: Collective> DataParallel<C> {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(DpStep { loss, grads, local, comm: stats })
+    }
+}
+
+/// Refuses ranks whose `[loss, step, seed]` words (in rank order) name another step or seed
+/// than rank 0's.
+fn check_same_step(words: &[u64]) -> Result<()> {
+    let ranks: Vec<&[u64]> = words.chunks_exact(3).collect();
+    match ranks.iter().enumerate().find(|(_, w)| w[1..] != ranks[0][1..]) {
+        None => Ok(()),
+        Some((rank, w)) => Err(Error::Invalid(format!(
+            "ranks disagree on the step: rank 0 ran step {} with seed {}, rank {rank} step {} with seed {} (every rank must run the same steps)",
+            ranks[0][1], ranks[0][2], w[1], w[2]
+        ))),
+    }
+}
+
+/// The elements `range` of `data`, in their own dtype (an i64 above 2^53 stays exact).
+fn slice_data(data: &HostData, range: Range<usize>) -> HostData {
+    match data {
+        HostData::F32(v) => HostData::F32(v[range].to_vec()),
+        HostData::F64(v) => HostData::F64(v[range].to_vec()),
+        HostData::BF16(v) => HostData::BF16(v[range].to_vec()),
+        HostData::F16(v) => HostData::F16(v[range].to_vec()),
+        HostData::F8E4M3(v) => HostData::F8E4M3(v[range].to_vec()),
+        HostData::F8E5M2(v) => HostData::F8E5M2(v[range].to_vec()),
+        HostData::I64(v) => HostData::I64(v[range].to_vec()),
+        HostData::Bool(v) => HostData::Bool(v[range].to_vec()),
     }
 }
 

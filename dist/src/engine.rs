@@ -6,9 +6,10 @@
 //! needs; the engine turns them into every [`Collective`] operation, with rank-order sums.
 
 use crate::collective::{check_root, sum_in_rank_order, timeout_from_env, Collective, Pending, Span};
+use crate::guard::{self, Call, Op};
 use remat_core::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -57,6 +58,34 @@ enum Job {
     AllGather(Vec<u8>, Answer<Vec<u8>>),
     ReduceScatter(Vec<f32>, Answer<Vec<f32>>),
     Barrier(Answer<()>),
+    /// This rank's program is ending: tell the others, then finalise the transport if they are
+    /// ending too.
+    Leave(Answer<()>),
+}
+
+impl Job {
+    /// How this job describes itself to the other ranks before it runs.
+    fn call(&self, seq: u64) -> Call {
+        let (op, len, root) = match self {
+            Job::AllReduce(v, _) => (Op::AllReduce, v.len(), 0),
+            Job::Broadcast(b, root, _) => (Op::Broadcast, b.len(), *root),
+            Job::AllGather(b, _) => (Op::AllGather, b.len(), 0),
+            Job::ReduceScatter(v, _) => (Op::ReduceScatter, v.len(), 0),
+            Job::Barrier(_) => (Op::Barrier, 0, 0),
+            Job::Leave(_) => (Op::Leave, 0, 0),
+        };
+        Call { op, len: len as u64, root: root as u64, seq }
+    }
+
+    /// Answers the job with `error` instead of running it.
+    fn refuse(self, error: Error) {
+        // A rank that stopped waiting has dropped its receiver: nothing to tell it then.
+        match self {
+            Job::AllReduce(_, a) | Job::ReduceScatter(_, a) => drop(a.send(Err(error))),
+            Job::Broadcast(_, _, a) | Job::AllGather(_, a) => drop(a.send(Err(error))),
+            Job::Barrier(a) | Job::Leave(a) => drop(a.send(Err(error))),
+        }
+    }
 }
 
 type Answer<T> = Sender<Result<(T, Span)>>;
@@ -72,6 +101,7 @@ pub struct Engine {
     timeout: Duration,
     started: u64,
     stuck: Arc<AtomicBool>,
+    left: bool,
     name: &'static str,
 }
 
@@ -90,7 +120,7 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name(format!("remat-{name}"))
             .spawn(move || {
-                let mut transport = match make() {
+                let transport = match make() {
                     Ok(t) => t,
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -98,16 +128,24 @@ impl Engine {
                     }
                 };
                 let _ = ready.send(Ok((transport.rank(), transport.world_size())));
-                for job in queue {
-                    run(&mut transport, job);
-                    counter.store(transport.bytes_sent(), Ordering::Relaxed);
-                }
+                serve(transport, queue, &counter);
             })
             .map_err(|e| Error::Invalid(format!("cannot start the {name} engine thread: {e}")))?;
         let (rank, size) =
             started.recv().map_err(|_| Error::Invalid(format!("the {name} engine stopped while starting")))??;
         let stuck = Arc::new(AtomicBool::new(false));
-        Ok(Engine { jobs: Some(jobs), thread: Some(thread), rank, size, sent, timeout, started: 0, stuck, name })
+        Ok(Engine {
+            jobs: Some(jobs),
+            thread: Some(thread),
+            rank,
+            size,
+            sent,
+            timeout,
+            started: 0,
+            stuck,
+            left: false,
+            name,
+        })
     }
 
     fn submit<T>(&mut self, what: &str, job: impl FnOnce(Answer<T>) -> Job) -> Result<Pending<T>> {
@@ -122,7 +160,11 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        self.jobs.take(); // the engine finishes its queue, then drops the transport
+        // Telling the others is what ends a job whose other ranks still wait in a collective:
+        // they stop at once naming this rank, rather than after the timeout. The outcome is
+        // theirs to report (this rank's program has its own error, or none, to print).
+        let _ = self.leave();
+        self.jobs.take(); // the engine finishes its queue
         if self.stuck.load(Ordering::Relaxed) {
             // A collective timed out: the engine may never return from it, so it is not waited
             // for (nor the transport torn down); the process is ending with that error anyway.
@@ -175,8 +217,56 @@ impl Collective for Engine {
         self.submit("barrier", Job::Barrier)?.wait()
     }
 
+    /// Tells the other ranks this one is leaving; when they all are, MPI (or NCCL) is finalised
+    /// here. Once only: later calls, and collectives after it, are refused.
+    fn leave(&mut self) -> Result<()> {
+        if self.left || self.stuck.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.left = true;
+        let result = self.submit("leaving the job", Job::Leave)?.wait();
+        self.jobs.take();
+        result
+    }
+
     fn bytes_sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
+    }
+}
+
+/// Runs the jobs of the queue in order, each after the ranks have agreed on it. After a
+/// disagreement nothing more is exchanged (the other ranks are elsewhere): every later job is
+/// refused, and the transport is not finalised (that would wait for ranks that will not come).
+fn serve<T: Transport>(mut transport: T, queue: Receiver<Job>, counter: &AtomicU64) {
+    let mut broken: Option<String> = None;
+    for (seq, job) in (1u64..).zip(queue) {
+        if let Some(why) = &broken {
+            job.refuse(Error::Invalid(format!("not started: an earlier collective failed ({why})")));
+            continue;
+        }
+        let call = job.call(seq);
+        let agreed = transport.all_gather_bytes(&call.encode()).and_then(|all| guard::compare(&all));
+        counter.store(transport.bytes_sent(), Ordering::Relaxed);
+        match (agreed, job) {
+            (Err(e), job) => {
+                broken = Some(e.to_string());
+                job.refuse(e);
+            }
+            (Ok(()), Job::Leave(answer)) => {
+                // Every rank is leaving: finalise (drop the transport) before answering, so that
+                // the rank may exit as soon as it hears back.
+                drop(transport);
+                let _ = answer.send(Ok(((), Span { start: Instant::now(), end: Instant::now() })));
+                return;
+            }
+            (Ok(()), job) => {
+                run(&mut transport, job);
+                counter.store(transport.bytes_sent(), Ordering::Relaxed);
+            }
+        }
+    }
+    if broken.is_some() {
+        std::mem::forget(transport);
     }
 }
 
@@ -201,6 +291,9 @@ fn run<T: Transport>(transport: &mut T, job: Job) {
         }
         Job::Barrier(answer) => {
             let _ = answer.send(transport.barrier().map(|()| ((), span())));
+        }
+        Job::Leave(answer) => {
+            let _ = answer.send(Ok(((), span())));
         }
     }
 }

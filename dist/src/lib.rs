@@ -15,18 +15,29 @@
 //!   hidden behind the backward.
 //! - [`ShardedAdamW`]: ZeRO-1, AdamW's moments split over the ranks.
 //!
-//! A collective that does not finish within `REMAT_DIST_TIMEOUT` seconds (120 by default) is an
-//! error naming it on the rank that waited: a rank that dies ends the job instead of hanging it.
+//! Ranks agree or stop together: [`DataParallel::agree`] compares every rank's settings
+//! ([`RankConfig`]: world size, batch, steps, optimizer and its step, resumed state, buckets)
+//! before the first step, and an [`Engine`] compares every collective's operation and length
+//! before running it, so that ranks never exchange buffers of different lengths: a difference is
+//! an error on every rank naming it. A rank whose program ends (or fails:
+//! [`exit_with_error`]) tells the others, which stop at their next collective. A collective
+//! that does not finish within `REMAT_DIST_TIMEOUT` seconds (120 by default) is an error naming
+//! it on the rank that waited: a rank that dies ends the job instead of hanging it.
 
+mod agreement;
 mod collective;
 mod data_parallel;
 mod engine;
+mod guard;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
 mod zero;
 
-pub use collective::{exit_now, sum_in_rank_order, timeout_from_env, Collective, Local, Pending, Span};
-pub use collective::{DEFAULT_TIMEOUT, TIMEOUT_VAR};
+pub use agreement::{agree, first_difference, state_digest, Disagreement, Field, RankConfig, FIELDS};
+pub use agreement::{OPTIMIZER_ADAMW, OPTIMIZER_ZERO1};
+pub use collective::{exit_now, exit_with_error, parse_timeout, sum_in_rank_order, timeout_from_env};
+pub use collective::{Collective, Local, Pending, Span};
+pub use collective::{DEFAULT_TIMEOUT, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, TIMEOUT_VAR};
 pub use data_parallel::{CommPlan, DataParallel, DpStep, StepComm, DEFAULT_BUCKET_BYTES};
 pub use engine::{Engine, Transport};
 #[cfg(feature = "mpi")]

@@ -114,8 +114,12 @@ impl ShardedAdamW {
         let per = self.total.div_ceil(comm.world_size());
         let mut mine = rounded;
         mine.resize(per, 0.0);
-        let bytes = comm.all_gather(mine.iter().flat_map(|x| x.to_le_bytes()).collect())?;
-        let all: Vec<f64> = bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+        // The step count travels with the values: ranks whose optimizers are at different steps
+        // (one resumed, one not) stop here rather than drift apart.
+        let mut bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
+        bytes.extend_from_slice(&t.to_le_bytes());
+        let gathered = comm.all_gather(bytes)?;
+        let all = split_steps(&gathered, per)?;
         let mut start = 0;
         for (name, p) in params.names().to_vec().iter().zip(0..) {
             let value = &params.values()[p];
@@ -147,6 +151,21 @@ impl ShardedAdamW {
         let m = whole.pop().unwrap_or_default();
         Ok((m, v))
     }
+}
+
+/// The values of every rank's `per` values followed by its step count, refused when the step
+/// counts differ.
+fn split_steps(gathered: &[u8], per: usize) -> Result<Vec<f64>> {
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().expect("8 bytes"));
+    let ranks: Vec<&[u8]> = gathered.chunks(per * 8 + 8).collect();
+    let steps: Vec<u64> = ranks.iter().map(|r| word(&r[per * 8..])).collect();
+    if let Some(rank) = steps.iter().position(|&t| t != steps[0]) {
+        return Err(Error::Invalid(format!(
+            "ranks disagree on the optimizer's step count (ZeRO-1): rank 0 took step {}, rank {rank} step {} (every rank must resume from the same state)",
+            steps[0], steps[rank]
+        )));
+    }
+    Ok(ranks.iter().flat_map(|r| r[..per * 8].chunks_exact(8).map(|c| f64::from_bits(word(c)))).collect())
 }
 
 /// `adamw`'s hyperparameters, without its state (a shard keeps its own slice of the moments).

@@ -88,3 +88,76 @@ fn all_reduce_is_the_rank_order_sum_on_every_rank() {
         assert!(sent);
     }
 }
+
+#[test]
+fn all_reduces_of_different_lengths_are_refused_on_every_rank_and_stop_the_engine() {
+    // The lengths of the gpt example's --bucket-kib 1 / 64 reproducer: exchanged as they were,
+    // MPI overran its receive buffers (`malloc(): corrupted top size`).
+    let results = job(2, |rank, e| {
+        let first = e.all_reduce(vec![1.0; [7, 4096][rank]]).map(|_| ()).map_err(|e| e.to_string());
+        let later = e.barrier().map_err(|e| e.to_string());
+        (first, later)
+    });
+    let expected = "ranks disagree: rank 0 calls all-reduce of 7 values (its collective #1), rank 1 calls all-reduce of 4096 values (its collective #1)";
+    for (rank, (first, later)) in results.into_iter().enumerate() {
+        let first = first.unwrap_err();
+        assert!(first.starts_with(expected), "rank {rank}: {first}");
+        assert!(!first.contains('\n'), "one line: {first}");
+        // Nothing more is exchanged once ranks disagree: the barrier is refused at once.
+        let later = later.unwrap_err();
+        assert!(later.contains("not started: an earlier collective failed"), "rank {rank}: {later}");
+    }
+}
+
+#[test]
+fn different_operations_and_sequences_are_named() {
+    let results = job(3, |rank, e| {
+        if rank == 2 {
+            e.barrier().unwrap_err().to_string() // one call ahead of the others
+        } else {
+            e.broadcast(vec![0; 4], 0).unwrap_err().to_string()
+        }
+    });
+    for text in results {
+        assert!(
+            text.starts_with(
+                "ranks disagree: rank 0 calls broadcast of 4 bytes from rank 0 (its collective #1), rank 2 calls barrier (its collective #1)"
+            ),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_leaves_stops_the_others_at_their_next_collective() {
+    let results = job(2, |rank, e| {
+        if rank == 1 {
+            // A program that failed before its first collective (a --resume file it cannot
+            // read): it tells the others as it ends.
+            e.leave().map_err(|e| e.to_string()).err().unwrap_or_default()
+        } else {
+            e.all_gather(vec![0; 8]).unwrap_err().to_string()
+        }
+    });
+    assert!(
+        results[0].starts_with("ranks disagree: rank 0 calls all-gather of 8 bytes (its collective #1), rank 1 has left the job after 0 collective(s) (its program ended or failed: see its own message)"),
+        "{}",
+        results[0]
+    );
+    assert!(results[1].contains("rank 1 has left the job"), "{}", results[1]);
+}
+
+#[test]
+fn ranks_that_all_leave_end_cleanly() {
+    let results = job(3, |rank, e| {
+        let sums = e.all_reduce(vec![rank as f32; 2]).unwrap();
+        let left = e.leave().map_err(|e| e.to_string());
+        let after = e.barrier().is_err();
+        (sums, left, after)
+    });
+    for (sums, left, after) in results {
+        assert_eq!(sums, vec![3.0, 3.0]);
+        assert_eq!(left, Ok(()));
+        assert!(after, "no collective after leaving");
+    }
+}

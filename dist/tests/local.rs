@@ -84,3 +84,45 @@ fn bad_shards_are_refused() {
     let e = dp.expect_world_size(2).unwrap_err().to_string();
     assert!(e.contains("this job has 1 rank(s), the run expects 2"), "{e}");
 }
+
+#[test]
+fn sharded_feeds_keep_i64_values_exactly() {
+    // The reproducer shard_feeds_i64_rounds.rs: 2^53 + 1 came back as 2^53 (through f64).
+    let v = (1i64 << 53) + 1;
+    let values = vec![v, i64::MAX, i64::MIN, -v, 3];
+    let feeds = remat_core::Feeds::new()
+        .with("ids", remat_core::HostTensor::i64([5, 1], values.clone()).unwrap())
+        .with("x", remat_core::HostTensor::f64([5], vec![0.1, 1e300, -0.0, f64::MIN_POSITIVE, 2.5]).unwrap());
+    let shard = DataParallel::new(Local).shard_feeds(&feeds).unwrap();
+    assert_eq!(shard.get("ids").unwrap().data(), &remat_core::HostData::I64(values));
+    assert_eq!(shard.get("ids").unwrap().shape(), &[5, 1]);
+    assert_eq!(shard.get("x").unwrap(), feeds.get("x").unwrap());
+}
+
+#[test]
+fn every_bad_timeout_is_a_one_line_error_naming_the_value() {
+    // 1e20 and 1e30 panicked ("cannot convert float seconds to Duration") on every rank.
+    for text in ["0", "abc", "NaN", "inf", "-inf", "-1", "1e20", "1e30", "", "1e-9", "0x10", "5s"] {
+        let e = remat_dist::parse_timeout(text).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("REMAT_DIST_TIMEOUT={text:?}: expected a positive number of seconds")), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+    for (text, seconds) in [("120", 120.0), (" 1.5 ", 1.5), ("1e9", 1e9), ("0.001", 0.001)] {
+        assert_eq!(remat_dist::parse_timeout(text).unwrap().as_secs_f64(), seconds, "{text}");
+    }
+}
+
+#[test]
+fn one_rank_always_agrees_with_itself() {
+    let model = model(2);
+    let params = model.init_params(1).unwrap();
+    let mut dp = DataParallel::new(Local).with_bucket_bytes(1000);
+    let config = remat_dist::RankConfig { batch: 2, shard_rows: 2, steps: 3, ..dp.rank_config(&model, &params) };
+    let plan = dp.plan_comm(&model, &params);
+    assert_eq!(
+        (config.world_size, config.bucket_bytes, config.buckets, config.bucket_layout),
+        (1, 1000, plan.buckets.len() as u64, plan.layout_digest())
+    );
+    assert_eq!(config.gradient_values, params.values().iter().map(|p| p.numel() as u64).sum::<u64>());
+    dp.agree(&config).unwrap();
+}

@@ -3,7 +3,9 @@
 //! batch, gradients averaged in buckets during the backward; rank 0 reports and saves.
 
 #[cfg(feature = "mpi")]
-use remat::dist::{Collective, DataParallel, Mpi, ShardedAdamW};
+use remat::dist::{state_digest, Collective, DataParallel, Mpi, RankConfig, ShardedAdamW};
+#[cfg(feature = "mpi")]
+use remat::dist::{OPTIMIZER_ADAMW, OPTIMIZER_ZERO1};
 use remat::prelude::*;
 #[cfg(feature = "mpi")]
 use remat::{load_state, save_state, Progress};
@@ -70,6 +72,8 @@ pub struct Options {
 }
 
 /// Trains `build(batch per rank)` on `feeds(step)` (the whole batch of a step) with AdamW.
+/// A rank that fails prints its error and ends the job at once
+/// ([`remat::dist::exit_with_error`]): the other ranks stop at their next collective.
 #[cfg(feature = "mpi")]
 pub fn train(
     name: &str,
@@ -78,17 +82,47 @@ pub fn train(
     opts: &Options,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let mut dp = DataParallel::new(Mpi::init()?).with_bucket_bytes(opts.bucket_bytes);
+    match train_rank(&mut dp, name, build, feeds, opts) {
+        Ok(()) => Ok(()),
+        Err(e) => remat::dist::exit_with_error(dp.comm(), &e),
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn train_rank(
+    dp: &mut DataParallel<remat::dist::Engine>,
+    name: &str,
+    build: &dyn Fn(usize) -> remat::Result<Model>,
+    feeds: &dyn Fn(u64) -> remat::Result<Feeds>,
+    opts: &Options,
+) -> Result<(), Box<dyn std::error::Error>> {
     let (rank, world) = (dp.rank(), dp.world_size());
     let shard = dp.shard(opts.global_batch)?;
     let model = build(shard.len())?;
     let mut params = model.init_params(opts.seed)?;
     let mut opt = AdamW::new(opts.lr);
-    let mut first_step = 0;
+    let (mut first_step, mut resumed) = (0, 0);
     if let Some(path) = &opts.resume {
         // Every rank reads the same file: the same parameters and moments everywhere.
-        first_step = load_state(path, &mut params, &mut opt)?.step;
+        let progress = load_state(path, &mut params, &mut opt)?;
+        first_step = progress.step;
+        resumed = state_digest(&params, &opt, progress);
     }
     dp.broadcast_params(&mut params)?;
+    // Ranks started with different settings (batch, steps, buckets, optimizer, resumed state)
+    // stop here, each naming the first difference.
+    let config = RankConfig {
+        batch: opts.global_batch as u64,
+        shard_rows: shard.len() as u64,
+        seed: opts.seed,
+        steps: opts.steps,
+        resume: resumed,
+        first_step,
+        optimizer: if opts.zero { OPTIMIZER_ZERO1 } else { OPTIMIZER_ADAMW },
+        optimizer_step: opt.t(),
+        ..dp.rank_config(&model, &params)
+    };
+    dp.agree(&config)?;
     // ZeRO-1 keeps this rank's slice of the (loaded) moments only.
     let mut sharded = opts.zero.then(|| ShardedAdamW::from_adamw(&opt, &params, rank, world)).transpose()?;
     if sharded.is_some() {

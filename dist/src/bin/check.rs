@@ -8,10 +8,17 @@
 //! equal parameters, half the optimizer state), `shapes` (ranks that built different models are
 //! refused at start), `world` (a run that expects 3 ranks under 2), `die` (rank 1 dies before
 //! the first all-reduce: rank 0 gives up within the timeout).
+//!
+//! `run [--batch N] [--steps N] [--bucket-kib N] [--zero] [--resume FILE] [--save-state FILE]
+//! [--no-agree]` is the gpt example's `--data-parallel` loop on a small GPT, through the same
+//! library calls (parameters broadcast, settings agreed, steps, ZeRO-1, save and resume), with
+//! each rank's flags its own (`mpirun -np 1 .. run --batch 8 : -np 1 .. run --batch 4`): a rank
+//! that fails ends the job with `remat_dist::exit_with_error`. `lengths` and `ops` call one
+//! collective with a different length / a different operation on each rank.
 
 use remat_core::zoo::{self, GptConfig};
 use remat_core::{load_state, save_state, AdamW, CpuBackend, DType, Model, Optimizer, Params, Progress, Result};
-use remat_dist::{sum_in_rank_order, Collective, DataParallel, Engine, Mpi, ShardedAdamW};
+use remat_dist::{sum_in_rank_order, Collective, DataParallel, Engine, Mpi, RankConfig, ShardedAdamW};
 
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
@@ -30,6 +37,18 @@ fn main() {
         "hang" => hang(comm),
         "resume" => resume(comm, false),
         "resume-zero" => resume(comm, true),
+        "run" => run(comm, &std::env::args().skip(2).collect::<Vec<_>>()),
+        "lengths" => {
+            let n = if rank == 0 { 7 } else { 4096 };
+            comm.all_reduce(vec![1.0; n]).map(|_| ())
+        }
+        "ops" => {
+            if rank == 0 {
+                comm.barrier()
+            } else {
+                comm.all_gather(vec![1; 8]).map(|_| ())
+            }
+        }
         other => Err(remat_core::Error::Invalid(format!("unknown scenario {other:?}"))),
     };
     match result {
@@ -39,7 +58,9 @@ fn main() {
 }
 
 fn fail(scenario: &str, rank: usize, why: &str) -> ! {
-    eprintln!("FAILED {scenario} rank {rank}: {why}");
+    use std::io::Write;
+    // One write, so that the lines of two failing ranks do not interleave.
+    let _ = std::io::stderr().lock().write_all(format!("FAILED {scenario} rank {rank}: {why}\n").as_bytes());
     remat_dist::exit_now(3)
 }
 
@@ -293,4 +314,96 @@ fn resume(comm: Engine, sharded: bool) -> Result<()> {
     let mut resumed_opt = Opt::from_whole(loaded, sharded, &resumed, &dp)?;
     run(&mut dp, &mut resumed, &mut resumed_opt, 3..6)?;
     check(same_bits(&straight, &resumed), || "the resumed run's parameters differ from the uninterrupted run's".into())
+}
+
+/// The flags of `run`, as the gpt example reads them.
+struct RunFlags {
+    batch: usize,
+    steps: u64,
+    bucket_kib: usize,
+    zero: bool,
+    resume: Option<std::path::PathBuf>,
+    save_state: Option<std::path::PathBuf>,
+    agree: bool,
+}
+
+fn run_flags(args: &[String]) -> Result<RunFlags> {
+    let mut flags =
+        RunFlags { batch: 4, steps: 3, bucket_kib: 4, zero: false, resume: None, save_state: None, agree: true };
+    let mut args = args.iter();
+    let bad = |what: &str| remat_core::Error::Invalid(format!("run: {what}"));
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or_else(|| bad(&format!("{flag} needs a value")));
+        let number = |v: &String| v.parse::<u64>().map_err(|_| bad(&format!("{flag} {v:?} is not a number")));
+        match flag.as_str() {
+            "--batch" => flags.batch = number(value()?)? as usize,
+            "--steps" => flags.steps = number(value()?)?,
+            "--bucket-kib" => flags.bucket_kib = number(value()?)? as usize,
+            "--resume" => flags.resume = Some(value()?.into()),
+            "--save-state" => flags.save_state = Some(value()?.into()),
+            "--zero" => flags.zero = true,
+            "--no-agree" => flags.agree = false,
+            other => return Err(bad(&format!("unknown flag {other:?}"))),
+        }
+    }
+    Ok(flags)
+}
+
+/// The example's data-parallel loop; a failure on this rank ends the job as the example does.
+fn run(comm: Engine, args: &[String]) -> Result<()> {
+    let flags = run_flags(args)?;
+    let mut dp = DataParallel::new(comm).with_bucket_bytes(flags.bucket_kib * 1024);
+    match run_rank(&mut dp, &flags) {
+        Ok(()) => Ok(()),
+        Err(e) => remat_dist::exit_with_error(dp.comm(), &e),
+    }
+}
+
+fn run_rank(dp: &mut DataParallel<Engine>, flags: &RunFlags) -> Result<()> {
+    let (rank, world) = (dp.rank(), dp.world_size());
+    let whole = config(flags.batch, 16);
+    let shard = dp.shard(flags.batch)?;
+    let model = Model::new(zoo::gpt(&config(shard.len(), 16))?)?;
+    let mut params = model.init_params(0)?;
+    let mut opt = AdamW::new(3e-3);
+    let (mut first_step, mut resumed) = (0, 0);
+    if let Some(path) = &flags.resume {
+        let progress = load_state(path, &mut params, &mut opt)?;
+        first_step = progress.step;
+        resumed = remat_dist::state_digest(&params, &opt, progress);
+    }
+    dp.broadcast_params(&mut params)?;
+    if flags.agree {
+        let config = RankConfig {
+            batch: flags.batch as u64,
+            shard_rows: shard.len() as u64,
+            steps: flags.steps,
+            resume: resumed,
+            first_step,
+            optimizer: if flags.zero { remat_dist::OPTIMIZER_ZERO1 } else { remat_dist::OPTIMIZER_ADAMW },
+            optimizer_step: opt.t(),
+            ..dp.rank_config(&model, &params)
+        };
+        dp.agree(&config)?;
+    }
+    let mut opt = Opt::from_whole(opt, flags.zero, &params, dp)?;
+    let mut loss = f64::NAN;
+    for step in first_step..first_step + flags.steps {
+        let feeds = dp.shard_feeds(&zoo::synthetic_tokens(&whole, step)?)?;
+        let out = dp.step(&model, &mut CpuBackend::new(), &params, &feeds, step)?;
+        opt.step(dp, &mut params, &out.grads)?;
+        loss = out.loss;
+    }
+    if let Some(path) = &flags.save_state {
+        let state = opt.whole(dp, &params)?;
+        if rank == 0 {
+            save_state(path, &params, &state, Progress { step: first_step + flags.steps, seed: 0 })?;
+        }
+    }
+    // Every rank holds the same parameters (the digest is gathered: one length on every rank).
+    let digest = digest(&params);
+    let all = dp.comm().all_gather(digest.to_le_bytes().to_vec())?;
+    check(all.chunks_exact(8).all(|c| c == digest.to_le_bytes()), || "ranks hold different parameters".into())?;
+    println!("rank {rank} of {world}: final loss {loss:.6}, parameters {digest:016x}");
+    Ok(())
 }
