@@ -142,6 +142,8 @@ fn oracle_agrees(models: &Models, prompts: &[Vec<i64>], generated: &[Vec<i64>]) 
     let (model, params) = (&models.models[batch - 1], &models.params[batch - 1]);
     let infer = model.inference(&["logits"]).map_err(|e| e.to_string())?;
     let mut text = prompts.to_vec();
+    // `k` is a column of every sequence's tokens, not an index into one slice.
+    #[allow(clippy::needless_range_loop)]
     for k in 0..generated[0].len() {
         let mut flat = vec![0i64; batch * SEQ];
         for (r, row) in text.iter().enumerate() {

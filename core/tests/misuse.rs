@@ -338,7 +338,8 @@ fn a_tensor_used_after_finish_says_its_trace_is_finished() {
     };
     for fail in [false, true] {
         let (x, h) = finished(fail);
-        let uses: Vec<(&str, Box<dyn FnOnce()>)> = vec![
+        type Use<'a> = (&'a str, Box<dyn FnOnce() + 'a>);
+        let uses: Vec<Use<'_>> = vec![
             ("shape()", Box::new(|| drop(h.shape()))),
             (
                 "dtype()",
