@@ -162,12 +162,12 @@ pub(crate) fn record_node(
         let (policy, source) = spec.policy.resolve(op.kind(), None);
         Tag { region, policy, source }
     });
-    st.graph.push(Node {
-        op,
-        inputs: inputs.into(),
-        shape: shape.into(),
-        dtype,
-        tag,
-        label: Label::of(None, Some(loc)),
-    })
+    let shape = shape.into();
+    // A declared shape is taken as given (an input's, a parameter's, a decoder's caches'): one
+    // past 2^64 bytes is an error at `finish`, as the graph's own check would find it.
+    if crate::shape::checked_bytes(&shape, dtype.size()).is_none() {
+        let message = format!("{} {dtype} is more than 2^64 bytes", crate::shape::fmt_shape(&shape));
+        st.fail(op.name(), loc, message);
+    }
+    st.graph.push(Node { op, inputs: inputs.into(), shape, dtype, tag, label: Label::of(None, Some(loc)) })
 }

@@ -502,3 +502,18 @@ fn encoder_feeds_are_checked_against_every_declared_input() {
     let logits = decoder.step(&[1]).unwrap();
     assert!(logits.iter().all(|&l| (l - 0.5f32.tanh()).abs() < 1e-6), "{logits:?}");
 }
+
+/// Caches or batches no memory holds are errors when the decoder is built, not panics or aborts
+/// (a cache of more than 2^64 bytes once reached the graph's debug check, a panic).
+#[test]
+fn huge_caches_are_refused_at_build() {
+    let (cfg, params) = small_gpt();
+    let mut cpu = CpuBackend::new();
+    for (batch, max_len) in [(1, usize::MAX), (1, 1 << 40), (usize::MAX, 8), (1 << 40, 8), (1 << 20, 1 << 20)] {
+        let c = GptConfig { batch, ..cfg.clone() };
+        let built = DecoderBuilder::new(batch, max_len).build(&mut cpu, &params, |s| zoo::gpt_step(&c, s));
+        let err = built.map(|_| ()).unwrap_err().to_string();
+        let named = err.contains("is more than 2^64 bytes") || err.starts_with("cannot allocate");
+        assert!(named && !err.contains('\n'), "batch {batch}, max_len {max_len}: {err}");
+    }
+}

@@ -1,6 +1,6 @@
 //! A fuzzer over the decoder's calls, run as a test: small GPT decoders (batch 1 or 2, caches
 //! of 1 to 10 positions over a model of 8) take random `generate`, `generate_sliding`, `step`,
-//! `reset` and `encode` calls — prompts empty, long, of unequal lengths, with ids outside the
+//! `reset` and `encode` calls (and some decoders too large for any memory, refused when built) — prompts empty, long, of unequal lengths, with ids outside the
 //! vocabulary or near `i64::MIN`/`i64::MAX`; `n` small or near `usize::MAX`; temperatures of 0,
 //! NaN, ±inf, negative or tiny; top-k of 0, 1 or `usize::MAX`; parameters sometimes NaN. The
 //! oracles, none of them read from the code under test:
@@ -209,6 +209,14 @@ fn one_case(rng: &mut Rng, models: &Models, counts: &mut Counts) -> std::result:
         params.set("head", HostTensor::f32(head.shape().to_vec(), values).unwrap()).unwrap();
     }
     let mut cpu = CpuBackend::new();
+    if rng.chance(20) {
+        // Caches or a batch no memory holds: refused when built.
+        let (b, m) = rng.pick(&[(1, usize::MAX), (1, 1 << 40), (usize::MAX, 4), (1 << 30, 1 << 30), (0, 4), (1, 0)]);
+        let c = cfg(b);
+        let built = DecoderBuilder::new(b, m).build(&mut cpu, &params, |s| zoo::gpt_step(&c, s));
+        check_error("build", &built)?;
+        return if built.is_err() { Ok(()) } else { Err(format!("a decoder of batch {b}, max_len {m} was built")) };
+    }
     let c = cfg(batch);
     let mut decoder: Decoder<'_, CpuBackend> = DecoderBuilder::new(batch, max_len)
         .build(&mut cpu, &params, |s| zoo::gpt_step(&c, s))
