@@ -290,14 +290,7 @@ impl Model {
 
     fn resident_values<'a>(&'a self, plan: &Plan, params: &'a Params, feeds: &'a Feeds) -> Result<Vec<&'a HostTensor>> {
         let graph = &self.forward;
-        let input_names: Vec<String> = graph.inputs().iter().map(|&i| graph.leaf_name(i)).collect();
-        if let Some(unknown) = feeds.values.keys().find(|k| !input_names.contains(k)) {
-            return Err(Error::Feed {
-                what: "input",
-                name: unknown.clone(),
-                message: format!("not an input of the graph (inputs: {})", input_names.join(", ")),
-            });
-        }
+        check_feeds(graph, feeds)?;
         if params.ids != graph.params() {
             return Err(Error::Invalid("these parameters belong to another graph (use Model::init_params)".into()));
         }
@@ -318,6 +311,27 @@ impl Model {
         }
         Ok(values)
     }
+}
+
+/// Every feed names an input of `graph` and fits its declaration, whether the plan reads it or
+/// not: an unused input fed a wrong value is a mistake the next model change would turn into a
+/// wrong result, so it is refused like a used one.
+fn check_feeds(graph: &Graph, feeds: &Feeds) -> Result<()> {
+    let inputs: Vec<(NodeId, String)> = graph.inputs().iter().map(|&i| (i, graph.leaf_name(i))).collect();
+    for (name, value) in &feeds.values {
+        match inputs.iter().find(|(_, declared)| declared == name) {
+            Some(&(id, _)) => exec::check_feed(graph, id, value)?,
+            None => {
+                let names: Vec<&str> = inputs.iter().map(|(_, n)| n.as_str()).collect();
+                return Err(Error::Feed {
+                    what: "input",
+                    name: name.clone(),
+                    message: format!("not an input of the graph (inputs: {})", names.join(", ")),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A forward-only program over a [`Model`] (see [`Model::inference`]).

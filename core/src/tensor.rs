@@ -22,8 +22,11 @@ pub struct Tensor {
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.borrow();
         match self.id {
-            Some(id) => f.write_str(&self.state.borrow().graph.describe(id)),
+            // Debug output must not panic (it runs inside panic messages and logs).
+            Some(id) if state.finished => write!(f, "<tensor {id} of a finished trace>"),
+            Some(id) => f.write_str(&state.graph.describe(id)),
             None => f.write_str("<poisoned tensor>"),
         }
     }
@@ -38,29 +41,38 @@ impl Tensor {
     /// The shape. For a value poisoned by an error, the shape the failed op would have produced
     /// (or its best guess): the trace reports the error at `finish`, and the code in between
     /// runs on.
+    ///
+    /// # Panics
+    ///
+    /// After [`crate::Trace::finish`], as every use of the trace's tensors does: the graph
+    /// they point into has been handed out.
+    #[track_caller]
     pub fn shape(&self) -> Vec<usize> {
         match self.id {
-            Some(id) => self.state.borrow().graph.node(id).shape.to_vec(),
+            Some(id) => self.state.borrow().live_graph().node(id).shape.to_vec(),
             None => self.guess.as_ref().map_or_else(Vec::new, |g| g.0.clone()),
         }
     }
 
     /// The number of axes.
+    #[track_caller]
     pub fn rank(&self) -> usize {
         self.shape().len()
     }
 
     /// The dtype (for a poisoned value, the one the failed op would have produced).
+    #[track_caller]
     pub fn dtype(&self) -> DType {
         match self.id {
-            Some(id) => self.state.borrow().graph.node(id).dtype,
+            Some(id) => self.state.borrow().live_graph().node(id).dtype,
             None => self.guess.as_ref().map_or(DType::F32, |g| g.1),
         }
     }
 
     /// The tag of this value's node, if recorded inside a region.
+    #[track_caller]
     pub fn tag(&self) -> Option<Tag> {
-        self.id.and_then(|id| self.state.borrow().graph.node(id).tag)
+        self.id.and_then(|id| self.state.borrow().live_graph().node(id).tag)
     }
 
     /// Names the value (like JAX's `checkpoint_name`): shown in reports, and matched by a
@@ -69,6 +81,7 @@ impl Tensor {
     pub fn name(&self, name: &str) -> Tensor {
         if let Some(id) = self.id {
             let mut st = self.state.borrow_mut();
+            st.assert_live();
             let regions_spec = st.graph.node(id).tag.and_then(|t| st.graph.region(t.region).spec.map(|s| (t, s)));
             let node = st.graph.node_mut(id);
             node.set_name(name.to_string());
@@ -91,6 +104,7 @@ impl Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
         if let Some(id) = self.id {
             let mut st = self.state.borrow_mut();
+            st.assert_live();
             let current = st.current_region().map(|(r, _)| r);
             let node = st.graph.node(id);
             let op = node.op.name();
@@ -112,6 +126,7 @@ impl Tensor {
     #[track_caller]
     pub(crate) fn apply(&self, op: Op, others: &[&Tensor]) -> Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
+        self.state.borrow().assert_live();
         let operands: Vec<&Tensor> = std::iter::once(self).chain(others.iter().copied()).collect();
         if operands.iter().any(|t| !Rc::ptr_eq(&t.state, &self.state)) {
             self.state.borrow_mut().fail(op.name(), loc, "operands belong to different traces".into());

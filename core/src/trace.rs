@@ -138,6 +138,10 @@ impl Trace {
 
     /// Ends the trace with `loss` as the graph's output; returns the graph or the first error
     /// recorded (with how many followed it).
+    ///
+    /// The trace's tensors are dead after it: reading one (`shape()`, `dtype()`, `name(..)`)
+    /// or recording an op on one panics with a message saying the tensor's trace is finished
+    /// (`{:?}` prints `<tensor %3 of a finished trace>`). Read what you need before finishing.
     pub fn finish(self, loss: &Tensor) -> Result<Graph> {
         self.finish_with(loss, &[])
     }
@@ -151,6 +155,9 @@ impl Trace {
     /// Ends the trace with `outputs`; with `loss_first`, the first must be a scalar loss.
     pub(crate) fn finish_outputs(self, outputs: &[&Tensor], loss_first: bool) -> Result<Graph> {
         let mut state = self.state.borrow_mut();
+        // Whatever the outcome, the trace is gone: its tensors panic with a message saying so
+        // rather than index a taken graph.
+        state.finished = true;
         if let Some(first) = state.take_error() {
             return Err(first);
         }

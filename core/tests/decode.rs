@@ -375,3 +375,145 @@ fn sliding_generation_is_passes_of_plain_generation() {
     let err = decoder.generate_sliding(&prompts, n, &Sampling::greedy(), 0).unwrap_err().to_string();
     assert!(err.contains("kept per pass (0)"), "{err}");
 }
+
+// ---- Refusing what the decoder cannot do (issue 45) ----
+
+/// The reproducers' model: one layer, d16, a vocabulary of 12, caches of 8 positions.
+fn small_gpt() -> (GptConfig, Params) {
+    let cfg =
+        GptConfig { batch: 1, seq: 8, d_model: 16, heads: 2, layers: 1, vocab: 12, dropout: 0.0, dtype: DType::F32 };
+    let params = Model::new(zoo::gpt(&cfg).unwrap()).unwrap().init_params(3).unwrap();
+    (cfg, params)
+}
+
+/// `len + n - 1` once wrapped for `n = usize::MAX`: the check passed and generation looped
+/// forever. Now the positions are counted without wrapping, and a sliding generation of more
+/// tokens than memory holds is refused before its first step.
+#[test]
+fn a_huge_n_is_refused_at_once() {
+    let (cfg, params) = small_gpt();
+    let mut cpu = CpuBackend::new();
+    let mut decoder = DecoderBuilder::new(1, 8).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
+    for n in [usize::MAX, usize::MAX - 1, usize::MAX / 2 + 1] {
+        let err = decoder.generate(&[vec![1, 2, 3]], n, &Sampling::greedy()).unwrap_err().to_string();
+        let needed = 3u128 + n as u128 - 1;
+        assert!(err.contains(&format!("need {needed} positions (3 + {n} - 1")) && err.contains("hold 8"), "{err}");
+        let err = decoder.generate_sliding(&[vec![1, 2, 3]], n, &Sampling::greedy(), 4).unwrap_err().to_string();
+        assert!(err.starts_with("cannot allocate") && err.contains(&format!("{n} generated tokens")), "{err}");
+        assert_eq!(decoder.position(), 0, "no step ran");
+    }
+}
+
+/// The refusal's numbers add up; `n = 0` runs nothing and returns no tokens, whatever the
+/// prompt's length.
+#[test]
+fn the_refusal_counts_positions_right_and_n_zero_is_nothing() {
+    let (cfg, params) = small_gpt();
+    let mut cpu = CpuBackend::new();
+    let mut decoder = DecoderBuilder::new(1, 8).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
+    let none = decoder.generate(&[vec![1; 9]], 0, &Sampling::greedy()).unwrap();
+    assert_eq!((none.tokens, none.steps), (vec![Vec::<i64>::new()], 0));
+    let err = decoder.generate(&[vec![1; 9]], 1, &Sampling::greedy()).unwrap_err().to_string();
+    assert!(err.contains("a prompt of 9 tokens and 1 generated need 9 positions (9 + 1 - 1"), "{err}");
+    let err = decoder.generate(&[vec![1; 8]], 2, &Sampling::greedy()).unwrap_err().to_string();
+    assert!(err.contains("need 9 positions (8 + 2 - 1") && err.contains("the caches hold 8"), "{err}");
+    // The limit itself fits: 8 prompt tokens and 1 generated take 8 positions; 1 and 8 too.
+    assert_eq!(decoder.generate(&[vec![1; 8]], 1, &Sampling::greedy()).unwrap().steps, 8);
+    assert_eq!(decoder.generate(&[vec![1]], 8, &Sampling::greedy()).unwrap().tokens[0].len(), 8);
+}
+
+/// Non-finite logits are an error naming the generated token, the step's position and the
+/// sequence, under greedy and sampling (a NaN head once gave `[0, 0, 0]` greedy and
+/// `[11, 11, 11]` at temperature 1, silently).
+#[test]
+fn non_finite_logits_are_an_error_naming_the_step() {
+    let (cfg, mut params) = small_gpt();
+    let head = params.get("head").unwrap().clone();
+    params.set("head", HostTensor::f32(head.shape().to_vec(), vec![f32::NAN; head.numel()]).unwrap()).unwrap();
+    let mut cpu = CpuBackend::new();
+    let mut decoder = DecoderBuilder::new(1, 8).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
+    for sampling in [Sampling::greedy(), Sampling::temperature(1.0, 2), Sampling::temperature(0.5, 1).top_k(3)] {
+        let err = decoder.generate(&[vec![1, 2, 3]], 3, &sampling).unwrap_err().to_string();
+        assert!(
+            err.starts_with("generated token 0 (the step at position 2), sequence 0: the logit of token 0 is NaN"),
+            "{sampling:?}: {err}"
+        );
+    }
+
+    // Finite for the first two positions, NaN from the third: the error names the third.
+    let (_, params) = small_gpt();
+    let late = |s: &DecodeStep| (-s.position().cast(DType::F32) + 1.5).sqrt().reshape(&[1, 1]).expand(&[1, 4]);
+    let mut decoder = DecoderBuilder::new(1, 8).build(&mut cpu, &params, late).unwrap();
+    let err = decoder.generate(&[vec![0]], 5, &Sampling::greedy()).unwrap_err().to_string();
+    assert!(
+        err.starts_with("generated token 2 (the step at position 2), sequence 0: the logit of token 0 is NaN"),
+        "{err}"
+    );
+    // Infinite, and only in the second sequence.
+    let (_, params) = small_gpt();
+    let by_token = |s: &DecodeStep| (-s.tokens().cast(DType::F32) + 1.0).log().expand(&[2, 4]);
+    let mut decoder = DecoderBuilder::new(2, 8).build(&mut cpu, &params, by_token).unwrap();
+    let err = decoder.generate(&[vec![0], vec![1]], 2, &Sampling::temperature(1.0, 0)).unwrap_err().to_string();
+    assert!(
+        err.starts_with("generated token 0 (the step at position 0), sequence 1: the logit of token 0 is -inf"),
+        "{err}"
+    );
+}
+
+/// An encoder that returns nothing could never be used (its declared input was refused, and
+/// the step then asked for `encode` forever): it is refused when the decoder is built.
+#[test]
+fn an_encoder_without_outputs_is_refused_at_build() {
+    let (cfg, params) = small_gpt();
+    let mut cpu = CpuBackend::new();
+    let built = DecoderBuilder::new(1, 8)
+        .encoder(|trace| {
+            let _source = trace.input("source", &[1, 4], DType::F32);
+            vec![]
+        })
+        .build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s));
+    let err = built.map(|_| ()).unwrap_err().to_string();
+    assert!(err.starts_with("the encoder returns no outputs"), "{err}");
+}
+
+/// Every feed of `encode` is checked against the encoder's declared inputs, read by its
+/// outputs or not; an unknown name lists the declared ones.
+#[test]
+fn encoder_feeds_are_checked_against_every_declared_input() {
+    let (_, params) = small_gpt();
+    let mut cpu = CpuBackend::new();
+    let mut decoder = DecoderBuilder::new(1, 8)
+        .encoder(|trace| {
+            let source = trace.input("source", &[1, 4], DType::F32);
+            let _hint = trace.input("hint", &[2], DType::F32);
+            vec![source.tanh().name("memory")]
+        })
+        .build(&mut cpu, &params, |s| s.context("memory").reshape(&[1, 4]))
+        .unwrap();
+    let source = || HostTensor::f32([1, 4], vec![0.5; 4]).unwrap();
+    let err = decoder
+        .encode(&Feeds::new().with("source", source()).with("hint", HostTensor::i64([2], vec![1, 2]).unwrap()))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(err, "input `hint`: declared [2] f32, got [2] i64");
+    let err = decoder.encode(&Feeds::new().with("sourse", source())).unwrap_err().to_string();
+    assert_eq!(err, "input `sourse`: not an input of the encoder (it declares: `source`, `hint`)");
+    decoder.encode(&Feeds::new().with("source", source())).unwrap();
+    let logits = decoder.step(&[1]).unwrap();
+    assert!(logits.iter().all(|&l| (l - 0.5f32.tanh()).abs() < 1e-6), "{logits:?}");
+}
+
+/// Caches or batches no memory holds are errors when the decoder is built, not panics or aborts
+/// (a cache of more than 2^64 bytes once reached the graph's debug check, a panic).
+#[test]
+fn huge_caches_are_refused_at_build() {
+    let (cfg, params) = small_gpt();
+    let mut cpu = CpuBackend::new();
+    for (batch, max_len) in [(1, usize::MAX), (1, 1 << 40), (usize::MAX, 8), (1 << 40, 8), (1 << 20, 1 << 20)] {
+        let c = GptConfig { batch, ..cfg.clone() };
+        let built = DecoderBuilder::new(batch, max_len).build(&mut cpu, &params, |s| zoo::gpt_step(&c, s));
+        let err = built.map(|_| ()).unwrap_err().to_string();
+        let named = err.contains("is more than 2^64 bytes") || err.starts_with("cannot allocate");
+        assert!(named && !err.contains('\n'), "batch {batch}, max_len {max_len}: {err}");
+    }
+}

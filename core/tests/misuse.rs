@@ -313,3 +313,112 @@ fn partition_graphs_that_cannot_be_planned_are_refused_naming_the_node() {
     let e = Plan::with_offload(&good, &[true; 3], &offloaded, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("%0 (input)") && e.contains("cannot be offloaded"), "{e}");
 }
+
+/// The message of a panic `f` raises (none: the test fails).
+fn panic_message(f: impl FnOnce()) -> String {
+    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("it panics");
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => payload.downcast_ref::<&str>().map_or_else(|| "<not text>".into(), |s| s.to_string()),
+    }
+}
+
+/// A tensor used after its trace finished panics saying so, for every kind of use (it once
+/// indexed the taken graph: "index out of bounds: the len is 0"); `{:?}` never panics.
+#[test]
+fn a_tensor_used_after_finish_says_its_trace_is_finished() {
+    use remat_core::Trace;
+    let finished = |fail: bool| {
+        let trace = Trace::new();
+        let x = trace.input("x", &[4, 8], DType::F32);
+        let h = x.tanh();
+        let out = if fail { h.matmul(&x) } else { h.sum_all() };
+        assert_eq!(trace.finish(&out).is_ok(), !fail);
+        (x, h)
+    };
+    for fail in [false, true] {
+        let (x, h) = finished(fail);
+        type Use<'a> = (&'a str, Box<dyn FnOnce() + 'a>);
+        let uses: Vec<Use<'_>> = vec![
+            ("shape()", Box::new(|| drop(h.shape()))),
+            (
+                "dtype()",
+                Box::new(|| {
+                    let _ = h.dtype();
+                }),
+            ),
+            (
+                "rank()",
+                Box::new(|| {
+                    let _ = h.rank();
+                }),
+            ),
+            (
+                "tag()",
+                Box::new(|| {
+                    let _ = h.tag();
+                }),
+            ),
+            ("name()", Box::new(|| drop(h.name("late")))),
+            ("tanh()", Box::new(|| drop(h.tanh()))),
+            ("add", Box::new(|| drop(&h + &x))),
+            ("times a scalar", Box::new(|| drop(&h * 2.0))),
+            ("reshape", Box::new(|| drop(h.reshape(&[32])))),
+            ("arange_like", Box::new(|| drop(h.arange_like(0.0, 1.0, 3, DType::I64)))),
+        ];
+        for (what, use_it) in uses {
+            let message = panic_message(use_it);
+            assert!(
+                message.starts_with("this tensor's trace is finished"),
+                "{what} (failed finish: {fail}): {message}"
+            );
+            assert!(!message.contains("index out of bounds"), "{message}");
+        }
+        assert_eq!(format!("{h:?}"), "<tensor %1 of a finished trace>");
+    }
+}
+
+/// The graph from the issue: `x` is read, `unused` is declared and read by nothing.
+fn model_with_an_unused_input() -> (Model, Params) {
+    use remat_core::Trace;
+    let trace = Trace::new();
+    let x = trace.input("x", &[2, 3], DType::F32);
+    let _unused = trace.input("unused", &[2], DType::F32);
+    let w = trace.param("w", &[3, 4], DType::F32);
+    let logits = x.matmul(&w).name("logits");
+    let model = Model::new(trace.finish(&logits.sum_all()).unwrap()).unwrap();
+    let params = model.init_params(0).unwrap();
+    (model, params)
+}
+
+/// Every feed is checked against the declared inputs, read by the plan or not; an unknown name
+/// is an error naming it.
+#[test]
+fn an_unused_input_fed_a_wrong_value_is_refused() {
+    let (model, params) = model_with_an_unused_input();
+    let infer = model.inference(&["logits"]).unwrap();
+    let mut cpu = CpuBackend::new();
+    let x = || HostTensor::f32([2, 3], vec![0.5; 6]).unwrap();
+    let with = |name: &str, value: HostTensor| Feeds::new().with("x", x()).with(name, value);
+
+    // Before the check, these ran and returned the logits.
+    let cases = [
+        (with("unused", HostTensor::i64([2], vec![1, 2]).unwrap()), "input `unused`: declared [2] f32, got [2] i64"),
+        (with("unused", HostTensor::f32([3], vec![0.0; 3]).unwrap()), "input `unused`: declared [2] f32, got [3] f32"),
+        (with("unsued", HostTensor::f32([2], vec![0.0; 2]).unwrap()), "input `unsued`: not an input of the graph"),
+    ];
+    for (feeds, expected) in &cases {
+        let err = infer.run(&mut cpu, &params, feeds).unwrap_err().to_string();
+        assert!(err.starts_with(expected), "{err}");
+        let err = model.step(&mut cpu, &params, feeds).unwrap_err().to_string();
+        assert!(err.starts_with(expected), "Model::step: {err}");
+    }
+    // A right value for it, or none, is fine; the logits are x·w either way.
+    let w = params.get("w").unwrap().to_f32_vec();
+    let expected: Vec<f32> = (0..8).map(|k| (0..3).map(|i| 0.5 * w[i * 4 + k % 4]).sum()).collect();
+    for feeds in [Feeds::new().with("x", x()), with("unused", HostTensor::f32([2], vec![7.0; 2]).unwrap())] {
+        let out = infer.run(&mut cpu, &params, &feeds).unwrap();
+        let got = out.values[0].to_f32_vec();
+        assert!(got.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-6), "{got:?} vs {expected:?}");
+    }
+}

@@ -222,6 +222,11 @@ impl Program {
 
 /// The encoder's outputs as the step may read them: each named, names distinct.
 fn encoder_contexts(graph: &Graph) -> Result<Vec<Context>> {
+    if graph.outputs().is_empty() {
+        return Err(Error::Invalid(
+            "the encoder returns no outputs: return the values the step reads, each named with `.name(\"..\")`".into(),
+        ));
+    }
     let mut contexts: Vec<Context> = Vec::new();
     for &id in graph.outputs() {
         let node = graph.node(id);
@@ -374,7 +379,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
             return Err(Error::Invalid("this decoder has no encoder (add one with `DecoderBuilder::encoder`)".into()));
         };
         let graph = encoder.joint.graph();
-        let declared: Vec<String> = encoder.roles.iter().filter_map(feed_name).collect();
+        check_encoder_feeds(graph, feeds)?;
         let mut resident = Vec::with_capacity(encoder.roles.len());
         for (&id, role) in encoder.plan.resident().iter().zip(&encoder.roles) {
             resident.push(match role {
@@ -390,13 +395,6 @@ impl<'b, B: Backend> Decoder<'b, B> {
                     Resident::Host(value)
                 }
                 _ => return Err(Error::Invalid("the encoder reads a decoder-only value".into())),
-            });
-        }
-        if let Some(unknown) = feeds.names().find(|n| !declared.iter().any(|d| d == n)) {
-            return Err(Error::Feed {
-                what: "input",
-                name: unknown.to_string(),
-                message: format!("not an input the encoder reads (it reads: {})", declared.join(", ")),
             });
         }
         self.contexts.clear();
@@ -484,14 +482,19 @@ impl<'b, B: Backend> Decoder<'b, B> {
 
     /// Generates `n` tokens after each sequence's prompt (all of one length), picking each as
     /// `sampling` says. The prompts run through the caches one token at a time from position 0
-    /// ([`Decoder::reset`]); prompt and generated text must fit the caches (see
-    /// [`Decoder::generate_sliding`] for longer text).
+    /// ([`Decoder::reset`]); prompt and generated text must fit the caches: a prompt of `len`
+    /// tokens and `n ≥ 1` generated ones take `len + n - 1` positions (the last token generated
+    /// is never fed back). `n = 0` runs nothing and returns no tokens. See
+    /// [`Decoder::generate_sliding`] for longer text.
     pub fn generate(&mut self, prompts: &[Vec<i64>], n: usize, sampling: &Sampling) -> Result<Generation> {
         let len = prompts.first().map_or(0, Vec::len);
-        if len + n.saturating_sub(1) > self.max_len {
+        // In u128, where `len + n - 1` cannot wrap: a wrapped sum once passed the check and
+        // generated forever.
+        let needed = (len as u128 + n as u128).saturating_sub(1);
+        if n > 0 && needed > self.max_len as u128 {
             return Err(Error::Invalid(format!(
-                "a prompt of {len} tokens and {n} generated need {} positions; the caches hold {} (generate_sliding goes on past them)",
-                len + n - 1,
+                "a prompt of {len} tokens and {n} generated need {needed} positions ({len} + {n} - 1: the last \
+                 generated token is not fed back); the caches hold {} (generate_sliding goes on past them)",
                 self.max_len
             )));
         }
@@ -501,6 +504,9 @@ impl<'b, B: Backend> Decoder<'b, B> {
     /// [`Decoder::generate`] for text longer than the caches: whenever they are full, the last
     /// `keep` tokens of each sequence become the prompt of a fresh pass from position 0 (what a
     /// model with a fixed context window sees of them). Draws continue, not repeat, across passes.
+    ///
+    /// Every row of logits a token is picked from must be finite: a NaN or infinite logit is an
+    /// error naming the generated token, its position and the sequence.
     pub fn generate_sliding(
         &mut self,
         prompts: &[Vec<i64>],
@@ -511,11 +517,20 @@ impl<'b, B: Backend> Decoder<'b, B> {
         sampling.validate()?;
         let len = prompts.first().map_or(0, Vec::len);
         if prompts.len() != self.batch || len == 0 || prompts.iter().any(|p| p.len() != len) {
-            let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+            let mut lens: Vec<String> = prompts.iter().take(8).map(|p| p.len().to_string()).collect();
+            if prompts.len() > 8 {
+                lens.push(format!("... ({} prompts)", prompts.len()));
+            }
             return Err(Error::Invalid(format!(
-                "generate takes {} prompts (one per sequence) of one length, at least 1: got lengths {lens:?}",
-                self.batch
+                "generate takes {} prompts (one per sequence) of one length, at least 1: got lengths [{}]",
+                self.batch,
+                lens.join(", ")
             )));
+        }
+        if n == 0 {
+            self.measured_peak = 0;
+            let tokens = vec![Vec::new(); self.batch];
+            return Ok(Generation { tokens, steps: 0, predicted_peak: self.step_predicted_peak(), measured_peak: 0 });
         }
         if keep == 0 || keep > self.max_len || len > self.max_len {
             return Err(Error::Invalid(format!(
@@ -523,8 +538,8 @@ impl<'b, B: Backend> Decoder<'b, B> {
                 self.max_len
             )));
         }
+        let mut text = self.text_for(prompts, n)?;
         self.measured_peak = 0;
-        let mut text: Vec<Vec<i64>> = prompts.to_vec();
         let mut context = len;
         let mut steps = 0;
         while text[0].len() - len < n {
@@ -535,10 +550,8 @@ impl<'b, B: Backend> Decoder<'b, B> {
                 logits = self.step(&column)?;
             }
             loop {
-                let index = (text[0].len() - len) as u64;
-                let next: Vec<i64> = (0..self.batch)
-                    .map(|row| sampling.pick(&logits[row * self.vocab..(row + 1) * self.vocab], index, row as u64))
-                    .collect();
+                let index = text[0].len() - len;
+                let next = self.pick(&logits, sampling, index)?;
                 for (row, &t) in next.iter().enumerate() {
                     text[row].push(t);
                 }
@@ -557,13 +570,65 @@ impl<'b, B: Backend> Decoder<'b, B> {
             measured_peak: self.measured_peak,
         })
     }
+
+    /// The prompts, with room reserved for `n` more tokens each: a length no memory holds is an
+    /// error now, not an abort after hours of steps.
+    fn text_for(&self, prompts: &[Vec<i64>], n: usize) -> Result<Vec<Vec<i64>>> {
+        let mut text = Vec::with_capacity(prompts.len());
+        for prompt in prompts {
+            let mut row = Vec::new();
+            let total = prompt.len().checked_add(n);
+            if total.is_none_or(|t| row.try_reserve_exact(t).is_err()) {
+                return Err(Error::HostMemory {
+                    what: format!("{n} generated tokens after a prompt of {} (per sequence)", prompt.len()),
+                    bytes: total.and_then(|t| u64::try_from(t).ok()?.checked_mul(8)),
+                });
+            }
+            row.extend_from_slice(prompt);
+            text.push(row);
+        }
+        Ok(text)
+    }
+
+    /// The next token of each sequence, picked from its row of `logits` (generated token
+    /// `index`, read at the position before [`Decoder::position`]).
+    fn pick(&self, logits: &[f32], sampling: &Sampling, index: usize) -> Result<Vec<i64>> {
+        let mut next = Vec::with_capacity(self.batch);
+        for (row, values) in logits.chunks_exact(self.vocab).enumerate() {
+            if let Some((token, value)) = sampling::first_non_finite(values) {
+                return Err(Error::Invalid(format!(
+                    "generated token {index} (the step at position {}), sequence {row}: the logit of token {token} \
+                     is {value}; a non-finite logit cannot be picked from (are the parameters finite?)",
+                    self.position.saturating_sub(1)
+                )));
+            }
+            next.push(sampling.pick(values, index as u64, row as u64));
+        }
+        Ok(next)
+    }
 }
 
-fn feed_name(role: &Role) -> Option<String> {
-    match role {
-        Role::Feed(name) => Some(name.clone()),
-        _ => None,
+/// Every feed is one of the encoder's declared inputs, of its shape and dtype — read by the
+/// encoder's outputs or not, so that a wrong value is never accepted because it is unused.
+fn check_encoder_feeds(graph: &Graph, feeds: &Feeds) -> Result<()> {
+    let inputs: Vec<(NodeId, String)> = graph.inputs().iter().map(|&i| (i, graph.leaf_name(i))).collect();
+    for name in feeds.names() {
+        let Some(&(id, _)) = inputs.iter().find(|(_, declared)| declared == name) else {
+            let names = inputs.iter().map(|(_, n)| n.as_str());
+            return Err(Error::Feed {
+                what: "input",
+                name: name.to_string(),
+                message: if inputs.is_empty() {
+                    "the encoder declares no inputs".to_string()
+                } else {
+                    format!("not an input of the encoder (it declares: {})", crate::text::short_list(names, 8))
+                },
+            });
+        };
+        let value = feeds.get(name).expect("a name the feeds list");
+        exec::check_feed(graph, id, value)?;
     }
+    Ok(())
 }
 
 /// The trained value of parameter `name` (node `id` of `graph`), which must match its

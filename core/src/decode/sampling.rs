@@ -80,6 +80,12 @@ impl Sampling {
     }
 }
 
+/// The first logit that is NaN or infinite, with its token: no distribution (and no largest
+/// value, for a NaN) can be read from a row holding one.
+pub(crate) fn first_non_finite(logits: &[f32]) -> Option<(usize, f32)> {
+    logits.iter().position(|x| !x.is_finite()).map(|i| (i, logits[i]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,8 +18,10 @@ mod table;
 
 pub use policy::RegionPolicy;
 pub use spec::{enter_region_with, RegionSpec};
+#[cfg(test)]
 pub(crate) use stack::active_regions;
 pub use stack::{enter_region, in_region, RegionGuard};
+pub(crate) use stack::{with_active_regions, ActiveRegion};
 pub use table::PolicyTable;
 
 #[cfg(test)]

@@ -56,9 +56,16 @@ impl Drop for RegionGuard {
     }
 }
 
-/// The open instances, outermost first.
+/// The open instances, outermost first (a copy: for tests and rare reads).
+#[cfg(test)]
 pub(crate) fn active_regions() -> Vec<ActiveRegion> {
-    STACK.with(|s| s.borrow().clone())
+    with_active_regions(<[ActiveRegion]>::to_vec)
+}
+
+/// `f` of the open instances, outermost first, read in place: recording reads them once per op,
+/// and a copy per op is quadratic in the nesting depth.
+pub(crate) fn with_active_regions<T>(f: impl FnOnce(&[ActiveRegion]) -> T) -> T {
+    STACK.with(|s| f(&s.borrow()))
 }
 
 /// Whether any region is open on this thread.

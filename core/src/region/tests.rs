@@ -88,3 +88,73 @@ fn guards_nest_and_unwind() {
     drop(outer);
     assert!(!in_region());
 }
+
+/// Traces `depth` nested instances of `MLP`, one op recorded in each (as a recursive
+/// `#[checkpoint]` function does) and one more in each on the way out; returns the graph and
+/// the open instances the recording looked at.
+fn trace_nested(depth: usize) -> (crate::Graph, usize) {
+    use crate::{DType, Trace};
+    crate::recording::LOOKED_AT.with(|c| c.set(0));
+    let trace = Trace::new();
+    let mut h = trace.input("x", &[2], DType::F32);
+    let mut guards = Vec::with_capacity(depth);
+    for _ in 0..depth {
+        guards.push(enter_region(&MLP));
+        h = h.tanh();
+    }
+    while let Some(guard) = guards.pop() {
+        h = h.exp();
+        drop(guard);
+    }
+    let graph = trace.finish(&h.sum_all()).unwrap();
+    (graph, crate::recording::LOOKED_AT.with(|c| c.get()))
+}
+
+/// Nesting is linear: the recording looks at each open instance a bounded number of times,
+/// not once per op per enclosing level (10 000 levels once took 1.5 s, quadratic).
+#[test]
+fn nesting_costs_work_linear_in_the_depth() {
+    let mut looked = Vec::new();
+    for depth in [1_000, 2_000, 4_000] {
+        let (graph, n) = trace_nested(depth);
+        // Each level is its own region, the child of the one before, and its ops carry it.
+        assert_eq!(graph.regions().len(), depth);
+        let parents: Vec<Option<usize>> = graph.regions().iter().map(|r| r.parent.map(|p| p.index())).collect();
+        assert_eq!(parents, (0..depth).map(|i| i.checked_sub(1)).collect::<Vec<_>>());
+        let tanh_tags: Vec<usize> = graph
+            .nodes()
+            .iter()
+            .filter(|n| n.op.name() == "tanh")
+            .map(|n| n.tag.expect("tagged").region.index())
+            .collect();
+        assert_eq!(tanh_tags, (0..depth).collect::<Vec<_>>());
+        // 2 · depth ops in regions: one look each, plus one per instance when it registers.
+        assert!(n <= 3 * depth, "depth {depth}: {n} instances looked at");
+        looked.push(n);
+    }
+    // Doubling the depth doubles the work (a quadratic step would quadruple it).
+    for (k, factor) in [(1, 2.0), (2, 4.0)] {
+        let ratio = looked[k] as f64 / looked[0] as f64;
+        assert!((ratio - factor).abs() < 0.01, "{looked:?}");
+    }
+}
+
+/// An error deep in nested instances names each level's instance number, counted per function.
+#[test]
+fn an_error_in_nested_instances_names_each_level() {
+    use crate::{DType, Trace};
+    static BLOCK: RegionSpec = RegionSpec::new("block", PolicyTable::RECOMPUTE_ALL);
+    let trace = Trace::new();
+    let x = trace.input("x", &[2], DType::F32);
+    let first = enter_region(&BLOCK);
+    let _ = x.tanh();
+    drop(first);
+    let outer = enter_region(&BLOCK);
+    let _ = x.tanh();
+    let inner = enter_region(&MLP);
+    let _ = x.matmul(&x.reshape(&[1, 2]));
+    drop(inner);
+    drop(outer);
+    let err = trace.finish(&x.sum_all()).unwrap_err().to_string();
+    assert!(err.contains("in region mlp #0 in block #1:"), "{err}");
+}

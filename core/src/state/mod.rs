@@ -3,7 +3,9 @@
 //! Parameters keep their dtype; moments are f64, so a run resumed from a file continues
 //! bit-exactly. Writes go to a temporary file beside the target and are renamed over it only
 //! once complete, so an interrupted save never leaves a partial file in place of the previous
-//! one.
+//! one (`file.rs`: links followed, special files refused, nothing left behind on failure).
+
+mod file;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -13,7 +15,6 @@ use crate::optim::{AdamW, Layout};
 use safetensors::tensor::{Dtype as StDtype, TensorView};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
 
 const FORMAT: &str = "remat.train_state";
@@ -27,9 +28,13 @@ pub struct Progress {
     pub seed: u64,
 }
 
-/// Saves `params`, `opt` and `progress` to `path` atomically (temporary file + rename).
+/// Saves `params`, `opt` and `progress` to `path` atomically: written to a new temporary file
+/// beside the target, synced, then renamed over it (and the directory synced).
+///
+/// A symbolic link at `path` is followed: the file it names is replaced and the link stays. A
+/// directory, FIFO, device or socket at `path` is refused with an error naming it. On any error
+/// the previous file is untouched and no temporary file is left.
 pub fn save_state(path: &Path, params: &Params, opt: &AdamW, progress: Progress) -> Result<()> {
-    let io = |what: &'static str, source: std::io::Error| Error::Io { path: path.display().to_string(), what, source };
     let st_error =
         |source| Error::SafeTensors { path: path.display().to_string(), what: "cannot encode the state", source };
     // Tensors are stored by parameter name: two parameters of one name could not be told apart.
@@ -80,11 +85,7 @@ pub fn save_state(path: &Path, params: &Params, opt: &AdamW, progress: Progress)
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     let bytes = safetensors::serialize(views, Some(metadata)).map_err(st_error)?;
-    let tmp = path.with_extension("tmp-partial");
-    let mut file = std::fs::File::create(&tmp).map_err(|e| io("cannot create", e))?;
-    file.write_all(&bytes).map_err(|e| io("cannot write", e))?;
-    file.sync_all().map_err(|e| io("cannot sync", e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io("cannot replace", e))
+    file::replace(path, &bytes)
 }
 
 /// Loads a state saved by [`save_state`] into `params` (which must be of the same model) and
