@@ -144,10 +144,11 @@ def test_batchnorm_and_copy_train_under_inductor_as_inductor_does(strategy):
     run_under(strategy, RunningMean, torch.randn(4, 16), "inductor", None)
 
 
-@pytest.mark.parametrize("strategy", ["respect", "mincut", "budget=0.0", "torch"])
-def test_resnet18_trains_under_inductor_as_inductor_does(strategy):
-    # A quarter of the channels: the same layers, a quarter of Inductor's compile time.
-    run_under(strategy, lambda: ResNet18(width=4), torch.randn(2, 3, 32, 32), "inductor", "inductor")
+def test_resnet18_trains_under_inductor_as_inductor_does():
+    # mincut, the strategy that failed (every strategy passed here too, at 3-6 min each on 2 cores
+    # for Inductor's compile: the aot_eager test above covers the strategies); a quarter of the
+    # channels, the same layers.
+    run_under("mincut", lambda: ResNet18(width=4), torch.randn(2, 3, 32, 32), "inductor", "inductor")
 
 
 def mutated_ids(doc):
