@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import numbers
 import os
 from typing import Any, Callable
@@ -139,14 +138,19 @@ def _compiled_strategy(strategy: Any, budget: Any) -> str:
             "back; under torch.compile, PyTorch runs the graphs, so bound the saved bytes instead: "
             "budget=<bytes or fraction>"
         )
-    if chosen == "torch":
+    return _parsed(chosen)
+
+
+def _parsed(strategy: str) -> str:
+    """``strategy``, once remat's parser (or, for ``"torch"``, PyTorch's knob) accepts it."""
+    if strategy == "torch":
         _torch_fraction()
-    else:
-        try:
-            _remat.partition(json.dumps(_EMPTY), chosen)
-        except ValueError as e:
-            raise ValueError(str(e)) from None
-    return chosen
+        return strategy
+    try:
+        _remat.partition(json.dumps(_EMPTY), strategy)
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    return strategy
 
 
 def partition_fn(
@@ -381,12 +385,7 @@ def explain(model: Callable, *inputs: Any, strategy: str = "mincut", file: Any =
     import sys
 
     _check_model(model)
-    strategy = _strategy(strategy, None)
-    if strategy != "torch":
-        try:
-            _remat.partition(json.dumps(_EMPTY), strategy)
-        except ValueError as e:
-            raise ValueError(str(e)) from None
+    strategy = _parsed(_strategy(strategy, None))
     if file is not None and not callable(getattr(file, "write", None)):
         raise ValueError(f"file={file!r}: expected a text stream (an object with write), or None")
     texts: list[str] = []
