@@ -111,6 +111,7 @@ fn build(fwd: &[NodeSpec], bwd: &[NodeSpec], regions: &[(u8, Option<u8>)], huge:
             resident,
             tangent: false,
             rng_state: false,
+            mutated: false,
         };
         n.flags.not_recomputable = !resident && !n.flags.view && s.flags & 8 != 0 && s.flags & 16 != 0;
         if !resident && !regions.is_empty() && (s.region as usize) < regions.len() {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import numbers
 import os
 from typing import Any, Callable
 
@@ -42,6 +43,11 @@ def partition_joint(doc: dict, strategy: str = "mincut", *, text: bool = False) 
     """remat's report on a ``remat.joint`` document: ``saved``, ``held``, ``recomputed``, one
     decision per value with its reason, totals; with ``text``, the table ``remat partition``
     prints."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"doc: expected a remat.joint document (a dict), got {type(doc).__name__}")
+    strategy = _strategy(strategy, None)
+    if not isinstance(text, bool):
+        raise ValueError(f"text={text!r}: expected True or False")
     try:
         report = _remat.partition(json.dumps(doc), strategy, text)
     except ValueError as e:
@@ -53,22 +59,69 @@ def _torch_budget_strategy(doc: dict) -> str | None:
     """PyTorch's ``activation_memory_budget`` (0 = recompute everything, 1 = min-cut's memory)
     as remat bytes between the fewest remat can keep and what its min-cut keeps; ``None`` at the
     default 1.0."""
-    from torch._functorch import config
-
-    fraction = float(getattr(config, "activation_memory_budget", 1.0))
+    fraction = _torch_fraction()
     if fraction >= 1.0:
         return None
     fewest = partition_joint(doc, "budget=0.0")["saved_bytes"]
     mincut = partition_joint(doc, "mincut")["saved_bytes"]
-    return f"budget={int(fewest + max(fraction, 0.0) * max(mincut - fewest, 0))}"
+    return f"budget={int(fewest + fraction * max(mincut - fewest, 0))}"
 
 
-def _strategy(strategy: str | None, budget: float | int | None) -> str:
+def _torch_fraction() -> float:
+    """PyTorch's ``activation_memory_budget``, checked as PyTorch's partitioner checks it (a
+    number in [0, 1]) and for what it lets through (NaN, a bool)."""
+    from torch._functorch import config
+
+    value = getattr(config, "activation_memory_budget", 1.0)
+    name = "torch._functorch.config.activation_memory_budget"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} = {value!r} (strategy 'torch'): expected a number in [0, 1]")
+    if not 0.0 <= float(value) <= 1.0:
+        # NaN fails this too.
+        raise ValueError(f"{name} = {value!r} (strategy 'torch'): expected a number in [0, 1]")
+    return float(value)
+
+
+_STRATEGIES = "'mincut', 'respect', 'budget=<bytes or fraction>' or 'torch'"
+
+
+def _strategy(strategy: Any, budget: Any) -> str:
+    """The strategy string remat parses, from ``strategy`` or ``budget``; each checked and named
+    when wrong (remat's parser checks the rest of the text)."""
+    if strategy is not None and not isinstance(strategy, str):
+        raise ValueError(f"strategy={strategy!r}: expected a string, {_STRATEGIES}")
+    if strategy is not None and not strategy.strip():
+        raise ValueError(f"strategy={strategy!r}: empty; expected {_STRATEGIES}")
     if budget is not None:
         if strategy not in (None, "budget"):
             raise ValueError(f"give a strategy or a budget, not both ({strategy!r}, budget={budget!r})")
-        return f"budget={float(budget)!r}" if isinstance(budget, float) else f"budget={int(budget)}"
-    chosen = strategy or "mincut"
+        return _budget_strategy(budget)
+    return strategy or "mincut"
+
+
+def _budget_strategy(budget: Any) -> str:
+    """``budget=``'s value as remat's strategy text: an int is bytes, a float a fraction."""
+    what = f"budget={budget!r}"
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+        raise ValueError(
+            f"{what}: expected a number, a float fraction in [0, 1] (0.5) or int bytes (4096); "
+            "a text such as '64MiB' goes in strategy='budget=64MiB'"
+        )
+    if isinstance(budget, numbers.Integral):
+        if budget < 0:
+            raise ValueError(f"{what}: bytes cannot be negative")
+        return f"budget={int(budget)}"
+    fraction = float(budget)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"{what}: a fraction must be in [0, 1] (bytes are an int: budget=4096)")
+    text = repr(fraction)
+    # remat reads a fraction by its decimal point: 1e-05 must be written out.
+    return f"budget={text if '.' in text and 'e' not in text else format(fraction, '.20f')}"
+
+
+def _compiled_strategy(strategy: Any, budget: Any) -> str:
+    """The strategy for a graph PyTorch runs, refused now when remat cannot honour it there."""
+    chosen = _strategy(strategy, budget)
     if chosen.startswith("peak="):
         # remat's peak bound plans the run it predicts; PyTorch schedules and allocates the
         # compiled graphs itself, so remat cannot promise their peak.
@@ -77,7 +130,27 @@ def _strategy(strategy: str | None, budget: float | int | None) -> str:
             "and measures the peak); under torch.compile, PyTorch schedules the graphs, so bound the "
             "saved bytes instead: budget=<bytes or fraction>"
         )
-    return chosen
+    if chosen.startswith("budget+offload="):
+        # Offloading copies values to the host and back around the backward: remat's executor
+        # does that, PyTorch's graph extraction has nowhere to put such a value.
+        raise ValueError(
+            f"strategy {chosen!r}: offloading needs remat's executor to copy values to the host and "
+            "back; under torch.compile, PyTorch runs the graphs, so bound the saved bytes instead: "
+            "budget=<bytes or fraction>"
+        )
+    return _parsed(chosen)
+
+
+def _parsed(strategy: str) -> str:
+    """``strategy``, once remat's parser (or, for ``"torch"``, PyTorch's knob) accepts it."""
+    if strategy == "torch":
+        _torch_fraction()
+        return strategy
+    try:
+        _remat.partition(json.dumps(_EMPTY), strategy)
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    return strategy
 
 
 def partition_fn(
@@ -95,13 +168,15 @@ def partition_fn(
     0.0: keep the fewest bytes; between: bytes in proportion)."""
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
 
-    strategy = _strategy(strategy, None)
+    strategy = _compiled_strategy(strategy, None)
     _merge_common_subexpressions(joint_module, num_fwd_outputs)
     doc = joint_document(joint_module, num_fwd_outputs, static_inputs=_kwargs.get("static_lifetime_input_indices"))
     if strategy == "torch":
         strategy = _torch_budget_strategy(doc) or "mincut"
     report = partition_joint(doc, strategy)
-    keep = set(report["saved"]) | set(report["held"])
+    # Nothing asks remat to offload here (PyTorch's tags have no offload policy, and
+    # budget+offload is refused): whatever remat would offload is kept on the device.
+    keep = set(report["saved"]) | set(report["held"]) | set(report.get("offloaded", ()))
     saved, saved_sym = [], []
     for node in joint_module.graph.nodes:
         if node.name not in keep or node.op == "output":
@@ -181,15 +256,10 @@ def backend(strategy: str | None = None, *, budget: float | int | None = None, c
     ``"inductor"`` (``torch.compile``'s default: its joint-graph passes, then remat's partition
     in place of its min-cut, then its code generation) or ``"aot_eager"`` (the graphs run op by
     op, as ``backend="aot_eager"`` runs them: bitwise what eager computes)."""
-    chosen = _strategy(strategy, budget)
-    if compiler not in _COMPILERS:
+    # Every argument is checked now, not at the first call of the compiled model.
+    chosen = _compiled_strategy(strategy, budget)
+    if not isinstance(compiler, str) or compiler not in _COMPILERS:
         raise ValueError(f"compiler {compiler!r}: expected one of {', '.join(map(repr, _COMPILERS))}")
-    # Check the strategy now, not at the first call of the compiled model.
-    if chosen != "torch":
-        try:
-            _remat.partition(json.dumps(_EMPTY), chosen)
-        except ValueError as e:
-            raise ValueError(str(e)) from None
     if compiler == "inductor":
         return _inductor_backend(chosen)
 
@@ -212,26 +282,52 @@ def _inductor_backend(strategy: str) -> Callable:
     code generation after."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
-    from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
 
-    class RematPartitioner(CustomPartitionerFn):
-        def __call__(self, gm: fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
-            kwargs.pop("compiler", None)
-            return partition_fn(gm, joint_inputs, strategy=strategy, **kwargs)
-
-        def uuid(self) -> Any:
-            # Inductor's caches key compiled graphs on this: the partitioner's code, the
-            # extension's version and the strategy decide the graphs.
-            export = os.path.join(os.path.dirname(__file__), "_export.py")
-            return (get_hash_for_files((__file__, export)), _remat.__version__, strategy)
-
-    partitioner = RematPartitioner()
+    partitioner = _partitioner(strategy)
 
     def compile_with_inductor(gm: fx.GraphModule, example_inputs: Any) -> Callable:
         with inductor_config.patch(custom_partitioner_fn=partitioner):
             return compile_fx(gm, example_inputs)
 
     return compile_with_inductor
+
+
+def _partitioner(strategy: str) -> Any:
+    """remat's partition as Inductor's ``CustomPartitionerFn``. Inductor pickles its config,
+    this object included, into its cache keys, so the class lives at module level (a local
+    class cannot be pickled, and Inductor then bypasses its caches)."""
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
+
+    global RematPartitioner
+    if RematPartitioner is None:
+
+        class RematPartitioner(CustomPartitionerFn):  # type: ignore[no-redef]
+            """remat's partition with ``strategy``, for Inductor."""
+
+            def __init__(self, strategy: str) -> None:
+                self.strategy = strategy
+
+            def __call__(
+                self, gm: fx.GraphModule, joint_inputs: Any, **kwargs: Any
+            ) -> tuple[fx.GraphModule, fx.GraphModule]:
+                kwargs.pop("compiler", None)
+                return partition_fn(gm, joint_inputs, strategy=self.strategy, **kwargs)
+
+            def uuid(self) -> Any:
+                # Inductor's caches key compiled graphs on this: the partitioner's code, the
+                # extension's version and the strategy decide the graphs.
+                export = os.path.join(os.path.dirname(__file__), "_export.py")
+                return (get_hash_for_files((__file__, export)), _remat.__version__, self.strategy)
+
+        # Pickled by this name: make it the module's attribute it is.
+        RematPartitioner.__module__ = __name__
+        RematPartitioner.__qualname__ = "RematPartitioner"
+    return RematPartitioner(strategy)
+
+
+# The class of `_partitioner`'s objects, made on first use (it derives from an Inductor class,
+# imported only when Inductor is used).
+RematPartitioner: Any = None
 
 
 def _capture(model: Callable, inputs: tuple, on_joint: Callable[[fx.GraphModule, int], None]) -> None:
@@ -258,6 +354,9 @@ def export_joint(model: Callable, *inputs: Any, path: str | None = None) -> list
     """The ``remat.joint`` documents of ``model(*inputs)``'s joint graphs (one per graph
     ``torch.compile`` makes), written to ``path`` as JSON when given (the first graph; more are
     ``path`` with ``.1``, ``.2``, ... before the extension)."""
+    _check_model(model)
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path={path!r}: expected a file name (str or os.PathLike)")
     docs: list[dict] = []
     _capture(model, inputs, lambda gm, n: docs.append(joint_document(gm, n)))
     if path is not None:
@@ -268,7 +367,13 @@ def export_joint(model: Callable, *inputs: Any, path: str | None = None) -> list
     return docs
 
 
+def _check_model(model: Any) -> None:
+    if not callable(model):
+        raise ValueError(f"model: expected a module or a function to trace, got {type(model).__name__}")
+
+
 def _numbered(path: str, k: int) -> str:
+    path = os.fspath(path)
     stem, dot, ext = path.rpartition(".")
     return f"{stem}.{k}.{ext}" if dot else f"{path}.{k}"
 
@@ -279,12 +384,18 @@ def explain(model: Callable, *inputs: Any, strategy: str = "mincut", file: Any =
     ``partition_fn`` partitions (common subexpressions merged, as PyTorch's partitioner does)."""
     import sys
 
+    _check_model(model)
+    strategy = _parsed(_strategy(strategy, None))
+    if file is not None and not callable(getattr(file, "write", None)):
+        raise ValueError(f"file={file!r}: expected a text stream (an object with write), or None")
     texts: list[str] = []
 
     def explain_one(gm: fx.GraphModule, num_fwd_outputs: int) -> None:
         # The graph partition_fn partitions: common subexpressions merged first.
         _merge_common_subexpressions(gm, num_fwd_outputs)
-        texts.append(partition_joint(joint_document(gm, num_fwd_outputs), strategy, text=True))
+        doc = joint_document(gm, num_fwd_outputs)
+        chosen = (_torch_budget_strategy(doc) or "mincut") if strategy == "torch" else strategy
+        texts.append(partition_joint(doc, chosen, text=True))
 
     _capture(model, inputs, explain_one)
     text = "\n".join(texts)

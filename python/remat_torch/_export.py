@@ -10,7 +10,8 @@ CUDA device carries ``rng_state_bytes`` (the generator state PyTorch saves to re
 it is ``not_recomputable``); ``region`` is PyTorch's
 ``ac_graph_id`` renumbered from 0 and ``policy`` the node's ``CheckpointPolicy``; a multi-output
 op appears as its ``getitem`` users, each with the producer's op and the output's index
-(``aten.var_mean.correction[1]``), inputs and FLOPs.
+(``aten.var_mean.correction[1]``), inputs and FLOPs; a primal the forward mutates (BatchNorm's
+running statistics, a ``copy_`` into an input) has the flag ``mutated``.
 """
 
 from __future__ import annotations
@@ -136,14 +137,62 @@ def _flops(producer: fx.Node, out_val: Any) -> int:
     return max(sizes + [_numel(out_val)])
 
 
+def _mutated_primals(graph: fx.Graph) -> set[fx.Node]:
+    """The placeholders the forward mutates, whichever way AOTAutograd applies the mutation:
+    after the forward (the joint graph returns the new value, an ``InputMutationAOTOutput``
+    among the output's descriptors; ``aot_runtime_epilogue_input_mutation`` on inputs that
+    need a gradient) or inside it (an op that writes to the placeholder or a view of it, as
+    Inductor's ``copy_`` epilogue does)."""
+    by_desc: dict[Any, fx.Node] = {}
+    mutated: set[fx.Node] = set()
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            try:
+                by_desc[node.meta["desc"]] = node
+            except (KeyError, TypeError):  # no descriptor, or one that is not hashable
+                pass
+            if node.meta.get("aot_runtime_epilogue_input_mutation", False):
+                mutated.add(node)
+        elif node.op == "output":
+            for desc in node.meta.get("desc") or ():
+                try:
+                    target = by_desc.get(getattr(desc, "mutated_input", None))
+                except TypeError:
+                    continue
+                if target is not None:
+                    mutated.add(target)
+        elif node.op == "call_function":
+            mutated.update(_written_placeholders(node))
+    return {n for n in mutated if not n.name.startswith("tangents")}
+
+
+def _written_placeholders(node: fx.Node) -> list[fx.Node]:
+    """The placeholders ``node``'s op writes to (its schema's mutable arguments), through views."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    found = []
+    for k, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[k] if k < len(node.args) else node.kwargs.get(arg.name)
+        while isinstance(value, fx.Node) and value.op == "call_function" and _is_view(value.target) and value.args:
+            value = value.args[0]
+        if isinstance(value, fx.Node) and value.op == "placeholder":
+            found.append(value)
+    return found
+
+
 def joint_document(
     joint: fx.GraphModule, num_fwd_outputs: int, *, static_inputs: Iterable[int] | None = None
 ) -> dict:
     """The ``remat.joint`` document of ``joint`` (as ``aot_autograd`` hands it to a
     partitioner). Primals whose positions are in ``static_inputs`` (the partitioner's
     ``static_lifetime_input_indices``: parameters and buffers) are ``param``, the rest ``input``."""
+    _check_joint_arguments(joint, num_fwd_outputs, static_inputs)
     static = set(static_inputs or ())
     graph = joint.graph
+    mutated = _mutated_primals(graph)
     nodes = list(graph.nodes)
     backward: dict[fx.Node, bool] = {}
     primal = 0
@@ -163,6 +212,10 @@ def joint_document(
                 is_param = primal in static
                 primal += 1
                 doc = {"id": node.name, "op": "param" if is_param else "input", "phase": "forward"}
+                if node in mutated:
+                    # remat then never reads it in the backward: what a recompute would read
+                    # from it is kept instead.
+                    doc["flags"] = ["mutated"]
             doc.update(_value_fields(node, val))
             out.append(doc)
             continue
@@ -238,3 +291,20 @@ def joint_document(
         "forward_outputs": fwd,
         "backward_outputs": bwd,
     }
+
+
+def _check_joint_arguments(joint: Any, num_fwd_outputs: Any, static_inputs: Any) -> None:
+    if not isinstance(joint, fx.GraphModule):
+        raise ValueError(f"joint: expected a torch.fx.GraphModule (the joint graph), got {type(joint).__name__}")
+    outputs = next((n for n in joint.graph.nodes if n.op == "output"), None)
+    count = len(outputs.args[0]) if outputs is not None and isinstance(outputs.args[0], (tuple, list)) else 0
+    if isinstance(num_fwd_outputs, bool) or not isinstance(num_fwd_outputs, int) or not 0 <= num_fwd_outputs <= count:
+        raise ValueError(f"num_fwd_outputs={num_fwd_outputs!r}: expected an int from 0 to {count} (the graph's outputs)")
+    if static_inputs is None:
+        return
+    try:
+        indices = list(static_inputs)
+    except TypeError:
+        raise ValueError(f"static_inputs={static_inputs!r}: expected primal positions (ints)") from None
+    if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in indices):
+        raise ValueError(f"static_inputs={static_inputs!r}: expected primal positions (non-negative ints)")

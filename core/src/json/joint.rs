@@ -121,7 +121,7 @@ fn is_zero(x: &u64) -> bool {
 }
 
 /// The flag names, in the order they are written.
-const FLAGS: [&str; 6] = ["view", "random", "compute_intensive", "not_recomputable", "resident", "tangent"];
+const FLAGS: [&str; 7] = ["view", "random", "compute_intensive", "not_recomputable", "resident", "tangent", "mutated"];
 
 /// Ops that are resident without the `resident` flag (as for traced graphs).
 fn resident_op(op: &str) -> bool {
@@ -136,6 +136,7 @@ fn flag_of<'a>(flags: &'a mut Flags, name: &str) -> Option<&'a mut bool> {
         "not_recomputable" => &mut flags.not_recomputable,
         "resident" => &mut flags.resident,
         "tangent" => &mut flags.tangent,
+        "mutated" => &mut flags.mutated,
         _ => return None,
     })
 }
@@ -320,6 +321,11 @@ fn describe<'a>(d: NodeIn<'a>, shapes: &mut ShapeCache) -> Result<Parsed<'a>> {
             "flags \"view\" and \"{other}\" contradict each other: a view is replayed from its base, never kept itself"
         )));
     }
+    if flags.mutated && !flags.resident {
+        return Err(err("flag \"mutated\": only an input or a parameter (a resident forward node) is mutated by the \
+             forward"
+            .into()));
+    }
     if flags.view && d.inputs.is_empty() {
         return Err(err("a view needs an input (its base, inputs[0])".into()));
     }
@@ -423,6 +429,7 @@ impl<'a> Placed<'a, '_> {
             }
             node.inputs.push(input);
         }
+        reads_mutated(before, &mut node)?;
         if let Some(id) = &p.grad_of {
             let g = self.resolve(id, k).map_err(|m| err(&node, format!("field \"grad_of\": {m}")))?;
             if before[g.index()].backward {
@@ -434,6 +441,35 @@ impl<'a> Placed<'a, '_> {
         node.region = p.region.map(|r| self.regions.get(r));
         Ok(node)
     }
+}
+
+/// What reading a mutated input (flag `mutated`) makes of `node`: a view of it is mutated too
+/// (replayed from it); another forward reader is `not_recomputable` (a recompute in the backward
+/// would read the value after the mutation), so it is kept whenever the backward needs it; a
+/// backward reader is refused (it would read the mutated value; PyTorch's eager autograd refuses
+/// the same model).
+fn reads_mutated(before: &[PNode], node: &mut PNode) -> Result<()> {
+    let Some(&m) = node.inputs.iter().find(|&&i| before[i.index()].flags.mutated) else {
+        return Ok(());
+    };
+    if node.backward {
+        let other = before[m.index()].id.in_error();
+        return Err(super::at_named(
+            &node.id,
+            &node.op,
+            node.name(),
+            format!(
+                "reads {other}, which the forward mutates (flag \"mutated\"): the backward would see the value \
+                 after the mutation"
+            ),
+        ));
+    }
+    if node.flags.view {
+        node.flags.mutated |= node.inputs.first() == Some(&m);
+    } else if !node.flags.resident {
+        node.flags.not_recomputable = true;
+    }
+    Ok(())
 }
 
 pub(super) fn to_text(g: &PGraph) -> String {
@@ -448,6 +484,8 @@ pub(super) fn to_text(g: &PGraph) -> String {
         let mut flags = Vec::new();
         let mut f = n.flags;
         f.resident &= !resident_op(&n.op) || n.backward;
+        // A view of a mutated input is mutated by the reader again.
+        f.mutated &= !f.view;
         for name in FLAGS {
             if flag_of(&mut f, name).is_some_and(|b| *b) {
                 flags.push(name);

@@ -292,6 +292,8 @@ fn check_conflicts(g: &PGraph, class: &[Class], kept: &[KeptViews], reads: &[boo
             || matches!(class[i.index()], Class::Forced(r) if r.is_boundary() || r == Reason::Output)
         {
             None
+        } else if let Some(&m) = n.inputs.iter().find(|&&x| n.flags.not_recomputable && g.node(x).flags.mutated) {
+            Some(format!("it reads {}, which the forward mutates: it cannot be recomputed", g.describe(m)))
         } else if n.flags.not_recomputable {
             Some("it is flagged not_recomputable".to_string())
         } else if n.inputs.is_empty() && n.flags.random {

@@ -37,6 +37,11 @@ pub struct Flags {
     /// a node the reader adds as that op's first input, kept whenever the op is replayed and
     /// never recomputed. Documents write it back as the op's `rng_state_bytes`.
     pub rng_state: bool,
+    /// An input or parameter the forward mutates (PyTorch's `copy_` into a primal, BatchNorm's
+    /// running statistics): after the forward it no longer holds the value the forward read, so
+    /// the backward may not read it, directly or through a recompute. The `remat.joint` reader
+    /// marks a view of it too, and flags its other forward readers `not_recomputable`.
+    pub mutated: bool,
 }
 
 /// A node's id as its document wrote it: a non-negative integer or a string. Traced graphs use
@@ -387,6 +392,7 @@ impl PGraph {
                     resident: !backward && n.op.is_resident(),
                     tangent: false,
                     rng_state: false,
+                    mutated: false,
                 },
                 region: n.tag.map(|t| t.region),
                 policy: n.tag.map(|t| t.policy),
