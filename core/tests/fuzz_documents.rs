@@ -217,7 +217,8 @@ fn mutate_value(rng: &mut Rng, doc: &mut Value) {
         }
         // Flags and policies, valid and not.
         7 if n > 0 => {
-            let flags = ["view", "random", "compute_intensive", "not_recomputable", "resident", "tangent", "viewx"];
+            let flags =
+                ["view", "random", "compute_intensive", "not_recomputable", "resident", "tangent", "mutated", "viewx"];
             let policies = [
                 "must_save",
                 "prefer_save",
@@ -363,7 +364,7 @@ fn mutate_gently(rng: &mut Rng, doc: &mut Value) {
     let region = if regions > 0 && rng.chance(2) { rng.below(regions) } else { rng.below(3) };
     let choice = rng.below(5);
     let bytes = *rng.pick(&[0u64, 1, 4, 64, 1000, 4096, 1 << 20]);
-    let flag = *rng.pick(&["random", "compute_intensive", "not_recomputable", "view"]);
+    let flag = *rng.pick(&["random", "compute_intensive", "not_recomputable", "view", "mutated"]);
     let Some(obj) = nodes_mut(doc).and_then(|v| v[k].as_object_mut()) else { return };
     let forward = obj.get("phase").and_then(Value::as_str) != Some("backward");
     match choice {
