@@ -445,10 +445,10 @@ fn global_budgets_bound_the_total_region_budgets_included() {
     assert!(e.contains("the smallest feasible global budget is 100 bytes"), "{e}");
 }
 
-#[test]
 /// Twenty regions of `budget = 0.5` in one graph: under every strategy each keeps at most half
 /// of its own bytes (a limit worked out here, not read from the library), and each value names
 /// its own region's budget as the reason.
+#[test]
 fn twenty_region_budgets_each_hold_and_decide_their_own_values() {
     let mut nodes = vec![r#"{"id": "x", "op": "input", "phase": "forward", "bytes": 4}"#.to_string()];
     let mut regions = Vec::new();
