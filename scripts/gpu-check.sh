@@ -6,7 +6,7 @@
 #       with this script as run.sh, into gpu-bundle/ (ignored by git).
 #
 #   gpu-bundle/run.sh              (on the GPU machine: no Rust, no network, CUDA 13.0 toolkit)
-#       finds the CUDA libraries, runs the GPU tests with REMAT_REQUIRE_CUDA=1 and the benchmark,
+#       finds the CUDA libraries, runs the GPU tests with REMAT_REQUIRE=cuda,nvrtc and the benchmark,
 #       each under a timeout; the whole run stays under 8 minutes (one 7-minute deadline).
 #
 # Exit status: 0 when every test binary passed and the benchmark ran; non-zero otherwise.
@@ -118,7 +118,7 @@ run_bundle() {
     [ -d tests ] || die "no tests/ folder next to run.sh: build the bundle with scripts/gpu-check.sh --build"
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
     find_cuda_libs
-    export REMAT_REQUIRE_CUDA=1 REMAT_REQUIRE_NVRTC=1 RUST_BACKTRACE=1
+    export REMAT_REQUIRE=cuda,nvrtc RUST_BACKTRACE=1
     # One deadline for everything (7 min, kills included, so the run stays under 8): each test
     # binary gets at most 150 s and leaves the benchmark at least 120 s; the benchmark gets
     # what is left, at most 240 s.

@@ -20,9 +20,3 @@ pub fn torch_python(root: &Path, modules: &str) -> Result<PathBuf, String> {
     }
     Ok(python)
 }
-
-/// Whether a missing PyTorch fails rather than skips (`REMAT_REQUIRE_TORCH=1`, set by `.ci/run`).
-#[allow(dead_code)]
-pub fn required() -> bool {
-    std::env::var("REMAT_REQUIRE_TORCH").is_ok_and(|v| v == "1")
-}

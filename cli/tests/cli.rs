@@ -331,6 +331,8 @@ fn a_reader_that_stops_early_is_no_failure() {
 
 #[path = "../../benches/common/deep_mlp_joint.rs"]
 mod deep_mlp_joint;
+#[path = "../../benches/common/require.rs"]
+mod require;
 #[path = "../../benches/common/torch_python.rs"]
 mod torch_python;
 
@@ -338,14 +340,13 @@ mod torch_python;
 /// run as remat's (`python/bench/deep_mlp_partition.py`), on a 2-layer model: it exports the
 /// joint graph PyTorch partitioned, which has the nodes of the benchmark's own document of that
 /// depth, times PyTorch's partition step on it, and `remat partition` reads and partitions it
-/// (the script fails where remat does). Skipped without PyTorch, unless `REMAT_REQUIRE_TORCH=1`.
+/// (the script fails where remat does). Skipped without PyTorch, unless `REMAT_REQUIRE` names `torch`.
 #[test]
 fn the_benchmarks_pytorch_script_times_both_partitioners_on_one_graph() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = match torch_python::torch_python(&root, "torch") {
         Ok(p) => p,
-        Err(why) if torch_python::required() => panic!("REMAT_REQUIRE_TORCH=1 but {why}"),
-        Err(why) => return println!("skipped: {why} (set REMAT_TORCH_PYTHON, or run .ci/run's set-up)"),
+        Err(why) => return require::skip("torch", format!("{why} (set REMAT_TORCH_PYTHON, or run .ci/run's set-up)")),
     };
     let bench_doc = scratch("deep_mlp_2.joint.json", &deep_mlp_joint::deep_mlp_joint(2));
     let o = Command::new(python)

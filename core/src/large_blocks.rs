@@ -303,7 +303,12 @@ mod imp {
 }
 
 #[cfg(test)]
+#[path = "../../benches/common/require.rs"]
+mod require;
+
+#[cfg(test)]
 mod tests {
+    use super::require;
     use super::*;
 
     #[test]
@@ -378,8 +383,7 @@ mod tests {
     #[test]
     fn only_the_huge_page_allocator_advises_huge_pages() {
         if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
-            println!("skipped: this kernel has no transparent huge pages");
-            return;
+            return require::skip("thp", "this kernel has no transparent huge pages");
         }
         assert!(advised(HugePageAlloc), "no huge-page advice on a large block of HugePageAlloc");
         assert!(!advised(LargeBlockAlloc), "huge-page advice on a large block of LargeBlockAlloc");
@@ -499,8 +503,10 @@ mod tests {
         let done = thread.join().unwrap();
         assert!(v.iter().enumerate().all(|(k, &x)| x == (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         if !done {
-            println!("skipped: this kernel cannot back pages without writing them (MADV_POPULATE_WRITE)");
-            return;
+            return require::skip(
+                "populate",
+                "this kernel cannot back pages without writing them (MADV_POPULATE_WRITE)",
+            );
         }
         let (room, before) = (v.capacity() - v.len(), faults());
         v.resize(v.capacity(), 7);

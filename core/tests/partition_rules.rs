@@ -445,8 +445,11 @@ fn global_budgets_bound_the_total_region_budgets_included() {
     assert!(e.contains("the smallest feasible global budget is 100 bytes"), "{e}");
 }
 
+/// Twenty regions of `budget = 0.5` in one graph: under every strategy each keeps at most half
+/// of its own bytes (a limit worked out here, not read from the library), and each value names
+/// its own region's budget as the reason.
 #[test]
-fn twenty_region_budgets_share_one_bounded_search() {
+fn twenty_region_budgets_each_hold_and_decide_their_own_values() {
     let mut nodes = vec![r#"{"id": "x", "op": "input", "phase": "forward", "bytes": 4}"#.to_string()];
     let mut regions = Vec::new();
     let mut reads = Vec::new();
@@ -474,10 +477,31 @@ fn twenty_region_budgets_share_one_bounded_search() {
         nodes.join(",\n")
     );
     let g = remat_core::json::read_joint(&text).unwrap();
+    // Each region's limit, from the bytes written above: half of its six values' 10 + .. + 15.
+    let limit = (10..16).sum::<u64>() / 2;
     let start = std::time::Instant::now();
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
         let p = partition(&g, strategy).unwrap();
         check(&g, &p).unwrap();
+        let mut kept = [0u64; 20];
+        for i in 0..g.len() {
+            let node = g.node(NodeId::new(i as u32));
+            if let (Some(r), true) = (node.region, p.saved[i] && !p.offloaded[i]) {
+                kept[r.index()] += node.bytes;
+            }
+        }
+        for (r, &bytes) in kept.iter().enumerate() {
+            assert!(bytes <= limit, "{strategy}: region f{r} keeps {bytes} bytes, over its limit of {limit}");
+        }
+        // Every one of the 120 values is decided by its own region's budget.
+        let mut by_budget = 0;
+        for d in &p.decisions {
+            if let remat_core::partition::Reason::RegionBudget(r) = d.reason {
+                assert_eq!(g.node(d.node).region, Some(r), "{strategy}");
+                by_budget += 1;
+            }
+        }
+        assert_eq!(by_budget, 120, "{strategy}: values decided by their region's budget");
     }
     println!("20 region budgets, 3 strategies: {:?}", start.elapsed());
 }

@@ -6,7 +6,7 @@
 //! GEMMs alone.
 //!
 //! `cargo run --release -p remat-cuda --example gpu_bench [-- --quick]`. Without a GPU it prints
-//! why and exits 0 (exit 2 when `REMAT_REQUIRE_CUDA=1`).
+//! why and exits 0 (exit 2 when `REMAT_REQUIRE` names `cuda`).
 //!
 //! `--demand` prints, without a GPU, what each policy's step asks of the device (GEMM FLOPs and
 //! the bytes every other op moves) and its predicted device and host peaks, computed from its plan.
@@ -22,6 +22,9 @@ use remat_core::{
 };
 use remat_cuda::{CudaBackend, CudaBuffer};
 use std::time::Instant;
+
+#[path = "../../benches/common/require.rs"]
+mod require;
 
 static RECOMPUTE_ALL: RegionSpec = RegionSpec::new("block_part", PolicyTable::RECOMPUTE_ALL);
 static SAVE_MATMULS: RegionSpec = RegionSpec::new(
@@ -318,7 +321,7 @@ fn main() {
         Ok(g) => g,
         Err(e) => {
             println!("skipped: {e}");
-            if std::env::var("REMAT_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+            if require::required("cuda") {
                 std::process::exit(2);
             }
             return;

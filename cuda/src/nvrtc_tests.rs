@@ -2,24 +2,32 @@
 //! H200 loads (sm_90, through ptxas, which also checks registers and shared memory). No GPU needed.
 //!
 //! NVRTC comes from the `nvidia-cuda-nvrtc` pip package that `.ci/run` installs into `.nvrtc/`
-//! and puts on `LD_LIBRARY_PATH`. Without it the test fails when `CI=true` and skips (printing
-//! why) elsewhere.
+//! and puts on `LD_LIBRARY_PATH`. Without it the tests fail when `CI=true` or `REMAT_REQUIRE`
+//! names `nvrtc`, and skip (printing why) elsewhere.
+
+#[path = "../../benches/common/require.rs"]
+mod require;
 
 use crate::compile::{compile, nvrtc_version, Target};
+
+/// Whether NVRTC loads; where not, skipped (or failed, see above).
+fn nvrtc() -> Option<(i32, i32)> {
+    match nvrtc_version() {
+        Ok(v) => Some(v),
+        Err(reason) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("NVRTC is required here (CI=true): {reason}")
+        }
+        Err(reason) => {
+            require::skip("nvrtc", reason);
+            None
+        }
+    }
+}
 use crate::kernels::{Source, SOURCES};
 
 #[test]
 fn every_kernel_source_compiles_for_sm80_and_sm90() {
-    let version = match nvrtc_version() {
-        Ok(v) => v,
-        Err(reason) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") || std::env::var("REMAT_REQUIRE_NVRTC").is_ok() {
-                panic!("NVRTC is required here (CI=true): {reason}");
-            }
-            println!("skipped: {reason}");
-            return;
-        }
-    };
+    let Some(version) = nvrtc() else { return };
     println!("NVRTC {}.{}", version.0, version.1);
     let mut failures = Vec::new();
     for source in SOURCES {
@@ -42,8 +50,7 @@ fn every_kernel_source_compiles_for_sm80_and_sm90() {
 
 #[test]
 fn compile_errors_carry_the_nvrtc_log() {
-    if nvrtc_version().is_err() {
-        println!("skipped: NVRTC not available");
+    if nvrtc().is_none() {
         return;
     }
     let bad = Source { name: "bad.cu", text: "extern \"C\" __global__ void k() { undeclared_thing(); }" };
@@ -53,8 +60,7 @@ fn compile_errors_carry_the_nvrtc_log() {
 
 #[test]
 fn cubins_for_sm90_and_expected_entries() {
-    if nvrtc_version().is_err() {
-        println!("skipped: NVRTC not available");
+    if nvrtc().is_none() {
         return;
     }
     let ptx = compile(&SOURCES[0], Target::Ptx(90)).unwrap();

@@ -2,7 +2,7 @@
 //! training steps, strategies and memory accounting.
 //!
 //! Without a usable GPU every test prints `skipped: <reason>` and passes, unless
-//! `REMAT_REQUIRE_CUDA=1`, which turns a missing GPU into a failure.
+//! `REMAT_REQUIRE` names `cuda`, which turns a missing GPU into a failure.
 //!
 //! Tolerances (|gpu − cpu| ≤ atol + rtol·|cpu|): f32 rtol 1e-5 / atol 1e-6 (1e-4 rel for
 //! reductions over long rows, matmuls and whole steps, where summation order differs); f64
@@ -17,13 +17,14 @@ use remat_core::{
 };
 use remat_cuda::CudaBackend;
 
+#[path = "../../benches/common/require.rs"]
+mod require;
+
 fn gpu() -> Option<CudaBackend> {
-    let required = std::env::var("REMAT_REQUIRE_CUDA").is_ok_and(|v| v == "1");
     match CudaBackend::new(0) {
         Ok(g) => Some(g),
-        Err(e) if required => panic!("REMAT_REQUIRE_CUDA=1 but the GPU is unusable: {e}"),
         Err(e) => {
-            println!("skipped: {e}");
+            require::skip("cuda", format!("the GPU is unusable: {e}"));
             None
         }
     }
@@ -380,7 +381,7 @@ fn without_a_gpu_new_is_an_error_that_says_why() {
     if let Some(reason) = CudaBackend::unavailable_reason() {
         let err = CudaBackend::new(0).unwrap_err().to_string();
         assert!(err.contains("cuda:0") && err.contains(&reason), "{err}");
-        println!("skipped (no GPU): {reason}");
+        require::skip("cuda", format!("no GPU: {reason}"));
     } else {
         assert!(CudaBackend::new(0).is_ok());
     }

@@ -2,6 +2,9 @@
 //! one-rank job's collectives are the identity.
 #![cfg(feature = "nccl")]
 
+#[path = "../../benches/common/require.rs"]
+mod require;
+
 use remat_cuda::Nccl;
 use remat_dist::{Collective, Local};
 
@@ -21,7 +24,7 @@ fn nccl_starts_or_names_what_is_missing() {
                 text.contains("NCCL (libnccl.so.2) was not found") || text.contains("CUDA driver"),
                 "unexpected error: {text}"
             );
-            println!("skipped (no GPU job here): {text}");
+            require::skip("nccl", format!("no GPU job here: {text}"));
         }
     }
 }

@@ -1,18 +1,21 @@
 //! The multi-process checks, as a user starts a job: `mpirun -np 2 remat-dist-check <scenario>`
 //! (`src/bin/check.rs` holds the assertions each rank makes). Without `mpirun` on the PATH the
-//! tests print why and pass, unless `REMAT_REQUIRE_MPI=1` (set by `.ci/run`, which installs
-//! Open MPI) makes that a failure.
+//! tests print why and pass, unless `REMAT_REQUIRE` names `mpi` (`.ci/run`, which installs
+//! Open MPI, sets it) and makes that a failure.
+
+#[path = "../../benches/common/require.rs"]
+mod require;
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 fn mpirun() -> Option<&'static str> {
     let found = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !found && std::env::var("REMAT_REQUIRE_MPI").is_ok_and(|v| v == "1") {
-        panic!("REMAT_REQUIRE_MPI=1 but `mpirun` is not on the PATH (apt-get install openmpi-bin libopenmpi-dev)");
-    }
     if !found {
-        println!("skipped: no `mpirun` on the PATH (install Open MPI, or run .ci/run's set-up)");
+        require::skip(
+            "mpi",
+            "no `mpirun` on the PATH (apt-get install openmpi-bin libopenmpi-dev, or run .ci/run's set-up)",
+        );
     }
     found.then_some("mpirun")
 }

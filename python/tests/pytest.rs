@@ -4,9 +4,11 @@
 //!
 //! The Python is `REMAT_TORCH_PYTHON`, else `.venv-torch/bin/python` at the workspace root
 //! (what `.ci/run` installs: PyTorch 2.15 and pytest). Without one that imports torch and
-//! pytest the test prints why and passes, unless `REMAT_REQUIRE_TORCH=1` (set by `.ci/run`),
-//! which makes that a failure.
+//! pytest the test prints why and passes, unless `REMAT_REQUIRE` names `torch` (`.ci/run` sets
+//! it), which makes that a failure.
 
+#[path = "../../benches/common/require.rs"]
+mod require;
 #[path = "../../benches/common/torch_python.rs"]
 mod torch_python;
 
@@ -36,12 +38,8 @@ fn extension() -> PathBuf {
 fn python_package_tests() {
     let python = match python() {
         Ok(p) => p,
-        Err(why) if torch_python::required() => {
-            panic!("REMAT_REQUIRE_TORCH=1 but {why}")
-        }
         Err(why) => {
-            println!("skipped: {why} (set REMAT_TORCH_PYTHON, or run .ci/run's set-up)");
-            return;
+            return require::skip("torch", format!("{why} (set REMAT_TORCH_PYTHON, or run .ci/run's set-up)"));
         }
     };
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
