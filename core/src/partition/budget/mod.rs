@@ -10,14 +10,20 @@
 //! no budget trades, left out of both sides).
 //!
 //! Small problems (up to 20 candidates, bounded work) are solved exactly, minimising FLOPs and
-//! then bytes; problems up to [`PROGRAM_NODES`] values by the exact 0-1 program. Larger ones
-//! follow an eviction path fixed in advance — from keeping every candidate to keeping none,
-//! cheapest recompute per byte first, evicting only values that count against a limit still
-//! exceeded — and take its first point within every limit; under a global budget they also weigh
-//! the min-cut's plan and the lower bound's first Lagrangian cut, repaired to fit
-//! ([`repair`]), and take the cheapest. Each of those is the first point within the limits
+//! then bytes; problems up to [`PROGRAM_NODES`](search::PROGRAM_NODES) values by the exact 0-1
+//! program. Larger ones follow an eviction path fixed in advance — from keeping every candidate
+//! to keeping none, cheapest recompute per byte first, evicting only values that count against
+//! a limit still exceeded — and take its first point within every limit; under a global budget
+//! they also weigh the min-cut's plan and the lower bound's first Lagrangian cut, repaired to
+//! fit ([`repair`]), and take the cheapest. Each of those is the first point within the limits
 //! along a path that does not depend on them, so the saved bytes never rise when the global
 //! limit shrinks.
+//!
+//! One job per file: this one holds the entry points ([`solve`], [`refine`]) and what they
+//! return; [`offload`] what the search knows of offloading; [`problem`] the problem, its limits
+//! and the evaluation of a plan; [`search`] which search decides and the choice among plans;
+//! [`enumerate`], `milp`, [`path`] the three searches; [`bound`] the lower bound that grades the
+//! path and [`repair`] its first cut made to fit; [`facts`] the node facts they read.
 
 mod bound;
 mod enumerate;

@@ -58,29 +58,76 @@ impl Problem<'_> {
     /// The eviction path, evaluated incrementally: evicting a value can only add to what the
     /// backward reaches, so each node is reached once over the whole path.
     pub(super) fn solve_path(&self) -> Found {
-        let g = self.g;
-        let off = self.off;
-        // Each value is evicted the cheaper way: offloaded when allowed and its exposed time is
-        // below its recompute time (outside `BudgetOffload`, FLOPs alone rank recomputes).
-        let facts = &self.facts;
-        let recompute_s = |i: NodeId| facts.flops(i.index()) as f64 * off.s_per_flop;
-        let mut forced_optional = vec![false; g.len()];
+        let offload_first = self.offload_first();
+        let order = self.eviction_order(&offload_first);
+        let mut at_hand = self.base.clone();
+        for &c in order {
+            at_hand[c.index()] = true;
+        }
+        let mut walk = Walk {
+            plan: Placement { at_hand, offloaded: self.off.fixed.clone() },
+            reached: vec![false; self.g.len()],
+            bytes: vec![0; self.limits.len()],
+            stack: Vec::new(),
+        };
+        self.eval_into(&walk.plan.at_hand, &walk.plan.offloaded, &mut walk.reached, &mut walk.bytes);
+        let mut least = Infeasible { least: vec![u64::MAX; self.limits.len()], least_global_within_regions: None };
+        self.note(&walk.bytes, &mut least);
+        for &v in order {
+            if self.fits(&walk.bytes) {
+                return Ok(walk.plan);
+            }
+            let helps = self.limits_of(v.index()).iter().any(|&k| walk.bytes[k as usize] > self.limits[k as usize]);
+            if !helps || walk.plan.offloaded[v.index()] {
+                continue;
+            }
+            if offload_first(v) {
+                walk.offload(self, v);
+            } else {
+                walk.recompute(self, v);
+            }
+            self.note(&walk.bytes, &mut least);
+        }
+        if self.fits(&walk.bytes) {
+            Ok(walk.plan)
+        } else {
+            Err(least)
+        }
+    }
+
+    /// Whether the path evicts a value by offloading it: each value is evicted the cheaper way,
+    /// offloaded when allowed and its exposed time is below its recompute time (a forced value
+    /// the solver may offload, always).
+    fn offload_first(&self) -> impl Fn(NodeId) -> bool + '_ {
+        let mut forced_optional = vec![false; self.g.len()];
         for &o in &self.optional {
             forced_optional[o.index()] = true;
         }
-        let offload_first = |i: NodeId| {
-            off.optional[i.index()] && (forced_optional[i.index()] || off.exposed[i.index()] <= recompute_s(i))
-        };
-        let order = self.eviction_order.get_or_init(|| {
-            // Cheapest eviction per byte first; later nodes first among equals (a total order:
-            // no two entries are the same node). The keys are computed once, not per comparison.
+        move |i: NodeId| {
+            self.off.optional[i.index()]
+                && (forced_optional[i.index()] || self.off.exposed[i.index()] <= self.recompute_s(i))
+        }
+    }
+
+    /// Seconds to recompute `i` alone.
+    fn recompute_s(&self, i: NodeId) -> f64 {
+        self.facts.flops(i.index()) as f64 * self.off.s_per_flop
+    }
+
+    /// The order the path evicts candidates and optional offloads in, sorted on first use:
+    /// cheapest eviction per byte first (outside `BudgetOffload`, FLOPs alone rank recomputes);
+    /// later nodes first among equals (a total order: no two entries are the same node).
+    fn eviction_order(&self, offload_first: &impl Fn(NodeId) -> bool) -> &[NodeId] {
+        let (off, facts) = (self.off, &self.facts);
+        self.eviction_order.get_or_init(|| {
+            // The keys are computed once, not per comparison.
             let cost = |i: NodeId| {
                 let c = if !off.choose {
                     facts.flops(i.index()) as f64
                 } else if offload_first(i) {
                     off.exposed[i.index()]
                 } else {
-                    recompute_s(i)
+                    self.recompute_s(i)
                 };
                 c / facts.bytes(i.index()).max(1) as f64
             };
@@ -88,64 +135,58 @@ impl Problem<'_> {
                 self.candidates.iter().chain(&self.optional).map(|&i| (cost(i), i)).collect();
             keyed.sort_unstable_by(|(ka, a), (kb, b)| ka.total_cmp(kb).then(b.cmp(a)));
             keyed.into_iter().map(|(_, i)| i).collect()
-        });
-        let mut at_hand = self.base.clone();
-        let mut offloaded = off.fixed.clone();
-        for &c in order {
-            at_hand[c.index()] = true;
-        }
-        let mut reached = vec![false; g.len()];
-        let mut bytes = vec![0; self.limits.len()];
-        self.eval_into(&at_hand, &offloaded, &mut reached, &mut bytes);
-        let mut least = Infeasible { least: vec![u64::MAX; self.limits.len()], least_global_within_regions: None };
-        self.note(&bytes, &mut least);
-        let mut stack = Vec::new();
-        for &v in order {
-            if self.fits(&bytes) {
-                return Ok(Placement { at_hand, offloaded });
+        })
+    }
+}
+
+/// The eviction path's point: the plan so far, what the backward reaches under it, and the
+/// device bytes counted against each limit (always those of `plan` over `reached`).
+struct Walk {
+    plan: Placement,
+    /// Per node, whether the backward reaches it under `plan` (only grows along the path).
+    reached: Vec<bool>,
+    /// Device bytes counted against each limit.
+    bytes: Vec<u64>,
+    /// Scratch: the nodes still to reach after a recompute.
+    stack: Vec<NodeId>,
+}
+
+impl Walk {
+    /// Moves `v` (kept) to host memory: its bytes leave the device.
+    fn offload(&mut self, p: &Problem<'_>, v: NodeId) {
+        self.plan.offloaded[v.index()] = true;
+        if self.reached[v.index()] {
+            for &k in p.limits_of(v.index()) {
+                self.bytes[k as usize] -= p.facts.bytes(v.index());
             }
-            let helps = self.limits_of(v.index()).iter().any(|&k| bytes[k as usize] > self.limits[k as usize]);
-            if !helps || offloaded[v.index()] {
+        }
+    }
+
+    /// Recomputes `v` instead of keeping it: its bytes leave the device and its inputs are
+    /// reached, with whatever they reach in turn.
+    fn recompute(&mut self, p: &Problem<'_>, v: NodeId) {
+        let (at_hand, offloaded, reached) = (&mut self.plan.at_hand, &self.plan.offloaded, &mut self.reached);
+        at_hand[v.index()] = false;
+        if reached[v.index()] {
+            for &k in p.limits_of(v.index()) {
+                self.bytes[k as usize] -= p.facts.bytes(v.index());
+            }
+            self.stack.extend_from_slice(p.facts.inputs(v.index()));
+        }
+        while let Some(u) = self.stack.pop() {
+            if reached[u.index()] {
                 continue;
             }
-            if offload_first(v) {
-                offloaded[v.index()] = true;
-                if reached[v.index()] {
-                    for &k in self.limits_of(v.index()) {
-                        bytes[k as usize] -= facts.bytes(v.index());
-                    }
+            reached[u.index()] = true;
+            if at_hand[u.index()] && offloaded[u.index()] {
+                // In host memory: no device bytes.
+            } else if at_hand[u.index()] {
+                for &k in p.limits_of(u.index()) {
+                    self.bytes[k as usize] += p.facts.bytes(u.index());
                 }
-                self.note(&bytes, &mut least);
-                continue;
+            } else {
+                self.stack.extend_from_slice(p.facts.inputs(u.index()));
             }
-            at_hand[v.index()] = false;
-            if reached[v.index()] {
-                for &k in self.limits_of(v.index()) {
-                    bytes[k as usize] -= facts.bytes(v.index());
-                }
-                stack.extend_from_slice(facts.inputs(v.index()));
-            }
-            while let Some(u) = stack.pop() {
-                if reached[u.index()] {
-                    continue;
-                }
-                reached[u.index()] = true;
-                if at_hand[u.index()] && offloaded[u.index()] {
-                    // In host memory: no device bytes.
-                } else if at_hand[u.index()] {
-                    for &k in self.limits_of(u.index()) {
-                        bytes[k as usize] += facts.bytes(u.index());
-                    }
-                } else {
-                    stack.extend_from_slice(facts.inputs(u.index()));
-                }
-            }
-            self.note(&bytes, &mut least);
-        }
-        if self.fits(&bytes) {
-            Ok(Placement { at_hand, offloaded })
-        } else {
-            Err(least)
         }
     }
 }

@@ -239,9 +239,6 @@ impl<'a> Problem<'a> {
         vars
     }
 
-    /// The plan of least cost within every limit: every combination for a few candidates, the
-    /// exact 0-1 program up to [`PROGRAM_NODES`], the eviction path past it (or where the
-    /// program fails); with a proven lower bound on the cost where the plan is not proven
     /// The cost of an evaluation: FLOPs outside `BudgetOffload`; recompute plus exposed seconds in it.
     pub(super) fn cost(&self, flops: u64, exposed: f64) -> Cost {
         if self.off.choose {

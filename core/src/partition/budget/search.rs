@@ -19,7 +19,7 @@ const EXACT_CANDIDATES: usize = 12;
 const EXACT_WORK: u64 = 1 << 22;
 /// The 0-1 program is solved for up to this many values the backward may reach; past it, the
 /// eviction path, with the bound it proves.
-const PROGRAM_NODES: usize = 200_000;
+pub(super) const PROGRAM_NODES: usize = 200_000;
 /// Seconds the 0-1 program may run; past them its best plan stands, with its proven bound.
 #[cfg_attr(not(feature = "exact"), allow(dead_code))]
 const PROGRAM_SECONDS: f64 = 60.0;
@@ -130,6 +130,17 @@ impl<'a> Problem<'a> {
         if !grade {
             return self.solve_heuristic().map(Graded::optimal);
         }
+        self.path_graded(started, prove_in)
+    }
+
+    /// The eviction path's plan (or the min-cut's, or the bound's repaired first cut, whichever
+    /// costs least) graded by the lower bound; `started` and `prove_in` as for
+    /// [`Problem::solve_graded`].
+    fn path_graded<'s>(
+        &self,
+        started: Option<Bound>,
+        prove_in: Option<(&'s Scope<'s, 'a>, Arc<Problem<'a>>)>,
+    ) -> std::result::Result<Graded<'s>, Infeasible> {
         // The bound's first cut needs no limit, and its plan (within every rule but the limits)
         // is the third the plan is chosen from on plain budgets: the cut is taken beside the path
         // and the min-cut, then the bound goes on beside that plan's repair. Where the cut was
