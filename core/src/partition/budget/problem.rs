@@ -38,12 +38,18 @@ impl Solved {
 }
 
 /// A budget problem: which candidates to keep, the rest of `base` fixed, within every limit.
+/// `limits` and `scopes` have one entry each per limit, the global one first where there is
+/// one; the per-node tables cover every node of `g`.
 pub(super) struct Problem<'a> {
+    /// The partition graph.
     pub(super) g: &'a PGraph,
+    /// Per node, whether it is at hand where the search does not decide it.
     pub(super) base: Vec<bool>,
+    /// The values the search decides (soft ones the backward may reach), in node order.
     pub(super) candidates: Vec<NodeId>,
     /// Kept values the solver may offload that are not candidates (forced ones).
     pub(super) optional: Vec<NodeId>,
+    /// What the search knows of offloading.
     pub(super) off: &'a Offload,
     /// Limits: the global one first when there is one, then one per budgeted region.
     pub(super) limits: Vec<u64>,
@@ -75,8 +81,11 @@ pub(super) struct Problem<'a> {
 /// The min-cut's choice ([`Problem::hint_min_cut`]), evaluated with the tagged offloads (which
 /// no limit changes: one evaluation serves every solve of the problem).
 pub(super) struct Hint {
+    /// Per node, whether the min-cut keeps it at hand (candidates; `base` elsewhere).
     pub(super) at_hand: Vec<bool>,
+    /// Recompute FLOPs of the choice.
     pub(super) flops: u64,
+    /// Exposed transfer seconds of the tagged offloads.
     pub(super) exposed: f64,
     /// Device bytes counted against each limit.
     pub(super) bytes: Vec<u64>,
@@ -299,15 +308,20 @@ impl<'a> Problem<'a> {
 /// A decision variable's choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Choice {
+    /// Not at hand: recomputed where the backward needs it.
     Recompute,
+    /// At hand on the device.
     Save,
+    /// At hand in host memory.
     Offload,
 }
 
 /// The search's cost: FLOPs (plain budgets) or seconds (`BudgetOffload`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Cost {
+    /// Recompute FLOPs.
     Flops(u64),
+    /// Recompute plus exposed transfer seconds.
     Time(f64),
 }
 

@@ -269,7 +269,10 @@ pub(in crate::partition) fn with_search<T>(search: Search, f: impl FnOnce() -> T
 /// path graded by a lower bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Method {
+    /// Every combination ([`Problem::solve_exact`]).
     Enumerate,
+    /// The exact 0-1 program (`milp`), the path where it fails.
     Program,
+    /// The eviction path ([`Problem::solve_path`]), graded by the lower bound.
     Path,
 }
