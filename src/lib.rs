@@ -26,6 +26,7 @@ pub use remat_core::{Graph, JointGraph, Node, NodeId, Region, RegionId, SrcLoc, 
 // Planning.
 pub use remat_core::{
     Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Schedulable, Step, Strategy,
+    TransferWindow,
 };
 // Running and training.
 pub use remat_core::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR, THREADS_VAR, WARNINGS_VAR};

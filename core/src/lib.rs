@@ -60,7 +60,7 @@ pub use op::{
 };
 pub use optim::{AdamW, Optimizer, Sgd};
 pub use partition::{Action, Budget, CostModel, Decision, OffloadReason, Partition, Reason, Strategy};
-pub use plan::{Plan, Schedulable, Step};
+pub use plan::{Plan, Schedulable, Step, TransferWindow};
 pub use policy::{Policy, PolicySource};
 pub use region::{enter_region, enter_region_with, PolicyTable, RegionGuard, RegionPolicy, RegionSpec};
 pub use remat_catalog::PolicyError;

@@ -9,6 +9,7 @@ use remat_core::report::Report;
 use remat_core::zoo::{self, BlockParams, GptConfig, Part};
 use remat_core::{
     Budget, CpuBackend, DType, Error, Graph, JointGraph, Model, OpKind, Plan, Policy, Step, Strategy, Tensor,
+    TransferWindow,
 };
 
 static SAVE_ALL: RegionSpec = RegionSpec::new("part", PolicyTable::SAVE_ALL);
@@ -73,7 +74,7 @@ fn offload_keeps_gradients_bitwise_and_peaks_exact() {
             assert_eq!(plan.forward().iter().filter(|s| **s == Step::Offload(v)).count(), 1);
             assert_eq!(plan.backward().iter().filter(|s| **s == Step::Fetch(v)).count(), 1);
         }
-        for (v, out, fetch, first) in plan.transfer_windows(model.joint()) {
+        for TransferWindow { value: v, offload: out, fetch, first_use: first } in plan.transfer_windows(model.joint()) {
             assert_eq!(plan.forward()[out], Step::Offload(v));
             assert_eq!(plan.backward()[fetch], Step::Fetch(v));
             assert!(fetch < first, "{what}: {v} fetched at {fetch}, first used at {first}");

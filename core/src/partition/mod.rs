@@ -131,7 +131,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // A budget's bound may still be proven on a thread of this scope while the partition is
     // finished.
     std::thread::scope(|scope| {
-        let (mut at_hand, mut chosen, off, grade) = match strategy {
+        let budget::Solution { mut at_hand, mut chosen, offloaded: off, grade } = match strategy {
             Strategy::Respect => budget::solve(scope, g, &class, &reads, respect.clone(), &respect, None, &ctx)?,
             Strategy::MinCut => {
                 let (at_hand, chosen) = mincut::solve(g, &class, &reads);

@@ -69,6 +69,21 @@ pub struct Plan {
     predicted_host_peak: usize,
 }
 
+/// An offloaded value's transfer window in a [`Plan`] ([`Plan::transfer_windows`]): the step
+/// of its `Offload` in the forward program, and those of its `Fetch` and of its first use in the
+/// backward program. `fetch <= first_use` (`first_use == fetch` where no backward step reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransferWindow {
+    /// The offloaded value.
+    pub value: NodeId,
+    /// Index of its `Step::Offload` in the forward program.
+    pub offload: usize,
+    /// Index of its `Step::Fetch` in the backward program.
+    pub fetch: usize,
+    /// Index of the first backward step at or after the fetch that reads it.
+    pub first_use: usize,
+}
+
 impl Plan {
     /// Plans `joint` keeping the forward values with `saved[id] == true` for the backward.
     ///
@@ -279,11 +294,11 @@ impl Plan {
         self.predicted_host_peak
     }
 
-    /// For each offloaded value: (value, index of its `Offload` in the forward program, index of
-    /// its `Fetch` and of its first use in the backward program) — its transfer windows.
+    /// For each offloaded value, its [`TransferWindow`]: where it leaves the device in the
+    /// forward program, and where it is fetched and first used in the backward program.
     /// `graph` is the graph the plan was made for (or its partition graph, or the joint graph
     /// of that).
-    pub fn transfer_windows(&self, graph: &(impl Schedulable + ?Sized)) -> Vec<(NodeId, usize, usize, usize)> {
+    pub fn transfer_windows(&self, graph: &(impl Schedulable + ?Sized)) -> Vec<TransferWindow> {
         self.offloaded
             .iter()
             .map(|&v| {
@@ -294,7 +309,7 @@ impl Plan {
                     _ => false,
                 };
                 let first = self.backward.iter().skip(fetch).position(reads).map_or(fetch, |k| fetch + k);
-                (v, out, fetch, first)
+                TransferWindow { value: v, offload: out, fetch, first_use: first }
             })
             .collect()
     }

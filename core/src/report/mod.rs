@@ -25,6 +25,7 @@ pub use json::JsonDraft;
 
 use crate::graph::NodeId;
 use crate::partition::{counts_bytes, Decision, PGraph, Partition, Reason};
+use crate::plan::TransferWindow;
 use crate::policy::Policy;
 
 /// A partition of a joint graph, ready to print.
@@ -36,7 +37,7 @@ pub struct Report<'a> {
     measured_peak: Option<u64>,
     planned_host_peak: Option<u64>,
     measured_host_peak: Option<u64>,
-    windows: Option<&'a [(NodeId, usize, usize, usize)]>,
+    windows: Option<&'a [TransferWindow]>,
     heading: Option<(&'a str, &'a str)>,
 }
 
@@ -81,7 +82,7 @@ impl<'a> Report<'a> {
 
     /// Adds each offloaded value's transfer window ([`crate::Plan::transfer_windows`]): the
     /// forward step that copies it out, and the backward steps that fetch it and first use it.
-    pub fn with_transfer_windows(mut self, windows: &'a [(NodeId, usize, usize, usize)]) -> Self {
+    pub fn with_transfer_windows(mut self, windows: &'a [TransferWindow]) -> Self {
         self.windows = Some(windows);
         self
     }
@@ -145,7 +146,8 @@ impl<'a> Report<'a> {
         if let Some(d) = self.decision(i) {
             why += &format!("; kept because: {}", self.why(d));
         }
-        if let Some(&(_, out, fetch, first)) = self.windows.and_then(|w| w.iter().find(|w| w.0 == i)) {
+        if let Some(w) = self.windows.and_then(|w| w.iter().find(|w| w.value == i)) {
+            let (out, fetch, first) = (w.offload, w.fetch, w.first_use);
             why += &format!("; out at forward step {out}, fetched at backward step {fetch}, first used at {first}");
         }
         why

@@ -12,7 +12,7 @@
 //! in FLOPs (exposed seconds as the FLOPs they compute) and scaled to integers; capacities that
 //! would overflow are cut to the largest integer, which also only lowers the bound.
 
-use super::Problem;
+use super::problem::Problem;
 use crate::partition::maxflow::{Capacity, FlowNetwork};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

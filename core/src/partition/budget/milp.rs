@@ -17,7 +17,7 @@
 //! zero gap, so the answer is optimal under the cost model, and saved bytes never rise when the
 //! global limit shrinks.
 
-use super::{Cost, Problem};
+use super::problem::{Cost, Placement, Problem, Solved};
 use highs::{HighsModelStatus, RowProblem, Sense};
 
 /// A 0/1 quantity of the program: a constant or a binary column.
@@ -87,14 +87,6 @@ impl Skip {
             Skip::All => false,
         }
     }
-}
-
-/// What a solve found: the plan, and a proven lower bound on its cost where it stopped short of
-/// optimality (a time limit).
-pub(super) struct Found {
-    pub at_hand: Vec<bool>,
-    pub offloaded: Vec<bool>,
-    pub bound: Option<f64>,
 }
 
 /// Why a program gave no plan.
@@ -176,7 +168,10 @@ impl Program {
         for &i in &p.order {
             let counts = match k {
                 Some(k) => p.limits_of(i).contains(&k),
-                None => !p.limits_of(i).is_empty() || super::counts_bytes(p.g, crate::graph::NodeId::from_index(i)),
+                None => {
+                    !p.limits_of(i).is_empty()
+                        || crate::partition::classify::counts_bytes(p.g, crate::graph::NodeId::from_index(i))
+                }
             };
             if counts {
                 let b = p.g.nodes[i].bytes as f64;
@@ -301,7 +296,7 @@ impl Program {
     }
 
     /// The least cost within the limits, then the fewest device bytes at that cost.
-    pub fn solve(&self, p: &Problem<'_>, time_limit: f64) -> Result<Found, Unsolved> {
+    pub fn solve(&self, p: &Problem<'_>, time_limit: f64) -> Result<Solved, Unsolved> {
         let cost = self.cost(p);
         let integral = !p.off.choose;
         let (first, bound) = self.run(p, &cost, Skip::None, &[], integral, time_limit)?;
@@ -318,7 +313,7 @@ impl Program {
         if bound.is_some() {
             // Stopped short: the plan as found, with the bound it proved (in the cost's units).
             let bound = bound.map(|b| if p.off.choose { b * p.off.s_per_flop } else { b });
-            return Ok(Found { at_hand, offloaded, bound });
+            return Ok(Solved { plan: Placement { at_hand, offloaded }, bound });
         }
         // Among plans of this cost, the fewest device bytes.
         let optimum = match p.cost(flops, exposed) {
@@ -337,11 +332,11 @@ impl Program {
                 let keeps_cost = !p.cost(f2, e2).lt(&p.cost(flops, exposed), 0, 0)
                     && !p.cost(flops, exposed).lt(&p.cost(f2, e2), 0, 0);
                 if p.fits(&bytes) && keeps_cost {
-                    return Ok(Found { at_hand: at_hand2, offloaded: offloaded2, bound: None });
+                    return Ok(Solved { plan: Placement { at_hand: at_hand2, offloaded: offloaded2 }, bound: None });
                 }
-                Ok(Found { at_hand, offloaded, bound: None })
+                Ok(Solved { plan: Placement { at_hand, offloaded }, bound: None })
             }
-            _ => Ok(Found { at_hand, offloaded, bound: None }),
+            _ => Ok(Solved { plan: Placement { at_hand, offloaded }, bound: None }),
         }
     }
 

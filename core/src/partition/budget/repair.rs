@@ -11,7 +11,7 @@
 //! rising as the limits shrink when the search takes the cheapest of its plans
 //! ([`Problem::cheaper`]).
 
-use super::{Found, Infeasible, Problem};
+use super::problem::{Found, Infeasible, Placement, Problem};
 use crate::graph::NodeId;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -189,7 +189,7 @@ impl Problem<'_> {
         loop {
             self.note(&state.bytes, &mut least);
             if self.fits(&state.bytes) {
-                return Ok((state.at_hand, state.offloaded));
+                return Ok(Placement { at_hand: state.at_hand, offloaded: state.offloaded });
             }
             // The cheapest eviction, its price brought up to date: taken when it still comes
             // first, else queued again at its present price.
