@@ -30,13 +30,6 @@ pub(super) struct Solved {
     pub(super) bound: Option<f64>,
 }
 
-impl Solved {
-    /// The plan with its bound, already known, as the partition takes it.
-    pub(super) fn known<'s>(self) -> super::search::Graded<'s> {
-        super::search::Graded { plan: self.plan, grade: super::Grade::Known(self.bound) }
-    }
-}
-
 /// A budget problem: which candidates to keep, the rest of `base` fixed, within every limit.
 /// `limits` and `scopes` have one entry each per limit, the global one first where there is
 /// one; the per-node tables cover every node of `g`.

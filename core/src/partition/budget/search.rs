@@ -31,6 +31,14 @@ pub(super) struct Graded<'s> {
     pub(super) grade: Grade<'s>,
 }
 
+// Here, not beside `Solved`: the problem is what every search reads, and names no search.
+impl Solved {
+    /// The plan with its bound, already known, as the partition takes it.
+    pub(super) fn known<'s>(self) -> Graded<'s> {
+        Graded { plan: self.plan, grade: Grade::Known(self.bound) }
+    }
+}
+
 impl Graded<'_> {
     /// A plan proven optimal.
     fn optimal(plan: Placement) -> Self {
