@@ -17,39 +17,19 @@
 //!
 //! `REMAT_FUZZ_CASES` (default 1000) sets the count, `REMAT_FUZZ_SEED` the first seed.
 
+#[path = "../../benches/common/xorshift.rs"]
+mod xorshift;
+
 use remat_core::zoo::{self, GptConfig};
 use remat_core::{CpuBackend, DType, Decoder, DecoderBuilder, Feeds, HostTensor, Model, Params, Result, Sampling};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use xorshift::Rng;
 
 const VOCAB: usize = 12;
 const SEQ: usize = 8;
 
 fn cfg(batch: usize) -> GptConfig {
     GptConfig { batch, seq: SEQ, d_model: 16, heads: 2, layers: 1, vocab: VOCAB, dropout: 0.0, dtype: DType::F32 }
-}
-
-/// xorshift64*, as the document fuzzer's.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
 }
 
 fn env<T: std::str::FromStr>(key: &str) -> Option<T> {
@@ -76,14 +56,14 @@ impl Models {
 
 fn id(rng: &mut Rng) -> i64 {
     match rng.below(10) {
-        0 => rng.pick(&[-1, i64::MIN, i64::MAX, VOCAB as i64, 1 << 40]),
+        0 => *rng.pick(&[-1, i64::MIN, i64::MAX, VOCAB as i64, 1 << 40]),
         _ => rng.below(VOCAB) as i64,
     }
 }
 
 fn prompts(rng: &mut Rng, batch: usize) -> Vec<Vec<i64>> {
-    let rows = if rng.chance(8) { rng.pick(&[0, 1, 2, 3]) } else { batch };
-    let len = rng.pick(&[0, 1, 1, 2, 3, 5, 8, 9, 12]);
+    let rows = if rng.chance(8) { *rng.pick(&[0, 1, 2, 3]) } else { batch };
+    let len = *rng.pick(&[0, 1, 1, 2, 3, 5, 8, 9, 12]);
     (0..rows)
         .map(|_| {
             let len = if rng.chance(10) { rng.below(4) } else { len };
@@ -94,7 +74,7 @@ fn prompts(rng: &mut Rng, batch: usize) -> Vec<Vec<i64>> {
 
 fn n(rng: &mut Rng) -> usize {
     match rng.below(8) {
-        0 => rng.pick(&[usize::MAX, usize::MAX - 1, usize::MAX - 7, usize::MAX / 2 + 1, usize::MAX / 8 + 3]),
+        0 => *rng.pick(&[usize::MAX, usize::MAX - 1, usize::MAX - 7, usize::MAX / 2 + 1, usize::MAX / 8 + 3]),
         1 => 0,
         _ => 1 + rng.below(10),
     }
@@ -103,10 +83,10 @@ fn n(rng: &mut Rng) -> usize {
 fn sampling(rng: &mut Rng) -> Sampling {
     let temperature = match rng.below(3) {
         0 => 0.0,
-        1 => rng.pick(&[0.5, 1.0, 2.0, 1e-30, 1e30, -0.0]),
-        _ => rng.pick(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, -1e-300]),
+        1 => *rng.pick(&[0.5, 1.0, 2.0, 1e-30, 1e30, -0.0]),
+        _ => *rng.pick(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, -1e-300]),
     };
-    let top_k = rng.pick(&[None, None, Some(0), Some(1), Some(3), Some(VOCAB), Some(usize::MAX)]);
+    let top_k = *rng.pick(&[None, None, Some(0), Some(1), Some(3), Some(VOCAB), Some(usize::MAX)]);
     Sampling { temperature, top_k, seed: rng.next() }
 }
 
@@ -194,14 +174,14 @@ struct Counts {
 
 fn one_case(rng: &mut Rng, models: &Models, counts: &mut Counts) -> std::result::Result<(), String> {
     let batch = 1 + rng.below(2);
-    let max_len = rng.pick(&[1, 2, 4, 7, 8, 8, 8, 10]);
+    let max_len = *rng.pick(&[1, 2, 4, 7, 8, 8, 8, 10]);
     let mut params = models.params[batch - 1].clone();
     let finite = !rng.chance(8);
     if !finite {
         let head = params.get("head").unwrap().clone();
         let mut values = head.to_f32_vec();
         let k = rng.below(values.len());
-        values[k] = rng.pick(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
+        values[k] = *rng.pick(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
         // A whole column of the head: that token's logit is non-finite whatever the input.
         for row in 0..values.len() / VOCAB {
             values[row * VOCAB + k % VOCAB] = values[k];
@@ -211,7 +191,7 @@ fn one_case(rng: &mut Rng, models: &Models, counts: &mut Counts) -> std::result:
     let mut cpu = CpuBackend::new();
     if rng.chance(20) {
         // Caches or a batch no memory holds: refused when built.
-        let (b, m) = rng.pick(&[(1, usize::MAX), (1, 1 << 40), (usize::MAX, 4), (1 << 30, 1 << 30), (0, 4), (1, 0)]);
+        let (b, m) = *rng.pick(&[(1, usize::MAX), (1, 1 << 40), (usize::MAX, 4), (1 << 30, 1 << 30), (0, 4), (1, 0)]);
         let c = cfg(b);
         let built = DecoderBuilder::new(b, m).build(&mut cpu, &params, |s| zoo::gpt_step(&c, s));
         check_error("build", &built)?;
@@ -235,7 +215,7 @@ fn one_case(rng: &mut Rng, models: &Models, counts: &mut Counts) -> std::result:
                     (prompts(rng, batch), n(rng), sampling(rng))
                 };
                 let sliding = rng.chance(3);
-                let keep = rng.pick(&[0, 1, max_len / 2, max_len, max_len + 1]);
+                let keep = *rng.pick(&[0, 1, max_len / 2, max_len, max_len + 1]);
                 let result = if sliding {
                     // A sliding generation of more tokens than memory holds is refused, not run:
                     // only small `n` may succeed.
@@ -272,7 +252,7 @@ fn one_case(rng: &mut Rng, models: &Models, counts: &mut Counts) -> std::result:
                 }
             }
             3 => {
-                let tokens: Vec<i64> = (0..rng.pick(&[batch, batch, 0, batch + 1])).map(|_| id(rng)).collect();
+                let tokens: Vec<i64> = (0..*rng.pick(&[batch, batch, 0, batch + 1])).map(|_| id(rng)).collect();
                 let before = decoder.position();
                 let result = decoder.step(&tokens);
                 check_error("step", &result)?;

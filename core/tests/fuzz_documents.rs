@@ -17,6 +17,9 @@
 //! `REMAT_FUZZ_SEED` the first seed. A failure prints its case number and saves the document
 //! under `target/tmp` (`CARGO_TARGET_TMPDIR`).
 
+#[path = "../../benches/common/xorshift.rs"]
+mod xorshift;
+
 use remat_core::json::{self, Document};
 use remat_core::partition::{check, partition, PGraph};
 use remat_core::report::Report;
@@ -27,6 +30,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use xorshift::Rng;
 
 const STRATEGIES: [Strategy; 8] = [
     Strategy::Respect,
@@ -38,30 +42,6 @@ const STRATEGIES: [Strategy; 8] = [
     Strategy::BudgetOffload(Budget::Fraction(0.3)),
     Strategy::BudgetOffload(Budget::Bytes(4096)),
 ];
-
-/// xorshift64*: small, deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-}
 
 fn env<T: std::str::FromStr>(key: &str) -> Option<T> {
     std::env::var(key).ok().and_then(|v| v.parse().ok())

@@ -9,24 +9,14 @@
 //!
 //! `REMAT_FUZZ_CASES` (default 20000) sets the count, `REMAT_FUZZ_SEED` the first seed.
 
+#[path = "../../benches/common/xorshift.rs"]
+mod xorshift;
+
 use remat_core::Result;
 use remat_dist::{first_difference, Collective, Pending, RankConfig, FIELDS};
-
-/// xorshift64*: small, deterministic, no dependency.
-struct Rng(u64);
+use xorshift::Rng;
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
     /// A value near a limit, a small one, or anything.
     fn value(&mut self) -> u64 {
         const EDGES: [u64; 12] = [
