@@ -517,7 +517,7 @@ fn prompt(cfg: &GptConfig) -> Result<Vec<i64>, remat::Error> {
     let feeds = zoo::synthetic_tokens(&GptConfig { batch: 1, ..*cfg }, 1 << 40)?;
     let tokens = match feeds.get("tokens").map(|t| t.data()) {
         Some(remat::HostData::I64(tokens)) => tokens,
-        _ => return Err(remat::Error::Invalid("synthetic_tokens gave no i64 `tokens`".into())),
+        _ => return Err(remat::Error::internal("synthetic_tokens gave no i64 `tokens`")),
     };
     Ok(tokens[..(cfg.seq / 2).max(1)].to_vec())
 }

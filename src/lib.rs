@@ -38,7 +38,7 @@ pub use remat_core::{HugePageAlloc, LargeBlockAlloc};
 // Generation.
 pub use remat_core::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 // Errors.
-pub use remat_core::{Error, Result};
+pub use remat_core::{CollectiveKind, Error, Limit, Result};
 
 /// Data-parallel training: collectives over Open MPI (feature `mpi`, on by default) or one
 /// process, gradients reduced in buckets during the backward, ZeRO-1 (`docs/distributed.md`).

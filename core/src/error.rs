@@ -63,9 +63,72 @@ pub enum Error {
     /// Annotations that cannot all hold (a must_recompute value the rules must save).
     #[error("conflicting constraints: {0}")]
     Conflict(String),
-    /// Bad arguments to an API call (a strategy, an optimizer setting, ...).
-    #[error("{0}")]
-    Invalid(String),
+    /// A budget or peak no plan can meet. Ask for `least` (when known) or more; recomputing
+    /// cannot go below it.
+    #[error("{message}")]
+    Infeasible {
+        /// What the limit bounds: saved bytes (a global or a region's budget) or the peak.
+        what: Limit,
+        /// The limit asked for, in bytes.
+        asked: u64,
+        /// The least limit known to be met, in bytes; `None` when only a lower bound is known
+        /// (the message gives it).
+        least: Option<u64>,
+        /// The whole message, naming the limit and what holds the bytes.
+        message: String,
+    },
+    /// A bad argument or setting: a strategy string, an optimizer hyper-parameter, an
+    /// environment variable's value, a shape that does not fit its data, a name no value has.
+    #[error("{message}")]
+    Config {
+        /// The setting or argument at fault (`strategy`, `lr`, `REMAT_DIST_TIMEOUT`, `shape`, ...).
+        setting: String,
+        /// What is wrong with it, and what it must be.
+        message: String,
+    },
+    /// A graph handed to the library (built by hand, or a partition graph) breaks one of its
+    /// invariants: a node reading a later one, a region whose parent comes after it, ...
+    #[error("{message}")]
+    Graph {
+        /// What is wrong, naming the node or region.
+        message: String,
+    },
+    /// A collective of a distributed job failed: it timed out, a peer left, the ranks disagree,
+    /// or the communicator could not start.
+    #[error("{message}")]
+    Collective {
+        /// What went wrong, for a caller to act on.
+        kind: CollectiveKind,
+        /// The whole message, naming the rank and the collective.
+        message: String,
+        /// The communication library's own error (NCCL, a thread spawn), where one caused it.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// A decoder used out of order or with bad settings: a step before `encode`, a prompt longer
+    /// than the caches, a sampling temperature below 0, ...
+    #[error("{message}")]
+    Decoder {
+        /// What is wrong, and what to call instead.
+        message: String,
+    },
+    /// An optimizer or training state that does not belong to these parameters or this run:
+    /// other shapes, another parameter count, ranks at different step counts.
+    #[error("{message}")]
+    OptimizerState {
+        /// What differs.
+        message: String,
+    },
+    /// An invariant the library itself broke (a planner or gradient-rule bug): not the
+    /// caller's doing, and worth a report.
+    #[error("{message} (a bug in remat: please report it)")]
+    Internal {
+        /// What broke.
+        message: String,
+        /// The error the broken step returned, where there was one.
+        #[source]
+        source: Option<Box<Error>>,
+    },
     /// A file could not be read or written (training states).
     #[error("{path}: {what}: {source}")]
     Io {
@@ -152,7 +215,69 @@ pub enum Error {
     },
 }
 
+/// What an [`Error::Infeasible`] limit bounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// The bytes saved for the backward (`Strategy::Budget`, `Strategy::BudgetOffload`).
+    Budget,
+    /// The bytes a region's own `budget = ..` lets it save, with the region's label.
+    RegionBudget(String),
+    /// The plan's predicted peak (`Strategy::Peak`).
+    Peak,
+}
+
+/// What went wrong in an [`Error::Collective`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollectiveKind {
+    /// The communicator (an MPI or NCCL start, the engine's thread) could not start.
+    Start,
+    /// A collective did not finish within `REMAT_DIST_TIMEOUT`: a rank died or runs elsewhere.
+    Timeout,
+    /// A rank left the job (its program ended or failed) while the others still call
+    /// collectives; its own message says why.
+    PeerFailed {
+        /// The rank that left.
+        rank: usize,
+    },
+    /// The ranks called different collectives, or ran different steps, buckets or settings.
+    Mismatch,
+    /// The communication library reported a failure in a collective (NCCL, a device copy).
+    Transport,
+    /// The communicator stopped after an earlier failure: nothing more is exchanged.
+    Stopped,
+}
+
 impl Error {
+    /// An [`Error::Config`] for `setting`.
+    pub fn config(setting: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::Config { setting: setting.into(), message: message.into() }
+    }
+
+    /// An [`Error::Graph`].
+    pub fn graph(message: impl Into<String>) -> Error {
+        Error::Graph { message: message.into() }
+    }
+
+    /// An [`Error::Decoder`].
+    pub fn decoder(message: impl Into<String>) -> Error {
+        Error::Decoder { message: message.into() }
+    }
+
+    /// An [`Error::OptimizerState`].
+    pub fn optimizer_state(message: impl Into<String>) -> Error {
+        Error::OptimizerState { message: message.into() }
+    }
+
+    /// An [`Error::Internal`] without a source.
+    pub fn internal(message: impl Into<String>) -> Error {
+        Error::Internal { message: message.into(), source: None }
+    }
+
+    /// An [`Error::Collective`] without a source.
+    pub fn collective(kind: CollectiveKind, message: impl Into<String>) -> Error {
+        Error::Collective { kind, message: message.into(), source: None }
+    }
+
     /// An out-of-memory error that does not name its node yet, naming `node` (`op`); any other
     /// error unchanged.
     pub fn at_node(self, node: NodeId, op: &'static str) -> Error {

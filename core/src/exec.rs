@@ -209,7 +209,7 @@ fn run_program_with<'a, B: Backend>(
     mut notify: Option<&mut Notify<'_>>,
 ) -> Result<Finished<'a, B>> {
     if resident.len() != plan.resident().len() {
-        return Err(Error::Invalid(format!(
+        return Err(Error::internal(format!(
             "{} resident values given, the plan needs {}",
             resident.len(),
             plan.resident().len()

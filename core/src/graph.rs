@@ -485,11 +485,11 @@ impl Graph {
     fn validate_regions_and_outputs(&self) -> Result<()> {
         for (i, r) in self.regions.iter().enumerate() {
             if r.parent.is_some_and(|p| p.index() >= i) {
-                return Err(Error::Invalid(format!("region r{i}: parent must precede it")));
+                return Err(Error::graph(format!("region r{i}: parent must precede it")));
             }
         }
         if let Some(bad) = self.outputs.iter().find(|o| o.index() >= self.nodes.len()) {
-            return Err(Error::Invalid(format!("output {bad} does not exist")));
+            return Err(Error::graph(format!("output {bad} does not exist")));
         }
         Ok(())
     }

@@ -162,12 +162,10 @@ impl HostTensor {
     pub fn new(shape: impl Into<Vec<usize>>, data: HostData) -> Result<Self> {
         let shape = shape.into();
         if numel(&shape) != data.len() {
-            return Err(Error::Invalid(format!(
-                "shape {} holds {} elements, data has {}",
-                fmt_shape(&shape),
-                numel(&shape),
-                data.len()
-            )));
+            return Err(Error::config(
+                "shape",
+                format!("shape {} holds {} elements, data has {}", fmt_shape(&shape), numel(&shape), data.len()),
+            ));
         }
         Ok(HostTensor { shape, data })
     }
@@ -176,12 +174,15 @@ impl HostTensor {
     /// errors, leaving it unchanged, when the counts differ.
     pub fn reshape_in_place(&mut self, shape: &[usize]) -> Result<()> {
         if numel(shape) != self.data.len() {
-            return Err(Error::Invalid(format!(
-                "cannot reshape {} elements to {} ({} elements)",
-                self.data.len(),
-                fmt_shape(shape),
-                numel(shape)
-            )));
+            return Err(Error::config(
+                "shape",
+                format!(
+                    "cannot reshape {} elements to {} ({} elements)",
+                    self.data.len(),
+                    fmt_shape(shape),
+                    numel(shape)
+                ),
+            ));
         }
         self.shape = shape.to_vec();
         Ok(())
@@ -275,12 +276,15 @@ impl HostTensor {
     /// tensor unchanged, when the count differs from the shape's.
     pub fn set_data(&mut self, data: HostData) -> Result<()> {
         if data.len() != self.data.len() {
-            return Err(Error::Invalid(format!(
-                "shape {} holds {} elements, the new data has {}",
-                fmt_shape(&self.shape),
-                self.data.len(),
-                data.len()
-            )));
+            return Err(Error::config(
+                "data",
+                format!(
+                    "shape {} holds {} elements, the new data has {}",
+                    fmt_shape(&self.shape),
+                    self.data.len(),
+                    data.len()
+                ),
+            ));
         }
         self.data = data;
         Ok(())
@@ -309,7 +313,10 @@ impl HostTensor {
     /// The single element of a one-element tensor, as f64.
     pub fn scalar(&self) -> Result<f64> {
         if self.numel() != 1 {
-            return Err(Error::Invalid(format!("expected one element, tensor has shape {}", fmt_shape(&self.shape))));
+            return Err(Error::config(
+                "shape",
+                format!("expected one element, tensor has shape {}", fmt_shape(&self.shape)),
+            ));
         }
         Ok(self.to_f64_vec()[0])
     }

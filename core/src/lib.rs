@@ -47,7 +47,7 @@ pub use backend::cpu::{
 pub use backend::{Backend, KernelCall, MemoryStats};
 pub use decode::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 pub use dtype::DType;
-pub use error::{Error, Result};
+pub use error::{CollectiveKind, Error, Limit, Result};
 pub use exec::{run, run_inference, RunOutput};
 pub use graph::{Graph, Inputs, Label, Node, Region, Shape, SrcLoc, Tag};
 pub use host::{HostData, HostTensor, HostValuesMut};

@@ -179,17 +179,20 @@ impl Model {
                     let known = || graph.nodes().iter().filter_map(|n| n.name());
                     let hint = remat_catalog::closest(name, known())
                         .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
-                    return Err(Error::Invalid(format!(
+                    return Err(Error::config("names", format!(
                         "no value of the model is named `{name}`{hint} (named values: {}); name one with `.name(\"{name}\")` when tracing",
                         crate::text::short_list(known(), 8)
                     )));
                 }
                 many => {
-                    return Err(Error::Invalid(format!(
-                        "`{name}` names {} values of the model ({}); give the one to compute a name of its own",
-                        many.len(),
-                        many.iter().map(|&i| graph.describe(i)).collect::<Vec<_>>().join(", ")
-                    )))
+                    return Err(Error::config(
+                        "names",
+                        format!(
+                            "`{name}` names {} values of the model ({}); give the one to compute a name of its own",
+                            many.len(),
+                            many.iter().map(|&i| graph.describe(i)).collect::<Vec<_>>().join(", ")
+                        ),
+                    ))
                 }
             }
         }
@@ -275,7 +278,7 @@ impl Model {
     fn step_output(&self, out: exec::RunOutput) -> Result<StepOutput> {
         let n_outputs = self.joint.forward_outputs().len();
         let mut kept = out.kept.into_iter();
-        let loss = kept.next().ok_or_else(|| Error::Invalid("the plan returned no loss".into()))?.scalar()?;
+        let loss = kept.next().ok_or_else(|| Error::internal("the plan returned no loss"))?.scalar()?;
         let outputs: Vec<HostTensor> = kept.by_ref().take(n_outputs - 1).collect();
         Ok(StepOutput {
             loss,
@@ -292,7 +295,7 @@ impl Model {
         let graph = &self.forward;
         check_feeds(graph, feeds)?;
         if params.ids != graph.params() {
-            return Err(Error::Invalid("these parameters belong to another graph (use Model::init_params)".into()));
+            return Err(Error::config("params", "these parameters belong to another graph (use Model::init_params)"));
         }
         let mut values = Vec::new();
         for &id in plan.resident() {

@@ -41,7 +41,7 @@ impl Layout {
     pub(crate) fn check(&self, params: &Params, what: &str) -> Result<()> {
         let here = Layout::of(params);
         if here.0.len() != self.0.len() {
-            return Err(Error::Invalid(format!(
+            return Err(Error::optimizer_state(format!(
                 "{what} belongs to a model with {} parameters, these are {}",
                 self.0.len(),
                 here.0.len()
@@ -71,7 +71,7 @@ pub(crate) fn check_setting(name: &str, value: f64, ok: bool, expected: &str) ->
     if ok && !value.is_nan() {
         Ok(())
     } else {
-        Err(Error::Invalid(format!("optimizer setting `{name}` is {value}; it must be {expected}")))
+        Err(Error::config(name, format!("optimizer setting `{name}` is {value}; it must be {expected}")))
     }
 }
 
@@ -175,7 +175,7 @@ impl AdamW {
     pub fn with_state(mut self, params: &Params, t: u64, m: Vec<Vec<f64>>, v: Vec<Vec<f64>>) -> Result<AdamW> {
         for (what, moment) in [("m", &m), ("v", &v)] {
             if moment.len() != params.len() {
-                return Err(Error::Invalid(format!(
+                return Err(Error::optimizer_state(format!(
                     "AdamW moments `{what}`: {} vectors for {} parameters",
                     moment.len(),
                     params.len()
@@ -223,7 +223,7 @@ impl Optimizer for AdamW {
         let t = self
             .t
             .checked_add(1)
-            .ok_or_else(|| Error::Invalid(format!("AdamW has taken {} steps, the most it counts", self.t)))?;
+            .ok_or_else(|| Error::optimizer_state(format!("AdamW has taken {} steps, the most it counts", self.t)))?;
         bind(&mut self.layout, &mut [&mut self.m, &mut self.v], params, "the AdamW state")?;
         self.t = t;
         let rule = self.rule(t);
@@ -258,16 +258,14 @@ impl AdamW {
     pub fn update_elements(&self, t: u64, w: &mut [f64], g: &[f64], m: &mut [f64], v: &mut [f64]) -> Result<()> {
         self.validate()?;
         if t == 0 {
-            return Err(Error::Invalid("AdamW steps count from 1".into()));
+            return Err(Error::config("t", "AdamW steps count from 1"));
         }
         let n = w.len();
         if g.len() != n || m.len() != n || v.len() != n {
-            return Err(Error::Invalid(format!(
-                "AdamW on {n} weights got {} gradients and {} + {} moments",
-                g.len(),
-                m.len(),
-                v.len()
-            )));
+            return Err(Error::config(
+                "elements",
+                format!("AdamW on {n} weights got {} gradients and {} + {} moments", g.len(), m.len(), v.len()),
+            ));
         }
         let rule = self.rule(t);
         for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
@@ -279,7 +277,7 @@ impl AdamW {
 
 fn check(params: &Params, grads: &[HostTensor]) -> Result<()> {
     if grads.len() != params.len() {
-        return Err(Error::Invalid(format!("{} gradients for {} parameters", grads.len(), params.len())));
+        return Err(Error::config("grads", format!("{} gradients for {} parameters", grads.len(), params.len())));
     }
     for ((name, p), g) in params.names().iter().zip(params.values()).zip(grads) {
         if p.shape() != g.shape() {
@@ -308,7 +306,9 @@ fn bind(layout: &mut Layout, states: &mut [&mut Vec<Vec<f64>>], params: &Params,
     for state in states.iter() {
         let fits = state.len() == params.len() && state.iter().zip(params.values()).all(|(s, p)| s.len() == p.numel());
         if !fits {
-            return Err(Error::Invalid(format!("{what} holds moments of the wrong length for its own parameters")));
+            return Err(Error::optimizer_state(format!(
+                "{what} holds moments of the wrong length for its own parameters"
+            )));
         }
     }
     Ok(())

@@ -8,7 +8,7 @@ mod bound;
 
 pub use bound::{peak_lower_bound, PeakBound};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Limit, Result};
 use crate::partition::{partition_with, Budget, CostModel, PGraph, Partition, Strategy};
 use crate::plan::{Plan, Schedulable};
 use crate::text::fmt_bytes;
@@ -52,7 +52,8 @@ pub fn partition_for_peak(
     let n = joint.forward_len()?;
     let bound = peak_lower_bound(joint)?;
     if limit < bound.bytes {
-        return Err(Error::Invalid(bound.explain(limit, joint)));
+        let message = bound.explain(limit, joint);
+        return Err(Error::Infeasible { what: Limit::Peak, asked: limit, least: None, message });
     }
     let plan = |strategy: Strategy| -> Result<Candidate> {
         let partition = partition_with(pg, strategy, model)?;
@@ -73,12 +74,13 @@ pub fn partition_for_peak(
     for _ in 0..WALK {
         let c = match plan(Strategy::Budget(Budget::Bytes(budget))) {
             Ok(c) => c,
-            // Below the fewest bytes any plan keeps (or a conflict, which no budget lifts).
-            Err(e) if lowest.is_none() => return Err(e),
-            Err(_) => {
+            // Below the fewest bytes any plan keeps: the family ends here. Anything else (a
+            // conflict, which no budget lifts, or a failure) is the search's error.
+            Err(Error::Infeasible { .. }) if lowest.is_some() => {
                 exhausted = true;
                 break;
             }
+            Err(e) => return Err(e),
         };
         if c.peak() <= limit {
             return finish(c);
@@ -95,8 +97,11 @@ pub fn partition_for_peak(
             }
         }
     }
-    let unreachable = |lowest: &Candidate| {
-        Error::Invalid(format!(
+    let unreachable = |lowest: &Candidate| Error::Infeasible {
+        what: Limit::Peak,
+        asked: limit,
+        least: Some(lowest.peak()),
+        message: format!(
             "peak={limit} ({}) cannot be met: the smallest predicted peak reached is {} bytes ({}, under {}), of \
              which inputs and parameters are {} bytes",
             fmt_bytes(limit),
@@ -104,7 +109,7 @@ pub fn partition_for_peak(
             fmt_bytes(lowest.peak()),
             lowest.partition.strategy,
             lowest.plan.resident_bytes()
-        ))
+        ),
     };
     if exhausted {
         // Every plan of the family was met: the smallest peak among them is the least reachable.

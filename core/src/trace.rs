@@ -164,19 +164,22 @@ impl Trace {
         let mut ids = Vec::new();
         for t in outputs {
             if !Rc::ptr_eq(&t.state, &self.state) {
-                return Err(Error::Invalid("an output belongs to another trace".into()));
+                return Err(Error::config("outputs", "an output belongs to another trace"));
             }
-            ids.push(t.id.ok_or_else(|| Error::Invalid("an output is poisoned by an earlier error".into()))?);
+            ids.push(t.id.ok_or_else(|| Error::config("outputs", "an output is poisoned by an earlier error"))?);
         }
         if loss_first {
             let loss_node = state.graph.node(ids[0]);
             if loss_node.shape.iter().product::<usize>() != 1 || !loss_node.dtype.is_float() {
-                return Err(Error::Invalid(format!(
-                    "the loss must be a single floating value, got {} {} ({})",
-                    fmt_shape(&loss_node.shape),
-                    loss_node.dtype,
-                    state.graph.describe(ids[0])
-                )));
+                return Err(Error::config(
+                    "loss",
+                    format!(
+                        "the loss must be a single floating value, got {} {} ({})",
+                        fmt_shape(&loss_node.shape),
+                        loss_node.dtype,
+                        state.graph.describe(ids[0])
+                    ),
+                ));
             }
         }
         state.graph.set_outputs(ids);
@@ -184,11 +187,14 @@ impl Trace {
         // Reported here, where the model is traced; `Model` repeats them in its warnings.
         let unknown = graph.unknown_save_names();
         if state.strict && !unknown.is_empty() {
-            return Err(Error::Invalid(format!(
-                "strict trace: {}{}",
-                unknown[0],
-                if unknown.len() > 1 { format!(" (and {} more)", unknown.len() - 1) } else { String::new() }
-            )));
+            return Err(Error::config(
+                "strict",
+                format!(
+                    "strict trace: {}{}",
+                    unknown[0],
+                    if unknown.len() > 1 { format!(" (and {} more)", unknown.len() - 1) } else { String::new() }
+                ),
+            ));
         }
         for warning in &unknown {
             crate::warning::emit(warning);

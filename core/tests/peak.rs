@@ -3,7 +3,7 @@
 
 use remat_core::peak::peak_lower_bound;
 use remat_core::zoo::{self, GptConfig};
-use remat_core::{Budget, CostModel, CpuBackend, DType, JointGraph, Model, NodeId, Plan, Strategy};
+use remat_core::{Budget, CostModel, CpuBackend, DType, Error, JointGraph, Limit, Model, NodeId, Plan, Strategy};
 
 fn cfg() -> GptConfig {
     GptConfig { batch: 2, seq: 16, d_model: 32, heads: 2, layers: 2, vocab: 13, dropout: 0.1, dtype: DType::F32 }
@@ -51,27 +51,52 @@ fn a_peak_limit_is_met_with_the_least_recompute_of_the_budget_sweep() {
 #[test]
 fn an_unreachable_peak_names_the_smallest_one() {
     let graph = zoo::gpt(&cfg()).unwrap();
-    // Below the parameters alone: refused from the lower bound, before any search.
-    let err = Model::with_strategy(graph.clone(), Strategy::Peak(1024)).unwrap_err().to_string();
-    assert!(err.contains("peak=1024") && err.contains("cannot be met: no plan peaks below"), "{err}");
-    // At the bound the search runs: it finds a plan at the bound, or names the smallest peak
-    // it reached, at or above the bound.
+    // Below the parameters alone: refused from the lower bound, before any search, which is
+    // all that is known (no least peak).
     let bound = peak_lower_bound(&JointGraph::new(&graph).unwrap()).unwrap().bytes;
-    match Model::with_strategy(graph, Strategy::Peak(bound)) {
+    let err = Model::with_strategy(graph.clone(), Strategy::Peak(1024)).unwrap_err();
+    assert!(matches!(err, Error::Infeasible { what: Limit::Peak, asked: 1024, least: None, .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&format!("peak=1024 (1.0 KiB) cannot be met: no plan peaks below {bound} bytes")), "{text}");
+    // At the bound the search runs: it finds a plan at the bound, or names the smallest peak
+    // it reached, at or above the bound, which is met.
+    match Model::with_strategy(graph.clone(), Strategy::Peak(bound)) {
         Ok(model) => assert_eq!(model.plan().predicted_peak() as u64, bound),
-        Err(e) => {
-            let err = e.to_string();
-            let prefix = "cannot be met: the smallest predicted peak reached is ";
-            let at = err.find(prefix).unwrap_or_else(|| panic!("{err}")) + prefix.len();
-            let reached: u64 = err[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap();
-            assert!(reached >= bound, "{err}");
+        Err(Error::Infeasible { what: Limit::Peak, asked, least: Some(reached), message }) => {
+            assert_eq!(asked, bound);
+            assert!(reached > bound, "{message}");
+            assert!(message.contains(&format!("the smallest predicted peak reached is {reached} bytes")), "{message}");
+            let model = Model::with_strategy(graph, Strategy::Peak(reached)).unwrap();
+            assert!(model.plan().predicted_peak() as u64 <= reached);
         }
+        Err(e) => panic!("peak={bound}: {e:?}"),
     }
+    // A joint graph alone has no schedule to measure peaks on: a setting that does not apply.
     let joint = remat_core::json::read_joint(include_str!("../../docs/examples/small.joint.json")).unwrap();
-    let err = remat_core::partition::partition(&joint, Strategy::Peak(1 << 20)).unwrap_err().to_string();
-    assert!(err.contains("needs a plan to measure peaks on"), "{err}");
-    assert_eq!("peak=3MiB".parse::<Strategy>(), Ok(Strategy::Peak(3 << 20)));
-    assert!("peak=0.5".parse::<Strategy>().unwrap_err().contains("a peak is bytes"));
+    let err = remat_core::partition::partition(&joint, Strategy::Peak(1 << 20)).unwrap_err();
+    assert!(matches!(&err, Error::Config { setting, .. } if setting == "strategy"), "{err:?}");
+    assert!(err.to_string().contains("needs a plan to measure peaks on"), "{err}");
+    assert_eq!("peak=3MiB".parse::<Strategy>().unwrap(), Strategy::Peak(3 << 20));
+    let err = "peak=0.5".parse::<Strategy>().unwrap_err();
+    assert!(matches!(&err, Error::Config { setting, .. } if setting == "strategy"), "{err:?}");
+    assert!(err.to_string().starts_with("`peak=0.5`: a peak is bytes"), "{err}");
+}
+
+/// A peak just below the least any byte budget's plan reaches (a sweep of 41 budgets, and the
+/// min-cut: the family the search walks) cannot be met; the error's `least` is that peak, and
+/// asking for it is met.
+#[test]
+fn an_infeasible_peak_gives_the_least_peak_the_budgets_reach() {
+    let graph = zoo::gpt(&cfg()).unwrap();
+    let peak = |strategy| Model::with_strategy(graph.clone(), strategy).unwrap().plan().predicted_peak() as u64;
+    let fractions = (0..=40).map(|k| Strategy::Budget(Budget::Fraction(k as f64 / 40.0)));
+    let swept = fractions.chain([Strategy::MinCut]).map(peak).min().unwrap();
+    let bound = peak_lower_bound(&JointGraph::new(&graph).unwrap()).unwrap().bytes;
+    assert!(swept > bound, "the search runs: {swept} is above the bound {bound}");
+    let err = Model::with_strategy(graph.clone(), Strategy::Peak(swept - 1)).unwrap_err();
+    let Error::Infeasible { what: Limit::Peak, asked, least: Some(least), .. } = err else { panic!("{err:?}") };
+    assert_eq!((asked, least), (swept - 1, swept));
+    assert_eq!(peak(Strategy::Peak(least)), least);
 }
 
 /// The lower bound against every plan of small graphs (each saved set of the values the rules

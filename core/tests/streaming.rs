@@ -44,7 +44,11 @@ fn each_gradient_is_handed_over_once_and_equals_the_steps() {
     let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
     let e = model
         .step_streaming(&mut CpuBackend::new(), &params, &feeds, 0, &mut |_, _| {
-            Err(remat_core::Error::Invalid("the network is down".into()))
+            Err(remat_core::Error::Backend {
+                backend: "network".into(),
+                message: "the network is down".into(),
+                source: None,
+            })
         })
         .unwrap_err();
     assert!(e.to_string().contains("the network is down"), "{e}");

@@ -9,7 +9,7 @@
 use crate::probe;
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::safe::{Comm, Id};
-use remat_core::{Error, Result};
+use remat_core::{CollectiveKind, Error, Result};
 use remat_dist::{Collective, Engine, Transport};
 use std::sync::Arc;
 
@@ -41,7 +41,10 @@ impl Nccl {
             return Err(e);
         }
         if message[0] != 1 {
-            return Err(Error::Invalid(format!("rank {rank}: rank 0 could not start NCCL (see its error)")));
+            return Err(Error::collective(
+                CollectiveKind::Start,
+                format!("rank {rank}: rank 0 could not start NCCL (see its error)"),
+            ));
         }
         let mut internal = [0 as std::ffi::c_char; 128];
         for (c, m) in internal.iter_mut().zip(&message[1..]) {
@@ -51,7 +54,7 @@ impl Nccl {
         Engine::start("nccl", move || {
             let stream = open(device)?;
             let comm = Comm::from_rank(Arc::clone(&stream), rank, size, id)
-                .map_err(|e| Error::Invalid(format!("rank {rank}: ncclCommInitRank failed: {e:?}")))?;
+                .map_err(|e| start_failed(format!("rank {rank}: ncclCommInitRank failed: {e:?}"), NcclStatus(e)))?;
             Ok(NcclTransport { comm, stream, rank, size, sent: 0 })
         })
     }
@@ -60,7 +63,7 @@ impl Nccl {
 /// NCCL's library present and an id made (rank 0).
 fn unique_id() -> Result<Id> {
     nccl_present()?;
-    Id::new().map_err(|e| Error::Invalid(format!("ncclGetUniqueId failed: {e:?}")))
+    Id::new().map_err(|e| start_failed(format!("ncclGetUniqueId failed: {e:?}"), NcclStatus(e)))
 }
 
 /// `Ok` when `libnccl.so` can be loaded (cudarc would panic on a missing library).
@@ -69,21 +72,44 @@ fn nccl_present() -> Result<()> {
     if unsafe { cudarc::nccl::sys::is_culib_present() } {
         Ok(())
     } else {
-        Err(Error::Invalid(
-            "NCCL (libnccl.so.2) was not found; put its folder on LD_LIBRARY_PATH (`pip install nvidia-nccl-cu13` ships it)"
-                .into(),
+        Err(Error::collective(
+            CollectiveKind::Start,
+            "NCCL (libnccl.so.2) was not found; put its folder on LD_LIBRARY_PATH (`pip install nvidia-nccl-cu13` ships it)",
         ))
     }
 }
 
 /// GPU `device`'s default stream, after checking the driver and NCCL are there.
 fn open(device: usize) -> Result<Arc<CudaStream>> {
-    probe::driver().map_err(Error::Invalid)?;
+    probe::driver().map_err(|message| Error::collective(CollectiveKind::Start, message))?;
     nccl_present()?;
     let ctx = CudaContext::new(device)
-        .map_err(|e| Error::Invalid(format!("GPU {device}: cannot create a context: {e:?}")))?;
+        .map_err(|e| start_failed(format!("GPU {device}: cannot create a context: {e:?}"), e))?;
     Ok(ctx.default_stream())
 }
+
+/// An [`Error::Collective`] of kind `Start`, keeping the driver's or NCCL's error as its source.
+fn start_failed(message: String, source: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::Collective { kind: CollectiveKind::Start, message, source: Some(Box::new(source)) }
+}
+
+/// NCCL's status as an error: cudarc's `NcclError` is not a `std::error::Error`, so it could not
+/// be kept as a source. Both forms print what `NcclError`'s `Debug` prints, as messages did.
+struct NcclStatus(cudarc::nccl::result::NcclError);
+
+impl std::fmt::Debug for NcclStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Display for NcclStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for NcclStatus {}
 
 struct NcclTransport {
     comm: Comm,
@@ -94,8 +120,12 @@ struct NcclTransport {
 }
 
 impl NcclTransport {
-    fn failed(&self, what: &str, e: impl std::fmt::Debug) -> Error {
-        Error::Invalid(format!("rank {}: NCCL {what} failed: {e:?}", self.rank))
+    fn failed(&self, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::Collective {
+            kind: CollectiveKind::Transport,
+            message: format!("rank {}: NCCL {what} failed: {e:?}", self.rank),
+            source: Some(Box::new(e)),
+        }
     }
 
     /// Every rank's `values` of type `T`, gathered on the device and copied back.
@@ -113,7 +143,7 @@ impl NcclTransport {
         let send = self.stream.clone_htod(values).map_err(|e| self.failed("upload", e))?;
         let mut all =
             self.stream.alloc_zeros::<T>(values.len() * self.size).map_err(|e| self.failed("allocation", e))?;
-        self.comm.all_gather(&send, &mut all).map_err(|e| self.failed("all-gather", e))?;
+        self.comm.all_gather(&send, &mut all).map_err(|e| self.failed("all-gather", NcclStatus(e)))?;
         let host = self.stream.clone_dtoh(&all).map_err(|e| self.failed("download", e))?;
         self.sent += (std::mem::size_of_val(values) * (self.size - 1)) as u64;
         Ok(host)

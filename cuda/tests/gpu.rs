@@ -109,7 +109,7 @@ fn run_op<B: Backend>(
         Op::Constant { .. } => (vec![3, 5], DType::BF16),
         Op::Arange { .. } => (vec![37], arange_dtype),
         Op::ConstantData { value } => (value.shape().to_vec(), value.dtype()),
-        _ => op.infer(&metas).map(|(s, d)| (s.into_vec(), d)).map_err(remat_core::Error::Invalid)?,
+        _ => op.infer(&metas).map(|(s, d)| (s.into_vec(), d)).map_err(remat_core::Error::internal)?,
     };
     let call =
         KernelCall { node: NodeId::new(node), op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed };

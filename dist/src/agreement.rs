@@ -5,7 +5,7 @@
 //! different lengths or drifting apart silently.
 
 use crate::collective::Collective;
-use remat_core::{AdamW, Error, Params, Progress, Result};
+use remat_core::{AdamW, CollectiveKind, Error, Params, Progress, Result};
 
 /// The optimizer a rank steps with ([`RankConfig::optimizer`]).
 pub const OPTIMIZER_ADAMW: u64 = 1;
@@ -215,12 +215,15 @@ pub fn agree<C: Collective + ?Sized>(comm: &mut C, mine: &RankConfig) -> Result<
     let mut configs = Vec::with_capacity(comm.world_size());
     for (rank, bytes) in all.chunks(RankConfig::BYTES).enumerate() {
         configs.push(RankConfig::from_bytes(bytes).ok_or_else(|| {
-            Error::Invalid(format!("rank {rank} sent a run configuration remat cannot read (another program?)"))
+            Error::collective(
+                CollectiveKind::Mismatch,
+                format!("rank {rank} sent a run configuration remat cannot read (another program?)"),
+            )
         })?);
     }
     match first_difference(&configs) {
         None => Ok(()),
-        Some(d) => Err(Error::Invalid(d.to_string())),
+        Some(d) => Err(Error::collective(CollectiveKind::Mismatch, d.to_string())),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The collective interface: what data-parallel training needs from a communication engine.
 
-use remat_core::{Error, Result};
+use remat_core::{CollectiveKind, Error, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -35,7 +35,7 @@ pub fn timeout_from_env() -> Result<Duration> {
 /// `1e20`) is a one-line error naming the value.
 pub fn parse_timeout(text: &str) -> Result<Duration> {
     let refuse = |why: &str| {
-        Error::Invalid(format!(
+        Error::config(TIMEOUT_VAR, format!(
             "{TIMEOUT_VAR}={text:?}: expected a positive number of seconds, from {MIN_TIMEOUT_SECONDS} to {MAX_TIMEOUT_SECONDS:e} ({why})"
         ))
     };
@@ -100,16 +100,20 @@ impl<T> Pending<T> {
                 if let Some(stuck) = &self.stuck {
                     stuck.store(true, Ordering::Relaxed);
                 }
-                Err(Error::Invalid(format!(
-                    "{} did not finish within {:.0} s: another rank died or runs a different step \
+                Err(Error::collective(
+                    CollectiveKind::Timeout,
+                    format!(
+                        "{} did not finish within {:.0} s: another rank died or runs a different step \
                  (set {TIMEOUT_VAR} to wait longer)",
-                    self.what,
-                    self.timeout.as_secs_f64()
-                )))
+                        self.what,
+                        self.timeout.as_secs_f64()
+                    ),
+                ))
             }
-            Err(RecvTimeoutError::Disconnected) => {
-                Err(Error::Invalid(format!("{}: the communication engine stopped", self.what)))
-            }
+            Err(RecvTimeoutError::Disconnected) => Err(Error::collective(
+                CollectiveKind::Stopped,
+                format!("{}: the communication engine stopped", self.what),
+            )),
         }
     }
 
@@ -221,7 +225,7 @@ pub(crate) fn check_root(root: usize, world: usize) -> Result<()> {
     if root < world {
         Ok(())
     } else {
-        Err(Error::Invalid(format!("broadcast from rank {root}, but the job has {world} rank(s)")))
+        Err(Error::config("root", format!("broadcast from rank {root}, but the job has {world} rank(s)")))
     }
 }
 

@@ -3,7 +3,9 @@
 
 use crate::agreement::{self, fnv, RankConfig};
 use crate::collective::{Collective, Pending, Span};
-use remat_core::{Backend, DType, Error, Feeds, HostData, HostTensor, Model, Params, Result, StepOutput};
+use remat_core::{
+    Backend, CollectiveKind, DType, Error, Feeds, HostData, HostTensor, Model, Params, Result, StepOutput,
+};
 use std::ops::Range;
 use std::time::Instant;
 
@@ -205,9 +207,10 @@ impl<C: Collective> DataParallel<C> {
     pub fn shard(&self, rows: usize) -> Result<Range<usize>> {
         let world = self.world_size();
         if !rows.is_multiple_of(world) {
-            return Err(Error::Invalid(format!(
-                "a batch of {rows} rows cannot be split evenly over {world} ranks; use a multiple of {world}"
-            )));
+            return Err(Error::config(
+                "batch",
+                format!("a batch of {rows} rows cannot be split evenly over {world} ranks; use a multiple of {world}"),
+            ));
         }
         let per = rows / world;
         let r = self.rank();
@@ -219,7 +222,7 @@ impl<C: Collective> DataParallel<C> {
     pub fn shard_feeds(&self, feeds: &Feeds) -> Result<Feeds> {
         let mut shard = Feeds::new();
         for name in feeds.names() {
-            let value = feeds.get(name).ok_or_else(|| Error::Invalid(format!("feed `{name}` vanished")))?;
+            let value = feeds.get(name).ok_or_else(|| Error::internal(format!("feed `{name}` vanished")))?;
             let rows = *value.shape().first().ok_or_else(|| Error::Feed {
                 what: "input",
                 name: name.to_string(),
@@ -246,7 +249,7 @@ impl<C: Collective> DataParallel<C> {
         if world == expected {
             Ok(())
         } else {
-            Err(Error::Invalid(format!(
+            Err(Error::config("world size", format!(
                 "rank {}: this job has {world} rank(s), the run expects {expected} (start it with mpirun -np {expected})",
                 self.rank()
             )))
@@ -326,7 +329,7 @@ impl<C: Collective> DataParallel<C> {
             .collect();
         if let Some((rank, theirs)) = layouts.iter().enumerate().find(|(_, l)| **l != layouts[0]) {
             let show = |l: &[u64]| format!("{} bucket(s) of {} values in all (layout {:016x})", l[0], l[1], l[2]);
-            return Err(Error::Invalid(format!(
+            return Err(Error::collective(CollectiveKind::Mismatch, format!(
                 "ranks disagree on the gradient buckets: rank 0 reduces {}, rank {rank} reduces {} (every rank must build the same model with the same bucket size)",
                 show(&layouts[0]),
                 show(theirs)
@@ -415,7 +418,7 @@ impl<C: Collective> DataParallel<C> {
             .enumerate()
             .map(|(i, g)| {
                 g.ok_or_else(|| {
-                    Error::Invalid(format!("the step gave no gradient for parameter `{}`", params.names()[i]))
+                    Error::internal(format!("the step gave no gradient for parameter `{}`", params.names()[i]))
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -429,7 +432,7 @@ fn check_same_step(words: &[u64]) -> Result<()> {
     let ranks: Vec<&[u64]> = words.chunks_exact(3).collect();
     match ranks.iter().enumerate().find(|(_, w)| w[1..] != ranks[0][1..]) {
         None => Ok(()),
-        Some((rank, w)) => Err(Error::Invalid(format!(
+        Some((rank, w)) => Err(Error::collective(CollectiveKind::Mismatch, format!(
             "ranks disagree on the step: rank 0 ran step {} with seed {}, rank {rank} step {} with seed {} (every rank must run the same steps)",
             ranks[0][1], ranks[0][2], w[1], w[2]
         ))),
@@ -460,7 +463,7 @@ fn grad_values(grad: &HostTensor, params: &Params, param: usize) -> Result<Vec<f
     let p = params
         .values()
         .get(param)
-        .ok_or_else(|| Error::Invalid(format!("gradient for parameter {param}, the model has {}", params.len())))?;
+        .ok_or_else(|| Error::internal(format!("gradient for parameter {param}, the model has {}", params.len())))?;
     if grad.shape() != p.shape() {
         return Err(Error::Feed {
             what: "param",
@@ -486,7 +489,7 @@ pub(crate) fn value_bytes(value: &HostTensor) -> Vec<u8> {
 /// [`value_bytes`] back to data of `dtype` (f64 carries every dtype's values exactly).
 pub(crate) fn from_bytes(bytes: &[u8], dtype: DType, n: usize) -> Result<remat_core::HostData> {
     if bytes.len() != n * 8 {
-        return Err(Error::Invalid(format!("expected {} bytes for {n} values, got {}", n * 8, bytes.len())));
+        return Err(Error::internal(format!("expected {} bytes for {n} values, got {}", n * 8, bytes.len())));
     }
     let values: Vec<f64> = bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
     Ok(remat_core::HostData::from_f64(&values, dtype))

@@ -7,7 +7,7 @@
 
 use crate::collective::{check_root, sum_in_rank_order, timeout_from_env, Collective, Pending, Span};
 use crate::guard::{self, Call, Op};
-use remat_core::{Error, Result};
+use remat_core::{CollectiveKind, Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
@@ -130,9 +130,14 @@ impl Engine {
                 let _ = ready.send(Ok((transport.rank(), transport.world_size())));
                 serve(transport, queue, &counter);
             })
-            .map_err(|e| Error::Invalid(format!("cannot start the {name} engine thread: {e}")))?;
-        let (rank, size) =
-            started.recv().map_err(|_| Error::Invalid(format!("the {name} engine stopped while starting")))??;
+            .map_err(|e| Error::Collective {
+                kind: CollectiveKind::Start,
+                message: format!("cannot start the {name} engine thread: {e}"),
+                source: Some(Box::new(e)),
+            })?;
+        let (rank, size) = started.recv().map_err(|_| {
+            Error::collective(CollectiveKind::Start, format!("the {name} engine stopped while starting"))
+        })??;
         let stuck = Arc::new(AtomicBool::new(false));
         Ok(Engine {
             jobs: Some(jobs),
@@ -152,7 +157,8 @@ impl Engine {
         self.started += 1;
         let (answer, result) = mpsc::channel();
         let label = format!("rank {}: {what} (collective #{})", self.rank, self.started);
-        let stopped = || Error::Invalid(format!("{label}: the {} engine stopped", self.name));
+        let stopped =
+            || Error::collective(CollectiveKind::Stopped, format!("{label}: the {} engine stopped", self.name));
         self.jobs.as_ref().ok_or_else(stopped)?.send(job(answer)).map_err(|_| stopped())?;
         Ok(Pending::new(result, label, self.timeout).marking_stuck(Arc::clone(&self.stuck)))
     }
@@ -203,11 +209,14 @@ impl Collective for Engine {
 
     fn reduce_scatter(&mut self, values: Vec<f32>) -> Result<Vec<f32>> {
         if !values.len().is_multiple_of(self.size) {
-            return Err(Error::Invalid(format!(
-                "reduce-scatter of {} values over {} ranks: the length must divide evenly",
-                values.len(),
-                self.size
-            )));
+            return Err(Error::config(
+                "values",
+                format!(
+                    "reduce-scatter of {} values over {} ranks: the length must divide evenly",
+                    values.len(),
+                    self.size
+                ),
+            ));
         }
         let what = format!("reduce-scatter of {} values", values.len());
         self.submit(&what, |a| Job::ReduceScatter(values, a))?.wait()
@@ -241,7 +250,10 @@ fn serve<T: Transport>(mut transport: T, queue: Receiver<Job>, counter: &AtomicU
     let mut broken: Option<String> = None;
     for (seq, job) in (1u64..).zip(queue) {
         if let Some(why) = &broken {
-            job.refuse(Error::Invalid(format!("not started: an earlier collective failed ({why})")));
+            job.refuse(Error::collective(
+                CollectiveKind::Stopped,
+                format!("not started: an earlier collective failed ({why})"),
+            ));
             continue;
         }
         let call = job.call(seq);

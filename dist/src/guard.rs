@@ -8,7 +8,7 @@
 //! bytes on every rank whatever the call, so exchanging it is always safe, and a difference is an
 //! error on every rank naming both calls.
 
-use remat_core::{Error, Result};
+use remat_core::{CollectiveKind, Error, Result};
 
 /// What a rank is about to do with the other ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,15 +111,20 @@ pub(crate) fn compare(all: &[u8]) -> Result<()> {
     let Some(first) = calls.first() else { return Ok(()) };
     match calls.iter().enumerate().skip(1).find(|(_, c)| *c != first) {
         None if first.is_some() => Ok(()),
-        None => Err(Error::Invalid(format!("ranks disagree: {}", show(0, first)))),
+        None => Err(Error::collective(CollectiveKind::Mismatch, format!("ranks disagree: {}", show(0, first)))),
         Some((rank, other)) => {
-            let leaving = [first, other].iter().any(|c| matches!(c, Some(Call { op: Op::Leave, .. })));
-            let advice = if leaving {
-                ""
-            } else {
-                " (every rank must run the same collectives in the same order: were they started with the same settings?)"
+            let left = |c: &Option<Call>| matches!(c, Some(Call { op: Op::Leave, .. }));
+            // A rank that left ended or failed its program: the others' step cannot go on.
+            let (kind, advice) = match (left(first), left(other)) {
+                (true, _) => (CollectiveKind::PeerFailed { rank: 0 }, ""),
+                (_, true) => (CollectiveKind::PeerFailed { rank }, ""),
+                _ => (
+                    CollectiveKind::Mismatch,
+                    " (every rank must run the same collectives in the same order: were they started with the same settings?)",
+                ),
             };
-            Err(Error::Invalid(format!("ranks disagree: {}, {}{advice}", show(0, first), show(rank, other))))
+            let message = format!("ranks disagree: {}, {}{advice}", show(0, first), show(rank, other));
+            Err(Error::collective(kind, message))
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::engine::{Engine, Transport};
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use remat_core::{Error, Result};
+use remat_core::{CollectiveKind, Error, Result};
 use std::time::Duration;
 
 /// The collectives of an MPI job (`mpirun -np N program`): rank and world size from
@@ -21,8 +21,9 @@ impl Mpi {
     /// this process). Dropping the engine finalises MPI.
     pub fn init() -> Result<Engine> {
         Engine::start("mpi", || {
-            let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled)
-                .ok_or_else(|| Error::Invalid("MPI could not be initialised (already initialised?)".into()))?;
+            let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or_else(|| {
+                Error::collective(CollectiveKind::Start, "MPI could not be initialised (already initialised?)")
+            })?;
             Ok(MpiTransport { world: universe.world(), _universe: universe, sent: 0 })
         })
     }

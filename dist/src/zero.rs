@@ -2,7 +2,7 @@
 
 use crate::collective::Collective;
 use crate::data_parallel::{from_bytes, value_bytes};
-use remat_core::{AdamW, DType, Error, HostData, HostTensor, Params, Result};
+use remat_core::{AdamW, CollectiveKind, DType, Error, HostData, HostTensor, Params, Result};
 use std::ops::Range;
 
 /// AdamW with its moments split over the ranks (ZeRO stage 1): the parameters' elements, laid
@@ -26,7 +26,7 @@ impl ShardedAdamW {
     /// Shard `rank` of `world` of an AdamW over `params`.
     pub fn new(adamw: AdamW, params: &Params, rank: usize, world: usize) -> Result<Self> {
         if world == 0 || rank >= world {
-            return Err(Error::Invalid(format!("rank {rank} of a {world}-rank job")));
+            return Err(Error::config("rank", format!("rank {rank} of a {world}-rank job")));
         }
         let total: usize = params.values().iter().map(HostTensor::numel).sum();
         let per = total.div_ceil(world);
@@ -45,7 +45,7 @@ impl ShardedAdamW {
             let flat = |x: &[Vec<f64>]| x.concat();
             let (m, v) = (flat(m), flat(v));
             if m.len() != shard.total || v.len() != shard.total {
-                return Err(Error::Invalid(format!(
+                return Err(Error::optimizer_state(format!(
                     "the AdamW state holds {} moments, the parameters have {} elements",
                     m.len(),
                     shard.total
@@ -97,7 +97,7 @@ impl ShardedAdamW {
     pub fn step<C: Collective>(&mut self, comm: &mut C, params: &mut Params, grads: &[HostTensor]) -> Result<()> {
         let total: usize = params.values().iter().map(HostTensor::numel).sum();
         if total != self.total || grads.len() != params.len() {
-            return Err(Error::Invalid(format!(
+            return Err(Error::optimizer_state(format!(
                 "the sharded AdamW state belongs to {} parameter elements; these parameters have {total} ({} gradients for {} parameters)",
                 self.total,
                 grads.len(),
@@ -142,7 +142,7 @@ impl ShardedAdamW {
             let t = HostTensor::f64(vec![per], mine)?;
             let bytes = comm.all_gather(value_bytes(&t))?;
             let HostData::F64(mut all) = from_bytes(&bytes, DType::F64, bytes.len() / 8)? else {
-                return Err(Error::Invalid("moments gathered as another dtype".into()));
+                return Err(Error::internal("moments gathered as another dtype"));
             };
             all.truncate(self.total);
             whole.push(all);
@@ -160,7 +160,7 @@ fn split_steps(gathered: &[u8], per: usize) -> Result<Vec<f64>> {
     let ranks: Vec<&[u8]> = gathered.chunks(per * 8 + 8).collect();
     let steps: Vec<u64> = ranks.iter().map(|r| word(&r[per * 8..])).collect();
     if let Some(rank) = steps.iter().position(|&t| t != steps[0]) {
-        return Err(Error::Invalid(format!(
+        return Err(Error::collective(CollectiveKind::Mismatch, format!(
             "ranks disagree on the optimizer's step count (ZeRO-1): rank 0 took step {}, rank {rank} step {} (every rank must resume from the same state)",
             steps[0], steps[rank]
         )));

@@ -15,7 +15,7 @@ use remat_core::{JointGraph, Strategy};
 /// `offloaded`, `recomputed`, a decision with its reason per value, totals), or as the text
 /// table with `text`.
 pub fn partition_report(document: &str, strategy: &str, text: bool) -> Result<String, String> {
-    let strategy: Strategy = strategy.parse().map_err(|e: String| format!("strategy {strategy:?}: {e}"))?;
+    let strategy: Strategy = strategy.parse().map_err(|e: remat_core::Error| format!("strategy {strategy:?}: {e}"))?;
     let pg = match json::read(document).map_err(|e| e.to_string())? {
         Document::Joint(pg) => pg,
         Document::Graph(graph, ids) => {

@@ -40,7 +40,7 @@ impl JointGraph {
         let loss = *forward
             .outputs()
             .first()
-            .ok_or_else(|| Error::Invalid("the graph has no outputs (the loss comes first)".into()))?;
+            .ok_or_else(|| Error::graph("the graph has no outputs (the loss comes first)"))?;
         let loss_node = forward.node(loss);
         if numel(&loss_node.shape) != 1 || !loss_node.dtype.is_float() {
             return Err(Error::Node {
@@ -237,10 +237,10 @@ impl Backward {
     /// Appends `op(inputs)`. A failure here is a bug in a gradient rule, reported as such.
     pub fn op(&mut self, op: Op, inputs: &[NodeId]) -> Result<NodeId> {
         let name = op.name();
-        let id = self
-            .graph
-            .push_op(op, Inputs::from_slice(inputs))
-            .map_err(|e| Error::Invalid(format!("internal error in the gradient of {name}: {e}")))?;
+        let id = self.graph.push_op(op, Inputs::from_slice(inputs)).map_err(|e| Error::Internal {
+            message: format!("internal error in the gradient of {name}: {e}"),
+            source: Some(Box::new(e)),
+        })?;
         self.grad_of.push(self.owner);
         Ok(id)
     }

@@ -47,7 +47,7 @@ impl DecoderBuilder {
     ) -> Result<Decoder<'b, B>> {
         let (batch, max_len) = (self.batch, self.max_len);
         if batch == 0 || max_len == 0 {
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "a decoder needs at least one sequence and one position (batch {batch}, max_len {max_len})"
             )));
         }
@@ -91,21 +91,21 @@ impl DecoderBuilder {
 /// The encoder's outputs as the step may read them: each named, names distinct.
 fn encoder_contexts(graph: &Graph) -> Result<Vec<Context>> {
     if graph.outputs().is_empty() {
-        return Err(Error::Invalid(
-            "the encoder returns no outputs: return the values the step reads, each named with `.name(\"..\")`".into(),
+        return Err(Error::decoder(
+            "the encoder returns no outputs: return the values the step reads, each named with `.name(\"..\")`",
         ));
     }
     let mut contexts: Vec<Context> = Vec::new();
     for &id in graph.outputs() {
         let node = graph.node(id);
         let Some(name) = node.name().map(str::to_string) else {
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "the encoder's output {} has no name: name each with `.name(\"..\")`, the name the step reads it by",
                 graph.describe(id)
             )));
         };
         if contexts.iter().any(|c| c.name == name) || name == TOKENS || name == POSITION {
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "the encoder's outputs must have distinct names, not `tokens` or `position`: `{name}` is taken"
             )));
         }
@@ -119,7 +119,7 @@ fn check_logits(logits: &Tensor, batch: usize) -> Result<usize> {
     let shape = logits.shape();
     match shape.as_slice() {
         [b, v] | [b, 1, v] if *b == batch && *v > 0 && logits.dtype().is_float() => Ok(*v),
-        _ => Err(Error::Invalid(format!(
+        _ => Err(Error::decoder(format!(
             "the step must return logits [{batch}, vocab] or [{batch}, 1, vocab] of a float dtype, got {} {}",
             fmt_shape(&shape),
             logits.dtype()

@@ -18,7 +18,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
         // generated forever.
         let needed = (len as u128 + n as u128).saturating_sub(1);
         if n > 0 && needed > self.max_len as u128 {
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "a prompt of {len} tokens and {n} generated need {needed} positions ({len} + {n} - 1: the last \
                  generated token is not fed back); the caches hold {} (generate_sliding goes on past them)",
                 self.max_len
@@ -47,7 +47,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
             if prompts.len() > 8 {
                 lens.push(format!("... ({} prompts)", prompts.len()));
             }
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "generate takes {} prompts (one per sequence) of one length, at least 1: got lengths [{}]",
                 self.batch,
                 lens.join(", ")
@@ -59,7 +59,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
             return Ok(Generation { tokens, steps: 0, predicted_peak: self.step_predicted_peak(), measured_peak: 0 });
         }
         if keep == 0 || keep > self.max_len || len > self.max_len {
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "the caches hold {} positions: the prompt ({len} tokens) and the tokens kept per pass ({keep}) must be 1 to {0}",
                 self.max_len
             )));
@@ -122,7 +122,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
         let mut next = Vec::with_capacity(self.batch);
         for (row, values) in logits.chunks_exact(self.vocab).enumerate() {
             if let Some((token, value)) = sampling::first_non_finite(values) {
-                return Err(Error::Invalid(format!(
+                return Err(Error::decoder(format!(
                     "generated token {index} (the step at position {}), sequence {row}: the logit of token {token} \
                      is {value}; a non-finite logit cannot be picked from (are the parameters finite?)",
                     self.position.saturating_sub(1)

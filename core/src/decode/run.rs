@@ -13,7 +13,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
     /// for every step after; starts a new sequence ([`Decoder::reset`]).
     pub fn encode(&mut self, feeds: &Feeds) -> Result<()> {
         let Some(encoder) = &self.encoder else {
-            return Err(Error::Invalid("this decoder has no encoder (add one with `DecoderBuilder::encoder`)".into()));
+            return Err(Error::decoder("this decoder has no encoder (add one with `DecoderBuilder::encoder`)"));
         };
         let graph = encoder.joint.graph();
         check_encoder_feeds(graph, feeds)?;
@@ -31,7 +31,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
                     exec::check_feed(graph, id, value)?;
                     Resident::Host(value)
                 }
-                _ => return Err(Error::Invalid("the encoder reads a decoder-only value".into())),
+                _ => return Err(Error::internal("the encoder reads a decoder-only value")),
             });
         }
         self.contexts.clear();
@@ -44,7 +44,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
                     self.contexts.insert(name, buffer);
                 }
                 _ => {
-                    return Err(Error::Invalid(format!(
+                    return Err(Error::decoder(format!(
                         "the encoder's output `{name}` is one of its inputs or parameters: return a computed value"
                     )))
                 }
@@ -59,25 +59,25 @@ impl<'b, B: Backend> Decoder<'b, B> {
     /// caches; returns the logits, `batch × vocab` values, row by row.
     pub fn step(&mut self, tokens: &[i64]) -> Result<Vec<f32>> {
         if tokens.len() != self.batch {
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "a step takes one token per sequence: {} given, the decoder decodes {}",
                 tokens.len(),
                 self.batch
             )));
         }
         if self.position >= self.max_len {
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "the caches hold {} positions and all are filled: build the decoder with a larger max_len, or reset() it",
                 self.max_len
             )));
         }
         if self.caches.iter().any(Option::is_none) {
-            return Err(Error::Invalid(
-                "an earlier step failed after taking over the caches: call reset() to start again".into(),
+            return Err(Error::decoder(
+                "an earlier step failed after taking over the caches: call reset() to start again",
             ));
         }
         if self.encoder.is_some() && self.contexts.is_empty() {
-            return Err(Error::Invalid("the step reads the encoder's outputs: call encode(..) first".into()));
+            return Err(Error::decoder("the step reads the encoder's outputs: call encode(..) first"));
         }
         let token_values = HostTensor::i64([self.batch, 1], tokens.to_vec())?;
         let position_value = HostTensor::i64([1], vec![self.position as i64])?;
@@ -92,7 +92,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
                 Role::Cache(k) => Resident::Owned(self.caches[*k].take().expect("caches checked above")),
                 Role::Context(name) | Role::Feed(name) => match self.contexts.get(name) {
                     Some(buffer) => Resident::Borrowed(buffer),
-                    None => return Err(Error::Invalid(format!("the step reads `{name}`, which nothing provides"))),
+                    None => return Err(Error::decoder(format!("the step reads `{name}`, which nothing provides"))),
                 },
             });
         }
@@ -104,12 +104,12 @@ impl<'b, B: Backend> Decoder<'b, B> {
         for (k, &out) in outputs[1..].iter().enumerate() {
             match slots[out.index()].take() {
                 Some(Slot::Owned(buffer)) => self.caches[k] = Some(buffer),
-                _ => return Err(Error::Invalid(format!("the step's updated cache {k} is not a computed value"))),
+                _ => return Err(Error::decoder(format!("the step's updated cache {k} is not a computed value"))),
             }
         }
         let logits = match slots[outputs[0].index()].take() {
             Some(slot) => self.backend.download(slot.buffer())?,
-            None => return Err(Error::Invalid("the step computed no logits".into())),
+            None => return Err(Error::internal("the step computed no logits")),
         };
         self.position += 1;
         let peak = self.held_bytes() + finished.measured_peak;

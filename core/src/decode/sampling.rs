@@ -43,13 +43,13 @@ impl Sampling {
     /// An error naming what is wrong with these settings.
     pub fn validate(&self) -> Result<()> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return Err(Error::Invalid(format!(
+            return Err(Error::decoder(format!(
                 "sampling temperature {} must be finite and at least 0 (0 is greedy)",
                 self.temperature
             )));
         }
         if self.top_k == Some(0) {
-            return Err(Error::Invalid("sampling top_k must be at least 1".into()));
+            return Err(Error::decoder("sampling top_k must be at least 1"));
         }
         Ok(())
     }

@@ -33,7 +33,7 @@ use crate::policy::Policy;
 pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
     let n = g.len();
     if p.saved.len() != n || p.offloaded.len() != n {
-        return Err(Error::Invalid(format!("partition covers {} nodes, the graph has {n}", p.saved.len())));
+        return Err(Error::graph(format!("partition covers {} nodes, the graph has {n}", p.saved.len())));
     }
     let f = Facts::new(g, p);
     let mut bad: Vec<String> = Vec::new();
@@ -78,7 +78,7 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
     if bad.is_empty() {
         Ok(())
     } else {
-        Err(Error::Invalid(format!("the partition breaks the rules:\n  {}", bad.join("\n  "))))
+        Err(Error::graph(format!("the partition breaks the rules: {}", bad.join("; "))))
     }
 }
 

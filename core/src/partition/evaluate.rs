@@ -29,9 +29,13 @@ pub fn evaluate(g: &PGraph, saved: &[NodeId]) -> Result<Evaluation> {
     let output = g.output_mask();
     let mut at_hand = vec![false; g.len()];
     for &i in saved {
-        let n = g.nodes.get(i.index()).ok_or_else(|| Error::Invalid(format!("{i} is not a node of the graph")))?;
+        let n =
+            g.nodes.get(i.index()).ok_or_else(|| Error::config("saved", format!("{i} is not a node of the graph")))?;
         if n.backward {
-            return Err(Error::Invalid(format!("{}: a backward node cannot be saved for the backward", g.describe(i))));
+            return Err(Error::config(
+                "saved",
+                format!("{}: a backward node cannot be saved for the backward", g.describe(i)),
+            ));
         }
         at_hand[g.view_base(i, &output).index()] = true;
     }

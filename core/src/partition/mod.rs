@@ -141,10 +141,13 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
                 budget::solve(scope, g, &class, &reads, respect.clone(), &respect, Some(b), &ctx)?
             }
             Strategy::Peak(bytes) => {
-                return Err(crate::error::Error::Invalid(format!(
-                    "peak={bytes} needs a plan to measure peaks on: a traced model (Model::with_strategy) or a \
+                return Err(crate::error::Error::config(
+                    "strategy",
+                    format!(
+                        "peak={bytes} needs a plan to measure peaks on: a traced model (Model::with_strategy) or a \
                  remat.graph document; a joint graph alone has no schedule (budget=B bounds saved bytes)"
-                )))
+                    ),
+                ))
             }
         };
         // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one

@@ -67,7 +67,10 @@ impl CostModel {
             ("compute rate", self.flops_per_s),
         ] {
             if !(r.is_finite() && r > 0.0) {
-                return Err(Error::Invalid(format!("cost model: the {what} must be positive and finite, got {r}")));
+                return Err(Error::config(
+                    "cost model",
+                    format!("cost model: the {what} must be positive and finite, got {r}"),
+                ));
             }
         }
         Ok(())

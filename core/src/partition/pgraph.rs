@@ -468,7 +468,7 @@ impl PGraph {
         let mut backward = Vec::with_capacity(self.len());
         let (mut bytes, mut flops) = (0u64, 0u64);
         for (i, n) in self.nodes.iter().enumerate() {
-            let at = |m: String| Error::Invalid(format!("{}: {m}", self.describe(NodeId::from_index(i))));
+            let at = |m: String| Error::graph(format!("{}: {m}", self.describe(NodeId::from_index(i))));
             if let Some(&bad) = n.inputs.iter().find(|x| x.index() >= i) {
                 return Err(at(format!("input {bad} does not precede it (a cycle or a dangling input)")));
             }
@@ -494,7 +494,7 @@ impl PGraph {
         }
         for (r, region) in self.regions.iter().enumerate() {
             if region.parent.is_some_and(|p| p.index() >= r) {
-                return Err(Error::Invalid(format!(
+                return Err(Error::graph(format!(
                     "region {}: its parent must come before it",
                     self.region_label(RegionId::from_index(r))
                 )));
@@ -502,7 +502,7 @@ impl PGraph {
         }
         for &o in self.forward_outputs.iter().chain(&self.backward_outputs) {
             if o.index() >= self.len() {
-                return Err(Error::Invalid(format!("output {o} is not a node")));
+                return Err(Error::graph(format!("output {o} is not a node")));
             }
         }
         Ok(Validated { offload_tags, must_recompute_tags, backward, bytes })
@@ -558,7 +558,7 @@ impl PGraph {
                     .get(&as_name)
                     .or_else(|| as_index.as_ref().and_then(|i| by_id.get(i)))
                     .copied()
-                    .ok_or_else(|| Error::Invalid(format!("no node has the id {}", crate::text::quoted(text))))
+                    .ok_or_else(|| Error::config("id", format!("no node has the id {}", crate::text::quoted(text))))
             })
             .collect()
     }

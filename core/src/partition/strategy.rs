@@ -2,6 +2,7 @@
 //! command line and documents spell them.
 
 use super::amount;
+use crate::error::Error;
 
 /// How to choose what to save.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,33 +61,39 @@ impl std::str::FromStr for Budget {
 }
 
 impl std::str::FromStr for Strategy {
-    type Err = String;
+    type Err = Error;
 
     /// `respect`, `mincut`, `budget=B`, `budget+offload=B` (see [`Budget`]'s `from_str`) or
-    /// `peak=BYTES` (`peak=3MiB`). An error names the strategy and what is wrong with its value.
-    fn from_str(s: &str) -> Result<Strategy, String> {
-        let at = |key: &str, value: &str, why: String| {
-            format!("`{key}={}`: {why}", crate::text::shorten(value, crate::text::CELL))
-        };
-        match s {
-            "respect" => Ok(Strategy::Respect),
-            "mincut" => Ok(Strategy::MinCut),
-            _ => match (s.strip_prefix("budget="), s.strip_prefix("budget+offload="), s.strip_prefix("peak=")) {
-                (Some(b), ..) => amount::budget(b).map(Strategy::Budget).map_err(|e| at("budget", b, e)),
-                (_, Some(b), _) => amount::budget(b).map(Strategy::BudgetOffload).map_err(|e| at("budget+offload", b, e)),
-                (.., Some(b)) => amount::bytes(b).map(Strategy::Peak).map_err(|e| {
-                    // A fraction is what `budget=` takes; a peak counts inputs and parameters,
-                    // which no fraction of saved bytes measures.
-                    let fraction = amount::budget(b).is_ok_and(|x| matches!(x, Budget::Fraction(_)));
-                    let e = if fraction { format!("a peak is bytes ({}), not a fraction", amount::BYTES_FORMS) } else { e };
-                    at("peak", b, e)
-                }),
-                _ => Err(format!(
-                    "unknown strategy `{}`: expected `respect`, `mincut`, `budget=B`, `budget+offload=B` or `peak=BYTES`",
-                    crate::text::shorten(s, crate::text::CELL)
-                )),
-            },
-        }
+    /// `peak=BYTES` (`peak=3MiB`). An error ([`Error::Config`] of the setting `strategy`) names
+    /// the strategy and what is wrong with its value.
+    fn from_str(s: &str) -> Result<Strategy, Error> {
+        parse_strategy(s).map_err(|message| Error::config("strategy", message))
+    }
+}
+
+/// [`Strategy`]'s `from_str`, the error its message.
+fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    let at = |key: &str, value: &str, why: String| {
+        format!("`{key}={}`: {why}", crate::text::shorten(value, crate::text::CELL))
+    };
+    match s {
+        "respect" => Ok(Strategy::Respect),
+        "mincut" => Ok(Strategy::MinCut),
+        _ => match (s.strip_prefix("budget="), s.strip_prefix("budget+offload="), s.strip_prefix("peak=")) {
+            (Some(b), ..) => amount::budget(b).map(Strategy::Budget).map_err(|e| at("budget", b, e)),
+            (_, Some(b), _) => amount::budget(b).map(Strategy::BudgetOffload).map_err(|e| at("budget+offload", b, e)),
+            (.., Some(b)) => amount::bytes(b).map(Strategy::Peak).map_err(|e| {
+                // A fraction is what `budget=` takes; a peak counts inputs and parameters,
+                // which no fraction of saved bytes measures.
+                let fraction = amount::budget(b).is_ok_and(|x| matches!(x, Budget::Fraction(_)));
+                let e = if fraction { format!("a peak is bytes ({}), not a fraction", amount::BYTES_FORMS) } else { e };
+                at("peak", b, e)
+            }),
+            _ => Err(format!(
+                "unknown strategy `{}`: expected `respect`, `mincut`, `budget=B`, `budget+offload=B` or `peak=BYTES`",
+                crate::text::shorten(s, crate::text::CELL)
+            )),
+        },
     }
 }
 

@@ -106,11 +106,14 @@ impl Plan {
     ) -> Result<Plan> {
         let n_fwd = graph.forward_len()?;
         if saved.len() != n_fwd || offloaded.len() != n_fwd {
-            return Err(Error::Invalid(format!(
-                "saved and offloaded sets cover {} and {} nodes, the forward has {n_fwd}",
-                saved.len(),
-                offloaded.len()
-            )));
+            return Err(Error::config(
+                "saved",
+                format!(
+                    "saved and offloaded sets cover {} and {} nodes, the forward has {n_fwd}",
+                    saved.len(),
+                    offloaded.len()
+                ),
+            ));
         }
         model.validate()?;
         // Every pass below reads inputs and bytes by id: from arrays, not from the nodes.
@@ -215,9 +218,10 @@ impl Plan {
         let graph = joint.graph();
         let n_fwd = joint.n_forward();
         if let Some(bad) = outputs.iter().find(|o| o.index() >= n_fwd) {
-            return Err(Error::Invalid(format!(
-                "{bad} is not a forward value; a forward-only plan computes forward values"
-            )));
+            return Err(Error::config(
+                "outputs",
+                format!("{bad} is not a forward value; a forward-only plan computes forward values"),
+            ));
         }
         let live = ancestors(joint, outputs, n_fwd);
         let resident: Vec<NodeId> =
@@ -232,7 +236,7 @@ impl Plan {
         let (mut forward, backward) = with_frees(joint, &seq, seq.len(), &never_free, &vec![false; graph.len()]);
         for &id in consumed {
             if !resident.contains(&id) || kept.contains(&id) {
-                return Err(Error::Invalid(format!(
+                return Err(Error::config("consumed", format!(
                     "{} cannot be handed over to the run: only an input the outputs read, and not an output itself, can",
                     graph.describe(id)
                 )));

@@ -98,7 +98,7 @@ impl Schedulable for PGraph {
         let valid = self.validated()?;
         let forward_len = valid.backward.iter().position(|&b| b).unwrap_or(self.len());
         if let Some(k) = valid.backward[forward_len..].iter().position(|&b| !b) {
-            return Err(Error::Invalid(format!(
+            return Err(Error::graph(format!(
                 "{}: a forward node after a backward one; a plan needs every forward node first",
                 self.describe(NodeId::from_index(forward_len + k))
             )));
@@ -106,7 +106,7 @@ impl Schedulable for PGraph {
         // `validated` bounds the sum by u64; a 32-bit address space is smaller.
         let total = valid.bytes;
         if usize::try_from(total).is_err() {
-            return Err(Error::Invalid(format!("the graph's {total} bytes do not fit this machine's address space")));
+            return Err(Error::graph(format!("the graph's {total} bytes do not fit this machine's address space")));
         }
         Ok(forward_len)
     }
@@ -144,7 +144,7 @@ impl Schedulable for PGraph {
     }
 
     fn node_error(&self, id: NodeId, message: String) -> Error {
-        Error::Invalid(format!("{}: {message}", self.describe(id)))
+        Error::graph(format!("{}: {message}", self.describe(id)))
     }
 }
 

@@ -71,11 +71,14 @@ fn resolve(path: &Path) -> Result<PathBuf> {
             return Ok(at);
         }
         if !kind.is_symlink() {
-            return Err(Error::Invalid(format!(
-                "{}: is {}, not a regular file: a training state is written only to a regular file (or a new path)",
-                target_name(path, &at),
-                describe(&kind)
-            )));
+            return Err(Error::config(
+                "path",
+                format!(
+                    "{}: is {}, not a regular file: a training state is written only to a regular file (or a new path)",
+                    target_name(path, &at),
+                    describe(&kind)
+                ),
+            ));
         }
         let link = std::fs::read_link(&at).map_err(|source| Error::Io {
             path: target_name(path, &at),
@@ -88,7 +91,7 @@ fn resolve(path: &Path) -> Result<PathBuf> {
             _ => link,
         };
     }
-    Err(Error::Invalid(format!("{}: more than {MAX_LINKS} symbolic links in a row (a loop?)", path.display())))
+    Err(Error::config("path", format!("{}: more than {MAX_LINKS} symbolic links in a row (a loop?)", path.display())))
 }
 
 /// What a non-regular, non-link file is, for a message.

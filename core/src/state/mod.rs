@@ -92,7 +92,7 @@ pub fn save_state(path: &Path, params: &Params, opt: &AdamW, progress: Progress)
 /// `opt`; returns the progress. A truncated, foreign or mismatched file is an error and
 /// changes nothing.
 pub fn load_state(path: &Path, params: &mut Params, opt: &mut AdamW) -> Result<Progress> {
-    let bad = |message: String| Error::Invalid(format!("{}: {message}", path.display()));
+    let bad = |message: String| Error::optimizer_state(format!("{}: {message}", path.display()));
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.display().to_string(),
         what: "cannot read",

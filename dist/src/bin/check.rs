@@ -49,7 +49,7 @@ fn main() {
                 comm.all_gather(vec![1; 8]).map(|_| ())
             }
         }
-        other => Err(remat_core::Error::Invalid(format!("unknown scenario {other:?}"))),
+        other => Err(remat_core::Error::config("scenario", format!("unknown scenario {other:?}"))),
     };
     match result {
         Ok(()) => println!("ok {scenario} rank {rank}"),
@@ -68,7 +68,7 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(remat_core::Error::Invalid(what()))
+        Err(remat_core::Error::internal(what()))
     }
 }
 
@@ -331,7 +331,7 @@ fn run_flags(args: &[String]) -> Result<RunFlags> {
     let mut flags =
         RunFlags { batch: 4, steps: 3, bucket_kib: 4, zero: false, resume: None, save_state: None, agree: true };
     let mut args = args.iter();
-    let bad = |what: &str| remat_core::Error::Invalid(format!("run: {what}"));
+    let bad = |what: &str| remat_core::Error::config("run", format!("run: {what}"));
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| bad(&format!("{flag} needs a value")));
         let number = |v: &String| v.parse::<u64>().map_err(|_| bad(&format!("{flag} {v:?} is not a number")));

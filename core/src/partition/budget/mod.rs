@@ -169,7 +169,7 @@ fn set_global_limit(problem: &mut Problem<'_>, b: Budget, respect: &[bool]) -> R
         Budget::Fraction(f) => f,
     };
     if !(0.0..=1.0).contains(&f) {
-        return Err(Error::Invalid(format!("a budget fraction must be in [0, 1], got {f}")));
+        return Err(Error::config("budget", format!("a budget fraction must be in [0, 1], got {f}")));
     }
     // 0.0 is the fewest bytes any choice within the region budgets keeps.
     problem.limits[0] = 0;

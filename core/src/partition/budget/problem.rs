@@ -3,7 +3,7 @@
 
 use super::facts::Facts;
 use super::Offload;
-use crate::error::Error;
+use crate::error::{Error, Limit};
 use crate::graph::{NodeId, RegionId};
 use crate::partition::classify::{closure_from, counts_bytes, Class};
 use crate::partition::PGraph;
@@ -273,28 +273,34 @@ impl<'a> Problem<'a> {
             if let Some(r) = scope {
                 if e.least[k] > self.limits[k] {
                     let fraction = g.regions[r.index()].budget.unwrap_or(1.0);
-                    return Error::Invalid(format!(
-                        "region {}: budget = {fraction} allows {} bytes of its own values, but its must_save values \
-                         alone need {}",
-                        g.region_label(*r),
-                        self.limits[k],
-                        e.least[k]
-                    ));
+                    let region = g.region_label(*r);
+                    return Error::Infeasible {
+                        message: format!(
+                            "region {region}: budget = {fraction} allows {} bytes of its own values, but its \
+                             must_save values alone need {}",
+                            self.limits[k], e.least[k]
+                        ),
+                        what: Limit::RegionBudget(region),
+                        asked: self.limits[k],
+                        least: Some(e.least[k]),
+                    };
                 }
             }
         }
         let limit = self.limits[0];
-        match (e.least_global_within_regions, self.scopes.len() > 1) {
-            (Some(min), true) => Error::Invalid(format!(
+        let least = e.least_global_within_regions.unwrap_or(e.least[0]);
+        let message = if e.least_global_within_regions.is_some() && self.scopes.len() > 1 {
+            format!(
                 "a budget of {limit} bytes cannot be met together with the region budgets: the smallest feasible \
-                 global budget is {min} bytes"
-            )),
-            _ => Error::Invalid(format!(
-                "a budget of {limit} bytes cannot be met: the smallest feasible budget is {} bytes (must_save \
-                 values, region boundaries and other forced saves)",
-                e.least_global_within_regions.unwrap_or(e.least[0])
-            )),
-        }
+                 global budget is {least} bytes"
+            )
+        } else {
+            format!(
+                "a budget of {limit} bytes cannot be met: the smallest feasible budget is {least} bytes (must_save \
+                 values, region boundaries and other forced saves)"
+            )
+        };
+        Error::Infeasible { what: Limit::Budget, asked: limit, least: Some(least), message }
     }
 }
 
