@@ -240,7 +240,15 @@ fn e_budget_sweep_is_monotone() {
 #[test]
 fn an_infeasible_budget_states_the_smallest_feasible_one() {
     let (graph, _) = fp8_graph();
-    let err = Model::with_strategy(graph, Strategy::Budget(Budget::Bytes(10))).unwrap_err().to_string();
+    let err = Model::with_strategy(graph, Strategy::Budget(Budget::Bytes(10))).unwrap_err();
+    // What every plan keeps: the region's boundary output and its scaled matmul's (the fp8
+    // region's rules), two [8, 16] f32 values.
+    let least = Some(2 * 8 * 16 * 4);
+    assert!(
+        matches!(err, remat::Error::Infeasible { what: remat::Limit::Budget, asked: 10, least: l, .. } if l == least),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(err.contains("a budget of 10 bytes cannot be met: the smallest feasible budget is 1024 bytes"), "{err}");
 }
 

@@ -170,7 +170,9 @@ fn inference_runs_the_forward_alone_with_its_own_peak_and_the_training_values() 
     assert!(h_eval.iter().all(|v| v.is_finite()));
 
     // Names are checked.
-    let err = model.inference(&["logit"]).unwrap_err().to_string();
+    let err = model.inference(&["logit"]).unwrap_err();
+    assert!(matches!(&err, remat::Error::Config { setting, .. } if setting == "names"), "{err:?}");
+    let err = err.to_string();
     assert!(err.contains("no value of the model is named `logit`; did you mean `logits`?"), "{err}");
     let missing = infer.run(&mut CpuBackend::new(), &params, &Feeds::new()).unwrap_err().to_string();
     assert!(missing.contains('x'), "{missing}");
@@ -203,7 +205,9 @@ fn save_name_typos_are_logged_and_refused_by_a_strict_trace() {
     let trace = Trace::new().strict();
     let x = trace.input("x", &[4, 3], DType::F32);
     let w = trace.param("w", &[3, 3], DType::F32);
-    let err = trace.finish(&misspelled(&x, &w).sum_all()).unwrap_err().to_string();
+    let err = trace.finish(&misspelled(&x, &w).sum_all()).unwrap_err();
+    assert!(matches!(&err, remat::Error::Config { setting, .. } if setting == "strict"), "{err:?}");
+    let err = err.to_string();
     assert!(err.starts_with("strict trace: region `misspelled`"), "{err}");
     assert!(err.contains(r#"did you mean "ffn_act"?"#), "{err}");
 }

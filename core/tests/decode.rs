@@ -4,9 +4,15 @@
 
 use remat_core::zoo::{self, GptConfig};
 use remat_core::{
-    AttnLayout, CpuBackend, DType, DecodeStep, Decoder, DecoderBuilder, Feeds, HostTensor, Init, Model, Params,
+    AttnLayout, CpuBackend, DType, DecodeStep, Decoder, DecoderBuilder, Error, Feeds, HostTensor, Init, Model, Params,
     Sampling, Tensor, Trace,
 };
+
+/// The text of `err`, which must be a decoder's misuse ([`Error::Decoder`]).
+fn misuse(err: Error) -> String {
+    assert!(matches!(err, Error::Decoder { .. }), "not a decoder misuse: {err:?}");
+    err.to_string()
+}
 
 fn gpt_config(batch: usize) -> GptConfig {
     GptConfig { batch, seq: 12, d_model: 16, heads: 2, layers: 2, vocab: 24, dropout: 0.1, dtype: DType::F32 }
@@ -80,7 +86,7 @@ fn cached_logits_equal_the_cache_free_forward_at_every_position() {
     let worst = largest_step_difference(&mut decoder, &rows, &full);
     assert!(worst <= 1e-5, "largest logit difference {worst}");
     assert_eq!(decoder.position(), cfg.seq);
-    let err = decoder.step(&[0, 0]).unwrap_err().to_string();
+    let err = misuse(decoder.step(&[0, 0]).unwrap_err());
     assert!(err.contains("hold 12 positions"), "{err}");
 }
 
@@ -128,7 +134,7 @@ fn sampling_is_reproducible_and_top_one_is_greedy() {
     let others: Vec<_> = (12..16).map(|seed| run(Sampling::temperature(5.0, seed))).collect();
     assert!(others.iter().any(|o| *o != run(hot)), "other seeds draw other text");
     assert_eq!(run(Sampling::temperature(5.0, 3).top_k(1)), run(Sampling::greedy()));
-    let err = decoder.generate(&prompt, 4, &Sampling::temperature(-0.5, 0)).unwrap_err().to_string();
+    let err = misuse(decoder.generate(&prompt, 4, &Sampling::temperature(-0.5, 0)).unwrap_err());
     assert!(err.contains("temperature"), "{err}");
 }
 
@@ -289,7 +295,7 @@ fn an_encoder_runs_once_and_its_outputs_serve_every_step() {
         .unwrap();
     // No step before the encoder has run; then the encoder's outputs are inputs of the step,
     // and nothing of the encoder (its source, its parameters) is.
-    let err = decoder.step(&[1, 2]).unwrap_err().to_string();
+    let err = misuse(decoder.step(&[1, 2]).unwrap_err());
     assert!(err.contains("encode"), "{err}");
     let graph = decoder.step_graph();
     let step_inputs: Vec<String> = graph.inputs().iter().map(|&i| graph.leaf_name(i)).collect();
@@ -311,38 +317,40 @@ fn mistakes_are_errors_that_name_the_problem() {
     let (_, params) = trained_gpt(&cfg);
     let mut cpu = CpuBackend::new();
     let build = |cpu: &mut CpuBackend, f: &dyn Fn(&DecodeStep) -> Tensor| {
-        DecoderBuilder::new(1, cfg.seq).build(cpu, &params, f).map(|_| ()).unwrap_err().to_string()
+        DecoderBuilder::new(1, cfg.seq).build(cpu, &params, f).map(|_| ()).unwrap_err()
     };
     // A parameter declared with another shape than the trained one.
     let wider = GptConfig { vocab: 30, ..cfg.clone() };
-    let err = build(&mut cpu, &|s| zoo::gpt_step(&wider, s));
+    let err = build(&mut cpu, &|s| zoo::gpt_step(&wider, s)).to_string();
     assert!(err.contains("`wte`") && err.contains("[24, 16]") && err.contains("[30, 16]"), "{err}");
     // A parameter the trained model does not have.
-    let err = build(&mut cpu, &|s| s.trace().param("wtee", &[2, 2], DType::F32).sum(&[1], false).reshape(&[1, 2]));
+    let err = build(&mut cpu, &|s| s.trace().param("wtee", &[2, 2], DType::F32).sum(&[1], false).reshape(&[1, 2]))
+        .to_string();
     assert!(err.contains("`wtee`") && err.contains("did you mean `wte`"), "{err}");
     // Logits of the wrong shape; an encoder output that does not exist; q, k, v of a sequence.
-    let err = build(&mut cpu, &|s| s.tokens().cast(DType::F32).reshape(&[1]));
+    let err = misuse(build(&mut cpu, &|s| s.tokens().cast(DType::F32).reshape(&[1])));
     assert!(err.contains("logits [1, vocab]"), "{err}");
-    let err = build(&mut cpu, &|s| s.context("memory"));
+    let err = build(&mut cpu, &|s| s.context("memory")).to_string();
     assert!(err.contains("no encoder"), "{err}");
     let err = build(&mut cpu, &|s| {
         let q = s.trace().input("q", &[1, 4, 2, 8], DType::F32);
         s.attend("a", &q, &q, &q, 1.0).reshape(&[1, 64])
-    });
+    })
+    .to_string();
     assert!(err.contains("cache `a`") && err.contains("decode.rs"), "{err}");
 
     let mut decoder = DecoderBuilder::new(1, cfg.seq).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
-    let err = decoder.step(&[1, 2]).unwrap_err().to_string();
+    let err = misuse(decoder.step(&[1, 2]).unwrap_err());
     assert!(err.contains("one token per sequence"), "{err}");
-    let err = decoder.generate(&[vec![1; 8]], 6, &Sampling::greedy()).unwrap_err().to_string();
+    let err = misuse(decoder.generate(&[vec![1; 8]], 6, &Sampling::greedy()).unwrap_err());
     assert!(err.contains("need 13 positions") && err.contains("hold 12"), "{err}");
     let err = decoder.step(&[cfg.vocab as i64 + 3]).unwrap_err().to_string();
     assert!(err.contains("embedding"), "{err}");
     // The failed step took the caches over: a reset makes them again, and decoding goes on.
-    assert!(decoder.step(&[1]).unwrap_err().to_string().contains("reset()"));
+    assert!(misuse(decoder.step(&[1]).unwrap_err()).contains("reset()"));
     decoder.reset().unwrap();
     assert_eq!(decoder.step(&[1]).unwrap().len(), cfg.vocab);
-    let err = decoder.encode(&Feeds::new()).unwrap_err().to_string();
+    let err = misuse(decoder.encode(&Feeds::new()).unwrap_err());
     assert!(err.contains("no encoder"), "{err}");
 }
 
@@ -370,9 +378,9 @@ fn sliding_generation_is_passes_of_plain_generation() {
         assert_eq!(slid.tokens[r], row[2..], "row {r}");
     }
     assert_eq!(slid.measured_peak, slid.predicted_peak);
-    let err = decoder.generate(&prompts, n, &Sampling::greedy()).unwrap_err().to_string();
+    let err = misuse(decoder.generate(&prompts, n, &Sampling::greedy()).unwrap_err());
     assert!(err.contains("generate_sliding"), "{err}");
-    let err = decoder.generate_sliding(&prompts, n, &Sampling::greedy(), 0).unwrap_err().to_string();
+    let err = misuse(decoder.generate_sliding(&prompts, n, &Sampling::greedy(), 0).unwrap_err());
     assert!(err.contains("kept per pass (0)"), "{err}");
 }
 
@@ -395,7 +403,7 @@ fn a_huge_n_is_refused_at_once() {
     let mut cpu = CpuBackend::new();
     let mut decoder = DecoderBuilder::new(1, 8).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
     for n in [usize::MAX, usize::MAX - 1, usize::MAX / 2 + 1] {
-        let err = decoder.generate(&[vec![1, 2, 3]], n, &Sampling::greedy()).unwrap_err().to_string();
+        let err = misuse(decoder.generate(&[vec![1, 2, 3]], n, &Sampling::greedy()).unwrap_err());
         let needed = 3u128 + n as u128 - 1;
         assert!(err.contains(&format!("need {needed} positions (3 + {n} - 1")) && err.contains("hold 8"), "{err}");
         let err = decoder.generate_sliding(&[vec![1, 2, 3]], n, &Sampling::greedy(), 4).unwrap_err().to_string();
@@ -413,9 +421,9 @@ fn the_refusal_counts_positions_right_and_n_zero_is_nothing() {
     let mut decoder = DecoderBuilder::new(1, 8).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
     let none = decoder.generate(&[vec![1; 9]], 0, &Sampling::greedy()).unwrap();
     assert_eq!((none.tokens, none.steps), (vec![Vec::<i64>::new()], 0));
-    let err = decoder.generate(&[vec![1; 9]], 1, &Sampling::greedy()).unwrap_err().to_string();
+    let err = misuse(decoder.generate(&[vec![1; 9]], 1, &Sampling::greedy()).unwrap_err());
     assert!(err.contains("a prompt of 9 tokens and 1 generated need 9 positions (9 + 1 - 1"), "{err}");
-    let err = decoder.generate(&[vec![1; 8]], 2, &Sampling::greedy()).unwrap_err().to_string();
+    let err = misuse(decoder.generate(&[vec![1; 8]], 2, &Sampling::greedy()).unwrap_err());
     assert!(err.contains("need 9 positions (8 + 2 - 1") && err.contains("the caches hold 8"), "{err}");
     // The limit itself fits: 8 prompt tokens and 1 generated take 8 positions; 1 and 8 too.
     assert_eq!(decoder.generate(&[vec![1; 8]], 1, &Sampling::greedy()).unwrap().steps, 8);
@@ -433,7 +441,7 @@ fn non_finite_logits_are_an_error_naming_the_step() {
     let mut cpu = CpuBackend::new();
     let mut decoder = DecoderBuilder::new(1, 8).build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s)).unwrap();
     for sampling in [Sampling::greedy(), Sampling::temperature(1.0, 2), Sampling::temperature(0.5, 1).top_k(3)] {
-        let err = decoder.generate(&[vec![1, 2, 3]], 3, &sampling).unwrap_err().to_string();
+        let err = misuse(decoder.generate(&[vec![1, 2, 3]], 3, &sampling).unwrap_err());
         assert!(
             err.starts_with("generated token 0 (the step at position 2), sequence 0: the logit of token 0 is NaN"),
             "{sampling:?}: {err}"
@@ -444,7 +452,7 @@ fn non_finite_logits_are_an_error_naming_the_step() {
     let (_, params) = small_gpt();
     let late = |s: &DecodeStep| (-s.position().cast(DType::F32) + 1.5).sqrt().reshape(&[1, 1]).expand(&[1, 4]);
     let mut decoder = DecoderBuilder::new(1, 8).build(&mut cpu, &params, late).unwrap();
-    let err = decoder.generate(&[vec![0]], 5, &Sampling::greedy()).unwrap_err().to_string();
+    let err = misuse(decoder.generate(&[vec![0]], 5, &Sampling::greedy()).unwrap_err());
     assert!(
         err.starts_with("generated token 2 (the step at position 2), sequence 0: the logit of token 0 is NaN"),
         "{err}"
@@ -453,7 +461,7 @@ fn non_finite_logits_are_an_error_naming_the_step() {
     let (_, params) = small_gpt();
     let by_token = |s: &DecodeStep| (-s.tokens().cast(DType::F32) + 1.0).log().expand(&[2, 4]);
     let mut decoder = DecoderBuilder::new(2, 8).build(&mut cpu, &params, by_token).unwrap();
-    let err = decoder.generate(&[vec![0], vec![1]], 2, &Sampling::temperature(1.0, 0)).unwrap_err().to_string();
+    let err = misuse(decoder.generate(&[vec![0], vec![1]], 2, &Sampling::temperature(1.0, 0)).unwrap_err());
     assert!(
         err.starts_with("generated token 0 (the step at position 0), sequence 1: the logit of token 0 is -inf"),
         "{err}"
@@ -472,7 +480,7 @@ fn an_encoder_without_outputs_is_refused_at_build() {
             vec![]
         })
         .build(&mut cpu, &params, |s| zoo::gpt_step(&cfg, s));
-    let err = built.map(|_| ()).unwrap_err().to_string();
+    let err = misuse(built.map(|_| ()).unwrap_err());
     assert!(err.starts_with("the encoder returns no outputs"), "{err}");
 }
 

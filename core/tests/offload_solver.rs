@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use remat_core::partition::{check, exposed_times, partition_with, CostModel, PGraph, PNode};
-use remat_core::{Action, Budget, Decision, NodeId, Partition, Policy, Reason, Strategy};
+use remat_core::{Action, Budget, Decision, Error, Limit, NodeId, Partition, Policy, Reason, Strategy};
 
 /// A model where transfers and compute are comparable on these tiny graphs.
 const MODEL: CostModel = CostModel { d2h_bytes_per_s: 4.0, h2d_bytes_per_s: 8.0, flops_per_s: 1.0 };
@@ -175,6 +175,8 @@ proptest! {
                 }
                 Err(e) => {
                     prop_assert!(oracle.is_none(), "budget {}: solver failed ({}) but brute force found {:?}", limit, e, oracle);
+                    let infeasible = matches!(e, Error::Infeasible { what: Limit::Budget, asked, .. } if asked == limit);
+                    prop_assert!(infeasible, "budget {}: {:?}", limit, e);
                     previous = Some(f64::INFINITY);
                 }
             }

@@ -7,7 +7,7 @@ use proptest::strategy::Strategy as _;
 use remat_core::partition::{partition, partition_with, PGraph};
 use remat_core::region::{enter_region, PolicyTable, RegionGuard, RegionSpec};
 use remat_core::{
-    Budget, CpuBackend, DType, Error, Feeds, Graph, JointGraph, Model, OpKind, Policy, Strategy, Tensor, Trace,
+    Budget, CpuBackend, DType, Error, Feeds, Graph, JointGraph, Limit, Model, OpKind, Policy, Strategy, Tensor, Trace,
 };
 
 /// One step of a random program.
@@ -140,8 +140,7 @@ fn same_plan_from_partition_graph(model: &Model, pg: &PGraph) -> Result<(), Test
 
 /// Errors a random program may legitimately produce: tag conflicts and infeasible budgets.
 fn expected_error(e: &Error) -> bool {
-    let text = e.to_string();
-    matches!(e, Error::Conflict(_)) || text.contains("cannot be met") || text.contains("must_save values alone need")
+    matches!(e, Error::Conflict(_) | Error::Infeasible { what: Limit::Budget | Limit::RegionBudget(_), .. })
 }
 
 fn bits(t: &remat_core::HostTensor) -> Vec<u32> {
@@ -231,6 +230,10 @@ proptest! {
             }
             Err(e) => {
                 prop_assert!(best_flops.is_none(), "solver says infeasible, brute force found {best_flops:?}");
+                // The least feasible budget, against the brute force's fewest bytes.
+                let least = Some(min_bytes);
+                let infeasible = matches!(e, Error::Infeasible { what: Limit::Budget, asked, least: l, .. } if asked == limit && l == least);
+                prop_assert!(infeasible, "{:?}", e);
                 let expected = format!("the smallest feasible budget is {min_bytes} bytes");
                 prop_assert!(e.to_string().contains(&expected), "{e}");
             }
@@ -306,5 +309,6 @@ fn a_region_budget_outside_zero_to_one_is_not_reachable_from_json_or_macro() {
     // Budgets reach the partitioner validated; the global fraction is checked here.
     let graph = build(&[Instr::Op { op: 2, a: 0, b: 0 }], false);
     let err = Model::with_strategy(graph, Strategy::Budget(Budget::Fraction(1.5))).unwrap_err();
+    assert!(matches!(&err, Error::Config { setting, .. } if setting == "budget"), "{err:?}");
     assert_eq!(err.to_string(), "a budget fraction must be in [0, 1], got 1.5");
 }

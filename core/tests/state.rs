@@ -1,7 +1,7 @@
 //! Training state saves to safetensors and resumes bit-exactly; bad files are errors.
 
 use remat_core::zoo::{self, GptConfig};
-use remat_core::{load_state, save_state, AdamW, CpuBackend, DType, Model, Optimizer, Params, Progress};
+use remat_core::{load_state, save_state, AdamW, CpuBackend, DType, Error, Model, Optimizer, Params, Progress};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -70,8 +70,9 @@ fn truncated_and_mismatched_files_are_errors_that_change_nothing() {
 
     let other = Model::new(zoo::gpt(&GptConfig { d_model: 8, ..cfg() }).unwrap()).unwrap();
     let mut other_params = other.init_params(0).unwrap();
-    let err = load_state(&path, &mut other_params, &mut target_opt).unwrap_err().to_string();
-    assert!(err.contains("the model expects [11, 8] f32"), "{err}");
+    let err = load_state(&path, &mut other_params, &mut target_opt).unwrap_err();
+    assert!(matches!(err, Error::OptimizerState { .. }), "a state of another model: {err:?}");
+    assert!(err.to_string().contains("the model expects [11, 8] f32"), "{err}");
 
     let garbage = temp("garbage.safetensors");
     std::fs::write(&garbage, b"not a checkpoint").unwrap();
@@ -111,7 +112,9 @@ fn progress_in(model: &Model, path: &Path) -> Progress {
 fn refused(dir: &Path, path: &Path, what: &str) {
     let (_, params, opt) = small();
     let before = listing(dir);
-    let err = save_state(path, &params, &opt, Progress { step: 1, seed: 1 }).unwrap_err().to_string();
+    let err = save_state(path, &params, &opt, Progress { step: 1, seed: 1 }).unwrap_err();
+    assert!(matches!(&err, Error::Config { setting, .. } if setting == "path"), "{err:?}");
+    let err = err.to_string();
     assert!(err.contains(&path.display().to_string()) && err.contains(what), "{err}");
     assert!(!err.contains('\n'), "one line: {err}");
     assert_eq!(listing(dir), before, "nothing created or removed");

@@ -19,6 +19,8 @@ fn nccl_starts_or_names_what_is_missing() {
             engine.barrier().unwrap();
         }
         Err(e) => {
+            let start = matches!(e, remat_core::Error::Collective { kind: remat_core::CollectiveKind::Start, .. });
+            assert!(start, "a start failure: {e:?}");
             let text = e.to_string();
             assert!(
                 text.contains("NCCL (libnccl.so.2) was not found") || text.contains("CUDA driver"),

@@ -2,7 +2,7 @@
 //! all-gather, as the NCCL engine uses them) over an in-process transport: two "ranks" are two
 //! threads meeting at a barrier.
 
-use remat_core::Result;
+use remat_core::{CollectiveKind, Error, Result};
 use remat_dist::{sum_in_rank_order, Collective, Engine, Transport};
 use std::sync::{Arc, Barrier, Mutex};
 
@@ -94,18 +94,21 @@ fn all_reduces_of_different_lengths_are_refused_on_every_rank_and_stop_the_engin
     // The lengths of the gpt example's --bucket-kib 1 / 64 reproducer: exchanged as they were,
     // MPI overran its receive buffers (`malloc(): corrupted top size`).
     let results = job(2, |rank, e| {
-        let first = e.all_reduce(vec![1.0; [7, 4096][rank]]).map(|_| ()).map_err(|e| e.to_string());
-        let later = e.barrier().map_err(|e| e.to_string());
+        let first = e.all_reduce(vec![1.0; [7, 4096][rank]]).map(|_| ());
+        let later = e.barrier();
         (first, later)
     });
     let expected = "ranks disagree: rank 0 calls all-reduce of 7 values (its collective #1), rank 1 calls all-reduce of 4096 values (its collective #1)";
     for (rank, (first, later)) in results.into_iter().enumerate() {
         let first = first.unwrap_err();
+        assert!(matches!(first, Error::Collective { kind: CollectiveKind::Mismatch, .. }), "rank {rank}: {first:?}");
+        let first = first.to_string();
         assert!(first.starts_with(expected), "rank {rank}: {first}");
         assert!(!first.contains('\n'), "one line: {first}");
         // Nothing more is exchanged once ranks disagree: the barrier is refused at once.
         let later = later.unwrap_err();
-        assert!(later.contains("not started: an earlier collective failed"), "rank {rank}: {later}");
+        assert!(matches!(later, Error::Collective { kind: CollectiveKind::Stopped, .. }), "rank {rank}: {later:?}");
+        assert!(later.to_string().contains("not started: an earlier collective failed"), "rank {rank}: {later}");
     }
 }
 
@@ -113,12 +116,14 @@ fn all_reduces_of_different_lengths_are_refused_on_every_rank_and_stop_the_engin
 fn different_operations_and_sequences_are_named() {
     let results = job(3, |rank, e| {
         if rank == 2 {
-            e.barrier().unwrap_err().to_string() // one call ahead of the others
+            e.barrier().unwrap_err() // one call ahead of the others
         } else {
-            e.broadcast(vec![0; 4], 0).unwrap_err().to_string()
+            e.broadcast(vec![0; 4], 0).unwrap_err()
         }
     });
-    for text in results {
+    for err in results {
+        assert!(matches!(err, Error::Collective { kind: CollectiveKind::Mismatch, .. }), "{err:?}");
+        let text = err.to_string();
         assert!(
             text.starts_with(
                 "ranks disagree: rank 0 calls broadcast of 4 bytes from rank 0 (its collective #1), rank 2 calls barrier (its collective #1)"
@@ -134,11 +139,16 @@ fn a_rank_that_leaves_stops_the_others_at_their_next_collective() {
         if rank == 1 {
             // A program that failed before its first collective (a --resume file it cannot
             // read): it tells the others as it ends.
-            e.leave().map_err(|e| e.to_string()).err().unwrap_or_default()
+            e.leave().unwrap_err()
         } else {
-            e.all_gather(vec![0; 8]).unwrap_err().to_string()
+            e.all_gather(vec![0; 8]).unwrap_err()
         }
     });
+    // Both ranks name rank 1 as the one that left.
+    for err in &results {
+        assert!(matches!(err, Error::Collective { kind: CollectiveKind::PeerFailed { rank: 1 }, .. }), "{err:?}");
+    }
+    let results: Vec<String> = results.iter().map(Error::to_string).collect();
     assert!(
         results[0].starts_with("ranks disagree: rank 0 calls all-gather of 8 bytes (its collective #1), rank 1 has left the job after 0 collective(s) (its program ended or failed: see its own message)"),
         "{}",

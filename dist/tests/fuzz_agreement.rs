@@ -156,7 +156,14 @@ fn run_case(rng: &mut Rng, case: u64) -> bool {
     let found = first_difference(&configs).map(|d| (d.field, d.rank, d.reference, d.value));
     assert_eq!(found, expected, "case {case}: {configs:?}");
     let results: Vec<std::result::Result<(), String>> = (0..ranks)
-        .map(|rank| remat_dist::agree(&mut Gathered { rank, sent: &sent }, &configs[rank]).map_err(|e| e.to_string()))
+        .map(|rank| {
+            remat_dist::agree(&mut Gathered { rank, sent: &sent }, &configs[rank]).map_err(|e| {
+                let mismatch =
+                    matches!(e, remat_core::Error::Collective { kind: remat_core::CollectiveKind::Mismatch, .. });
+                assert!(mismatch, "case {case}: {e:?}");
+                e.to_string()
+            })
+        })
         .collect();
     match expected {
         None => assert!(results.iter().all(|r| r.is_ok()), "case {case}: equal configurations refused: {results:?}"),
@@ -190,7 +197,10 @@ fn run_garbage_case(rng: &mut Rng, case: u64) {
     let flip = rng.below(RankConfig::BYTES.min(8)); // the leading magic word
     sent[bad][flip] ^= 1 << rng.below(8);
     for rank in (0..ranks).filter(|&r| r != bad) {
-        let text = remat_dist::agree(&mut Gathered { rank, sent: &sent }, &config).unwrap_err().to_string();
+        let err = remat_dist::agree(&mut Gathered { rank, sent: &sent }, &config).unwrap_err();
+        let mismatch = matches!(err, remat_core::Error::Collective { kind: remat_core::CollectiveKind::Mismatch, .. });
+        assert!(mismatch, "case {case}: {err:?}");
+        let text = err.to_string();
         assert!(
             text.contains(&format!("rank {bad} sent a run configuration remat cannot read")),
             "case {case}: {text}"

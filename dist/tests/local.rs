@@ -77,12 +77,14 @@ fn sharded_adamw_on_one_rank_is_adamw() {
 
 #[test]
 fn bad_shards_are_refused() {
-    assert!(ShardedAdamW::new(AdamW::new(1e-2), &model(2).init_params(1).unwrap(), 2, 2).is_err());
+    let e = ShardedAdamW::new(AdamW::new(1e-2), &model(2).init_params(1).unwrap(), 2, 2).unwrap_err();
+    assert!(matches!(&e, remat_core::Error::Config { setting, .. } if setting == "rank"), "{e:?}");
     let dp = DataParallel::new(Local);
     assert_eq!(dp.shard(5).unwrap(), 0..5);
     assert_eq!(Local.world_size(), 1);
-    let e = dp.expect_world_size(2).unwrap_err().to_string();
-    assert!(e.contains("this job has 1 rank(s), the run expects 2"), "{e}");
+    let e = dp.expect_world_size(2).unwrap_err();
+    assert!(matches!(&e, remat_core::Error::Config { setting, .. } if setting == "world size"), "{e:?}");
+    assert!(e.to_string().contains("this job has 1 rank(s), the run expects 2"), "{e}");
 }
 
 #[test]
@@ -103,7 +105,9 @@ fn sharded_feeds_keep_i64_values_exactly() {
 fn every_bad_timeout_is_a_one_line_error_naming_the_value() {
     // 1e20 and 1e30 panicked ("cannot convert float seconds to Duration") on every rank.
     for text in ["0", "abc", "NaN", "inf", "-inf", "-1", "1e20", "1e30", "", "1e-9", "0x10", "5s"] {
-        let e = remat_dist::parse_timeout(text).unwrap_err().to_string();
+        let e = remat_dist::parse_timeout(text).unwrap_err();
+        assert!(matches!(&e, remat_core::Error::Config { setting, .. } if setting == "REMAT_DIST_TIMEOUT"), "{e:?}");
+        let e = e.to_string();
         assert!(e.starts_with(&format!("REMAT_DIST_TIMEOUT={text:?}: expected a positive number of seconds")), "{e}");
         assert!(!e.contains('\n'), "{e}");
     }

@@ -128,8 +128,12 @@ mod tests {
 
     #[test]
     fn bad_settings_are_named() {
-        assert!(Sampling::temperature(-1.0, 0).validate().unwrap_err().to_string().contains("temperature -1"));
-        assert!(Sampling::temperature(f64::NAN, 0).validate().is_err());
-        assert!(Sampling::greedy().top_k(0).validate().unwrap_err().to_string().contains("top_k"));
+        let misuse = |s: Sampling| match s.validate() {
+            Err(crate::Error::Decoder { message }) => message,
+            other => panic!("{other:?}"),
+        };
+        assert!(misuse(Sampling::temperature(-1.0, 0)).contains("temperature -1"));
+        assert!(misuse(Sampling::temperature(f64::NAN, 0)).contains("temperature NaN"));
+        assert!(misuse(Sampling::greedy().top_k(0)).contains("top_k"));
     }
 }
