@@ -20,7 +20,8 @@ impl std::fmt::Debug for Error {
 }
 
 /// Everything that can go wrong in remat-core. Messages name the op, the node, the shapes and,
-/// for traced ops, the caller's source line.
+/// for traced ops, the caller's source line; each is one line. Match on the variant to act
+/// (docs/errors.md says what a caller does with each); read the message to tell a person.
 ///
 /// `Debug` prints what `Display` prints, then each underlying cause the message does not
 /// already quote (`caused by: ...`), so `fn main() -> remat::Result<()>` reads well when `?`
@@ -86,8 +87,10 @@ pub enum Error {
         /// What is wrong with it, and what it must be.
         message: String,
     },
-    /// A graph handed to the library (built by hand, or a partition graph) breaks one of its
-    /// invariants: a node reading a later one, a region whose parent comes after it, ...
+    /// A graph handed to the library (built by hand, a partition graph, a partition given to
+    /// `partition::check`) breaks one of its invariants: a node reading a later one, a forward
+    /// node after a backward one, a region whose parent comes after it, bytes past 2^64, ...
+    /// A partition graph's node-level errors are this variant too (its ops are not the catalog's).
     #[error("{message}")]
     Graph {
         /// What is wrong, naming the node or region.
