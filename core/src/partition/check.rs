@@ -31,6 +31,17 @@ use crate::policy::Policy;
 /// or whose view's offload tag can be met are offloaded; device bytes (`saved_bytes`, and the
 /// budget) exclude offloaded values, `host_bytes` adds them up.
 pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
+    let bad = broken_rules(g, p)?;
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::graph(format!("the partition breaks the rules: {}", bad.join("; "))))
+    }
+}
+
+/// What [`check`] finds, one line per broken rule (none when `p` keeps every rule); an error
+/// only when `p` does not cover `g`.
+pub(crate) fn broken_rules(g: &PGraph, p: &Partition) -> Result<Vec<String>> {
     let n = g.len();
     if p.saved.len() != n || p.offloaded.len() != n {
         return Err(Error::graph(format!("partition covers {} nodes, the graph has {n}", p.saved.len())));
@@ -75,11 +86,7 @@ pub fn check(g: &PGraph, p: &Partition) -> Result<()> {
         bad.extend(recompute_reasons_are_recomputed(&f, d.node.index(), d.action, d.reason));
     }
     bad.extend(one_decision_per_needed_value(&f));
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::graph(format!("the partition breaks the rules: {}", bad.join("; "))))
-    }
+    Ok(bad)
 }
 
 /// A rule over one node: the violation it finds there, if any.

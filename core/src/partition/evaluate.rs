@@ -1,7 +1,8 @@
 //! Scoring a decision made elsewhere — PyTorch's, a user's hand-picked one, another strategy's
 //! — under remat's rules and cost model, so that decisions can be compared on one scale.
 
-use super::{check, Action, Budget, Decision, PGraph, Partition, Reason, Strategy};
+use super::check::broken_rules;
+use super::{Action, Budget, Decision, PGraph, Partition, Reason, Strategy};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 
@@ -12,7 +13,7 @@ pub struct Evaluation {
     /// anyway (inputs, parameters, forward outputs) kept, and everything else the backward
     /// reaches recomputed — with its saved bytes and recompute FLOPs.
     pub partition: Partition,
-    /// Every rule it breaks, one line each ([`check`]'s lines); empty when it keeps them all.
+    /// Every rule it breaks, one line each ([`check`](super::check())'s lines); empty when it keeps them all.
     pub broken: Vec<String>,
     /// Given values the backward never reaches, each once, in the order given: they would be
     /// kept for nothing.
@@ -93,12 +94,6 @@ pub fn evaluate(g: &PGraph, saved: &[NodeId]) -> Result<Evaluation> {
         };
         p.decisions.push(Decision { node: i, action, reason, overrode: None, offload: None });
     }
-    let broken = match check(g, &p) {
-        Ok(()) => Vec::new(),
-        Err(e) => {
-            let text = e.to_string();
-            text.lines().skip(1).map(|l| l.trim().to_string()).collect()
-        }
-    };
+    let broken = broken_rules(g, &p)?;
     Ok(Evaluation { partition: p, broken, unneeded })
 }
