@@ -87,7 +87,7 @@ impl Report<'_> {
         peaks.into_iter().filter_map(|(key, b)| Some((key, value(&b?))))
     }
 
-    fn decision_out(&self, d: &Decision) -> DecisionOut {
+    pub(super) fn decision_out(&self, d: &Decision) -> DecisionOut {
         let g = self.graph;
         let id = |i: NodeId| Some(g.node(i).id.to_json());
         let (region, grad_of, view) = match d.reason {
@@ -134,7 +134,7 @@ impl std::fmt::Debug for JsonDraft {
 
 /// One decision of the JSON report; the optional fields only where they apply.
 #[derive(Serialize)]
-struct DecisionOut {
+pub(super) struct DecisionOut {
     id: serde_json::Value,
     action: &'static str,
     reason: &'static str,

@@ -16,10 +16,11 @@
 //! ```
 
 mod dot;
+mod evaluation;
 mod json;
 mod text;
 
-pub use crate::text::fmt_bytes;
+pub use crate::text::{fmt_bytes, one_line};
 pub use dot::dot;
 pub use json::JsonDraft;
 
