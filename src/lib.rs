@@ -74,7 +74,7 @@ pub mod region {
 
 /// Reports of a partition: a text table with a reason per value, JSON, Graphviz DOT.
 pub mod report {
-    pub use remat_core::report::{dot, fmt_bytes, one_line, reason_code, JsonDraft, Report};
+    pub use remat_core::report::{dot, fmt_bytes, one_line, reason_code, Report};
 }
 
 /// Ready-made models — an MLP and a GPT with feeds — for examples, benchmarks and trying remat.

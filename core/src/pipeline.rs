@@ -5,6 +5,7 @@
 //! entry.
 
 mod evaluated;
+mod json_out;
 
 pub use evaluated::Evaluated;
 
@@ -51,7 +52,9 @@ enum Planner<'j> {
 }
 
 impl Problem<'static> {
-    /// A problem read from a `remat.graph` (differentiated here) or `remat.joint` document.
+    /// A problem read from a `remat.graph` (differentiated here) or `remat.joint` document. A
+    /// caller that owns a large text may rather [`crate::json::read`] it, drop it, then call
+    /// [`Problem::from_document`], so that the text is not held while the graph is partitioned.
     pub fn read(text: &str) -> Result<Self> {
         Self::from_document(json::read(text)?)
     }

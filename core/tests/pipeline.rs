@@ -52,6 +52,12 @@ fn every_entry_partitions_and_plans_as_the_partitioner_and_planner_do() {
         for strategy in strategies() {
             let solved = problem.partition(strategy, &model).unwrap();
             let direct = partition_with(pg, strategy, &model).unwrap();
+            // The JSON written while the plan is made is the report's, byte for byte.
+            let mut written = Vec::new();
+            let (also, io) = problem.partition_json(strategy, &model, &mut written).unwrap();
+            io.unwrap();
+            assert_eq!(String::from_utf8(written).unwrap(), solved.report().json(), "{entry}, {strategy}");
+            assert_eq!(also.partition(), solved.partition(), "{entry}, {strategy}");
             assert_eq!(solved.partition(), &direct, "{entry}, {strategy}");
             // A joint document is planned for `peak=` only; the others always, as their joint
             // graph plans.

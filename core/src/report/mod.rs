@@ -22,7 +22,6 @@ mod text;
 
 pub use crate::text::{fmt_bytes, one_line};
 pub use dot::dot;
-pub use json::JsonDraft;
 
 use crate::graph::NodeId;
 use crate::partition::{counts_bytes, Decision, PGraph, Partition, Reason};
