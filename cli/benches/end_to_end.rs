@@ -283,7 +283,7 @@ fn residual_mlp_stages(dir: &std::path::Path, layers: usize) {
     let start = Instant::now();
     let problem = Problem::from_document(document).unwrap();
     let pg = problem.graph();
-    stage(&format!("differentiate, partition graph ({} nodes)", pg.len()), start);
+    stage(&format!("differentiated ({} nodes)", pg.len()), start);
     for strategy in [Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
         let start = Instant::now();
         let solved = problem.partition(strategy, &CostModel::default()).unwrap();
