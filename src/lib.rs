@@ -28,6 +28,8 @@ pub use remat_core::{
     Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Schedulable, Step, Strategy,
     TransferWindow,
 };
+// A graph document or a traced graph to its partition, plan and report, in one pipeline.
+pub use remat_core::{Evaluated, Partitioned, Problem};
 // Running and training.
 pub use remat_core::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR, THREADS_VAR, WARNINGS_VAR};
 pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
@@ -72,7 +74,7 @@ pub mod region {
 
 /// Reports of a partition: a text table with a reason per value, JSON, Graphviz DOT.
 pub mod report {
-    pub use remat_core::report::{dot, fmt_bytes, reason_code, JsonDraft, Report};
+    pub use remat_core::report::{dot, fmt_bytes, one_line, reason_code, Report};
 }
 
 /// Ready-made models — an MLP and a GPT with feeds — for examples, benchmarks and trying remat.

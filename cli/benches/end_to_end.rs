@@ -29,9 +29,7 @@ mod residual_mlp_graph;
 #[path = "../../benches/common/torch_python.rs"]
 mod torch_python;
 
-use remat::partition::{partition, PGraph};
-use remat::report::Report;
-use remat::{json, Budget, JointGraph, Plan, Strategy};
+use remat::{json, Budget, CostModel, Problem, Strategy};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -119,11 +117,12 @@ fn main() {
         let path = dir.join(format!("deep_mlp_{l}.joint.json"));
         std::fs::write(&path, &text).unwrap();
         let runs = if l > 1000 { 3 } else { 9 };
-        let g = json::read_joint(&text).unwrap();
-        let read = time(runs, || json::read_joint(&text).unwrap());
-        let p = partition(&g, Strategy::MinCut).unwrap();
-        let solve = time(runs, || partition(&g, Strategy::MinCut).unwrap());
-        let out = time(runs, || Report::new(&g, &p).json());
+        let problem = Problem::read(&text).unwrap();
+        let read = time(runs, || Problem::read(&text).unwrap());
+        let cost = CostModel::default();
+        let solved = problem.partition(Strategy::MinCut, &cost).unwrap();
+        let solve = time(runs, || problem.partition(Strategy::MinCut, &cost).unwrap());
+        let out = time(runs, || solved.report().json());
         let process = time(runs, || {
             let o = Command::new(env!("CARGO_BIN_EXE_remat"))
                 .args(["partition", path.to_str().unwrap(), "--strategy", "mincut", "--json"])
@@ -140,7 +139,7 @@ fn main() {
         let vs = if l == 512 { format!("{:.0}x", torch_s / process.as_secs_f64()) } else { "-".into() };
         println!(
             "{l:>9} {:>9} {:>10.1} {:>10} {:>10} {:>10} {:>12} {:>10}",
-            g.len(),
+            problem.graph().len(),
             text.len() as f64 / 1e6,
             ms(read),
             ms(solve),
@@ -278,29 +277,23 @@ fn residual_mlp_stages(dir: &std::path::Path, layers: usize) {
         text.len() as f64 / 1e6
     );
     let start = Instant::now();
-    let json::Document::Graph(g, ids) = json::read(&text).unwrap() else { panic!("a remat.graph") };
+    let document = json::read(&text).unwrap();
+    assert!(matches!(document, json::Document::Graph(..)), "a remat.graph");
     stage("read", start);
     let start = Instant::now();
-    let joint = JointGraph::from_forward(g).unwrap();
-    stage(&format!("differentiate ({} nodes)", joint.graph().len()), start);
-    let start = Instant::now();
-    let pg = PGraph::from_joint_with_ids(&joint, &ids);
-    drop(joint);
-    stage("partition graph", start);
-    let n = pg.nodes.iter().take_while(|n| !n.backward).count();
+    let problem = Problem::from_document(document).unwrap();
+    let pg = problem.graph();
+    stage(&format!("differentiated ({} nodes)", pg.len()), start);
     for strategy in [Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
         let start = Instant::now();
-        let p = partition(&pg, strategy).unwrap();
-        stage(&format!("partition ({strategy})"), start);
+        let solved = problem.partition(strategy, &CostModel::default()).unwrap();
+        stage(&format!("partition and plan ({strategy})"), start);
         let start = Instant::now();
-        let plan = Plan::with_offload(&pg, &p.saved[..n], &p.offloaded[..n], &Default::default()).unwrap();
-        stage("plan (from the partition graph)", start);
-        let start = Instant::now();
-        let out = Report::new(&pg, &p).with_planned_peak(plan.predicted_peak() as u64).json();
+        let out = solved.report().json();
         stage("JSON out", start);
-        drop((out, plan, p));
+        drop((out, solved));
     }
-    drop(pg);
+    drop(problem);
     for strategy in ["mincut", "budget=0.5"] {
         let t = time(3, || remat_cli(&path, strategy));
         println!("  {:<32} {:>10}  (median of 3)", format!("remat partition, end to end, {strategy}"), ms(t));

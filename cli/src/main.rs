@@ -13,10 +13,8 @@
 mod plot;
 
 use clap::{Args, Parser, Subcommand};
-use remat::json::{self, Document};
-use remat::partition::{partition, PGraph};
-use remat::report::{fmt_bytes, Report};
-use remat::{Budget, JointGraph, Partition, Plan, Strategy};
+use remat::report::{fmt_bytes, one_line};
+use remat::{Budget, CostModel, Problem, Strategy};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -80,40 +78,13 @@ enum Command {
     },
 }
 
-/// What a command works on: the joint graph to partition, and whether it can be planned (read
-/// from a `remat.graph`: the partition graph of a traced joint graph plans as that graph does, so
-/// the joint graph itself is not kept).
-struct Loaded {
-    pg: PGraph,
-    /// For a `remat.graph`, which can be planned: how many of the nodes are forward nodes (they
-    /// come first), as the joint graph said.
-    forward: Option<usize>,
-}
-
-impl Loaded {
-    fn partition(&self, strategy: Strategy) -> remat::Result<Partition> {
-        match strategy {
-            // A peak is searched over plans: a remat.graph has them.
-            Strategy::Peak(limit) if self.forward.is_some() => {
-                remat::partition::partition_for_peak(&self.pg, &self.pg, limit, &Default::default()).map(|(p, _)| p)
-            }
-            _ => partition(&self.pg, strategy),
-        }
-    }
-
-    /// The plan, for `remat.graph` files.
-    fn plan(&self, p: &Partition) -> remat::Result<Option<Plan>> {
-        let Some(n) = self.forward else { return Ok(None) };
-        Plan::with_offload(&self.pg, &p.saved[..n], &p.offloaded[..n], &Default::default()).map(Some)
-    }
-}
-
 /// How `partition` and `dot` plan: `--strategy` and `--offload`.
 #[derive(Args)]
 struct Planning {
     /// `respect`, `mincut`, `budget=B` — B in bytes when an integer (`4096`, `64KiB`,
-    /// `2MiB`, `1GiB`, `1TiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or, for
-    /// a `remat.graph`, `peak=BYTES`: the plan's predicted peak at most that.
+    /// `2MiB`, `1GiB`, `1TiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or
+    /// `peak=BYTES`: the plan's predicted peak at most that (a `remat.graph`, or a `remat.joint`
+    /// listing its forward nodes first).
     #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
     strategy: Strategy,
     /// Let a budget choose offload (host memory) besides save and recompute: `budget=B`
@@ -151,25 +122,13 @@ fn doc_error(file: &Path) -> impl Fn(remat::Error) -> Failure + '_ {
 /// A failure: exit code and one line.
 struct Failure(u8, String);
 
-fn load(path: &Path) -> Result<Loaded, Failure> {
-    let bad = |e: &dyn std::fmt::Display| Failure(2, format!("{}: {e}", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
-    let document = json::read(&text).map_err(|e| bad(&e))?;
+/// The problem of the document at `path`: a `remat.graph` differentiated, or a `remat.joint`.
+fn load(path: &Path) -> Result<Problem<'static>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure(2, format!("{}: {e}", path.display())))?;
+    let document = remat::json::read(&text).map_err(doc_error(path))?;
+    // The text (150 MB at 10⁶ nodes) is not held while the graph is differentiated and partitioned.
     drop(text);
-    match document {
-        Document::Graph(g, ids) => {
-            // The joint graph takes the forward graph's nodes over rather than copy them.
-            let joint = JointGraph::from_forward(g).map_err(|e| bad(&e))?;
-            let pg = PGraph::from_joint_with_ids(&joint, &ids);
-            let forward = joint.n_forward();
-            // Nor is the joint graph held beside the partition graph, which plans alike: a third
-            // of the peak at 10⁶ nodes. It is freed on a thread of its own, beside partitioning
-            // (a tenth of a second at 10⁶ nodes).
-            std::thread::spawn(move || drop(joint));
-            Ok(Loaded { pg, forward: Some(forward) })
-        }
-        Document::Joint(pg) => Ok(Loaded { pg, forward: None }),
-    }
+    Problem::from_document(document).map_err(doc_error(path))
 }
 
 /// Writes a report to standard output. A reader that stops early (`| head`) is no failure:
@@ -189,77 +148,45 @@ fn write_out(out: &Path, text: &str) -> Result<(), Failure> {
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Partition { file, planning, json } => {
-            let loaded = load(&file)?;
-            let bad = doc_error(&file);
-            let p = loaded.partition(planning.strategy()?).map_err(&bad)?;
-            // The JSON report up to the peaks the plan gives is laid out and written while the
-            // plan is made (at 10⁶ nodes, a third of a second each). Planning a partition just
-            // made fails only on a bug; the report would then end there, with the error.
-            let (plan, head) = remat_core::par::join(
-                || loaded.plan(&p),
-                || json.then(|| to_stdout(|out| Report::new(&loaded.pg, &p).json_draft().write_head(out))),
-            );
-            let plan = plan.map_err(bad)?;
-            head.transpose()?;
-            let windows = plan.as_ref().map_or_else(Vec::new, |plan| plan.transfer_windows(&loaded.pg));
-            let mut report = Report::new(&loaded.pg, &p).with_transfer_windows(&windows);
-            if let Some(plan) = &plan {
-                report = report
-                    .with_planned_peak(plan.predicted_peak() as u64)
-                    .with_host_peaks(plan.predicted_host_peak() as u64, None);
-            }
-            // The JSON is written as it is laid out: the report of a 10⁶-node graph is 70 MB.
-            to_stdout(|out| if json { report.write_json_tail(out) } else { out.write_all(report.text().as_bytes()) })?;
+            let problem = load(&file)?;
+            let (strategy, cost) = (planning.strategy()?, CostModel::default());
+            let solved = if json {
+                // Written as it is laid out (the report of a 10⁶-node graph is 70 MB), beside
+                // planning.
+                let (solved, written) =
+                    problem.partition_json(strategy, &cost, &mut std::io::stdout()).map_err(doc_error(&file))?;
+                to_stdout(|out| written.and_then(|()| out.flush()))?;
+                solved
+            } else {
+                let solved = problem.partition(strategy, &cost).map_err(doc_error(&file))?;
+                to_stdout(|out| out.write_all(solved.report().text().as_bytes()))?;
+                solved
+            };
             // A graph of 10⁶ nodes takes a tenth of a second to free; the process is ending.
-            std::mem::forget((windows, plan, p, loaded));
+            std::mem::forget(solved);
+            std::mem::forget(problem);
         }
         Command::Dot { file, planning, out } => {
-            let loaded = load(&file)?;
-            let p = loaded.partition(planning.strategy()?).map_err(doc_error(&file))?;
-            let dot = Report::new(&loaded.pg, &p).dot();
+            let problem = load(&file)?;
+            let p = problem.partition_only(planning.strategy()?, &CostModel::default()).map_err(doc_error(&file))?;
+            let dot = remat::report::Report::new(problem.graph(), &p).dot();
             match out {
                 Some(out) => write_out(&out, &dot)?,
                 None => to_stdout(|out| out.write_all(dot.as_bytes()))?,
             }
         }
         Command::Evaluate { file, save, json } => {
-            let loaded = load(&file)?;
-            let bad = doc_error(&file);
-            let ids = loaded.pg.find_ids(save.iter().map(String::as_str).filter(|s| !s.is_empty())).map_err(&bad)?;
-            let e = remat::partition::evaluate(&loaded.pg, &ids).map_err(bad)?;
-            let given = distinct(&ids);
-            if json {
-                let report = Report::new(&loaded.pg, &e.partition).with_heading("evaluate", "given");
-                let mut v: serde_json::Value = serde_json::from_str(&report.json()).expect("reports are JSON");
-                v["given"] = given.iter().map(|&i| loaded.pg.node(i).id.to_json()).collect();
-                v["broken"] = serde_json::json!(e.broken);
-                v["unneeded"] = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.to_json()).collect();
-                let text = serde_json::to_string_pretty(&v).expect("JSON values serialize");
-                to_stdout(|out| writeln!(out, "{text}"))?;
-            } else {
-                let label = given_label(&loaded.pg, &given);
-                let mut text = Report::new(&loaded.pg, &e.partition).with_heading("evaluate", &label).text();
-                let unneeded: Vec<String> = e.unneeded.iter().map(|&i| loaded.pg.node(i).id.label()).collect();
-                if !unneeded.is_empty() {
-                    text += &format!("\nkept for nothing (the backward never reaches them): {}\n", unneeded.join(", "));
-                }
-                if e.broken.is_empty() {
-                    text += "\nrules: the decision keeps every rule\n";
-                } else {
-                    text += &format!("\nrules broken ({}):\n", e.broken.len());
-                    for line in &e.broken {
-                        text += &format!("  - {line}\n");
-                    }
-                }
-                to_stdout(|out| out.write_all(text.as_bytes()))?;
-            }
+            let problem = load(&file)?;
+            let scored = problem.evaluate(save.iter().map(String::as_str)).map_err(doc_error(&file))?;
+            let text = if json { scored.json() } else { scored.text() };
+            to_stdout(|out| out.write_all(text.as_bytes()))?;
         }
         Command::Pareto { file, out } => {
-            let loaded = load(&file)?;
+            let problem = load(&file)?;
             let mut points = Vec::new();
             let sweep = (0..=20).map(|k| Strategy::Budget(Budget::Fraction(k as f64 / 20.0)));
             for strategy in [Strategy::Respect, Strategy::MinCut].into_iter().chain(sweep) {
-                let p = loaded.partition(strategy).map_err(doc_error(&file))?;
+                let p = problem.partition_only(strategy, &CostModel::default()).map_err(doc_error(&file))?;
                 points.push(Point {
                     strategy,
                     bytes: p.saved_bytes,
@@ -283,26 +210,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
     }
     Ok(())
-}
-
-/// `ids` without repeats, in the order first given.
-fn distinct(ids: &[remat::NodeId]) -> Vec<remat::NodeId> {
-    let mut seen = std::collections::HashSet::new();
-    ids.iter().copied().filter(|&i| seen.insert(i)).collect()
-}
-
-/// What `evaluate` scored, for its first line: `the given decision: keep %2, %5`.
-fn given_label(pg: &PGraph, given: &[remat::NodeId]) -> String {
-    if given.is_empty() {
-        return "the given decision: keep only what is held anyway".to_string();
-    }
-    let labels: Vec<String> = given.iter().map(|&i| pg.node(i).id.label()).collect();
-    let shown: Vec<&str> = labels.iter().take(8).map(String::as_str).collect();
-    let more = match labels.len() - shown.len() {
-        0 => String::new(),
-        more => format!(" and {more} more"),
-    };
-    format!("the given decision: keep {}{more}", shown.join(", "))
 }
 
 /// One partition of a sweep.
@@ -360,7 +267,7 @@ fn main() -> ExitCode {
         Err(Failure(code, message)) => {
             // One line whatever the document held: newlines joined, control characters and line
             // separators escaped, an echo no message shortened cut to a reasonable length.
-            eprintln!("error: {}", remat_core::text::one_line(&message.replace('\n', " ")));
+            eprintln!("error: {}", one_line(&message.replace('\n', " ")));
             ExitCode::from(code)
         }
     }

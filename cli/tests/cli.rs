@@ -366,3 +366,28 @@ fn the_benchmarks_pytorch_script_times_both_partitioners_on_one_graph() {
         assert!(times.len() == 1 && times[0].as_f64().is_some_and(|s| s > 0.0), "{text}");
     }
 }
+
+#[test]
+fn peak_plans_a_joint_document_that_lists_its_forward_nodes_first() {
+    let doc = example("small.joint.json");
+    // The least-recompute plan's own peak: the loosest limit that binds.
+    let loose = remat(&["partition", &doc, "--strategy", "peak=1GiB", "--json"]);
+    assert!(loose.status.success(), "{}", stderr(&loose));
+    let loose: serde_json::Value = serde_json::from_slice(&loose.stdout).unwrap();
+    let limit = loose["planned_peak"].as_u64().expect("a planned peak");
+    let o = remat(&["partition", &doc, "--strategy", &format!("peak={limit}"), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["planned_peak"].as_u64().unwrap() <= limit);
+    // Other strategies on a joint document stay unplanned, as they were.
+    let mincut: serde_json::Value =
+        serde_json::from_slice(&remat(&["partition", &doc, "--strategy", "mincut", "--json"]).stdout).unwrap();
+    assert!(mincut.get("planned_peak").is_none());
+    // A PyTorch export interleaves forward and backward nodes: refused in one line saying why.
+    let torch = format!("{}/../tests/fixtures/torch/chain-inductor__full.json", env!("CARGO_MANIFEST_DIR"));
+    let o = remat(&["partition", &torch, "--strategy", "peak=1GiB"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("a forward node after a backward one; a plan needs every forward node first"), "{e}");
+}

@@ -25,6 +25,7 @@ mod optim;
 pub mod par;
 pub mod partition;
 pub mod peak;
+mod pipeline;
 pub mod plan;
 mod policy;
 mod recording;
@@ -60,6 +61,7 @@ pub use op::{
 };
 pub use optim::{AdamW, Optimizer, Sgd};
 pub use partition::{Action, Budget, CostModel, Decision, OffloadReason, Partition, Reason, Strategy};
+pub use pipeline::{Evaluated, Partitioned, Problem};
 pub use plan::{Plan, Schedulable, Step, TransferWindow};
 pub use policy::{Policy, PolicySource};
 pub use region::{enter_region, enter_region_with, PolicyTable, RegionGuard, RegionPolicy, RegionSpec};

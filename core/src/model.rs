@@ -8,6 +8,7 @@ use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Init, Op};
 use crate::partition::{CostModel, PGraph, Partition, Strategy};
+use crate::pipeline;
 use crate::plan::{Plan, Step};
 use crate::report::Report;
 use crate::rng;
@@ -92,16 +93,7 @@ impl Model {
     /// offload solver and the prefetches use.
     pub fn with_cost_model(forward: Graph, strategy: Strategy, model: &CostModel) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
-        let pg = PGraph::from_joint(&joint);
-        let (mut partition, plan) = match strategy {
-            Strategy::Peak(limit) => crate::peak::partition_for_peak(&joint, &pg, limit, model)?,
-            _ => {
-                let partition = crate::partition::partition_with(&pg, strategy, model)?;
-                let n = joint.n_forward();
-                let plan = Plan::with_offload(&joint, &partition.saved[..n], &partition.offloaded[..n], model)?;
-                (partition, plan)
-            }
-        };
+        let (mut partition, plan) = pipeline::solve(&joint, &PGraph::from_joint(&joint), strategy, model)?;
         for warning in &partition.warnings {
             crate::warning::emit(warning);
         }

@@ -5,26 +5,18 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use remat_core::json::{self, Document};
-use remat_core::partition::{partition, PGraph};
-use remat_core::report::Report;
-use remat_core::{JointGraph, Strategy};
+use remat_core::{CostModel, Problem, Strategy};
 
 /// Partitions `document` (JSON text) with `strategy` (`"respect"`, `"mincut"`, `"budget=0.5"`,
-/// `"budget=64MiB"`, ...) and returns remat's report as JSON text (`saved`, `held`,
-/// `offloaded`, `recomputed`, a decision with its reason per value, totals), or as the text
-/// table with `text`.
+/// `"budget=64MiB"`, `"peak=64MiB"`, ...) and returns remat's report as JSON text (`saved`,
+/// `held`, `offloaded`, `recomputed`, a decision with its reason per value, totals, and the
+/// plan's peaks where there is a plan), or as the text table with `text`: what `remat partition`
+/// prints for the same document and strategy.
 pub fn partition_report(document: &str, strategy: &str, text: bool) -> Result<String, String> {
     let strategy: Strategy = strategy.parse().map_err(|e: remat_core::Error| format!("strategy {strategy:?}: {e}"))?;
-    let pg = match json::read(document).map_err(|e| e.to_string())? {
-        Document::Joint(pg) => pg,
-        Document::Graph(graph, ids) => {
-            let joint = JointGraph::new(&graph).map_err(|e| e.to_string())?;
-            PGraph::from_joint_with_ids(&joint, &ids)
-        }
-    };
-    let p = partition(&pg, strategy).map_err(|e| e.to_string())?;
-    let report = Report::new(&pg, &p);
+    let problem = Problem::read(document).map_err(|e| e.to_string())?;
+    let solved = problem.partition(strategy, &CostModel::default()).map_err(|e| e.to_string())?;
+    let report = solved.report();
     Ok(if text { report.text() } else { report.json() })
 }
 

@@ -34,6 +34,12 @@ fn extension() -> PathBuf {
     panic!("the extension module (lib_remat.so) is not beside {}", exe.display());
 }
 
+/// The `remat` command in the same target directory as `extension` (`target/<profile>/remat`).
+fn command_beside(extension: &Path) -> Option<PathBuf> {
+    let dir = extension.parent()?;
+    [dir, dir.parent()?].iter().map(|d| d.join("remat")).find(|p| p.is_file())
+}
+
 #[test]
 fn python_package_tests() {
     let python = match python() {
@@ -54,13 +60,18 @@ fn python_package_tests() {
     }
     std::fs::copy(extension(), package.join("_remat.abi3.so")).unwrap();
     // Run from the copy, so the sources beside this file (without the module) are not imported.
-    let out = Command::new(&python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging"])
+    let mut pytest = Command::new(&python);
+    pytest
+        .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:logging"])
         .arg(manifest.join("tests"))
         .current_dir(&site)
-        .env("PYTHONPATH", &site)
-        .output()
-        .unwrap();
+        .env("PYTHONPATH", &site);
+    // The `remat` command, where this build made it: the tests compare the module's reports with
+    // what it prints.
+    if let Some(cli) = command_beside(&extension()) {
+        pytest.env("REMAT_CLI", cli);
+    }
+    let out = pytest.output().unwrap();
     let _ = std::fs::remove_dir_all(&site);
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{text}");

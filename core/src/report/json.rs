@@ -23,25 +23,23 @@ impl Report<'_> {
         self.write_json_draft(self.json_draft(), out)
     }
 
-    /// Every field of [`Report::json`] but the peaks, laid out ahead of them: a caller that
-    /// still has to plan (the plan gives the peaks) lays the report out beside planning, then
-    /// hands the draft to [`Report::write_json_draft`] on a report with the peaks added — or
-    /// writes it out while planning ([`JsonDraft::write_head`]), then the peaks
+    /// Every field of [`Report::json`] but the peaks, laid out ahead of them: the pipeline writes
+    /// it out while planning ([`JsonDraft::write_head`]), then the peaks
     /// ([`Report::write_json_tail`]).
-    pub fn json_draft(&self) -> JsonDraft {
+    pub(crate) fn json_draft(&self) -> JsonDraft {
         JsonDraft(self.json_fields())
     }
 
     /// Writes `draft` (of a report of the same partition and graph) with this report's peaks
     /// after it: what [`Report::write_json`] writes.
-    pub fn write_json_draft(&self, draft: JsonDraft, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    fn write_json_draft(&self, draft: JsonDraft, out: &mut impl std::io::Write) -> std::io::Result<()> {
         draft.write_head(out)?;
         self.write_json_tail(out)
     }
 
     /// What follows a [`JsonDraft::write_head`] of a report of the same partition and graph:
     /// this report's peaks, and the end of the object.
-    pub fn write_json_tail(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    pub(crate) fn write_json_tail(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         write_fields(out, self.peak_fields().collect(), false)?;
         out.write_all(b"\n}\n")
     }
@@ -87,7 +85,7 @@ impl Report<'_> {
         peaks.into_iter().filter_map(|(key, b)| Some((key, value(&b?))))
     }
 
-    fn decision_out(&self, d: &Decision) -> DecisionOut {
+    pub(super) fn decision_out(&self, d: &Decision) -> DecisionOut {
         let g = self.graph;
         let id = |i: NodeId| Some(g.node(i).id.to_json());
         let (region, grad_of, view) = match d.reason {
@@ -115,12 +113,12 @@ impl Report<'_> {
 }
 
 /// A JSON report laid out but for its peaks ([`Report::json_draft`]).
-pub struct JsonDraft(Vec<(&'static str, Field)>);
+pub(crate) struct JsonDraft(Vec<(&'static str, Field)>);
 
 impl JsonDraft {
     /// Writes the report up to its peaks, leaving the object open for
     /// [`Report::write_json_tail`].
-    pub fn write_head(self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    pub(crate) fn write_head(self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         out.write_all(b"{")?;
         write_fields(out, self.0, true)
     }
@@ -134,7 +132,7 @@ impl std::fmt::Debug for JsonDraft {
 
 /// One decision of the JSON report; the optional fields only where they apply.
 #[derive(Serialize)]
-struct DecisionOut {
+pub(super) struct DecisionOut {
     id: serde_json::Value,
     action: &'static str,
     reason: &'static str,

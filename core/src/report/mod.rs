@@ -16,12 +16,12 @@
 //! ```
 
 mod dot;
+mod evaluation;
 mod json;
 mod text;
 
-pub use crate::text::fmt_bytes;
+pub use crate::text::{fmt_bytes, one_line};
 pub use dot::dot;
-pub use json::JsonDraft;
 
 use crate::graph::NodeId;
 use crate::partition::{counts_bytes, Decision, PGraph, Partition, Reason};

@@ -1,0 +1,201 @@
+//! One pipeline from a graph to its explained partition: a `remat.graph` or `remat.joint`
+//! document, a forward graph or a traced joint graph in; the partition graph, the partition,
+//! its plan and its report out. The `remat` command, the Python module, the benches and
+//! [`crate::Model`] all go through it, so every strategy — `peak=` included — works from every
+//! entry.
+
+mod evaluated;
+mod json_out;
+
+pub use evaluated::Evaluated;
+
+use crate::autodiff::JointGraph;
+use crate::error::Result;
+use crate::graph::Graph;
+use crate::json::{self, Document};
+use crate::partition::{partition_with, CostModel, PGraph, Partition, Strategy};
+use crate::plan::{Plan, Schedulable, TransferWindow};
+use crate::report::Report;
+
+/// A graph to partition: its partition graph, and what plans its partitions.
+///
+/// ```
+/// use remat_core::{CostModel, Problem, Strategy};
+///
+/// let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/two_regions.graph.json"))?;
+/// let problem = Problem::read(&doc)?;
+/// let solved = problem.partition("peak=2KiB".parse()?, &CostModel::default())?;
+/// let plan = solved.plan().expect("a remat.graph document plans");
+/// assert!(plan.predicted_peak() <= 2048);
+/// assert!(solved.report().text().contains("peak memory: planned"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Problem<'j> {
+    graph: PGraph,
+    planner: Planner<'j>,
+}
+
+/// What plans a problem's partitions.
+#[derive(Clone, Copy, Debug)]
+enum Planner<'j> {
+    /// The traced joint graph the partition graph was made from, kept by its owner (a
+    /// [`crate::Model`] runs it): plans every partition.
+    Joint(&'j JointGraph),
+    /// The partition graph itself, made from a joint graph since dropped (which it plans exactly
+    /// as): plans every partition.
+    Graph,
+    /// The partition graph of a `remat.joint` document: plans a partition only when the strategy
+    /// needs a plan (`peak=`). Its other partitions go unplanned, as they always have: such a
+    /// document need not list its forward nodes first, which a plan needs.
+    WhenNeeded,
+}
+
+impl Problem<'static> {
+    /// A problem read from a `remat.graph` (differentiated here) or `remat.joint` document. A
+    /// caller that owns a large text may rather [`crate::json::read`] it, drop it, then call
+    /// [`Problem::from_document`], so that the text is not held while the graph is partitioned.
+    pub fn read(text: &str) -> Result<Self> {
+        Self::from_document(json::read(text)?)
+    }
+
+    /// A problem of a document already read ([`crate::json::read`]).
+    pub fn from_document(document: Document) -> Result<Self> {
+        match document {
+            Document::Graph(forward, ids) => {
+                // The joint graph takes the forward graph's nodes over rather than copy them, and
+                // is not held beside the partition graph, which plans alike: a third of the peak
+                // at 10⁶ nodes.
+                let joint = JointGraph::from_forward(forward)?;
+                Ok(Problem { graph: PGraph::from_joint_with_ids(&joint, &ids), planner: Planner::Graph })
+            }
+            Document::Joint(graph) => Ok(Problem { graph, planner: Planner::WhenNeeded }),
+        }
+    }
+
+    /// A problem of a forward graph, differentiated here; the joint graph is not kept.
+    pub fn from_forward(forward: Graph) -> Result<Self> {
+        let joint = JointGraph::from_forward(forward)?;
+        Ok(Problem { graph: PGraph::from_joint(&joint), planner: Planner::Graph })
+    }
+}
+
+impl<'j> Problem<'j> {
+    /// A problem of a traced joint graph, which plans every partition.
+    pub fn from_joint(joint: &'j JointGraph) -> Self {
+        Problem { graph: PGraph::from_joint(joint), planner: Planner::Joint(joint) }
+    }
+
+    /// The partition graph: what the partitioner sees.
+    pub fn graph(&self) -> &PGraph {
+        &self.graph
+    }
+
+    /// Whether every partition is planned (a traced graph or a `remat.graph` document), not only
+    /// a `peak=` one (a `remat.joint` document).
+    pub fn plans_every_partition(&self) -> bool {
+        !matches!(self.planner, Planner::WhenNeeded)
+    }
+
+    /// Partitions with `strategy` and the rates of `model`, and plans the partition where
+    /// [`Problem::plans_every_partition`] or the strategy is `peak=` (searched over the
+    /// byte-budget plans, [`crate::peak::partition_for_peak`]).
+    pub fn partition(&self, strategy: Strategy, model: &CostModel) -> Result<Partitioned<'_>> {
+        let g = &self.graph;
+        let (partition, plan, windows) = match self.planner {
+            Planner::Joint(joint) => with_windows(joint, solve(joint, g, strategy, model)?),
+            Planner::Graph => with_windows(g, solve(g, g, strategy, model)?),
+            Planner::WhenNeeded if matches!(strategy, Strategy::Peak(_)) => {
+                with_windows(g, solve(g, g, strategy, model)?)
+            }
+            Planner::WhenNeeded => (partition_with(g, strategy, model)?, None, Vec::new()),
+        };
+        Ok(Partitioned { graph: g, partition, plan, windows })
+    }
+
+    /// The partition alone, unplanned (a sweep of strategies, a drawing); `peak=` still plans
+    /// to search.
+    pub fn partition_only(&self, strategy: Strategy, model: &CostModel) -> Result<Partition> {
+        match strategy {
+            Strategy::Peak(_) => self.partition(strategy, model).map(Partitioned::into_partition),
+            _ => partition_with(&self.graph, strategy, model),
+        }
+    }
+
+    /// Scores a given decision: keep the values with document ids `save` (a view stands for its
+    /// base), recompute the rest ([`crate::partition::evaluate`]).
+    pub fn evaluate<'s>(&self, save: impl IntoIterator<Item = &'s str>) -> Result<Evaluated<'_>> {
+        Evaluated::new(&self.graph, save)
+    }
+}
+
+/// Partitions `graph` with `strategy` and plans the partition over `planner` (the joint graph
+/// `graph` was made from, or `graph` itself, which plans alike): for `peak=`, the search over
+/// plans ([`crate::peak::partition_for_peak`]).
+pub(crate) fn solve(
+    planner: &(impl Schedulable + ?Sized),
+    graph: &PGraph,
+    strategy: Strategy,
+    model: &CostModel,
+) -> Result<(Partition, Plan)> {
+    if let Strategy::Peak(limit) = strategy {
+        return crate::peak::partition_for_peak(planner, graph, limit, model);
+    }
+    let partition = partition_with(graph, strategy, model)?;
+    let n = planner.forward_len()?;
+    let plan = Plan::with_offload(planner, &partition.saved[..n], &partition.offloaded[..n], model)?;
+    Ok((partition, plan))
+}
+
+/// A planned partition with its plan's transfer windows.
+fn with_windows(
+    planner: &(impl Schedulable + ?Sized),
+    (partition, plan): (Partition, Plan),
+) -> (Partition, Option<Plan>, Vec<TransferWindow>) {
+    let windows = plan.transfer_windows(planner);
+    (partition, Some(plan), windows)
+}
+
+/// A partition of a [`Problem`], its plan where there is one, and each offloaded value's
+/// transfer window under that plan.
+#[derive(Debug)]
+pub struct Partitioned<'p> {
+    graph: &'p PGraph,
+    partition: Partition,
+    plan: Option<Plan>,
+    windows: Vec<TransferWindow>,
+}
+
+impl<'p> Partitioned<'p> {
+    /// The partition.
+    pub fn partition(&self) -> &Partition {
+        &self.partition
+    }
+
+    /// The plan, where the problem plans this partition ([`Problem::partition`]).
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_ref()
+    }
+
+    /// The report: the partition with the plan's predicted peaks and transfer windows, where
+    /// there is a plan.
+    pub fn report(&self) -> Report<'_> {
+        let report = Report::new(self.graph, &self.partition).with_transfer_windows(&self.windows);
+        match &self.plan {
+            Some(plan) => report
+                .with_planned_peak(plan.predicted_peak() as u64)
+                .with_host_peaks(plan.predicted_host_peak() as u64, None),
+            None => report,
+        }
+    }
+
+    /// The partition and the plan, for a caller that keeps them past the problem.
+    pub fn into_parts(self) -> (Partition, Option<Plan>) {
+        (self.partition, self.plan)
+    }
+
+    /// The partition, the plan dropped.
+    pub fn into_partition(self) -> Partition {
+        self.partition
+    }
+}

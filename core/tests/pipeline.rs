@@ -1,0 +1,203 @@
+//! The one pipeline ([`Problem`]) from each entry — a `remat.graph` document, a `remat.joint`
+//! document, a traced joint graph, a forward graph, and `Model` — with every strategy, checked
+//! against the partitioner and the planner called directly, and `peak=` against a sweep of every
+//! byte budget's plan.
+
+use remat_core::json::{self, Document};
+use remat_core::partition::{partition_with, PGraph};
+use remat_core::peak::peak_lower_bound;
+use remat_core::report::Report;
+use remat_core::zoo::{self, MlpConfig};
+use remat_core::{Budget, CostModel, Graph, JointGraph, Model, Partition, Plan, Problem, Schedulable, Strategy};
+
+const GRAPH_DOC: &str = include_str!("../../docs/examples/two_regions.graph.json");
+const JOINT_DOC: &str = include_str!("../../docs/examples/small.joint.json");
+
+/// Every strategy but `peak=`, which the tests below check by its own oracle.
+fn strategies() -> Vec<Strategy> {
+    ["respect", "mincut", "budget=0.5", "budget=256", "budget+offload=0.5"].iter().map(|s| s.parse().unwrap()).collect()
+}
+
+fn mlp() -> Graph {
+    zoo::mlp(&MlpConfig { batch: 2, widths: vec![3, 8, 8, 2] }).unwrap()
+}
+
+/// The partition graph and joint graph of the `remat.graph` document, made without the pipeline.
+fn graph_doc_by_hand() -> (PGraph, JointGraph) {
+    let Document::Graph(g, ids) = json::read(GRAPH_DOC).unwrap() else { panic!("a remat.graph") };
+    let joint = JointGraph::new(&g).unwrap();
+    (PGraph::from_joint_with_ids(&joint, &ids), joint)
+}
+
+/// The plan of `p` over `planner`, made without the pipeline.
+fn plan_by_hand(planner: &(impl Schedulable + ?Sized), p: &Partition) -> Plan {
+    let n = planner.forward_len().unwrap();
+    Plan::with_offload(planner, &p.saved[..n], &p.offloaded[..n], &CostModel::default()).unwrap()
+}
+
+#[test]
+fn every_entry_partitions_and_plans_as_the_partitioner_and_planner_do() {
+    let model = CostModel::default();
+    let (doc_pg, doc_joint) = graph_doc_by_hand();
+    let joint_pg = json::read_joint(JOINT_DOC).unwrap();
+    let traced = JointGraph::new(&mlp()).unwrap();
+    let traced_pg = PGraph::from_joint(&traced);
+    let entries: [(&str, Problem<'_>, &PGraph, Option<&JointGraph>); 4] = [
+        ("remat.graph", Problem::read(GRAPH_DOC).unwrap(), &doc_pg, Some(&doc_joint)),
+        ("remat.joint", Problem::read(JOINT_DOC).unwrap(), &joint_pg, None),
+        ("traced joint graph", Problem::from_joint(&traced), &traced_pg, Some(&traced)),
+        ("forward graph", Problem::from_forward(mlp()).unwrap(), &traced_pg, Some(&traced)),
+    ];
+    for (entry, problem, pg, joint) in &entries {
+        for strategy in strategies() {
+            let solved = problem.partition(strategy, &model).unwrap();
+            let direct = partition_with(pg, strategy, &model).unwrap();
+            // The JSON written while the plan is made is the report's, byte for byte.
+            let mut written = Vec::new();
+            let (also, io) = problem.partition_json(strategy, &model, &mut written).unwrap();
+            io.unwrap();
+            assert_eq!(String::from_utf8(written).unwrap(), solved.report().json(), "{entry}, {strategy}");
+            assert_eq!(also.partition(), solved.partition(), "{entry}, {strategy}");
+            assert_eq!(solved.partition(), &direct, "{entry}, {strategy}");
+            // A joint document is planned for `peak=` only; the others always, as their joint
+            // graph plans.
+            match (joint, solved.plan()) {
+                (Some(joint), Some(plan)) => {
+                    let by_hand = plan_by_hand(*joint, &direct);
+                    assert_eq!(plan.predicted_peak(), by_hand.predicted_peak(), "{entry}, {strategy}");
+                    assert_eq!(plan.predicted_host_peak(), by_hand.predicted_host_peak(), "{entry}, {strategy}");
+                    let json: serde_json::Value = serde_json::from_str(&solved.report().json()).unwrap();
+                    assert_eq!(json["planned_peak"], by_hand.predicted_peak() as u64, "{entry}, {strategy}");
+                }
+                (None, None) => assert!(!solved.report().json().contains("planned_peak"), "{entry}, {strategy}"),
+                (joint, plan) => {
+                    panic!("{entry}, {strategy}: joint graph {} but plan {}", joint.is_some(), plan.is_some())
+                }
+            }
+        }
+    }
+    // Model plans through the same step.
+    for strategy in strategies() {
+        let m = Model::with_strategy(mlp(), strategy).unwrap();
+        let direct = partition_with(&traced_pg, strategy, &model).unwrap();
+        assert_eq!(m.partition().unwrap().saved, direct.saved, "Model, {strategy}");
+        assert_eq!(m.plan().predicted_peak(), plan_by_hand(&traced, &direct).predicted_peak(), "Model, {strategy}");
+    }
+}
+
+/// The least recompute among the plans of every byte budget (in steps of `step` bytes up to
+/// everything the graph holds) whose predicted peak is at most `limit`: the family `peak=`
+/// searches, swept without it.
+fn least_recompute_within(planner: &(impl Schedulable + ?Sized), pg: &PGraph, limit: u64, step: u64) -> Option<u64> {
+    let total: u64 = pg.nodes.iter().map(|n| n.bytes).sum();
+    (0..=total / step + 1)
+        .filter_map(|k| partition_with(pg, Strategy::Budget(Budget::Bytes(k * step)), &CostModel::default()).ok())
+        .filter(|p| plan_by_hand(planner, p).predicted_peak() as u64 <= limit)
+        .map(|p| p.recompute_flops)
+        .min()
+}
+
+/// A limit some plan meets: the predicted peak of `budget=0.5`'s plan, where the search has a
+/// choice to make between plans that save more and peak higher and plans that recompute more.
+fn limit_between(planner: &(impl Schedulable + ?Sized), pg: &PGraph) -> u64 {
+    let half = partition_with(pg, Strategy::Budget(Budget::Fraction(0.5)), &CostModel::default()).unwrap();
+    plan_by_hand(planner, &half).predicted_peak() as u64
+}
+
+#[test]
+fn peak_works_from_every_entry_within_the_limit_at_the_least_recompute_of_a_budget_sweep() {
+    let model = CostModel::default();
+    let (doc_pg, doc_joint) = graph_doc_by_hand();
+    let joint_pg = json::read_joint(JOINT_DOC).unwrap();
+    let traced = JointGraph::new(&mlp()).unwrap();
+    let traced_pg = PGraph::from_joint(&traced);
+    let cases: [(&str, Problem<'_>, u64, Option<u64>); 4] = {
+        let doc_limit = limit_between(&doc_joint, &doc_pg);
+        let joint_limit = limit_between(&joint_pg, &joint_pg);
+        let traced_limit = limit_between(&traced, &traced_pg);
+        [
+            (
+                "remat.graph",
+                Problem::read(GRAPH_DOC).unwrap(),
+                doc_limit,
+                least_recompute_within(&doc_joint, &doc_pg, doc_limit, 4),
+            ),
+            (
+                "remat.joint",
+                Problem::read(JOINT_DOC).unwrap(),
+                joint_limit,
+                least_recompute_within(&joint_pg, &joint_pg, joint_limit, 4),
+            ),
+            (
+                "traced joint graph",
+                Problem::from_joint(&traced),
+                traced_limit,
+                least_recompute_within(&traced, &traced_pg, traced_limit, 4),
+            ),
+            (
+                "forward graph",
+                Problem::from_forward(mlp()).unwrap(),
+                traced_limit,
+                least_recompute_within(&traced, &traced_pg, traced_limit, 4),
+            ),
+        ]
+    };
+    for (entry, problem, limit, least) in &cases {
+        let solved = problem.partition(Strategy::Peak(*limit), &model).unwrap();
+        let plan = solved.plan().unwrap_or_else(|| panic!("{entry}: peak= plans"));
+        assert!(plan.predicted_peak() as u64 <= *limit, "{entry}: {} > {limit}", plan.predicted_peak());
+        assert_eq!(solved.partition().strategy, Strategy::Peak(*limit), "{entry}");
+        let least = least.unwrap_or_else(|| panic!("{entry}: the sweep meets the limit by construction"));
+        assert!(solved.partition().recompute_flops <= least, "{entry}: more recompute than the sweep's {least}");
+    }
+    // Model's peak is the traced entry's.
+    let limit = limit_between(&traced, &traced_pg);
+    let m = Model::with_strategy(mlp(), Strategy::Peak(limit)).unwrap();
+    assert!(m.plan().predicted_peak() as u64 <= limit);
+    let problem = Problem::from_joint(&traced);
+    let solved = problem.partition(Strategy::Peak(limit), &model).unwrap();
+    assert_eq!(m.partition().unwrap(), solved.partition());
+}
+
+#[test]
+fn a_peak_below_the_lower_bound_is_refused_from_every_entry() {
+    let traced = JointGraph::new(&mlp()).unwrap();
+    let joint_pg = json::read_joint(JOINT_DOC).unwrap();
+    let (_, doc_joint) = graph_doc_by_hand();
+    let below = |b: u64| Strategy::Peak(b - 1);
+    for (entry, problem, bound) in [
+        ("remat.graph", Problem::read(GRAPH_DOC).unwrap(), peak_lower_bound(&doc_joint).unwrap().bytes),
+        ("remat.joint", Problem::read(JOINT_DOC).unwrap(), peak_lower_bound(&joint_pg).unwrap().bytes),
+        ("traced joint graph", Problem::from_joint(&traced), peak_lower_bound(&traced).unwrap().bytes),
+    ] {
+        let e = problem.partition(below(bound), &CostModel::default()).unwrap_err().to_string();
+        assert!(e.contains("cannot be met") && e.contains(&format!("below {bound} bytes")), "{entry}: {e}");
+        assert!(!e.contains('\n'), "{entry}: {e}");
+    }
+}
+
+#[test]
+fn a_joint_document_without_its_forward_nodes_first_says_why_peak_cannot_plan_it() {
+    let doc = include_str!("../../tests/fixtures/torch/chain-inductor__full.json");
+    let problem = Problem::read(doc).unwrap();
+    assert!(problem.partition(Strategy::MinCut, &CostModel::default()).unwrap().plan().is_none());
+    let e = problem.partition("peak=1GiB".parse().unwrap(), &CostModel::default()).unwrap_err().to_string();
+    assert!(e.contains("a forward node after a backward one; a plan needs every forward node first"), "{e}");
+}
+
+#[test]
+fn evaluate_json_is_the_report_and_three_fields() {
+    let problem = Problem::read(JOINT_DOC).unwrap();
+    let scored = problem.evaluate(["1", "2", "3", "2"]).unwrap();
+    assert_eq!(scored.given().len(), 3);
+    let mut json: serde_json::Value = serde_json::from_str(&scored.json()).unwrap();
+    let report = Report::new(problem.graph(), &scored.evaluation().partition).with_heading("evaluate", "given");
+    let expected: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+    let map = json.as_object_mut().unwrap();
+    assert_eq!(map.remove("given").unwrap(), serde_json::json!([1, 2, 3]));
+    assert_eq!(map.remove("broken").unwrap(), serde_json::json!(scored.evaluation().broken));
+    assert_eq!(map.remove("unneeded").unwrap(), serde_json::json!([1, 2]));
+    assert_eq!(json, expected);
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&json), keys(&expected), "the same fields in the same order");
+}

@@ -1,0 +1,48 @@
+"""`peak=` from Python: remat's own pipeline plans the document and bounds the plan's predicted
+peak, as `remat partition` does — the same report, byte for byte, for the same document."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from remat_torch import _remat
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "docs" / "examples" / "small.joint.json", ROOT / "docs" / "examples" / "two_regions.graph.json"]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_peak_plans_within_the_limit_or_says_it_cannot_be_met(path):
+    doc = path.read_text()
+    # Any limit every plan meets: the least recompute of all, with its plan's peak.
+    loose = json.loads(_remat.partition(doc, "peak=1TiB"))
+    assert loose["strategy"] == "peak=1099511627776"
+    limit = loose["planned_peak"]
+    # That plan's own peak as the limit: met, with no more recompute.
+    tight = json.loads(_remat.partition(doc, f"peak={limit}"))
+    assert tight["planned_peak"] <= limit
+    assert tight["recompute_flops"] == loose["recompute_flops"]
+    with pytest.raises(ValueError, match="cannot be met"):
+        _remat.partition(doc, "peak=1")
+
+
+def test_a_joint_document_with_its_forward_nodes_interleaved_says_why_it_cannot_plan():
+    doc = (ROOT / "tests" / "fixtures" / "torch" / "chain-inductor__full.json").read_text()
+    with pytest.raises(ValueError, match="a plan needs every forward node first"):
+        _remat.partition(doc, "peak=1GiB")
+
+
+@pytest.mark.parametrize("strategy", ["respect", "mincut", "budget=0.5", "budget=256", "budget+offload=0.5", "peak=64KiB"])
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_python_reports_what_the_command_prints(path, strategy):
+    cli = os.environ.get("REMAT_CLI")
+    if not cli:
+        pytest.skip("REMAT_CLI (the `remat` command built beside the extension) is not set")
+    for text, flag in [(False, ["--json"]), (True, [])]:
+        printed = subprocess.run(
+            [cli, "partition", str(path), "--strategy", strategy, *flag], capture_output=True, text=True, check=True
+        ).stdout
+        assert _remat.partition(path.read_text(), strategy, text) == printed, (strategy, text)
