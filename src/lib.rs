@@ -29,12 +29,11 @@ pub use remat_core::{
     TransferWindow,
 };
 // Running and training.
-pub use remat_core::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR, THREADS_VAR, WARNINGS_VAR};
+pub use remat_core::{keep_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR, THREADS_VAR, WARNINGS_VAR};
 pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
 pub use remat_core::{
     CpuBackend, Feeds, HostData, HostTensor, HostValuesMut, Inference, InferenceOutput, Params, StepOutput,
 };
-pub use remat_core::{HugePageAlloc, LargeBlockAlloc};
 // Generation.
 pub use remat_core::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 // Errors.

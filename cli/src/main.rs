@@ -10,6 +10,7 @@
 //! A bad file or argument exits with code 2 and one line on stderr naming the node or the
 //! value at fault.
 
+mod alloc;
 mod plot;
 
 use clap::{Args, Parser, Subcommand};
@@ -20,12 +21,6 @@ use remat::{Budget, JointGraph, Partition, Plan, Strategy};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// Large blocks given back to the system when freed, so that what one stage of a 10⁶-node
-/// document freed does not count in the next one's peak (see `remat::LargeBlockAlloc`; not on
-/// huge pages, which cost seconds on virtual machines whose host takes free memory back).
-#[global_allocator]
-static ALLOCATOR: remat::LargeBlockAlloc = remat::LargeBlockAlloc;
 
 /// Partition remat graph documents and explain what is saved for the backward pass and why.
 #[derive(Parser)]
@@ -163,8 +158,8 @@ fn load(path: &Path) -> Result<Loaded, Failure> {
             let pg = PGraph::from_joint_with_ids(&joint, &ids);
             let forward = joint.n_forward();
             // Nor is the joint graph held beside the partition graph, which plans alike: a third
-            // of the peak at 10⁶ nodes. It is freed on a thread of its own, beside partitioning
-            // (a tenth of a second at 10⁶ nodes).
+            // of the peak. It is freed on a thread of its own, beside partitioning
+            // (docs/performance.md, "Partition graph").
             std::thread::spawn(move || drop(joint));
             Ok(Loaded { pg, forward: Some(forward) })
         }
@@ -193,7 +188,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let bad = doc_error(&file);
             let p = loaded.partition(planning.strategy()?).map_err(&bad)?;
             // The JSON report up to the peaks the plan gives is laid out and written while the
-            // plan is made (at 10⁶ nodes, a third of a second each). Planning a partition just
+            // plan is made (docs/performance.md, "Plan"). Planning a partition just
             // made fails only on a bug; the report would then end there, with the error.
             let (plan, head) = remat_core::par::join(
                 || loaded.plan(&p),
@@ -208,9 +203,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .with_planned_peak(plan.predicted_peak() as u64)
                     .with_host_peaks(plan.predicted_host_peak() as u64, None);
             }
-            // The JSON is written as it is laid out: the report of a 10⁶-node graph is 70 MB.
+            // The JSON is written as it is laid out (large reports are tens of megabytes).
             to_stdout(|out| if json { report.write_json_tail(out) } else { out.write_all(report.text().as_bytes()) })?;
-            // A graph of 10⁶ nodes takes a tenth of a second to free; the process is ending.
+            // A large graph takes a while to free; the process is ending.
             std::mem::forget((windows, plan, p, loaded));
         }
         Command::Dot { file, planning, out } => {

@@ -32,8 +32,7 @@ struct Kept {
     bytes: usize,
 }
 
-/// The spans one allocator keeps: a kept block is reused only by the allocator that freed it
-/// (the huge-page advice of [`super::HugePageAlloc`]'s blocks stays with their pages).
+/// The spans the allocator keeps.
 pub(super) struct Pool(Mutex<Kept>);
 
 /// Whether a block of `size` bytes and `align` is one this module maps: a large one (mappings
