@@ -252,6 +252,9 @@ fn build(cfg: &GptConfig, policy: PolicyChoice, strategy: Strategy) -> Result<Mo
 }
 
 fn main() {
+    // Steps free and allocate the same tensor sizes: with glibc's malloc keeping freed memory,
+    // a steady step faults in (almost) no fresh pages (docs/performance.md).
+    remat::keep_freed_memory();
     let args = Args::parse();
     if let Err(e) = run(&args) {
         eprintln!("error: {e}");

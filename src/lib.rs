@@ -31,12 +31,11 @@ pub use remat_core::{
 // A graph document or a traced graph to its partition, plan and report, in one pipeline.
 pub use remat_core::{Evaluated, Partitioned, Problem};
 // Running and training.
-pub use remat_core::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR, THREADS_VAR, WARNINGS_VAR};
+pub use remat_core::{keep_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR, THREADS_VAR, WARNINGS_VAR};
 pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
 pub use remat_core::{
     CpuBackend, Feeds, HostData, HostTensor, HostValuesMut, Inference, InferenceOutput, Params, StepOutput,
 };
-pub use remat_core::{HugePageAlloc, LargeBlockAlloc};
 // Generation.
 pub use remat_core::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 // Errors.

@@ -20,8 +20,17 @@
 //! 2.75·10⁶-node joint graph, partitioned and planned), with the in-process time of each stage.
 //!
 //! `cargo bench -p remat-cli --bench end_to_end` (add `-- --quick` to skip the 10⁶-node documents,
-//! `-- --graph` for the 10⁶-node `remat.graph`'s stages alone).
+//! `-- --graph` for the 10⁶-node `remat.graph`'s stages alone, `-- --alloc NAME=BIN ..
+//! [--rounds N]` to compare builds of the command with different allocators on the 10⁶-node
+//! documents: `scripts/alloc-ab.sh`).
 
+// The command's allocator, so that the in-process stages are timed as the command runs them
+// (its tests are compiled here too, and run by the command's own test target).
+#[allow(dead_code)]
+#[path = "../src/alloc/mod.rs"]
+mod alloc;
+#[path = "end_to_end/alloc_ab.rs"]
+mod alloc_ab;
 #[path = "../../benches/common/deep_mlp_joint.rs"]
 mod deep_mlp_joint;
 #[path = "../../benches/common/residual_mlp_graph.rs"]
@@ -33,11 +42,6 @@ use remat::{json, Budget, CostModel, Problem, Strategy};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The `remat` command's allocator, so that the in-process stages are timed as the command runs
-/// them.
-#[global_allocator]
-static ALLOCATOR: remat::LargeBlockAlloc = remat::LargeBlockAlloc;
 
 /// PyTorch 2.15's min-cut partition step alone on its 512-layer MLP graph, as recorded on these
 /// machines before: the ratio's denominator only where PyTorch cannot be run in this one.
@@ -106,6 +110,9 @@ fn main() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     if std::env::args().any(|a| a == "--graph") {
         return residual_mlp_stages(&dir, 250_000);
+    }
+    if let Some(builds) = alloc_ab::builds_from_args() {
+        return allocators(&dir, &builds);
     }
     let layers: &[usize] = if quick { &[512] } else { &[512, 27_778] };
     println!(
@@ -190,6 +197,34 @@ fn main() {
         residual_mlp_stages(&dir, 250_000);
     }
     many_names(&dir);
+}
+
+/// The 10⁶-node documents (the joint one compact and indented, the `remat.graph`) through every
+/// build in `builds`: `--alloc`.
+fn allocators(dir: &std::path::Path, builds: &[(String, PathBuf)]) {
+    let args: Vec<String> = std::env::args().collect();
+    let rounds = args.iter().position(|a| a == "--rounds").map_or(5, |k| args[k + 1].parse().expect("--rounds N"));
+    let joint = deep_mlp_joint::deep_mlp_joint(27_778);
+    let indented_text = indented(&joint, 3);
+    let graph = residual_mlp_graph::residual_mlp_graph(250_000);
+    let mut cases = Vec::new();
+    for (label, name, text) in [
+        ("joint, 10^6 nodes", "deep_mlp_27778.joint.json", &joint),
+        ("joint, 10^6 nodes, indent=3", "deep_mlp_27778.indent3.joint.json", &indented_text),
+        ("remat.graph, 10^6 nodes", "residual_mlp_250000.graph.json", &graph),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let strategies: &[&str] = if label.contains("indent") { &["mincut"] } else { &["mincut", "budget=0.5"] };
+        cases.extend(strategies.iter().map(|&strategy| alloc_ab::Case {
+            label: label.into(),
+            path: path.clone(),
+            strategy,
+        }));
+    }
+    drop((joint, indented_text, graph));
+    println!("this bench's own allocator: {}", alloc::NAME);
+    alloc_ab::compare(builds, &cases, rounds);
 }
 
 /// `text` (a JSON document) written one field or array element a line, indented by `width`

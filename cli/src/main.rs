@@ -10,6 +10,7 @@
 //! A bad file or argument exits with code 2 and one line on stderr naming the node or the
 //! value at fault.
 
+mod alloc;
 mod plot;
 
 use clap::{Args, Parser, Subcommand};
@@ -18,12 +19,6 @@ use remat::{Budget, CostModel, Problem, Strategy};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// Large blocks given back to the system when freed, so that what one stage of a 10⁶-node
-/// document freed does not count in the next one's peak (see `remat::LargeBlockAlloc`; not on
-/// huge pages, which cost seconds on virtual machines whose host takes free memory back).
-#[global_allocator]
-static ALLOCATOR: remat::LargeBlockAlloc = remat::LargeBlockAlloc;
 
 /// Partition remat graph documents and explain what is saved for the backward pass and why.
 #[derive(Parser)]
@@ -126,7 +121,7 @@ struct Failure(u8, String);
 fn load(path: &Path) -> Result<Problem<'static>, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| Failure(2, format!("{}: {e}", path.display())))?;
     let document = remat::json::read(&text).map_err(doc_error(path))?;
-    // The text (150 MB at 10⁶ nodes) is not held while the graph is differentiated and partitioned.
+    // The text (the largest documents' biggest buffer) is not held while the graph is differentiated and partitioned.
     drop(text);
     Problem::from_document(document).map_err(doc_error(path))
 }
@@ -151,8 +146,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let problem = load(&file)?;
             let (strategy, cost) = (planning.strategy()?, CostModel::default());
             let solved = if json {
-                // Written as it is laid out (the report of a 10⁶-node graph is 70 MB), beside
-                // planning.
+                // Written as it is laid out (a large graph's report is tens of MB), beside planning.
                 let (solved, written) =
                     problem.partition_json(strategy, &cost, &mut std::io::stdout()).map_err(doc_error(&file))?;
                 to_stdout(|out| written.and_then(|()| out.flush()))?;
@@ -162,7 +156,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 to_stdout(|out| out.write_all(solved.report().text().as_bytes()))?;
                 solved
             };
-            // A graph of 10⁶ nodes takes a tenth of a second to free; the process is ending.
+            // A large graph takes a tenth of a second to free; the process is ending.
             std::mem::forget(solved);
             std::mem::forget(problem);
         }

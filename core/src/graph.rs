@@ -64,7 +64,7 @@ pub struct Region {
 }
 
 /// A node's inputs: up to four held inline, as nearly every op has (a heap block per node would
-/// be a tenth of a differentiated 10⁶-node graph's memory, and its time to build).
+/// cost memory and time: docs/performance.md, "Reading").
 pub type Inputs = SmallVec<[NodeId; 4]>;
 
 pub use crate::shape::Shape;
@@ -142,8 +142,8 @@ pub struct Graph {
     outputs: Vec<NodeId>,
     /// Whether the graph is known to hold [`Graph::validate`]'s invariants: set by a reader that
     /// checked each node as it was added ([`Graph::mark_valid`]), cleared by every method that
-    /// takes `&mut self`, so that differentiating a graph just read does not check 10⁶ nodes
-    /// again (a tenth of a second). Not part of the graph's value: equality ignores it.
+    /// takes `&mut self`, so that differentiating a graph just read does not check its nodes
+    /// again. Not part of the graph's value: equality ignores it.
     valid: bool,
 }
 
@@ -172,16 +172,15 @@ impl Graph {
     }
 
     /// The node list itself, for its capacity.
+    #[cfg(test)]
     pub(crate) fn node_list(&self) -> &Vec<Node> {
         &self.nodes
     }
 
     /// Makes room for exactly `extra` more nodes: the room past the last node is then what
-    /// the caller fills. Differentiation has all of that room's pages faulted in ahead of it, so
-    /// neither the doubling `reserve` may give nor the room left by a reader's estimate of the
-    /// node count (one node per 60 bytes of text: far too many for an indented document) may
-    /// stay: on a 10⁶-node graph indented as Python writes it, they were 200 MB of pages
-    /// backed and never used.
+    /// the caller fills, and neither the doubling `reserve` may give nor the room left by a
+    /// reader's estimate of the node count (one node per 60 bytes of text: far too many for an
+    /// indented document) stays with the graph (docs/performance.md, "Autodiff").
     pub(crate) fn reserve_nodes(&mut self, extra: usize) {
         // Room changes nothing the invariants speak of: `valid` stays.
         let wanted = self.nodes.len().saturating_add(extra);
@@ -605,7 +604,7 @@ mod tests {
         assert_ne!(after, stray);
     }
 
-    /// The room differentiation has faulted in is exactly the room it asked for, whether the
+    /// The room differentiation fills is exactly the room it asked for, whether the
     /// reader's estimate left more (an indented document) or less.
     #[test]
     fn reserved_room_is_what_was_asked_for() {

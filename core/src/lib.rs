@@ -17,7 +17,6 @@ mod graph;
 mod host;
 mod id;
 pub mod json;
-mod large_blocks;
 mod model;
 pub mod op;
 mod optim;
@@ -43,7 +42,7 @@ pub mod zoo;
 
 pub use autodiff::JointGraph;
 pub use backend::cpu::{
-    keeps_freed_memory, release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer, KEEP_FREED_MEMORY_VAR, THREADS_VAR,
+    keep_freed_memory, release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer, KEEP_FREED_MEMORY_VAR, THREADS_VAR,
 };
 pub use backend::{Backend, KernelCall, MemoryStats};
 pub use decode::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
@@ -53,7 +52,6 @@ pub use exec::{run, run_inference, RunOutput};
 pub use graph::{Graph, Inputs, Label, Node, Region, Shape, SrcLoc, Tag};
 pub use host::{HostData, HostTensor, HostValuesMut};
 pub use id::{NodeId, RegionId};
-pub use large_blocks::{HugePageAlloc, LargeBlockAlloc};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
 pub use op::{
     AttnDims, AttnLayout, BinaryOp, CompareOp, Domain, GradReads, Init, Member, Op, OpKind, OtherKind, ReduceOp,

@@ -27,8 +27,7 @@ pub fn join<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> 
 /// `(0..len).map(item)` collected, the two halves made at once where there is a second CPU, each
 /// with a `state` of its own that `item` may update (made by `state()`, dropped at its end).
 /// Both are written straight into the one vector: collecting each half on its own and joining
-/// them would hold (and first touch) half as much memory again, 300 MB for a 10⁶-node graph's
-/// partition nodes.
+/// them would hold (and first touch) half as much memory again.
 pub(crate) fn collect_halves<T: Send, S>(
     len: usize,
     state: impl Fn() -> S + Sync,

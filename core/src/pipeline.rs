@@ -65,7 +65,7 @@ impl Problem<'static> {
             Document::Graph(forward, ids) => {
                 // The joint graph takes the forward graph's nodes over rather than copy them, and
                 // is not held beside the partition graph, which plans alike: a third of the peak
-                // at 10⁶ nodes.
+                // on large graphs (docs/performance.md, "Partition graph").
                 let joint = JointGraph::from_forward(forward)?;
                 Ok(Problem { graph: PGraph::from_joint_with_ids(&joint, &ids), planner: Planner::Graph })
             }

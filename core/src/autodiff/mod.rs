@@ -33,8 +33,8 @@ impl JointGraph {
     }
 
     /// [`JointGraph::new`], taking `forward` over: its nodes become the joint graph's forward
-    /// nodes where they are, not copied (120 MB for a 10⁶-node graph, which a caller done with
-    /// the forward graph need not hold twice).
+    /// nodes where they are, not copied (a caller done with the forward graph need not hold it
+    /// twice).
     pub fn from_forward(mut forward: Graph) -> Result<JointGraph> {
         forward.validate_unless_known()?;
         let loss = *forward
@@ -57,8 +57,6 @@ impl JointGraph {
         // Room for the backward nodes (about two per forward node), so that the node list is not
         // moved (or, where it is a mapping of its own, remapped) as it grows.
         forward.reserve_nodes(2 * n_forward);
-        // The room's pages are faulted in on the other core while this one fills it.
-        let faulting_in = crate::large_blocks::fault_in_spare(forward.node_list());
         let mut grad_of = Vec::with_capacity(3 * n_forward);
         grad_of.resize(n_forward, None);
         let mut bw = Backward { graph: forward, owner: None, grad_of };
@@ -79,11 +77,6 @@ impl JointGraph {
             }
         }
         bw.owner = None;
-        // It ends well before the gradients do (a fifth of their time at 10⁶ nodes); where a
-        // rule failed above, it ends on its own.
-        if let Some(thread) = faulting_in {
-            let _ = thread.join();
-        }
         let mut grads = Vec::new();
         for p in params {
             let g = match grad[p.index()] {

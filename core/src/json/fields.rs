@@ -53,8 +53,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for IdRef<'a> {
 
 /// An optional string field, borrowed from the text where it can be (it has no escapes). Serde's
 /// own `Option<Cow<str>>` copies every string whatever `borrow` says (the attribute does not
-/// reach inside an `Option`): an allocation and a free per name and dtype, 10⁶ of them in a
-/// large document.
+/// reach inside an `Option`): an allocation and a free per name and dtype.
 pub(super) fn borrowed<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Cow<'a, str>>, D::Error> {
     struct Text;
     impl<'de> Visitor<'de> for Text {
@@ -200,8 +199,8 @@ pub(super) fn each_node<'a, T: Deserialize<'a>>(
 }
 
 /// Documents at least this large are parsed on a thread of their own while the caller's `each`
-/// checks and stores the nodes already parsed (a 10⁶-node document spends about half its reading
-/// time in each).
+/// checks and stores the nodes already parsed (a large document's reading time is about half
+/// each: docs/performance.md, "Reading").
 const PIPELINE_FROM_BYTES: usize = 4 << 20;
 
 /// Nodes handed from the parsing thread to the caller at a time.

@@ -246,7 +246,7 @@ fn at_named(id: &DocId, op: &str, name: Option<&str>, message: impl Into<String>
 struct Ids<'a> {
     index: FxHashMap<IdRef<'a>, u32>,
     /// Integer ids below `dense_limit`, by value (`UNDEFINED` where none): positional documents
-    /// number their nodes 0, 1, 2, ..., and a table lookup beats hashing 10⁶ of them.
+    /// number their nodes 0, 1, 2, ..., and a table lookup beats hashing them.
     dense: Vec<u32>,
     dense_limit: u64,
 }
@@ -256,7 +256,7 @@ const UNDEFINED: u32 = u32::MAX;
 
 impl<'a> Ids<'a> {
     /// Room for the ids of a `nodes` list of `text_len` bytes (nodes take 60 bytes or more), so
-    /// that reading 10⁶ nodes does not rehash the table twenty times over. Integer ids up to
+    /// that reading a large document does not rehash the table over and over. Integer ids up to
     /// about the number of nodes the text can hold are kept in a table (4 bytes each).
     fn for_text(text_len: usize) -> Self {
         Ids {
@@ -486,7 +486,7 @@ pub(crate) enum Field {
 const ROW_SEPARATOR: &str = ",\n    ";
 
 /// A list laid out one item a line, `item_of` of each of `items` serialized straight into one
-/// buffer (a report of 10⁶ decisions would otherwise make 10⁶ strings, then join them). A long
+/// buffer (not a string per item, then joined: docs/performance.md, "Report"). A long
 /// list is written in two halves at once where there is a second CPU (two parts, written out one
 /// after the other: joined, the halves would be copied once more).
 pub(crate) fn rows<S: Sync, T: Serialize>(items: &[S], item_of: impl Fn(&S) -> T + Sync) -> Field {
@@ -535,8 +535,8 @@ pub(crate) fn object(fields: Vec<(&str, Field)>) -> String {
     String::from_utf8(out).expect("every field is UTF-8")
 }
 
-/// [`object`], written to `out` as it is laid out rather than built first (a 10⁶-node report
-/// is 70 MB).
+/// [`object`], written to `out` as it is laid out rather than built first (large reports are
+/// tens of megabytes).
 pub(crate) fn write_object(out: &mut impl std::io::Write, fields: Vec<(&str, Field)>) -> std::io::Result<()> {
     out.write_all(b"{")?;
     write_fields(out, fields, true)?;

@@ -1,6 +1,6 @@
 //! A quick pass over a document's top level: the text of each field's value, found without
-//! parsing the values, so that a 10⁶-node `nodes` list is parsed once (by the node reader) rather
-//! than twice (it is a third of the reading time).
+//! parsing the values, so that a large `nodes` list is parsed once (by the node reader) rather
+//! than twice (docs/performance.md, "Reading").
 //!
 //! The pass checks only the top level's own punctuation; every value it finds is parsed in full
 //! by whoever reads it. Where it meets anything it does not expect it gives up, and the caller
@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A bracketed value is walked alone for this many bytes; past them, the rest of the text is
-/// walked in two halves at once where there is a second CPU (a 10⁶-node document's `nodes` is
-/// 60–150 MB, and the pass runs before anything else can: 75–170 ms on one CPU).
+/// walked in two halves at once where there is a second CPU (the pass runs before anything
+/// else can: docs/performance.md, "Reading").
 const ALONE: usize = 1 << 20;
 /// How often (in bytes) the second half looks whether the first found the value's end already.
 const LOOK_EVERY: usize = 1 << 16;

@@ -177,7 +177,7 @@ fn kept_views(
     let mut reached = reads.to_vec();
     for i in (0..g.len()).rev() {
         // `reached` first: only forward nodes are ever reached, and a node not looked at is
-        // not loaded (at 10⁶ nodes, the backward's are most of this sweep's memory).
+        // not loaded (the backward's are most of this sweep's memory).
         if !reached[i] || g.nodes[i].backward {
             continue;
         }
@@ -226,7 +226,7 @@ pub(crate) fn settle_view_bases(
     let mut reached = reads.to_vec();
     for i in (0..g.len()).rev() {
         // `reached` first: only forward nodes are ever reached, and a node not looked at is
-        // not loaded (at 10⁶ nodes, the backward's are most of this sweep's memory).
+        // not loaded (the backward's are most of this sweep's memory).
         if !reached[i] || g.nodes[i].backward {
             continue;
         }

@@ -7,8 +7,8 @@
 //!
 //! Capacities are a [`Capacity`]: `u128` holds any network (finite edges carry `u64`, so any sum
 //! of them, at most 2^32 edges, stays below 2^96, far under its infinity), and `u64` holds every
-//! network whose finite capacities sum below 2^63 — in half the memory, which is a tenth of a
-//! 10⁶-node graph's partition. Either way an infinite edge never saturates and no sum overflows.
+//! network whose finite capacities sum below 2^63 — in half the memory (docs/performance.md,
+//! "Partition"). Either way an infinite edge never saturates and no sum overflows.
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
@@ -87,7 +87,7 @@ impl<C: Capacity> FlowNetwork<C> {
     }
 
     /// A network of `nodes` nodes and no edges, with room for `edges` edges (the vectors of a
-    /// 10⁶-node network would otherwise be copied as they grow).
+    /// large network would otherwise be copied as they grow).
     pub fn with_capacity(nodes: usize, edges: usize) -> Self {
         let pairs = 2 * edges;
         FlowNetwork { nodes, to: Vec::with_capacity(pairs), cap: Vec::with_capacity(pairs), ..Default::default() }

@@ -214,7 +214,7 @@ pub struct PNode {
     /// The op's name (a catalog name for traced graphs, borrowed; any string for imported ones).
     pub op: Cow<'static, str>,
     /// Input nodes (smaller indices); up to four held inline, as nearly every op has (a heap
-    /// block per node would be a tenth of a 10⁶-node graph's memory).
+    /// block per node would cost memory and time).
     pub inputs: Inputs,
     /// Whether the node belongs to the backward pass.
     pub backward: bool,
@@ -403,8 +403,8 @@ impl PGraph {
                 label: Label::of(n.name().map(str::to_string), n.loc().map(|l| l.to_string())),
             }
         };
-        // Large graphs are converted in two halves at once where there is a second CPU (10⁶
-        // nodes take about a second on one).
+        // Large graphs are converted in two halves at once where there is a second CPU
+        // (docs/performance.md, "Partition graph").
         let nodes = if g.len() >= 100_000 {
             crate::par::collect_halves(g.len(), ShapeCache::default, |shapes, k| node(shapes, NodeId::new(k as u32)))
         } else {
@@ -462,7 +462,7 @@ impl PGraph {
     }
 
     /// [`PGraph::validate`], with what its sweep saw that the partition would otherwise sweep
-    /// every node again for (a sweep over 10⁶ nodes of this size is some 60 ms).
+    /// every node again for (a sweep over nodes of this size reads all of their memory).
     pub(crate) fn validated(&self) -> Result<Validated> {
         let (mut offload_tags, mut must_recompute_tags) = (false, false);
         let mut backward = Vec::with_capacity(self.len());
@@ -473,7 +473,7 @@ impl PGraph {
                 return Err(at(format!("input {bad} does not precede it (a cycle or a dangling input)")));
             }
             // Phases of earlier nodes come from the table this sweep fills, not from the nodes
-            // (at 10⁶ nodes of this size, a lookup per input would miss the cache each time).
+            // (in large graphs, a lookup per input would miss the cache each time).
             backward.push(n.backward);
             if !n.backward && n.inputs.iter().any(|x| backward[x.index()]) {
                 return Err(at("a forward node reads a backward node".into()));
@@ -511,7 +511,7 @@ impl PGraph {
     /// For each node, whether a backward node reads it while it is a forward node.
     pub fn backward_reads(&self) -> Vec<bool> {
         // Each input's phase is looked up in a compact table, not in the node itself (nodes are
-        // 136 bytes: at 10⁶ of them, each lookup would miss the cache).
+        // 136 bytes: in large graphs, each lookup would miss the cache).
         self.backward_reads_from(&self.nodes.iter().map(|n| n.backward).collect::<Vec<_>>())
     }
 

@@ -1,6 +1,6 @@
 //! A partition's JSON report written while its plan is made: the report up to the plan's peaks
-//! does not depend on the plan, and at 10⁶ nodes laying it out and planning take about a third of
-//! a second each.
+//! does not depend on the plan, and on large graphs laying it out takes as long as planning
+//! (docs/performance.md, "Report").
 
 use super::{Partitioned, Planner, Problem};
 use crate::error::Result;

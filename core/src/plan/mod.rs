@@ -470,7 +470,7 @@ fn with_fetches(
 ) -> (Vec<(NodeId, Kind)>, Vec<NodeId>) {
     if !saved_ids.iter().any(|v| offloaded[v.index()]) {
         // Nothing to fetch: the sequence as it is (the passes below would copy it and free it
-        // twice over for nothing — a third of a 10⁶-node plan's time).
+        // twice over for nothing).
         return (seq, Vec::new());
     }
     let mut first_use = vec![usize::MAX; graph.node_count()];
@@ -569,7 +569,7 @@ fn with_frees(
         last_use.push(pos);
     }
     // What each step frees, grouped by step (CSR: `frees[start[pos]..start[pos + 1]]`, in
-    // sequence order): one list per step would be 10⁶ small allocations on large graphs.
+    // sequence order): one list per step would be a small allocation per step.
     // Counted per step, summed so that `start[pos]` is where the step's group ends, then filled
     // from the back, each group's end moving down to its start (no second array of cursors).
     let mut start = vec![0usize; seq.len() + 1];

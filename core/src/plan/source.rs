@@ -6,7 +6,7 @@
 //! forward/backward split and the outputs — and plans exactly as that joint graph does. A caller
 //! that has partitioned may then drop the joint graph and plan from the partition graph alone:
 //! the `remat` command does for `remat.graph` documents, where the two graphs together were most
-//! of its memory (at 10⁶ forward nodes, 330 MB of joint graph beside 375 MB of partition graph).
+//! of its memory (docs/performance.md, "Partition graph").
 
 use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
@@ -94,7 +94,7 @@ impl Schedulable for PGraph {
     /// first, and their bytes within the address space.
     fn forward_len(&self) -> Result<usize> {
         // The validation's own sweep gives each node's phase and the bytes' sum: the checks
-        // below read those, not the nodes again (a pass over hundreds of megabytes at 10⁶ nodes).
+        // below read those, not the nodes again (a pass over all of their memory).
         let valid = self.validated()?;
         let forward_len = valid.backward.iter().position(|&b| b).unwrap_or(self.len());
         if let Some(k) = valid.backward[forward_len..].iter().position(|&b| !b) {
@@ -151,8 +151,8 @@ impl Schedulable for PGraph {
 /// What the planner reads on every one of its passes — each node's inputs, bytes, and whether
 /// it is resident or a reshape — copied out of `graph`'s nodes into arrays of their own, the
 /// rest read through. Planning walks the nodes half a dozen times, mostly by id at random:
-/// from nodes of a hundred bytes and more, each read would miss the cache (at 2.75·10⁶ nodes,
-/// a third of planning time); from these arrays (about 20 bytes a node) most hit it.
+/// from nodes of a hundred bytes and more, each read would miss the cache; from these arrays
+/// (about 20 bytes a node) most hit it (docs/performance.md, "Plan").
 ///
 /// Invariant: `inputs[starts[i]..starts[i + 1]]` are node `i`'s inputs, `bytes[i]` its bytes
 /// and `flags[i]` its [`RESIDENT`] and [`RESHAPE`] bits, each equal to what `graph` says.

@@ -17,8 +17,8 @@ impl Report<'_> {
         object(self.json_fields().into_iter().chain(self.peak_fields()).collect())
     }
 
-    /// [`Report::json`], written to `out` as it is laid out rather than built first (the report
-    /// of a 10⁶-node graph is 70 MB; the `remat` command writes it straight to its output).
+    /// [`Report::json`], written to `out` as it is laid out rather than built first (large
+    /// reports are tens of megabytes; the `remat` command writes it straight to its output).
     pub fn write_json(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         self.write_json_draft(self.json_draft(), out)
     }

@@ -1,41 +1,55 @@
-//! Keeping freed tensor memory in the process's heap instead of handing it back to the kernel.
+//! Keeping freed tensor memory in the process's heap instead of handing it back to the kernel,
+//! where the user asks for it.
 //!
 //! A training step frees and allocates the same tensor sizes every step. glibc's `malloc` hands
 //! large freed blocks back to the kernel: blocks above its mmap threshold are unmapped, and a heap
 //! whose free top grows past the trim threshold is shrunk. Both thresholds adapt to the sizes
 //! freed, but not to a step's pattern. So each step's tensors fault their pages in again, and the
-//! kernel zeroes every page first. The 4-layer d256 GPT step took about 5,000 page faults
-//! (20 MiB of zeroing) per step that way, against under 50 with the thresholds fixed.
+//! kernel zeroes every page first (docs/performance.md, "Page faults of a training step").
 //!
-//! The first [`super::CpuBackend`] of the process therefore fixes both thresholds (`mallopt`):
+//! [`keep_freed_memory`] fixes both thresholds (`mallopt`):
 //! - blocks up to 32 MiB, glibc's largest mmap threshold, come from the heap;
 //! - freed heap memory stays in the process for the next step.
 //!
-//! Nothing is changed when the user has already configured glibc's allocator
-//! (`GLIBC_TUNABLES` naming `glibc.malloc`, or `MALLOC_MMAP_THRESHOLD_` / `MALLOC_TRIM_THRESHOLD_`
-//! set), when `REMAT_KEEP_FREED_MEMORY=0`, or on other platforms and allocators (a
-//! `#[global_allocator]` such as jemalloc or mimalloc does not use glibc's heap, and `mallopt`
-//! does not touch it). [`release_freed_memory`] gives the kept memory back on demand, and
-//! [`keeps_freed_memory`] says whether the thresholds were set.
+//! It is the host process's allocator, not remat's, so remat changes it only when asked: by a
+//! call, or by `REMAT_KEEP_FREED_MEMORY=1` ([`KEEP_FREED_MEMORY_VAR`]), which the first
+//! [`super::CpuBackend`] reads. Even then nothing changes when the user has configured glibc's
+//! allocator (`GLIBC_TUNABLES` naming `glibc.malloc`, or `MALLOC_MMAP_THRESHOLD_` /
+//! `MALLOC_TRIM_THRESHOLD_` set), or on other platforms and allocators (a `#[global_allocator]`
+//! such as jemalloc or mimalloc does not use glibc's heap, and `mallopt` does not touch it).
+//! [`release_freed_memory`] gives the kept memory back on demand.
 
-/// The environment variable that, set to `0`, leaves glibc's thresholds alone.
+/// The environment variable that, set to `1`, has the first CPU backend call
+/// [`keep_freed_memory`].
 pub const KEEP_FREED_MEMORY_VAR: &str = "REMAT_KEEP_FREED_MEMORY";
 
-/// Whether remat should set glibc's thresholds, given the environment (`var` reads a variable).
-fn wanted(var: impl Fn(&str) -> Option<String>) -> bool {
-    let opted_out = var(KEEP_FREED_MEMORY_VAR).is_some_and(|v| v.trim() == "0");
-    let tuned_by_user = var("GLIBC_TUNABLES").is_some_and(|v| v.contains("glibc.malloc"))
-        || var("MALLOC_MMAP_THRESHOLD_").is_some()
-        || var("MALLOC_TRIM_THRESHOLD_").is_some();
-    !opted_out && !tuned_by_user
+/// Whether the environment (`var` reads a variable) asks for [`keep_freed_memory`].
+fn asked(var: impl Fn(&str) -> Option<String>) -> bool {
+    var(KEEP_FREED_MEMORY_VAR).is_some_and(|v| v.trim() == "1")
 }
 
-/// Whether this process's CPU backends keep freed tensor memory for the next step: the first
-/// call (made by the first [`super::CpuBackend`]) sets glibc's thresholds unless the environment
-/// says not to (see the module docs); every call returns whether they are set.
-pub fn keeps_freed_memory() -> bool {
+/// Whether the user's own glibc malloc settings, which win, are in the environment.
+fn tuned_by_user(var: impl Fn(&str) -> Option<String>) -> bool {
+    var("GLIBC_TUNABLES").is_some_and(|v| v.contains("glibc.malloc"))
+        || var("MALLOC_MMAP_THRESHOLD_").is_some()
+        || var("MALLOC_TRIM_THRESHOLD_").is_some()
+}
+
+/// Has glibc's `malloc` keep freed memory for the next training step instead of giving it back
+/// to the kernel (see the module docs): a step's tensors then reuse the last step's pages
+/// instead of faulting in freshly zeroed ones. The first call sets glibc's thresholds unless
+/// the user's own malloc settings are in the environment; every call returns whether they are
+/// set (always `false` where the allocator is not glibc's).
+pub fn keep_freed_memory() -> bool {
     static SET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SET.get_or_init(|| wanted(|name| std::env::var(name).ok()) && imp::set_thresholds())
+    *SET.get_or_init(|| !tuned_by_user(|name| std::env::var(name).ok()) && imp::set_thresholds())
+}
+
+/// Called by every new CPU backend: [`keep_freed_memory`] where [`KEEP_FREED_MEMORY_VAR`] asks.
+pub(super) fn from_environment() {
+    if asked(|name| std::env::var(name).ok()) {
+        keep_freed_memory();
+    }
 }
 
 /// Gives the freed memory the heap keeps back to the kernel (glibc's `malloc_trim`), e.g. after
@@ -84,13 +98,19 @@ mod tests {
     }
 
     #[test]
-    fn the_user_s_own_allocator_settings_and_the_opt_out_win() {
-        assert!(wanted(env(&[])));
-        assert!(wanted(env(&[(KEEP_FREED_MEMORY_VAR, "1")])));
-        assert!(wanted(env(&[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")])));
-        assert!(!wanted(env(&[(KEEP_FREED_MEMORY_VAR, "0")])));
-        assert!(!wanted(env(&[("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0")])));
-        assert!(!wanted(env(&[("MALLOC_MMAP_THRESHOLD_", "65536")])));
-        assert!(!wanted(env(&[("MALLOC_TRIM_THRESHOLD_", "0")])));
+    fn only_the_variable_set_to_one_asks() {
+        assert!(!asked(env(&[])));
+        assert!(!asked(env(&[(KEEP_FREED_MEMORY_VAR, "0")])));
+        assert!(!asked(env(&[(KEEP_FREED_MEMORY_VAR, "yes")])));
+        assert!(asked(env(&[(KEEP_FREED_MEMORY_VAR, " 1 ")])));
+    }
+
+    #[test]
+    fn the_user_s_own_allocator_settings_win() {
+        assert!(!tuned_by_user(env(&[])));
+        assert!(!tuned_by_user(env(&[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")])));
+        assert!(tuned_by_user(env(&[("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0")])));
+        assert!(tuned_by_user(env(&[("MALLOC_MMAP_THRESHOLD_", "65536")])));
+        assert!(tuned_by_user(env(&[("MALLOC_TRIM_THRESHOLD_", "0")])));
     }
 }

@@ -9,7 +9,7 @@
 mod heap;
 pub(crate) mod kernels;
 
-pub use heap::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR};
+pub use heap::{keep_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR};
 pub use kernels::pool::THREADS_VAR;
 
 use super::{Backend, KernelCall, MemoryStats};
@@ -87,10 +87,10 @@ impl Drop for CpuHostBuffer {
 
 /// The CPU backend.
 ///
-/// The first one in a process asks glibc's `malloc` to keep freed tensor memory for the next
-/// step rather than hand it back to the kernel (see [`release_freed_memory`] and
-/// [`KEEP_FREED_MEMORY_VAR`] to opt out): a step's tensors then reuse the last step's pages
-/// instead of faulting in freshly zeroed ones.
+/// Its tensors come from the process's global allocator. With glibc's, a training step faults
+/// its tensors' pages in afresh unless freed memory is kept: [`keep_freed_memory`] (or
+/// [`KEEP_FREED_MEMORY_VAR`]`=1`, read by every new backend) asks for that, and
+/// [`release_freed_memory`] gives it back.
 #[derive(Debug)]
 pub struct CpuBackend {
     meter: Rc<Meter>,
@@ -100,7 +100,7 @@ pub struct CpuBackend {
 
 impl Default for CpuBackend {
     fn default() -> Self {
-        heap::keeps_freed_memory();
+        heap::from_environment();
         CpuBackend { meter: Rc::default(), host: Rc::default(), threads: kernels::pool::default_threads() }
     }
 }

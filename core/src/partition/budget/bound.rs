@@ -24,7 +24,7 @@ const CUTS: usize = 6;
 const TIME: Duration = Duration::from_secs(1);
 /// The cuts a bound takes before it stops for a plan already found: on the graphs measured, the
 /// best multiplier was among the first two (the first straddles or steps by four), and each cut
-/// of a 10⁶-node graph takes about a quarter of a second.
+/// costs as much as the min-cut itself.
 const CUTS_BEFORE_STOPPING: usize = 2;
 
 /// A proven lower bound on the least cost of a problem within its global limit, under way: the
@@ -131,8 +131,8 @@ trait Cuts {
     /// bytes of its plan.
     fn sides(&mut self, p: &Problem<'_>) -> f64;
     /// Keeps the last cut's flow, for the next cut to start from if its multiplier is not
-    /// smaller. Only the next: the flow is the network's own, not a copy (a copy of a 10⁶-node
-    /// network's capacities is 128 MB, and copying it took longer than the cut it saves).
+    /// smaller. Only the next: the flow is the network's own, not a copy (copying the
+    /// capacities took longer than the cut it saves).
     fn keep_flow(&mut self);
     /// The plan of the last cut whose [`Cuts::sides`] were found: what is at hand (the
     /// candidates as cut, the rest as the problem's base).
@@ -140,7 +140,7 @@ trait Cuts {
 }
 
 /// `p`'s network, first cut at `lambda`: with `u64` capacities where every capacity the cuts
-/// can set sums below 2^63 (nearly always; half the memory at 10⁶ nodes), else `u128`. The
+/// can set sums below 2^63 (nearly always; half the memory), else `u128`. The
 /// cuts [`Bound::finish`] takes step the multiplier by four at most [`CUTS`] times, so a
 /// `u64` network prices values at no multiplier above `lambda · 4^CUTS` — were a cut to ask for
 /// more, its capacities would be lower than asked, which only lowers the bound.

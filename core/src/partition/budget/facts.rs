@@ -1,7 +1,7 @@
 //! What the budget search reads of each value it may reach — FLOPs, bytes, inputs — in arrays
 //! of its own: the search sweeps the values a dozen times (evaluations, the eviction path, the
 //! bound's network and cuts, the repair), and a sweep that loads each 136-byte partition node
-//! reads some six times the memory of one over these (at 10⁶ nodes, about 25 ms against 4).
+//! reads some six times the memory of one over these (docs/performance.md, "Partition").
 
 use crate::graph::NodeId;
 use crate::partition::PGraph;

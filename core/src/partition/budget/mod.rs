@@ -68,7 +68,7 @@ pub(super) struct Solution<'s> {
 
 /// A proven lower bound on a plan's cost: known, or still being proven on a thread of the
 /// partition's scope while the partition is finished (its last cut takes longer than the plan
-/// it grades: a tenth of a second at 10⁶ nodes).
+/// it grades).
 pub(super) enum Grade<'s> {
     /// `None` where the plan is proven optimal.
     Known(Option<f64>),

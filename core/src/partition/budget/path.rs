@@ -10,8 +10,7 @@ impl Problem<'_> {
     /// [`Problem::solve_heuristic`] and, where there is a global limit, the lower bound started
     /// (its network and first cut, which read no limit): at once where there is a second CPU.
     /// The bound takes longest, so the min-cut and the path follow each other beside it; with
-    /// no bound, the min-cut is cut beside the path (each takes a fraction of a second on a
-    /// 10⁶-node graph).
+    /// no bound, the min-cut is cut beside the path.
     pub(super) fn path_and_bound(&self) -> (Found, Option<Bound>) {
         if self.has_global() {
             let (bound, path) = crate::par::join(|| Bound::start(self), || self.solve_heuristic());

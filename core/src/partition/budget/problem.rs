@@ -63,8 +63,7 @@ pub(super) struct Problem<'a> {
     /// The classes to take the min-cut's choice from, where the path compares against it.
     pub(super) hint_class: Option<&'a [Class]>,
     /// The min-cut's choice over the candidates (the rest as `base`) and its evaluation,
-    /// computed on first use, beside the bound's first cut or the path (about a third of a
-    /// second on a 10⁶-node graph).
+    /// computed on first use, beside the bound's first cut or the path.
     pub(super) hint: std::sync::OnceLock<Hint>,
     /// The order the eviction path evicts candidates and optional offloads in, which does not
     /// depend on the limits: sorted on first use, for every path after.

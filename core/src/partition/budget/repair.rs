@@ -1,8 +1,8 @@
 //! The bound's first cut, made to fit: a third plan beside the eviction path and the min-cut.
 //!
 //! The Lagrangian cut at the bound's first multiplier keeps every rule but the limits, and is
-//! often far cheaper than the path's plan while keeping a little more than the limit (on the
-//! 10⁶-node residual MLP under `budget=0.5`: 64 bytes over, at a fifth of the path's recompute).
+//! often far cheaper than the path's plan while keeping a little more than the limit
+//! (docs/performance.md, "Partition").
 //! Its repair evicts values one at a time, each time the value whose eviction adds the least
 //! recompute per device byte it frees (its own FLOPs and those of the values it then needs
 //! recomputed, against its bytes less those of the kept values it then needs), until every limit

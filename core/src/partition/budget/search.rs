@@ -134,7 +134,7 @@ impl<'a> Problem<'a> {
             Method::Path => {}
         }
         // The bound only grades the plan: it is computed beside the eviction path, on a second
-        // thread where there is one (each is about a second on a 10⁶-node graph).
+        // thread where there is one (each takes about as long).
         if !grade {
             return self.solve_heuristic().map(Graded::optimal);
         }

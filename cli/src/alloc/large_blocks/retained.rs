@@ -2,10 +2,10 @@
 //! to reuse (Linux only; elsewhere [`super::LargeBlockAlloc`] leaves every block to the system
 //! allocator).
 //!
-//! Each stage of reading and partitioning a 10⁶-node document frees hundreds of megabytes that
+//! Each stage of reading and partitioning a large document frees hundreds of megabytes that
 //! the next stage allocates again: returned to the system at once, the same memory is faulted
-//! in anew page by page (500 000 page faults, over a second of system time, for a run whose
-//! peak is 0.9 GB). Kept, a freed block's pages are already backed: the next large block
+//! in anew page by page (docs/performance.md, "The command's allocator"). Kept, a freed block's
+//! pages are already backed: the next large block
 //! is carved out of it with no fault at all. At most [`RETAIN`] bytes are kept, in at most
 //! [`SPANS`] spans; past that the oldest are returned to the system, so that memory nobody
 //! asks for again adds at most that much to the process's resident size.
@@ -17,10 +17,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// The most bytes kept for reuse. On the 10⁶-node `remat.graph` (peak 0.95 GB), 256 MiB took
-/// 10–20 % fewer page faults than 128 MiB and its peak did not move (the 10⁶-node joint
-/// document's, 0.45 GB, rose by 50–60 MB); 384 MiB raised the graph's min-cut peak by 50 MB,
-/// 512 MiB its budgets' by 90 MB (to 1.05 GB).
+/// The most bytes kept for reuse: fewer page faults than 128 MiB, without raising the peaks
+/// as more did (docs/performance.md, "The command's allocator").
 pub(super) const RETAIN: usize = 256 << 20;
 /// The most spans kept (the table is fixed: an allocator cannot allocate its own bookkeeping).
 const SPANS: usize = 64;
@@ -32,8 +30,7 @@ struct Kept {
     bytes: usize,
 }
 
-/// The spans one allocator keeps: a kept block is reused only by the allocator that freed it
-/// (the huge-page advice of [`super::HugePageAlloc`]'s blocks stays with their pages).
+/// The spans the allocator keeps.
 pub(super) struct Pool(Mutex<Kept>);
 
 /// Whether a block of `size` bytes and `align` is one this module maps: a large one (mappings
