@@ -13,19 +13,14 @@
 use std::io::Write;
 
 /// What a test may skip without, as `REMAT_REQUIRE` names it.
-pub const NAMES: [&str; 9] = [
-    // A usable GPU (remat-cuda's GPU tests, the gpu_bench example).
-    "cuda",  // NVRTC, to compile the kernel sources (remat-cuda; no GPU needed).
-    "nvrtc", // NCCL and a GPU (remat-cuda's `nccl` feature).
-    "nccl",  // `mpirun` (remat-dist's multi-process tests).
-    "mpi",
-    // A Python that imports PyTorch 2.15 and pytest (the Python package's tests, the benchmark's
-    // PyTorch script).
-    "torch",    // Transparent huge pages (the huge-page allocator's advice).
-    "thp",      // `MADV_POPULATE_WRITE` (Linux 5.14: pages backed without being written).
-    "populate", // Graphviz's `dot`, which must read every DOT file remat writes.
-    "dot",      // The toolchain the compile-fail snapshots were reviewed with (tests/ui).
-    "ui",
+pub const NAMES: [&str; 7] = [
+    "cuda",  // a usable GPU (remat-cuda's GPU tests, the gpu_bench example)
+    "nvrtc", // NVRTC, to compile the kernel sources (remat-cuda; no GPU needed)
+    "nccl",  // NCCL and a GPU (remat-cuda's `nccl` feature)
+    "mpi",   // `mpirun` (remat-dist's multi-process tests)
+    "torch", // a Python that imports PyTorch 2.15 and pytest (the Python package's tests)
+    "dot",   // Graphviz's `dot`, which must read every DOT file remat writes
+    "ui",    // the toolchain the compile-fail snapshots were reviewed with (tests/ui)
 ];
 
 /// Whether `REMAT_REQUIRE` (or the older `REMAT_REQUIRE_<NAME>=1`) names `what`. Panics on a
