@@ -17,6 +17,7 @@ mod graph;
 mod host;
 mod id;
 pub mod json;
+mod json_writer;
 mod large_blocks;
 mod model;
 pub mod op;

@@ -2,7 +2,7 @@
 
 use super::{reason_code, Report};
 use crate::graph::NodeId;
-use crate::json::{object, rows, spaced, write_fields, Field};
+use crate::json_writer::{object, rows, spaced, write_fields, Field};
 use crate::partition::{Action, Decision, Reason};
 use crate::policy::Policy;
 use serde::Serialize;
