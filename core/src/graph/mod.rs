@@ -9,7 +9,6 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 pub(crate) use crate::id::{NodeId, RegionId};
 use crate::op::{Meta, Op};
-use crate::policy::{Policy, PolicySource};
 use crate::region::RegionSpec;
 use crate::shape::fmt_shape;
 use smallvec::SmallVec;
@@ -474,6 +473,7 @@ impl<'a> LeafNames<'a> {
 mod tests {
     use super::*;
     use crate::op::UnaryOp;
+    use crate::policy::{Policy, PolicySource};
     use smallvec::smallvec;
 
     #[test]
