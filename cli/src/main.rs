@@ -195,10 +195,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             // The JSON report up to the peaks the plan gives is laid out and written while the
             // plan is made (at 10⁶ nodes, a third of a second each). Planning a partition just
             // made fails only on a bug; the report would then end there, with the error.
-            let (plan, head) = remat_core::par::join(
-                || loaded.plan(&p),
-                || json.then(|| to_stdout(|out| Report::new(&loaded.pg, &p).json_draft().write_head(out))),
-            );
+            let (plan, head) = std::thread::scope(|scope| {
+                let head = scope
+                    .spawn(|| json.then(|| to_stdout(|out| Report::new(&loaded.pg, &p).json_draft().write_head(out))));
+                let plan = loaded.plan(&p);
+                (plan, head.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            });
             let plan = plan.map_err(bad)?;
             head.transpose()?;
             let windows = plan.as_ref().map_or_else(Vec::new, |plan| plan.transfer_windows(&loaded.pg));
@@ -360,7 +362,7 @@ fn main() -> ExitCode {
         Err(Failure(code, message)) => {
             // One line whatever the document held: newlines joined, control characters and line
             // separators escaped, an echo no message shortened cut to a reasonable length.
-            eprintln!("error: {}", remat_core::text::one_line(&message.replace('\n', " ")));
+            eprintln!("error: {}", remat_core::one_line(&message.replace('\n', " ")));
             ExitCode::from(code)
         }
     }

@@ -4,8 +4,8 @@
 
 #![cfg(all(target_os = "linux", target_env = "gnu"))]
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{CpuBackend, DType, Model};
+use remat_zoo::{self as zoo, GptConfig};
 
 /// Minor page faults of this process so far (`/proc/self/stat`, field 10).
 fn minor_faults() -> u64 {
@@ -19,10 +19,7 @@ fn minor_faults() -> u64 {
 fn a_steady_training_step_faults_in_no_fresh_pages() {
     drop(CpuBackend::new());
     if !remat_core::keeps_freed_memory() {
-        println!(
-            "skipped: glibc's thresholds are left alone ({}=0, or malloc settings in the environment)",
-            remat_core::KEEP_FREED_MEMORY_VAR
-        );
+        println!("skipped: glibc's thresholds are left alone (REMAT_KEEP_FREED_MEMORY=0, or malloc settings in the environment)");
         return;
     }
     // Activations of 1–4 MiB (d_model 256, 1024 tokens), where glibc's adaptive thresholds gave

@@ -5,9 +5,9 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use remat_core::json::{self, Document};
-use remat_core::partition::{partition, PGraph};
-use remat_core::report::Report;
+use remat_core::Document;
+use remat_core::Report;
+use remat_core::{partition, PGraph};
 use remat_core::{JointGraph, Strategy};
 
 /// Partitions `document` (JSON text) with `strategy` (`"respect"`, `"mincut"`, `"budget=0.5"`,
@@ -16,7 +16,7 @@ use remat_core::{JointGraph, Strategy};
 /// table with `text`.
 pub fn partition_report(document: &str, strategy: &str, text: bool) -> Result<String, String> {
     let strategy: Strategy = strategy.parse().map_err(|e: String| format!("strategy {strategy:?}: {e}"))?;
-    let pg = match json::read(document).map_err(|e| e.to_string())? {
+    let pg = match remat_core::read_document(document).map_err(|e| e.to_string())? {
         Document::Joint(pg) => pg,
         Document::Graph(graph, ids) => {
             let joint = JointGraph::new(&graph).map_err(|e| e.to_string())?;

@@ -15,12 +15,13 @@
 //! [`RegionSpec`](crate::RegionSpec) of traced regions, which no document can carry.
 //!
 //! ```
-//! use remat_core::{json, zoo};
+//! use remat_core::{read_graph, write_graph};
+//! use remat_zoo as zoo;
 //!
 //! let g = zoo::mlp(&zoo::MlpConfig { batch: 2, widths: vec![3, 4, 2] }).unwrap();
-//! let text = json::write_graph(&g);
-//! let back = json::read_graph(&text).unwrap();
-//! assert_eq!(json::write_graph(&back), text);
+//! let text = write_graph(&g);
+//! let back = read_graph(&text).unwrap();
+//! assert_eq!(write_graph(&back), text);
 //! ```
 
 mod attrs;

@@ -39,7 +39,6 @@ pub use classify::counts_bytes;
 pub use doc_id::DocId;
 pub use evaluate::{evaluate, Evaluation};
 pub(crate) use finish::in_region;
-pub use maxflow::{Capacity, FlowNetwork};
 pub use offload::{exposed_times, CostModel};
 pub(crate) use pgraph::ShapeCache;
 pub use pgraph::{Flags, PGraph, PNode, PRegion};

@@ -3,8 +3,8 @@
 //! as Graphviz DOT.
 //!
 //! ```
-//! use remat_core::partition::{partition, PGraph};
-//! use remat_core::{report::Report, zoo, JointGraph, Strategy};
+//! use remat_core::{partition, JointGraph, PGraph, Report, Strategy};
+//! use remat_zoo as zoo;
 //!
 //! let g = zoo::mlp(&zoo::MlpConfig { batch: 2, widths: vec![3, 4, 2] }).unwrap();
 //! let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
@@ -21,7 +21,6 @@ mod text;
 
 pub use crate::text::fmt_bytes;
 pub use dot::dot;
-pub use json::JsonDraft;
 
 use crate::graph::NodeId;
 use crate::partition::{counts_bytes, Decision, PGraph, Partition, Reason};

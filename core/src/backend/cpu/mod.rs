@@ -9,8 +9,7 @@
 mod heap;
 pub(crate) mod kernels;
 
-pub use heap::{keeps_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR};
-pub use kernels::pool::THREADS_VAR;
+pub use heap::{keeps_freed_memory, release_freed_memory};
 
 use super::{Backend, KernelCall, MemoryStats};
 use crate::error::Result;
@@ -89,7 +88,7 @@ impl Drop for CpuHostBuffer {
 ///
 /// The first one in a process asks glibc's `malloc` to keep freed tensor memory for the next
 /// step rather than hand it back to the kernel (see [`release_freed_memory`] and
-/// [`KEEP_FREED_MEMORY_VAR`] to opt out): a step's tensors then reuse the last step's pages
+/// `REMAT_KEEP_FREED_MEMORY=0` to opt out): a step's tensors then reuse the last step's pages
 /// instead of faulting in freshly zeroed ones.
 #[derive(Debug)]
 pub struct CpuBackend {
@@ -124,7 +123,7 @@ impl CpuBackend {
         self.threads
     }
 
-    /// The thread count of [`CpuBackend::new`]: `REMAT_NUM_THREADS` ([`THREADS_VAR`]) when set,
+    /// The thread count of [`CpuBackend::new`]: `REMAT_NUM_THREADS` when set,
     /// else the CPUs this process may run on (so `taskset` limits it), capped by
     /// `MATMUL_NUM_THREADS` when that is set. Whatever the count, a kernel runs on one thread
     /// while the helpers are found not to get a core of their own (another process busy on
