@@ -72,7 +72,8 @@ struct Program {
     held_bytes: usize,
 }
 
-/// A trained model set up for generation (see the [module](self) documentation).
+/// A trained model set up for generation: a prompt prefilled, then one token a step, the
+/// attention's keys and values kept in a cache on the backend.
 pub struct Decoder<'b, B: Backend> {
     backend: &'b mut B,
     step: Program,

@@ -73,7 +73,7 @@ pub struct Partition {
     pub saved_bytes: u64,
     /// Bytes of offloaded values: the host memory they take, and the bytes moved each way.
     pub host_bytes: u64,
-    /// Estimated seconds of transfer no compute hides ([`offload`]'s cost model).
+    /// Estimated seconds of transfer no compute hides ([`CostModel`]'s estimate).
     pub exposed_transfer_s: f64,
     /// Bytes of what the backward reads that is held anyway — residents (inputs and parameters)
     /// and forward outputs — listed apart, never counted.

@@ -97,7 +97,7 @@ impl Plan {
         Self::with_offload(joint, saved, &vec![false; saved.len()], &CostModel::default())
     }
 
-    /// Plans `graph` (a [`JointGraph`], or its partition graph: [`Schedulable`]) keeping the
+    /// Plans `graph` (a [`JointGraph`], or its partition graph, which plans alike) keeping the
     /// values with `saved[id]`, those with `offloaded[id]` too in host memory between the passes;
     /// `model` times the prefetches. Offloading an input, a parameter or a forward output is an
     /// error naming it; an offloaded value the backward never reads is kept on the device (there

@@ -26,7 +26,7 @@ impl Report<'_> {
     /// Every field of [`Report::json`] but the peaks, laid out ahead of them: a caller that
     /// still has to plan (the plan gives the peaks) lays the report out beside planning, then
     /// hands the draft to [`Report::write_json_draft`] on a report with the peaks added — or
-    /// writes it out while planning ([`JsonDraft::write_head`]), then the peaks
+    /// writes it out while planning (`JsonDraft::write_head`), then the peaks
     /// ([`Report::write_json_tail`]).
     pub fn json_draft(&self) -> JsonDraft {
         JsonDraft(self.json_fields())
@@ -39,7 +39,7 @@ impl Report<'_> {
         self.write_json_tail(out)
     }
 
-    /// What follows a [`JsonDraft::write_head`] of a report of the same partition and graph:
+    /// What follows a `JsonDraft::write_head` of a report of the same partition and graph:
     /// this report's peaks, and the end of the object.
     pub fn write_json_tail(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         write_fields(out, self.peak_fields().collect(), false)?;
