@@ -64,10 +64,13 @@ pub use op::{
 };
 // Partitioning.
 pub use partition::{
-    check, counts_bytes, evaluate, exposed_times, partition, partition_by_heuristic, partition_by_program,
-    partition_with, value_bytes, Action, Budget, CostModel, Decision, DocId, Evaluation, Flags, OffloadReason, PGraph,
-    PNode, PRegion, Partition, Reason, StorageType, Strategy,
+    check, counts_bytes, evaluate, exposed_times, partition, partition_with, value_bytes, Action, Budget, CostModel,
+    Decision, DocId, Evaluation, Flags, OffloadReason, PGraph, PNode, PRegion, Partition, Reason, StorageType,
+    Strategy,
 };
+/// Test hooks (the `test-hooks` feature, which only this crate's own tests turn on).
+#[cfg(feature = "test-hooks")]
+pub use partition::{partition_by_heuristic, partition_by_program};
 pub use peak::{partition_for_peak, peak_lower_bound, PeakBound};
 // Plans.
 pub use plan::{node_flops, Plan, Step, TransferWindow};

@@ -91,7 +91,7 @@ pub struct Partition {
 /// [`partition_with`], every budget search solved by the exact 0-1 program however small (the
 /// enumeration of every combination otherwise takes the smallest): for tests that hold one
 /// against the other. Built without the `exact` feature, the eviction path answers instead.
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub fn partition_by_program(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
     budget::with_search(budget::Search::Program, || partition_with(g, strategy, model))
 }
@@ -99,7 +99,7 @@ pub fn partition_by_program(g: &PGraph, strategy: Strategy, model: &CostModel) -
 /// [`partition_with`], every budget search done by the heuristic the largest graphs get (the
 /// eviction path, with the Lagrangian bound behind its `optimality_gap`): for tests that hold
 /// its plan and bound against the exact optimum.
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub fn partition_by_heuristic(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
     budget::with_search(budget::Search::Heuristic, || partition_with(g, strategy, model))
 }
