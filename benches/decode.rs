@@ -14,8 +14,8 @@
 //! cargo bench --bench decode -- 64 256  # some of them
 //! ```
 
-use remat::zoo::{self, GptConfig};
 use remat::{CpuBackend, DType, DecoderBuilder, Feeds, HostTensor, Model, Params, Sampling};
+use remat_zoo::{self as zoo, GptConfig};
 use std::time::Instant;
 
 const PROMPT: usize = 16;

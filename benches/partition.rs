@@ -5,8 +5,8 @@
 //! `cargo bench --bench partition` (add `-- --quick` to stop at 10⁵ nodes).
 
 use remat::partition::{partition, PGraph};
-use remat::zoo::{self, GptConfig, MlpConfig};
 use remat::{Budget, DType, Graph, JointGraph, Plan, Strategy};
+use remat_zoo::{self as zoo, GptConfig, MlpConfig};
 use std::time::{Duration, Instant};
 
 /// A model family: its name, a builder by layer count, and the layer counts to try.

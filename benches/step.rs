@@ -3,8 +3,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use remat::backend::{Backend, KernelCall};
-use remat::zoo::{self, GptConfig};
 use remat::{CpuBackend, DType, HostTensor, Model, NodeId, Op};
+use remat_zoo::{self as zoo, GptConfig};
 use std::hint::black_box;
 
 fn gemm(c: &mut Criterion) {

@@ -10,8 +10,8 @@
 //!
 //! On a machine with one CPU there is nothing to compare; the bench says so.
 
-use remat::zoo::{self, GptConfig};
 use remat::{CpuBackend, DType, Model};
+use remat_zoo::{self as zoo, GptConfig};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 

@@ -13,8 +13,8 @@
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use remat::prelude::*;
-use remat::zoo::{self, BlockParams, GptConfig, Part};
 use remat::{Budget, Graph, Strategy};
+use remat_zoo::{self as zoo, BlockParams, GptConfig, Part};
 use std::time::Instant;
 
 #[path = "common/compare.rs"]

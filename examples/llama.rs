@@ -316,7 +316,7 @@ impl Corpus {
         let (mut tokens, mut targets) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
         for row in 0..b as u64 {
             // remat's counter-based generator (a sibling crate's helper, not the facade's API).
-            let start = remat_core::rng::uniform_u32(3, step, row) as usize % (text.len() - t - 1);
+            let start = remat_core::uniform_u32(3, step, row) as usize % (text.len() - t - 1);
             tokens.extend(text[start..start + t].iter().map(|&c| c as i64));
             targets.extend(text[start + 1..start + t + 1].iter().map(|&c| c as i64));
         }

@@ -18,7 +18,7 @@ fn main() -> Result<(), remat::Error> {
     let loss = hidden(&x, &w1, &b1).matmul(&w2).cross_entropy(&y);
     let model = Model::new(trace.finish(&loss)?)?;
     let (mut params, mut opt, mut cpu) = (model.init_params(0)?, AdamW::new(1e-2), CpuBackend::new());
-    let feeds = remat::zoo::mlp_feeds(&remat::zoo::MlpConfig { batch: 64, widths: vec![16, 4] }, 0)?;
+    let feeds = remat_zoo::mlp_feeds(&remat_zoo::MlpConfig { batch: 64, widths: vec![16, 4] }, 0)?;
     for step in 0..100 {
         let out = model.step(&mut cpu, &params, &feeds)?;
         opt.step(&mut params, &out.grads)?;

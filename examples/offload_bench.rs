@@ -13,9 +13,9 @@
 use remat::partition::PGraph;
 use remat::region::{enter_region, PolicyTable, RegionSpec};
 use remat::report::reason_code;
-use remat::zoo::{self, BlockParams, GptConfig, Part};
 use remat::CostModel;
 use remat::{Action, Budget, CpuBackend, DType, Graph, Model, OpKind, Policy, Step, Strategy, Tensor};
+use remat_zoo::{self as zoo, BlockParams, GptConfig, Part};
 
 static RECOMPUTE_ALL: RegionSpec = RegionSpec::new("block", PolicyTable::RECOMPUTE_ALL);
 static SAVE_MATMULS: RegionSpec =

@@ -8,11 +8,17 @@
 //! The root holds what a model author uses — tracing ([`Trace`], [`Tensor`]), policies
 //! ([`checkpoint`], [`policy!`], [`RegionPolicy`]), planning ([`Model`], [`Strategy`],
 //! [`Partition`], [`Plan`]), running and training ([`CpuBackend`], [`Params`], [`AdamW`]) — each
-//! by one path; `use remat::prelude::*` brings the common ones. Modules: [`json`] (graph
-//! documents), [`partition`] (partitioning a joint graph directly, scoring a decision), [`region`]
-//! (regions entered by hand),
-//! [`report`] (text, JSON and DOT reports), [`zoo`] (ready-made models: an MLP, a GPT),
-//! [`backend`] (for backend authors) and, with the `cuda` feature (on by default), `cuda`.
+//! by one path; `use remat::prelude::*` brings the common ones. Each module is the one path to
+//! what it holds: [`json`] (graph documents), [`partition`] (partitioning a joint graph directly,
+//! scoring a decision), [`region`] (regions entered by hand), [`report`] (text, JSON and DOT
+//! reports), [`backend`] (for backend authors), [`dist`] (data parallelism) and, with the `cuda`
+//! feature (on by default), `cuda`. Ready-made models (an MLP, a GPT) for trying remat are in the
+//! `remat-zoo` crate of the repository.
+//!
+//! Environment variables read: `REMAT_NUM_THREADS` (a [`CpuBackend`]'s default thread count),
+//! `REMAT_KEEP_FREED_MEMORY` (`0` leaves glibc's malloc thresholds alone, see
+//! [`keeps_freed_memory`]) and `REMAT_WARNINGS` (`off` silences the warnings remat writes to
+//! standard error).
 
 #![warn(missing_docs)]
 
@@ -25,13 +31,12 @@ pub use remat_core::{BinaryOp, CompareOp, Op, OpKind, ReduceOp, UnaryGradOp, Una
 pub use remat_core::{Graph, JointGraph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 // Planning.
 pub use remat_core::{
-    Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Schedulable, Step, Strategy,
-    TransferWindow,
+    Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Step, Strategy, TransferWindow,
 };
 // A graph document or a traced graph to its partition, plan and report, in one pipeline.
 pub use remat_core::{Evaluated, Partitioned, Problem};
 // Running and training.
-pub use remat_core::{keep_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR, THREADS_VAR, WARNINGS_VAR};
+pub use remat_core::{keep_freed_memory, release_freed_memory};
 pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
 pub use remat_core::{
     CpuBackend, Feeds, HostData, HostTensor, HostValuesMut, Inference, InferenceOutput, Params, StepOutput,
@@ -50,43 +55,34 @@ pub mod dist {
 /// Graph documents as JSON: `remat.graph` (a forward graph remat differentiates) and
 /// `remat.joint` (an already-joint graph, e.g. exported from PyTorch). See `docs/graph-json.md`.
 pub mod json {
-    pub use remat_core::json::{read, read_graph, read_joint, write_graph, write_joint, Document};
-    pub use remat_core::json::{GRAPH_FORMAT, JOINT_FORMAT, VERSION};
+    pub use remat_core::{read_document as read, read_graph, read_joint, write_graph, write_joint, Document};
+    pub use remat_core::{FORMAT_VERSION as VERSION, GRAPH_FORMAT, JOINT_FORMAT};
 }
 
 /// Partitioning a joint graph directly (what [`Model`] does for traced models): the graph the
 /// partitioner sees, the strategies' entry points, the independent rule checker, and scoring a
 /// given decision.
 pub mod partition {
-    pub use remat_core::partition::{check, counts_bytes, evaluate, partition, partition_with, Evaluation};
-    #[doc(hidden)]
-    pub use remat_core::partition::{partition_by_heuristic, partition_by_program};
-    pub use remat_core::partition::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
-    pub use remat_core::peak::partition_for_peak;
+    pub use remat_core::{check, counts_bytes, evaluate, partition, partition_for_peak, partition_with, Evaluation};
+    pub use remat_core::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
 }
 
 /// Regions by hand, without the macro: what `#[checkpoint]` expands into (a `'static`
 /// [`RegionSpec`](region::RegionSpec) entered for the duration of a call).
 pub mod region {
-    pub use remat_core::region::{enter_region, enter_region_with, in_region, PolicyTable, RegionGuard, RegionSpec};
+    pub use remat_core::{enter_region, enter_region_with, in_region, PolicyTable, RegionGuard, RegionSpec};
 }
 
 /// Reports of a partition: a text table with a reason per value, JSON, Graphviz DOT.
 pub mod report {
-    pub use remat_core::report::{dot, fmt_bytes, one_line, reason_code, Report};
-}
-
-/// Ready-made models — an MLP and a GPT with feeds — for examples, benchmarks and trying remat.
-pub mod zoo {
-    pub use remat_core::zoo::*;
+    pub use remat_core::{dot, fmt_bytes, one_line, reason_code, Report};
 }
 
 /// For backend authors: the trait a device implements, what a kernel call carries, and the
 /// executor that drives a backend through a plan.
 pub mod backend {
-    pub use remat_core::backend::cpu::{CpuBuffer, CpuHostBuffer};
-    pub use remat_core::op::{Arity, AttnDims, Domain, GradReads, Member, Meta, OpInfo, OtherKind, CATALOG};
-    pub use remat_core::{run, run_inference, Backend, KernelCall, MemoryStats, RunOutput};
+    pub use remat_core::{run, run_inference, Backend, CpuBuffer, CpuHostBuffer, KernelCall, MemoryStats, RunOutput};
+    pub use remat_core::{Arity, AttnDims, Domain, GradReads, Member, Meta, OpInfo, OtherKind, CATALOG};
 }
 
 /// Makes a function a checkpointed region; see the attribute's own documentation below for the
@@ -247,7 +243,7 @@ pub mod prelude {
 /// Items the `#[checkpoint]` expansion refers to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use remat_core::region::{enter_region, enter_region_with, PolicyTable, RegionGuard, RegionPolicy, RegionSpec};
+    pub use remat_core::{enter_region, enter_region_with, PolicyTable, RegionGuard, RegionPolicy, RegionSpec};
     pub use remat_core::{OpKind, Policy, Tensor};
 
     /// What `#[save]` / `#[recompute]` / `#[offload]` apply their policy to: the value their

@@ -4,8 +4,8 @@
 
 use remat::partition::PGraph;
 use remat::prelude::*;
-use remat::zoo::{self, MlpConfig};
 use remat::{Action, Budget, Graph, Op, Policy, Reason, Step, Strategy, UnaryOp};
+use remat_zoo::{self as zoo, MlpConfig};
 
 const STRATEGIES: [Strategy; 5] = [
     Strategy::Respect,

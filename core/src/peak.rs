@@ -33,7 +33,7 @@ impl Candidate {
 
 /// The plan of least recompute whose predicted peak is at most `limit` bytes, among the exact
 /// byte-budget plans of `pg` (the partition graph of `joint`, which plans them: a
-/// [`crate::JointGraph`], or `pg` itself — [`Schedulable`]); an error giving the smallest peak the
+/// [`crate::JointGraph`], or `pg` itself, which plans as its joint graph does); an error giving the smallest peak the
 /// search reached when none fits, or, without searching, the lower bound on every plan's peak
 /// ([`peak_lower_bound`]) when `limit` is below it. The partition's strategy reads `peak=limit`.
 ///

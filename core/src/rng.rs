@@ -200,7 +200,9 @@ pub fn drop_threshold(p: f64) -> u64 {
     (p * 4_294_967_296.0) as u64
 }
 
-/// Whether dropout with probability `p` keeps element `index` of the op with key `key`.
+/// Whether dropout with probability `p` keeps element `index` of the op with key `key` (the
+/// kernels compare with [`drop_threshold`] themselves; the tests hold them to this).
+#[cfg(test)]
 pub fn dropout_keeps(seed: u64, key: u64, index: u64, p: f64) -> bool {
     uniform_u32(seed, key, index) as u64 >= drop_threshold(p)
 }

@@ -152,7 +152,7 @@ pub fn reduced(shape: &[usize], axes: &[usize], keepdim: bool) -> Shape {
 
 /// `[a, b, c]` for messages.
 ///
-/// A shape of more than [`SHAPE_DIMS`] dims is elided in the middle (`[1, 2, 3, 4, 5, 6, …990
+/// A shape of more than 12 dims is elided in the middle (`[1, 2, 3, 4, 5, 6, …990
 /// more…, 7, 8]`), so that a message stays one reasonable line whatever a document declares.
 pub fn fmt_shape(shape: &[usize]) -> String {
     if shape.len() <= SHAPE_DIMS {

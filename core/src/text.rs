@@ -33,7 +33,7 @@ pub fn shorten(s: &str, max: usize) -> String {
 /// that a message that echoes something no site shortened is still one reasonable line.
 pub const LINE: usize = 600;
 
-/// `s` as one line of at most [`LINE`] characters: control characters escaped, cut in the middle
+/// `s` as one line of at most 600 characters: control characters escaped, cut in the middle
 /// past the limit. Idempotent, so messages may pass through it more than once.
 pub fn one_line(s: &str) -> String {
     shorten(s, LINE)

@@ -2,11 +2,11 @@
 //! every position (to 1e-5), the same greedy tokens, reproducible sampling, an encoder run once,
 //! exact peaks, and errors that name what is wrong.
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{
     AttnLayout, CpuBackend, DType, DecodeStep, Decoder, DecoderBuilder, Error, Feeds, HostTensor, Init, Model, Params,
     Sampling, Tensor, Trace,
 };
+use remat_zoo::{self as zoo, GptConfig};
 
 /// The text of `err`, which must be a decoder's misuse ([`Error::Decoder`]).
 fn misuse(err: Error) -> String {
@@ -21,9 +21,7 @@ fn gpt_config(batch: usize) -> GptConfig {
 /// Tokens `[rows, len]` from a fixed pseudo-random sequence.
 fn tokens(rows: usize, len: usize, vocab: usize, salt: u64) -> Vec<Vec<i64>> {
     (0..rows)
-        .map(|r| {
-            (0..len as u64).map(|i| (remat_core::rng::uniform_u32(salt, r as u64, i) % vocab as u32) as i64).collect()
-        })
+        .map(|r| (0..len as u64).map(|i| (remat_core::uniform_u32(salt, r as u64, i) % vocab as u32) as i64).collect())
         .collect()
 }
 

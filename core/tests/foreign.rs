@@ -1,9 +1,8 @@
 //! Documents as other frameworks export them: ids of their own, every dtype they use, factory
 //! nodes, errors a person can act on, and reports that cannot break on what a document holds.
 
-use remat_core::json;
-use remat_core::partition::{check, partition, DocId, PGraph, StorageType};
-use remat_core::report::{dot, Report};
+use remat_core::{check, partition, DocId, PGraph, StorageType};
+use remat_core::{dot, Report};
 use remat_core::{Action, Budget, Reason, Strategy};
 use serde_json::Value;
 
@@ -32,7 +31,7 @@ fn named_nodes() -> Vec<&'static str> {
 fn string_ids_are_kept_and_printed_as_written() {
     let text = joint(&named_nodes(), r#"["relu"]"#)
         .replace(r#""forward_outputs""#, r#""backward_outputs": ["grad_w"], "forward_outputs""#);
-    let g = json::read_joint(&text).unwrap();
+    let g = remat_core::read_joint(&text).unwrap();
     assert_eq!(g.nodes[2].id, DocId::Name("mm".into()));
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
         let p = partition(&g, strategy).unwrap();
@@ -46,9 +45,9 @@ fn string_ids_are_kept_and_printed_as_written() {
         assert!(report.dot().contains("primals_1"));
     }
     // Written back, the ids stay strings and the graph reads the same.
-    let back = json::write_joint(&g);
+    let back = remat_core::write_joint(&g);
     assert!(back.contains(r#""id": "tangents_1""#));
-    assert_eq!(json::read_joint(&back).unwrap(), g);
+    assert_eq!(remat_core::read_joint(&back).unwrap(), g);
 }
 
 #[test]
@@ -61,7 +60,7 @@ fn integer_ids_need_not_be_positions_and_may_mix_with_strings() {
         ],
         r#"["s"]"#,
     );
-    let g = json::read_joint(&text).unwrap();
+    let g = remat_core::read_joint(&text).unwrap();
     assert_eq!(g.nodes[0].id, DocId::Index(10));
     assert_eq!(g.nodes[2].inputs[1].raw(), 0, "inputs resolve to positions");
     let p = partition(&g, Strategy::Respect).unwrap();
@@ -78,7 +77,7 @@ fn ids_are_unique_and_inputs_name_earlier_nodes() {
         ],
         r#"["a"]"#,
     );
-    let e = json::read_joint(&dup).unwrap_err().to_string();
+    let e = remat_core::read_joint(&dup).unwrap_err().to_string();
     assert_eq!(e, r#"node "a" (sin): id "a" is used twice (nodes 0 and 1 in the list)"#);
     let later = joint(
         &[
@@ -87,13 +86,13 @@ fn ids_are_unique_and_inputs_name_earlier_nodes() {
         ],
         r#"["a"]"#,
     );
-    let e = json::read_joint(&later).unwrap_err().to_string();
+    let e = remat_core::read_joint(&later).unwrap_err().to_string();
     assert!(e.starts_with(r#"node "a" (sin): input "b" is defined later in the list"#), "{e}");
     let missing = joint(&[r#"{"id": "a", "op": "sin", "inputs": ["zz"], "phase": "forward", "bytes": 4}"#], r#"["a"]"#);
-    let e = json::read_joint(&missing).unwrap_err().to_string();
+    let e = remat_core::read_joint(&missing).unwrap_err().to_string();
     assert!(e.contains(r#"input "zz" is not a node of the document"#), "{e}");
     let bad_output = joint(&[r#"{"id": "a", "op": "input", "phase": "forward", "bytes": 4}"#], r#"["b"]"#);
-    assert!(json::read_joint(&bad_output).unwrap_err().to_string().starts_with("forward_outputs: input \"b\""));
+    assert!(remat_core::read_joint(&bad_output).unwrap_err().to_string().starts_with("forward_outputs: input \"b\""));
 }
 
 #[test]
@@ -104,14 +103,16 @@ fn remat_graph_takes_the_same_ids() {
         {"id": "h", "op": "matmul", "inputs": ["x", "w"]},
         {"id": "loss", "op": "sum", "inputs": ["h"], "attrs": {"axes": [0, 1]}}
     ], "outputs": ["loss"]}"#;
-    let (g, ids) = match json::read(text).unwrap() {
-        json::Document::Graph(g, ids) => (g, ids),
+    let (g, ids) = match remat_core::read_document(text).unwrap() {
+        remat_core::Document::Graph(g, ids) => (g, ids),
         other => panic!("{other:?}"),
     };
     assert_eq!(g.len(), 4);
     let pg = PGraph::from_joint(&remat_core::JointGraph::new(&g).unwrap()).with_forward_ids(&ids);
     assert_eq!(pg.nodes[2].id, DocId::Name("h".into()));
-    let e = json::read(&text.replace(r#""inputs": ["x", "w"]"#, r#""inputs": ["x", "ww"]"#)).unwrap_err().to_string();
+    let e = remat_core::read_document(&text.replace(r#""inputs": ["x", "w"]"#, r#""inputs": ["x", "ww"]"#))
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with(r#"node "h" (matmul): input "ww" is not a node"#), "{e}");
 }
 
@@ -129,8 +130,8 @@ fn integer_ids_up_to_the_limit_relabel_alike_in_one_pass_or_two() {
             {{"id": 3, "op": "sum", "inputs": [2], "attrs": {{"axes": [0, 1]}}}}
         ], "outputs": [3]}}"#
         );
-        let (g, ids) = match json::read(&text).unwrap() {
-            json::Document::Graph(g, ids) => (g, ids),
+        let (g, ids) = match remat_core::read_document(&text).unwrap() {
+            remat_core::Document::Graph(g, ids) => (g, ids),
             other => panic!("{other:?}"),
         };
         let joint = remat_core::JointGraph::new(&g).unwrap();
@@ -167,18 +168,21 @@ fn every_framework_dtype_is_sized() {
             &[&format!(r#"{{"id": 0, "op": "input", "phase": "forward", "shape": [3, 5], "dtype": "{name}"}}"#)],
             "[0]",
         );
-        let g = json::read_joint(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let g = remat_core::read_joint(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(g.nodes[0].bytes, 15 * size, "{name}");
         assert_eq!(g.nodes[0].dtype.map(StorageType::name), Some(name));
     }
     let opaque =
         joint(&[r#"{"id": 0, "op": "input", "phase": "forward", "shape": [3], "dtype": "bytes", "bytes": 40}"#], "[0]");
-    assert_eq!(json::read_joint(&opaque).unwrap().nodes[0].bytes, 40);
+    assert_eq!(remat_core::read_joint(&opaque).unwrap().nodes[0].bytes, 40);
     let unsized_ = joint(&[r#"{"id": 0, "op": "input", "phase": "forward", "shape": [3], "dtype": "bytes"}"#], "[0]");
-    assert!(json::read_joint(&unsized_).unwrap_err().to_string().contains("dtype `bytes` needs an explicit `bytes`"));
+    assert!(remat_core::read_joint(&unsized_)
+        .unwrap_err()
+        .to_string()
+        .contains("dtype `bytes` needs an explicit `bytes`"));
     let unknown =
         joint(&[r#"{"id": 0, "op": "input", "phase": "forward", "shape": [3], "dtype": "complex64"}"#], "[0]");
-    let e = json::read_joint(&unknown).unwrap_err().to_string();
+    let e = remat_core::read_joint(&unknown).unwrap_err().to_string();
     assert!(
         e.contains("unknown dtype \"complex64\"")
             && e.contains("f64, f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, i16, i8, u8, bool, bytes"),
@@ -196,7 +200,7 @@ fn factory_nodes_are_recomputed_for_their_flops_unless_random_or_a_budget_keeps_
         r#"{"id": "mix", "op": "aten.add.Tensor", "inputs": ["x", "rand"], "phase": "forward", "bytes": 64, "flops": 16}"#,
         r#"{"id": "g", "op": "where", "inputs": ["scalar_tensor", "rand", "full", "x"], "phase": "backward", "bytes": 64}"#,
     ];
-    let g = json::read_joint(&joint(&nodes, r#"["mix"]"#)).unwrap();
+    let g = remat_core::read_joint(&joint(&nodes, r#"["mix"]"#)).unwrap();
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Bytes(1 << 20))] {
         let p = partition(&g, strategy).unwrap();
         check(&g, &p).unwrap();
@@ -225,7 +229,7 @@ fn a_must_recompute_view_of_a_parameter_is_no_conflict() {
         r#"{"id": "tan", "op": "tangent", "phase": "backward", "bytes": 64, "flags": ["tangent"]}"#,
         r#"{"id": "gx", "op": "aten.mm.default", "inputs": ["tan", "t"], "phase": "backward", "bytes": 64, "grad_of": "mm"}"#,
     ];
-    let g = json::read_joint(&joint(&nodes, r#"["mm"]"#)).unwrap();
+    let g = remat_core::read_joint(&joint(&nodes, r#"["mm"]"#)).unwrap();
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.0))] {
         let p = partition(&g, strategy).unwrap_or_else(|e| panic!("{strategy}: {e}"));
         check(&g, &p).unwrap();
@@ -235,7 +239,7 @@ fn a_must_recompute_view_of_a_parameter_is_no_conflict() {
 
 #[test]
 fn errors_name_node_field_expectation_and_value_on_one_line() {
-    let with = |node: &str| json::read_joint(&joint(&[node], "[]")).unwrap_err().to_string();
+    let with = |node: &str| remat_core::read_joint(&joint(&[node], "[]")).unwrap_err().to_string();
     assert_eq!(
         with(r#"{"id": "t_3", "op": "aten.t.default", "phase": "forward", "shape": "4x8", "dtype": "f32"}"#),
         r#"node "t_3" (aten.t.default): field "shape": expected an array of non-negative integers, got "4x8""#
@@ -258,14 +262,14 @@ fn errors_name_node_field_expectation_and_value_on_one_line() {
     let graph = r#"{"format": "remat.graph", "version": 1, "nodes": [
         {"id": 0, "op": "input", "shape": [2, 3], "dtype": "f32"},
         {"id": 1, "op": "sum", "inputs": [0], "attrs": {"axis": [0, 1]}}], "outputs": [1]}"#;
-    let e = json::read_graph(graph).unwrap_err().to_string();
+    let e = remat_core::read_graph(graph).unwrap_err().to_string();
     assert!(e.contains("did you mean `axes`?"), "{e}");
 }
 
 #[test]
 fn a_byte_order_mark_is_accepted() {
     let text = format!("\u{feff}{}", joint(&[r#"{"id": 0, "op": "input", "phase": "forward", "bytes": 4}"#], "[0]"));
-    assert_eq!(json::read_joint(&text).unwrap().len(), 1);
+    assert_eq!(remat_core::read_joint(&text).unwrap().len(), 1);
 }
 
 #[test]
@@ -280,7 +284,7 @@ fn reports_shorten_long_cells_in_text_keep_them_in_json_and_escape_dot() {
         format!(r#"{{"id": 2, "op": "g", "inputs": ["{evil}"], "phase": "backward", "bytes": 64}}"#),
     ];
     let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    let g = json::read_joint(&joint(&refs, "[0]")).unwrap();
+    let g = remat_core::read_joint(&joint(&refs, "[0]")).unwrap();
     let p = partition(&g, Strategy::Respect).unwrap();
     let report = Report::new(&g, &p);
     let text = report.text();
@@ -359,17 +363,17 @@ fn deeply_nested_regions_render_in_linear_output() {
 fn nested_regions(depth: u32) {
     let mut g = PGraph::default();
     for r in 0..depth {
-        g.regions.push(remat_core::partition::PRegion {
+        g.regions.push(remat_core::PRegion {
             key: r as u64,
             parent: r.checked_sub(1).map(remat_core::RegionId::new),
             name: "r".into(),
             budget: None,
         });
     }
-    let mut x = remat_core::partition::PNode::new(0, "input", &[], false, 4);
+    let mut x = remat_core::PNode::new(0, "input", &[], false, 4);
     x.flags.resident = true;
     g.nodes.push(x);
-    let mut inner = remat_core::partition::PNode::new(1, "sin", &[0], false, 4);
+    let mut inner = remat_core::PNode::new(1, "sin", &[0], false, 4);
     inner.region = Some(remat_core::RegionId::new(depth - 1));
     g.nodes.push(inner);
     g.forward_outputs.push(remat_core::NodeId::new(1));
@@ -390,7 +394,7 @@ fn region_storage_is_sized_by_the_regions_that_exist() {
         {"id": 0, "op": "input", "phase": "forward", "bytes": 4},
         {"id": 1, "op": "sin", "inputs": [0], "phase": "forward", "bytes": 4, "region": 4294967295, "policy": "prefer_recompute"},
         {"id": 2, "op": "g", "inputs": [1], "phase": "backward", "bytes": 4}], "forward_outputs": [0]}"#;
-    let g = json::read_joint(text).unwrap();
+    let g = remat_core::read_joint(text).unwrap();
     assert_eq!(g.regions.len(), 1);
     assert_eq!(g.regions[0].key, 4294967295);
     let p = partition(&g, Strategy::Respect).unwrap();
@@ -400,7 +404,7 @@ fn region_storage_is_sized_by_the_regions_that_exist() {
         {"id": "a", "op": "input", "phase": "forward", "bytes": 9223372036854775808},
         {"id": "b", "op": "sin", "inputs": ["a"], "phase": "forward", "bytes": 9223372036854775808},
         {"id": "c", "op": "g", "inputs": ["b"], "phase": "backward", "bytes": 4}], "forward_outputs": ["a"]}"#;
-    let g = json::read_joint(huge).unwrap();
+    let g = remat_core::read_joint(huge).unwrap();
     let e = partition(&g, Strategy::Budget(Budget::Bytes(0))).unwrap_err();
     assert!(matches!(e, remat_core::Error::Graph { .. }), "{e:?}");
     let e = e.to_string();
@@ -418,7 +422,7 @@ fn remat_graph_accepts_bool_masks() {
         {"id": "kept", "op": "where", "inputs": ["mask", "h", "z"]},
         {"id": "loss", "op": "sum", "inputs": ["kept"], "attrs": {"axes": [0, 1]}}
     ], "outputs": ["loss"]}"#;
-    let g = json::read_graph(text).unwrap_or_else(|e| panic!("{e}"));
+    let g = remat_core::read_graph(text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(g.node(remat_core::NodeId::new(1)).dtype, remat_core::DType::Bool);
     let pg = PGraph::from_joint(&remat_core::JointGraph::new(&g).unwrap());
     assert_eq!(pg.nodes[1].dtype, Some(StorageType::Bool));
@@ -431,6 +435,6 @@ fn errors_name_the_value_too() {
         &[r#"{"id": "t_3", "op": "aten.t.default", "phase": "forward", "bytes": 4, "name": "w_t", "dtype": "f33"}"#],
         "[]",
     );
-    let e = json::read_joint(&text).unwrap_err().to_string();
+    let e = remat_core::read_joint(&text).unwrap_err().to_string();
     assert!(e.starts_with(r#"node "t_3" (aten.t.default "w_t"): field "dtype": unknown dtype "f33""#), "{e}");
 }

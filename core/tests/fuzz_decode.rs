@@ -20,10 +20,10 @@
 #[path = "../../benches/common/xorshift.rs"]
 mod xorshift;
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{
     CpuBackend, DType, Decoder, DecoderBuilder, Error, Feeds, HostTensor, Model, Params, Result, Sampling,
 };
+use remat_zoo::{self as zoo, GptConfig};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use xorshift::Rng;
 

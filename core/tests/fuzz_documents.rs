@@ -20,11 +20,11 @@
 #[path = "../../benches/common/xorshift.rs"]
 mod xorshift;
 
-use remat_core::json::{self, Document};
-use remat_core::partition::{check, partition, PGraph};
-use remat_core::report::Report;
-use remat_core::zoo::{self, GptConfig, MlpConfig};
+use remat_core::Document;
+use remat_core::Report;
+use remat_core::{check, partition, PGraph};
 use remat_core::{Budget, DType, Error, JointGraph, Plan, Strategy};
+use remat_zoo::{self as zoo, GptConfig, MlpConfig};
 use serde_json::{json, Map, Value};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -84,8 +84,8 @@ fn seeds() -> Vec<String> {
     })
     .unwrap();
     for g in [mlp, gpt] {
-        docs.push(json::write_graph(&g));
-        docs.push(json::write_joint(&PGraph::from_joint(&JointGraph::new(&g).unwrap())));
+        docs.push(remat_core::write_graph(&g));
+        docs.push(remat_core::write_joint(&PGraph::from_joint(&JointGraph::new(&g).unwrap())));
     }
     assert!(docs.len() >= 20, "{} seeds", docs.len());
     docs
@@ -427,15 +427,16 @@ fn short(s: &str) -> String {
 
 /// What the CLI does with a document, with every oracle.
 fn run(text: &str) -> Result<(), String> {
-    let doc = match json::read(text) {
+    let doc = match remat_core::read_document(text) {
         Ok(doc) => doc,
         Err(e) => return clean_message(&e),
     };
     let (pg, joint) = match doc {
         Document::Graph(g, ids) => {
-            let written = json::write_graph(&g);
-            let back = json::read_graph(&written).map_err(|e| format!("a written graph does not read back: {e}"))?;
-            if json::write_graph(&back) != written {
+            let written = remat_core::write_graph(&g);
+            let back =
+                remat_core::read_graph(&written).map_err(|e| format!("a written graph does not read back: {e}"))?;
+            if remat_core::write_graph(&back) != written {
                 return Err("a graph does not write back to the same document".into());
             }
             match JointGraph::new(&g) {
@@ -491,7 +492,7 @@ fn mutated_documents_never_panic_and_accepted_ones_keep_the_rules() {
         let mut rng = Rng(k.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let text = case(&mut rng, &seeds);
         ran += 1;
-        accepted += json::read(&text).is_ok() as u64;
+        accepted += remat_core::read_document(&text).is_ok() as u64;
         let outcome = catch_unwind(AssertUnwindSafe(|| run(&text)));
         let failure = match outcome {
             Ok(Ok(())) => continue,

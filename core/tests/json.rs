@@ -2,12 +2,12 @@
 //! names and locations included), on joint graphs and on the documents in `docs/examples`;
 //! every malformed document is an error naming the node.
 
-use remat_core::json::{self, Document};
-use remat_core::partition::{partition, PGraph};
-use remat_core::report::Report;
-use remat_core::zoo::{self, GptConfig, MlpConfig, Part};
+use remat_core::Document;
+use remat_core::Report;
 use remat_core::{enter_region, DType, Graph, JointGraph, Op, Policy, PolicyTable, RegionSpec, Strategy};
+use remat_core::{partition, PGraph};
 use remat_core::{AttnLayout, CpuBackend, Feeds, HostTensor, Model, Tensor, Trace};
+use remat_zoo::{self as zoo, GptConfig, MlpConfig, Part};
 use serde_json::Value;
 
 static ATTN: RegionSpec = RegionSpec {
@@ -93,18 +93,18 @@ fn assert_same(name: &str, a: &Graph, b: &Graph) {
 #[test]
 fn traced_models_round_trip() {
     for (name, g) in models() {
-        let text = json::write_graph(&g);
-        let back = json::read_graph(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = remat_core::write_graph(&g);
+        let back = remat_core::read_graph(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_same(name, &g, &back);
-        assert_eq!(json::write_graph(&back), text, "{name}: canonical text");
-        assert!(matches!(json::read(&text).unwrap(), Document::Graph(..)));
+        assert_eq!(remat_core::write_graph(&back), text, "{name}: canonical text");
+        assert!(matches!(remat_core::read_document(&text).unwrap(), Document::Graph(..)));
     }
 }
 
 #[test]
 fn regions_and_tags_survive() {
     let g = gpt_with_regions();
-    let back = json::read_graph(&json::write_graph(&g)).unwrap();
+    let back = remat_core::read_graph(&remat_core::write_graph(&g)).unwrap();
     let inner = back.regions().iter().position(|r| r.name == "gelu_part").unwrap();
     let parent = back.regions()[inner].parent.unwrap();
     assert_eq!(back.region(parent).name, "ffn");
@@ -119,10 +119,10 @@ fn regions_and_tags_survive() {
 fn joint_graphs_round_trip() {
     for (name, g) in models() {
         let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
-        let text = json::write_joint(&pg);
-        let back = json::read_joint(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = remat_core::write_joint(&pg);
+        let back = remat_core::read_joint(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(back, pg, "{name}");
-        assert_eq!(json::write_joint(&back), text, "{name}: canonical text");
+        assert_eq!(remat_core::write_joint(&back), text, "{name}: canonical text");
         for strategy in [Strategy::Respect, Strategy::MinCut] {
             assert_eq!(partition(&back, strategy).unwrap(), partition(&pg, strategy).unwrap(), "{name} {strategy}");
         }
@@ -132,7 +132,7 @@ fn joint_graphs_round_trip() {
 #[test]
 fn imported_graph_partitions_like_the_traced_one() {
     let g = gpt_with_regions();
-    let back = json::read_graph(&json::write_graph(&g)).unwrap();
+    let back = remat_core::read_graph(&remat_core::write_graph(&g)).unwrap();
     let a = PGraph::from_joint(&JointGraph::new(&g).unwrap());
     let b = PGraph::from_joint(&JointGraph::new(&back).unwrap());
     for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(remat_core::Budget::Fraction(0.5))] {
@@ -149,9 +149,9 @@ fn example(name: &str) -> String {
 fn documented_examples_round_trip() {
     for name in ["two_regions.graph.json", "small.joint.json"] {
         let text = example(name);
-        let written = match json::read(&text).unwrap_or_else(|e| panic!("{name}: {e}")) {
-            Document::Graph(g, _) => json::write_graph(&g),
-            Document::Joint(pg) => json::write_joint(&pg),
+        let written = match remat_core::read_document(&text).unwrap_or_else(|e| panic!("{name}: {e}")) {
+            Document::Graph(g, _) => remat_core::write_graph(&g),
+            Document::Joint(pg) => remat_core::write_joint(&pg),
         };
         let a: Value = serde_json::from_str(&text).unwrap();
         let b: Value = serde_json::from_str(&written).unwrap();
@@ -161,7 +161,7 @@ fn documented_examples_round_trip() {
 
 #[test]
 fn two_regions_save_the_boundary() {
-    let g = json::read_graph(&example("two_regions.graph.json")).unwrap();
+    let g = remat_core::read_graph(&example("two_regions.graph.json")).unwrap();
     let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
     let p = partition(&pg, Strategy::Respect).unwrap();
     // h = exp(..) is produced in f and consumed in g: saved; f's inner values are recomputed.
@@ -180,7 +180,7 @@ fn two_regions_save_the_boundary() {
 /// bit for bit as the prefer_recompute document's.
 #[test]
 fn two_must_recompute_regions_keep_the_tensor_between_them() {
-    use remat_core::partition::Reason;
+    use remat_core::Reason;
     use remat_core::{Action, Budget, NodeId};
     let prefer = example("two_regions.graph.json");
     let must = prefer.replace("prefer_recompute", "must_recompute");
@@ -188,7 +188,7 @@ fn two_must_recompute_regions_keep_the_tensor_between_them() {
     let with_output = must.replace(r#""outputs": [8]"#, r#""outputs": [8, 7]"#);
     assert!(must != prefer && with_output != must, "the example changed: {prefer}");
     for text in [&must, &with_output] {
-        let g = json::read_graph(text).unwrap();
+        let g = remat_core::read_graph(text).unwrap();
         let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
         for strategy in [
             Strategy::Respect,
@@ -210,7 +210,7 @@ fn two_must_recompute_regions_keep_the_tensor_between_them() {
     }
     let x = HostTensor::f32([4, 8], (0..32).map(|i| (i as f32 * 0.37).sin()).collect()).unwrap();
     let grads = |text: &str| {
-        let model = Model::with_strategy(json::read_graph(text).unwrap(), Strategy::MinCut).unwrap();
+        let model = Model::with_strategy(remat_core::read_graph(text).unwrap(), Strategy::MinCut).unwrap();
         let params = model.init_params(3).unwrap();
         let out = model.step(&mut CpuBackend::new(), &params, &Feeds::new().with("x", x.clone())).unwrap();
         let bits: Vec<Vec<u32>> =
@@ -233,12 +233,12 @@ fn doc(nodes: &[&str], outputs: &str) -> String {
 }
 
 fn graph_error(nodes: &[&str], outputs: &str) -> String {
-    json::read_graph(&doc(nodes, outputs)).unwrap_err().to_string()
+    remat_core::read_graph(&doc(nodes, outputs)).unwrap_err().to_string()
 }
 
 #[test]
 fn a_valid_small_document_reads() {
-    let g = json::read_graph(&doc(
+    let g = remat_core::read_graph(&doc(
         &[
             r#"{"id": 3, "op": "matmul", "inputs": [0, 1]}"#,
             r#"{"id": 4, "op": "clamp", "inputs": [3], "attrs": {"min": null, "max": 1.5}}"#,
@@ -339,13 +339,13 @@ fn errors_name_the_node() {
 
 #[test]
 fn header_errors() {
-    let e = |text: &str| json::read(text).unwrap_err().to_string();
+    let e = |text: &str| remat_core::read_document(text).unwrap_err().to_string();
     assert!(e("{").contains("invalid JSON"));
     assert!(e(r#"{"format": "remat.grph", "version": 1}"#).contains("unknown format \"remat.grph\""));
     assert!(e(r#"{"format": "remat.graph", "version": 2}"#).contains("version 2 is not supported"));
     let extra = r#"{"format": "remat.graph", "version": 1, "nodes": [], "outputs": [0], "extra": 1}"#;
     assert!(e(extra).contains("unknown top-level field \"extra\""), "{}", e(extra));
-    let joint_as_graph = json::read_graph(&example("small.joint.json")).unwrap_err().to_string();
+    let joint_as_graph = remat_core::read_graph(&example("small.joint.json")).unwrap_err().to_string();
     assert!(joint_as_graph.contains("expected a remat.graph document"));
 }
 
@@ -357,7 +357,7 @@ fn joint_error(node: &str) -> String {
             {node}
         ], "forward_outputs": [0]}}"#
     );
-    json::read_joint(&text).unwrap_err().to_string()
+    remat_core::read_joint(&text).unwrap_err().to_string()
 }
 
 #[test]
@@ -416,7 +416,7 @@ fn joint_errors_name_the_node() {
 
 #[test]
 fn joint_residency_and_flags() {
-    let pg = json::read_joint(&example("small.joint.json")).unwrap();
+    let pg = remat_core::read_joint(&example("small.joint.json")).unwrap();
     assert!(pg.nodes[0].flags.resident && pg.nodes[1].flags.resident);
     assert!(pg.nodes[4].flags.not_recomputable && pg.nodes[4].flags.random);
     assert!(pg.nodes[6].flags.tangent && pg.nodes[6].backward);
@@ -427,9 +427,9 @@ fn joint_residency_and_flags() {
         {"id": 1, "op": "sin", "inputs": [0], "phase": "forward", "bytes": 16},
         {"id": 2, "op": "cos", "inputs": [1], "phase": "backward", "bytes": 16}
     ], "forward_outputs": [], "backward_outputs": [2]}"#;
-    let pg = json::read_joint(text).unwrap();
+    let pg = remat_core::read_joint(text).unwrap();
     assert!(pg.nodes[0].flags.resident);
-    assert_eq!(json::read_joint(&json::write_joint(&pg)).unwrap(), pg);
+    assert_eq!(remat_core::read_joint(&remat_core::write_joint(&pg)).unwrap(), pg);
 }
 
 /// A multi-output draw (`native_dropout`'s result and mask) as two nodes naming one
@@ -454,7 +454,7 @@ fn dropout_doc(mask_bytes: u64, mask_key: &str) -> String {
 
 #[test]
 fn the_outputs_of_one_draw_share_one_generator_state() {
-    let g = json::read_joint(&dropout_doc(16, "drop")).unwrap();
+    let g = remat_core::read_joint(&dropout_doc(16, "drop")).unwrap();
     let states: Vec<_> = g.ids().filter(|&i| g.node(i).flags.rng_state).collect();
     assert_eq!(states.len(), 1, "one state for the draw");
     assert_eq!(g.node(states[0]).id.label_raw(), "drop:rng_state");
@@ -463,28 +463,28 @@ fn the_outputs_of_one_draw_share_one_generator_state() {
     // Replaying the draw from 16 bytes of state is cheaper than keeping its 4 KiB output.
     for strategy in [Strategy::MinCut, Strategy::Respect] {
         let p = partition(&g, strategy).unwrap();
-        remat_core::partition::check(&g, &p).unwrap();
+        remat_core::check(&g, &p).unwrap();
         let replayed = |id: &str| p.recomputed.iter().any(|&r| g.node(r).id.label_raw() == id);
         assert!(replayed("out") && replayed("mask"), "{strategy}: both outputs are replayed");
         assert!(p.saved[states[0].index()], "{strategy}: a replayed draw keeps its state");
         assert_eq!(p.saved_bytes, 16, "{strategy}: the state, counted once, is all that is kept");
     }
     // Written back, both outputs name the shared state again.
-    let text = json::write_joint(&g);
+    let text = remat_core::write_joint(&g);
     assert_eq!(text.matches("\"rng_state\": \"drop\"").count(), 2, "{text}");
-    assert_eq!(json::read_joint(&text).unwrap(), g);
+    assert_eq!(remat_core::read_joint(&text).unwrap(), g);
     // The state's size is the draw's, given alike by every output.
-    let e = json::read_joint(&dropout_doc(32, "drop")).unwrap_err().to_string();
+    let e = remat_core::read_joint(&dropout_doc(32, "drop")).unwrap_err().to_string();
     assert!(e.contains("\"mask\"") && e.contains("shares was given 16 bytes"), "{e}");
     // A key names the state of a draw that has one.
-    let e = json::read_joint(
+    let e = remat_core::read_joint(
         &dropout_doc(16, "drop").replace(r#""rng_state_bytes": 16, "rng_state": "drop"}"#, r#""rng_state": "drop"}"#),
     )
     .unwrap_err()
     .to_string();
     assert!(e.contains("\"rng_state\" (\"drop\") needs \"rng_state_bytes\""), "{e}");
     // Different keys are different states.
-    let g = json::read_joint(&dropout_doc(16, "other")).unwrap();
+    let g = remat_core::read_joint(&dropout_doc(16, "other")).unwrap();
     assert_eq!(g.ids().filter(|&i| g.node(i).flags.rng_state).count(), 2);
 }
 
@@ -563,22 +563,22 @@ fn llama_ops_graph() -> Graph {
 #[test]
 fn new_ops_round_trip_and_differentiate_after_reading() {
     let g = llama_ops_graph();
-    let text = json::write_graph(&g);
+    let text = remat_core::write_graph(&g);
     assert!(text.contains("\"constant_data\"") && text.contains("\"sdpa\"") && text.contains("\"where\""), "{text}");
-    let back = json::read_graph(&text).unwrap();
+    let back = remat_core::read_graph(&text).unwrap();
     assert_same("llama ops", &g, &back);
-    assert_eq!(json::write_graph(&back), text, "canonical text");
+    assert_eq!(remat_core::write_graph(&back), text, "canonical text");
     let (a, b) = (Model::new(g).unwrap(), Model::new(back).unwrap());
     let mut cpu = CpuBackend::new();
     let ga = a.step(&mut cpu, &a.init_params(3).unwrap(), &Feeds::new()).unwrap();
     let gb = b.step(&mut cpu, &b.init_params(3).unwrap(), &Feeds::new()).unwrap();
     assert_eq!(ga.grads, gb.grads);
     let bad = text.replacen("\"values\"", "\"valuez\"", 1);
-    let err = json::read_graph(&bad).unwrap_err().to_string();
+    let err = remat_core::read_graph(&bad).unwrap_err().to_string();
     assert!(err.contains("constant_data") && err.contains("missing attribute `values`"), "{err}");
     assert!(text.contains("\"layout\": \"token_major\""), "{text}");
     let bad = text.replacen("\"token_major\"", "\"tokens_first\"", 1);
-    let err = json::read_graph(&bad).unwrap_err().to_string();
+    let err = remat_core::read_graph(&bad).unwrap_err().to_string();
     assert!(err.contains("attribute `layout`") && err.contains("head_major") && err.contains("token_major"), "{err}");
 }
 
@@ -606,7 +606,7 @@ fn a_large_document_reads_and_errors_like_a_small_one() {
     let n = 60_000;
     let good = long_chain(n, |_| None);
     assert!(good.len() > 4 << 20, "large enough to be parsed on a second thread");
-    let g = json::read_joint(&good).unwrap();
+    let g = remat_core::read_joint(&good).unwrap();
     assert_eq!(g.nodes.len(), n);
     assert_eq!(g.nodes[n - 1].inputs[..], [remat_core::NodeId::new(n as u32 - 2)]);
 
@@ -624,20 +624,20 @@ fn a_large_document_reads_and_errors_like_a_small_one() {
         |k: usize| format!(r#"{{"id": "relu_{k}", "op": "aten.relu.default", "phase": "sideways", "bytes": 64}}"#);
     // The error with `bad` as the last node of a 3-node document, and as node 50 000 of a long one.
     let small_and_large = |bad: &dyn Fn(usize) -> String| {
-        let small = json::read_joint(&long_chain(3, |k| (k == 2).then(|| bad(2)))).unwrap_err().to_string();
-        let large = json::read_joint(&long_chain(n, |k| (k == 50_000).then(|| bad(k)))).unwrap_err().to_string();
+        let small = remat_core::read_joint(&long_chain(3, |k| (k == 2).then(|| bad(2)))).unwrap_err().to_string();
+        let large = remat_core::read_joint(&long_chain(n, |k| (k == 50_000).then(|| bad(k)))).unwrap_err().to_string();
         (small, large)
     };
     let (small, large) = small_and_large(&unknown);
     assert_eq!(large, small.replace("relu_2", "relu_50000").replace("relu_1", "relu_49999"));
-    let err = json::read_joint(&long_chain(n, |k| (k == 40_000).then(|| unparsable(k)))).unwrap_err().to_string();
+    let err = remat_core::read_joint(&long_chain(n, |k| (k == 40_000).then(|| unparsable(k)))).unwrap_err().to_string();
     assert!(err.contains("relu_40000") && err.contains("sideways"), "{err}");
     let both = |first: usize, second: usize, a: &dyn Fn(usize) -> String, b: &dyn Fn(usize) -> String| {
         long_chain(n, |k| (k == first).then(|| a(k)).or_else(|| (k == second).then(|| b(k))))
     };
-    let err = json::read_joint(&both(30_000, 50_000, &unknown, &unparsable)).unwrap_err().to_string();
+    let err = remat_core::read_joint(&both(30_000, 50_000, &unknown, &unparsable)).unwrap_err().to_string();
     assert!(err.contains("relu_30000") && err.contains("nope"), "{err}");
-    let err = json::read_joint(&both(20_000, 45_000, &unparsable, &unknown)).unwrap_err().to_string();
+    let err = remat_core::read_joint(&both(20_000, 45_000, &unparsable, &unknown)).unwrap_err().to_string();
     assert!(err.contains("relu_20000") && err.contains("sideways"), "{err}");
 
     // A node that parses but is wrong on its own (checked on the parsing thread, ahead of the
@@ -645,9 +645,9 @@ fn a_large_document_reads_and_errors_like_a_small_one() {
     // whose own error comes first in a small document and a large one alike.
     let misspelt_flag = r#", "flags": ["veiw"]"#;
     let unknown_flag = |k: usize| relu(k, &format!("relu_{}", k - 1), misspelt_flag);
-    let err = json::read_joint(&both(10_000, 50_000, &unknown_flag, &unknown)).unwrap_err().to_string();
+    let err = remat_core::read_joint(&both(10_000, 50_000, &unknown_flag, &unknown)).unwrap_err().to_string();
     assert!(err.contains("relu_10000") && err.contains("unknown flag \"veiw\""), "{err}");
-    let err = json::read_joint(&both(10_000, 50_000, &unknown, &unknown_flag)).unwrap_err().to_string();
+    let err = remat_core::read_joint(&both(10_000, 50_000, &unknown, &unknown_flag)).unwrap_err().to_string();
     assert!(err.contains("relu_10000") && err.contains("nope"), "{err}");
     let (small, large) = small_and_large(&|k| relu(k, "nope", misspelt_flag));
     assert!(small.contains("veiw"), "{small}");

@@ -1,7 +1,7 @@
 //! Whole models traced, differentiated, planned and executed on the CPU.
 
-use remat_core::zoo::{self, GptConfig, MlpConfig};
 use remat_core::{AdamW, Backend, CpuBackend, DType, Feeds, Graph, HostTensor, Model, Optimizer, Sgd, Step, Trace};
+use remat_zoo::{self as zoo, GptConfig, MlpConfig};
 
 fn mlp_cfg() -> MlpConfig {
     MlpConfig { batch: 64, widths: vec![16, 32, 4] }

@@ -5,9 +5,9 @@
 //! (`tests/fixtures/torch_mutated/batchnorm_train.joint.json`, exported from PyTorch before the
 //! flag existed), flagged here as `remat_torch` now flags it.
 
-use remat_core::json::{self, Document};
-use remat_core::partition::{check, partition, PGraph};
+use remat_core::Document;
 use remat_core::Strategy;
+use remat_core::{check, partition, PGraph};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -28,7 +28,7 @@ fn flagged(mut doc: Value, ids: &[&str]) -> Value {
 }
 
 fn read(doc: &Value) -> Result<PGraph, String> {
-    match json::read(&doc.to_string()).map_err(|e| e.to_string())? {
+    match remat_core::read_document(&doc.to_string()).map_err(|e| e.to_string())? {
         Document::Joint(g) => Ok(g),
         Document::Graph(..) => panic!("a joint document"),
     }
@@ -78,7 +78,7 @@ fn no_strategy_recomputes_from_a_mutated_input() {
 #[test]
 fn the_flag_survives_writing_the_document_back() {
     let g = read(&flagged(fixture(), &MUTATED)).unwrap();
-    let text = json::write_joint(&g);
+    let text = remat_core::write_joint(&g);
     let again: Value = serde_json::from_str(&text).unwrap();
     let mutated: Vec<&str> = again["nodes"]
         .as_array()
@@ -88,7 +88,7 @@ fn the_flag_survives_writing_the_document_back() {
         .map(|n| n["id"].as_str().unwrap())
         .collect();
     assert_eq!(mutated, MUTATED);
-    assert_eq!(json::write_joint(&read(&again).unwrap()), text);
+    assert_eq!(remat_core::write_joint(&read(&again).unwrap()), text);
 }
 
 fn small(nodes: Value) -> Value {

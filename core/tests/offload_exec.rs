@@ -3,14 +3,14 @@
 //! and host peaks equal the plan's predictions, offloaded values leave device memory, and the
 //! errors and fallbacks name the node.
 
-use remat_core::partition::{partition, PGraph};
-use remat_core::region::{enter_region, PolicyTable, RegionSpec};
-use remat_core::report::Report;
-use remat_core::zoo::{self, BlockParams, GptConfig, Part};
+use remat_core::Report;
+use remat_core::{enter_region, PolicyTable, RegionSpec};
+use remat_core::{partition, PGraph};
 use remat_core::{
     Budget, CpuBackend, DType, Error, Graph, JointGraph, Model, OpKind, Plan, Policy, Step, Strategy, Tensor,
     TransferWindow,
 };
+use remat_zoo::{self as zoo, BlockParams, GptConfig, Part};
 
 static SAVE_ALL: RegionSpec = RegionSpec::new("part", PolicyTable::SAVE_ALL);
 static SAVE_MATMULS: RegionSpec =
@@ -110,11 +110,11 @@ fn must_offload_on_what_cannot_leave_is_an_error_and_prefer_falls_back() {
         ], "forward_outputs": ["y"]}}"#
         )
     };
-    let g = remat_core::json::read_joint(&text("must_offload")).unwrap();
+    let g = remat_core::read_joint(&text("must_offload")).unwrap();
     let e = partition(&g, Strategy::Respect).unwrap_err();
     assert!(matches!(e, Error::Conflict(_)), "{e}");
     assert!(e.to_string().contains("\"y\"") && e.to_string().contains("forward output"), "{e}");
-    let g = remat_core::json::read_joint(&text("prefer_offload")).unwrap();
+    let g = remat_core::read_joint(&text("prefer_offload")).unwrap();
     let p = partition(&g, Strategy::Respect).unwrap();
     assert!(p.warnings.iter().any(|w| w.contains("\"y\"") && w.contains("falls back")), "{:?}", p.warnings);
     assert!(p.offloaded[1] && !p.offloaded[2]);

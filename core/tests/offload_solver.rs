@@ -6,7 +6,7 @@
 //! offload never gives a slower plan than the two-way budget.
 
 use proptest::prelude::*;
-use remat_core::partition::{check, exposed_times, partition_with, CostModel, PGraph, PNode};
+use remat_core::{check, exposed_times, partition_with, CostModel, PGraph, PNode};
 use remat_core::{Action, Budget, Decision, Error, Limit, NodeId, Partition, Policy, Reason, Strategy};
 
 /// A model where transfers and compute are comparable on these tiny graphs.

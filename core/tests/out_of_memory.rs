@@ -1,10 +1,10 @@
 //! Running out of memory is an error naming the node, the request, the free bytes and the plan's
 //! predicted peak — and the predicted peak is exactly the memory a step needs.
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{
     Backend, Budget, CpuBackend, CpuBuffer, DType, Error, HostTensor, KernelCall, MemoryStats, Model, Result, Strategy,
 };
+use remat_zoo::{self as zoo, GptConfig};
 
 /// The CPU backend with a hard memory limit, failing as a device does when its memory is full.
 struct Limited {

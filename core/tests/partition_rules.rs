@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
-use remat_core::partition::{check, partition, Flags, PGraph, PNode, PRegion};
+use remat_core::{check, partition, Flags, PGraph, PNode, PRegion};
 use remat_core::{Budget, Error, Limit, NodeId, Policy, RegionId, Strategy};
 
 const STRATEGIES: [Strategy; 13] = [
@@ -261,8 +261,8 @@ proptest! {
         // Byte budgets: a fraction's limit is itself found by the search.
         for strategy in STRATEGIES.into_iter().filter(|s| matches!(s.budget(), Some(Budget::Bytes(_)))) {
             let (Ok(exact), Ok(h)) = (
-                remat_core::partition::partition_with(&g, strategy, &model),
-                remat_core::partition::partition_by_heuristic(&g, strategy, &model),
+                remat_core::partition_with(&g, strategy, &model),
+                remat_core::partition_by_heuristic(&g, strategy, &model),
             ) else { continue };
             check(&g, &h).map_err(|err| TestCaseError::fail(format!("{strategy}: {err}")))?;
             let offload = matches!(strategy, Strategy::BudgetOffload(_));
@@ -330,8 +330,8 @@ proptest! {
         let g = build(&fwd, &bwd, &regions, false);
         let model = remat_core::CostModel::default();
         for strategy in STRATEGIES.into_iter().filter(|s| s.budget().is_some()) {
-            let every = remat_core::partition::partition_with(&g, strategy, &model);
-            let program = remat_core::partition::partition_by_program(&g, strategy, &model);
+            let every = remat_core::partition_with(&g, strategy, &model);
+            let program = remat_core::partition_by_program(&g, strategy, &model);
             match (every, program) {
                 (Ok(e), Ok(p)) => {
                     check(&g, &p).map_err(|err| TestCaseError::fail(format!("{strategy}: {err}")))?;
@@ -372,13 +372,13 @@ fn contradictory_documents_are_refused() {
         ),
     ];
     for (node, expected) in cases {
-        let e = remat_core::json::read_joint(&doc(node)).unwrap_err().to_string();
+        let e = remat_core::read_joint(&doc(node)).unwrap_err().to_string();
         assert!(e.starts_with("node \"y\""), "{e}");
         assert!(e.contains(expected), "expected `{expected}` in `{e}`");
     }
     // must_recompute on a forward output is no contradiction: the caller holds it.
     let output = r#"{"id": "y", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4, "region": 0, "policy": "must_recompute"}"#;
-    let g = remat_core::json::read_joint(&doc(output)).unwrap();
+    let g = remat_core::read_joint(&doc(output)).unwrap();
     for strategy in STRATEGIES {
         check(&g, &partition(&g, strategy).unwrap()).unwrap();
     }
@@ -405,7 +405,7 @@ fn conflicts_are_errors_naming_both_annotations_in_every_strategy() {
         (doc(a, 0), "it is the base of \"v\" (view in r0#0), which is must_save (an explicit tag)"),
         (doc(unrecomputable, 0), "it is flagged not_recomputable"),
     ] {
-        let g = remat_core::json::read_joint(&text).unwrap();
+        let g = remat_core::read_joint(&text).unwrap();
         let mut first = None;
         for strategy in STRATEGIES {
             let e = partition(&g, strategy).unwrap_err().to_string();
@@ -416,7 +416,7 @@ fn conflicts_are_errors_naming_both_annotations_in_every_strategy() {
     }
     // Read by region 1 from outside region 0, `a` is kept by its reader: the must_save view of it
     // is kept with it, and no plan breaks either tag.
-    let g = remat_core::json::read_joint(&doc(a, 1)).unwrap();
+    let g = remat_core::read_joint(&doc(a, 1)).unwrap();
     for strategy in STRATEGIES.into_iter().filter(|s| !matches!(s.budget(), Some(Budget::Bytes(b)) if b < 4)) {
         let p = partition(&g, strategy).unwrap();
         check(&g, &p).unwrap();
@@ -437,7 +437,7 @@ fn global_budgets_bound_the_total_region_budgets_included() {
         {"id": "y", "op": "add", "inputs": ["a", "b"], "phase": "forward", "bytes": 4},
         {"id": "g", "op": "grad", "inputs": ["a", "b"], "phase": "backward", "bytes": 4}
     ], "forward_outputs": ["y"]}"#;
-    let g = remat_core::json::read_joint(text).unwrap();
+    let g = remat_core::read_joint(text).unwrap();
     let p = partition(&g, Strategy::Budget(Budget::Bytes(150))).unwrap();
     check(&g, &p).unwrap();
     assert_eq!(p.saved_bytes, 100, "the global budget bounds the total");
@@ -478,7 +478,7 @@ fn twenty_region_budgets_each_hold_and_decide_their_own_values() {
         regions.join(", "),
         nodes.join(",\n")
     );
-    let g = remat_core::json::read_joint(&text).unwrap();
+    let g = remat_core::read_joint(&text).unwrap();
     // Each region's limit, from the bytes written above: half of its six values' 10 + .. + 15.
     let limit = (10..16).sum::<u64>() / 2;
     let start = std::time::Instant::now();
@@ -498,7 +498,7 @@ fn twenty_region_budgets_each_hold_and_decide_their_own_values() {
         // Every one of the 120 values is decided by its own region's budget.
         let mut by_budget = 0;
         for d in &p.decisions {
-            if let remat_core::partition::Reason::RegionBudget(r) = d.reason {
+            if let remat_core::Reason::RegionBudget(r) = d.reason {
                 assert_eq!(g.node(d.node).region, Some(r), "{strategy}");
                 by_budget += 1;
             }
@@ -531,8 +531,7 @@ fn random_graphs_exercise_every_outcome() {
                     recomputed += (!p.recomputed.is_empty()) as usize;
                     offloaded += p.offloaded.contains(&true) as usize;
                     chosen_offloads +=
-                        p.decisions.iter().any(|d| d.offload == Some(remat_core::partition::OffloadReason::Solver))
-                            as usize;
+                        p.decisions.iter().any(|d| d.offload == Some(remat_core::OffloadReason::Solver)) as usize;
                 }
                 Err(Error::Conflict(_)) => conflicts += 1,
                 Err(_) => budgets += 1,
@@ -556,7 +555,7 @@ mod residual_mlp_graph;
 /// the benchmark's 10⁶-node `remat.graph`, at a size the exact program solves).
 #[cfg(feature = "exact")]
 fn residual_mlp(layers: usize) -> PGraph {
-    let graph = remat_core::json::read_graph(&residual_mlp_graph::residual_mlp_graph(layers)).unwrap();
+    let graph = remat_core::read_graph(&residual_mlp_graph::residual_mlp_graph(layers)).unwrap();
     PGraph::from_joint(&remat_core::JointGraph::new(&graph).unwrap())
 }
 
@@ -570,8 +569,8 @@ fn the_repaired_cut_brings_the_heuristic_near_the_optimum_on_a_residual_mlp() {
     let model = remat_core::CostModel::default();
     let everything = partition(&g, Strategy::Respect).unwrap().saved_bytes;
     let strategy = Strategy::Budget(Budget::Bytes(everything / 2));
-    let exact = remat_core::partition::partition_with(&g, strategy, &model).unwrap();
-    let heuristic = remat_core::partition::partition_by_heuristic(&g, strategy, &model).unwrap();
+    let exact = remat_core::partition_with(&g, strategy, &model).unwrap();
+    let heuristic = remat_core::partition_by_heuristic(&g, strategy, &model).unwrap();
     check(&g, &heuristic).unwrap();
     assert!(exact.recompute_flops > 0, "the budget binds");
     assert!(heuristic.saved_bytes <= everything / 2);

@@ -1,9 +1,9 @@
 //! `Strategy::Peak`: the plan's predicted peak — equal to the measured one on the CPU — within a
 //! limit, with the least recompute the search finds; gradients equal every other strategy's.
 
-use remat_core::peak::peak_lower_bound;
-use remat_core::zoo::{self, GptConfig};
+use remat_core::peak_lower_bound;
 use remat_core::{Budget, CostModel, CpuBackend, DType, Error, JointGraph, Limit, Model, NodeId, Plan, Strategy};
+use remat_zoo::{self as zoo, GptConfig};
 
 fn cfg() -> GptConfig {
     GptConfig { batch: 2, seq: 16, d_model: 32, heads: 2, layers: 2, vocab: 13, dropout: 0.1, dtype: DType::F32 }
@@ -72,8 +72,8 @@ fn an_unreachable_peak_names_the_smallest_one() {
         Err(e) => panic!("peak={bound}: {e:?}"),
     }
     // A joint graph alone has no schedule to measure peaks on: a setting that does not apply.
-    let joint = remat_core::json::read_joint(include_str!("../../docs/examples/small.joint.json")).unwrap();
-    let err = remat_core::partition::partition(&joint, Strategy::Peak(1 << 20)).unwrap_err();
+    let joint = remat_core::read_joint(include_str!("../../docs/examples/small.joint.json")).unwrap();
+    let err = remat_core::partition(&joint, Strategy::Peak(1 << 20)).unwrap_err();
     assert!(matches!(&err, Error::Config { setting, .. } if setting == "strategy"), "{err:?}");
     assert!(err.to_string().contains("needs a plan to measure peaks on"), "{err}");
     assert_eq!("peak=3MiB".parse::<Strategy>().unwrap(), Strategy::Peak(3 << 20));
@@ -112,7 +112,7 @@ fn no_plan_peaks_below_the_lower_bound() {
         (
             "two_regions",
             false,
-            remat_core::json::read_graph(include_str!("../../docs/examples/two_regions.graph.json")).unwrap(),
+            remat_core::read_graph(include_str!("../../docs/examples/two_regions.graph.json")).unwrap(),
         ),
     ];
     for (what, exact, graph) in graphs {

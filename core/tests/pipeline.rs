@@ -3,12 +3,9 @@
 //! against the partitioner and the planner called directly, and `peak=` against a sweep of every
 //! byte budget's plan.
 
-use remat_core::json::{self, Document};
-use remat_core::partition::{partition_with, PGraph};
-use remat_core::peak::peak_lower_bound;
-use remat_core::report::Report;
-use remat_core::zoo::{self, MlpConfig};
-use remat_core::{Budget, CostModel, Graph, JointGraph, Model, Partition, Plan, Problem, Schedulable, Strategy};
+use remat_core::{partition_with, peak_lower_bound, read_document, read_joint, Document, PGraph, Report};
+use remat_core::{Budget, CostModel, Graph, JointGraph, Model, Partition, Plan, Problem, Strategy};
+use remat_zoo::{self as zoo, MlpConfig};
 
 const GRAPH_DOC: &str = include_str!("../../docs/examples/two_regions.graph.json");
 const JOINT_DOC: &str = include_str!("../../docs/examples/small.joint.json");
@@ -24,22 +21,41 @@ fn mlp() -> Graph {
 
 /// The partition graph and joint graph of the `remat.graph` document, made without the pipeline.
 fn graph_doc_by_hand() -> (PGraph, JointGraph) {
-    let Document::Graph(g, ids) = json::read(GRAPH_DOC).unwrap() else { panic!("a remat.graph") };
+    let Document::Graph(g, ids) = read_document(GRAPH_DOC).unwrap() else { panic!("a remat.graph") };
     let joint = JointGraph::new(&g).unwrap();
     (PGraph::from_joint_with_ids(&joint, &ids), joint)
 }
 
+/// A graph the planner takes (the joint graph, or a partition graph whose forward nodes come
+/// first), planned without the pipeline.
+trait Planner {
+    fn plan_by_hand(&self, p: &Partition) -> Plan;
+}
+
+impl Planner for JointGraph {
+    fn plan_by_hand(&self, p: &Partition) -> Plan {
+        let n = self.n_forward();
+        Plan::with_offload(self, &p.saved[..n], &p.offloaded[..n], &CostModel::default()).unwrap()
+    }
+}
+
+impl Planner for PGraph {
+    fn plan_by_hand(&self, p: &Partition) -> Plan {
+        let n = self.nodes.iter().filter(|node| !node.backward).count();
+        Plan::with_offload(self, &p.saved[..n], &p.offloaded[..n], &CostModel::default()).unwrap()
+    }
+}
+
 /// The plan of `p` over `planner`, made without the pipeline.
-fn plan_by_hand(planner: &(impl Schedulable + ?Sized), p: &Partition) -> Plan {
-    let n = planner.forward_len().unwrap();
-    Plan::with_offload(planner, &p.saved[..n], &p.offloaded[..n], &CostModel::default()).unwrap()
+fn plan_by_hand(planner: &(impl Planner + ?Sized), p: &Partition) -> Plan {
+    planner.plan_by_hand(p)
 }
 
 #[test]
 fn every_entry_partitions_and_plans_as_the_partitioner_and_planner_do() {
     let model = CostModel::default();
     let (doc_pg, doc_joint) = graph_doc_by_hand();
-    let joint_pg = json::read_joint(JOINT_DOC).unwrap();
+    let joint_pg = read_joint(JOINT_DOC).unwrap();
     let traced = JointGraph::new(&mlp()).unwrap();
     let traced_pg = PGraph::from_joint(&traced);
     let entries: [(&str, Problem<'_>, &PGraph, Option<&JointGraph>); 4] = [
@@ -88,7 +104,7 @@ fn every_entry_partitions_and_plans_as_the_partitioner_and_planner_do() {
 /// The least recompute among the plans of every byte budget (in steps of `step` bytes up to
 /// everything the graph holds) whose predicted peak is at most `limit`: the family `peak=`
 /// searches, swept without it.
-fn least_recompute_within(planner: &(impl Schedulable + ?Sized), pg: &PGraph, limit: u64, step: u64) -> Option<u64> {
+fn least_recompute_within(planner: &(impl Planner + ?Sized), pg: &PGraph, limit: u64, step: u64) -> Option<u64> {
     let total: u64 = pg.nodes.iter().map(|n| n.bytes).sum();
     (0..=total / step + 1)
         .filter_map(|k| partition_with(pg, Strategy::Budget(Budget::Bytes(k * step)), &CostModel::default()).ok())
@@ -99,7 +115,7 @@ fn least_recompute_within(planner: &(impl Schedulable + ?Sized), pg: &PGraph, li
 
 /// A limit some plan meets: the predicted peak of `budget=0.5`'s plan, where the search has a
 /// choice to make between plans that save more and peak higher and plans that recompute more.
-fn limit_between(planner: &(impl Schedulable + ?Sized), pg: &PGraph) -> u64 {
+fn limit_between(planner: &(impl Planner + ?Sized), pg: &PGraph) -> u64 {
     let half = partition_with(pg, Strategy::Budget(Budget::Fraction(0.5)), &CostModel::default()).unwrap();
     plan_by_hand(planner, &half).predicted_peak() as u64
 }
@@ -108,7 +124,7 @@ fn limit_between(planner: &(impl Schedulable + ?Sized), pg: &PGraph) -> u64 {
 fn peak_works_from_every_entry_within_the_limit_at_the_least_recompute_of_a_budget_sweep() {
     let model = CostModel::default();
     let (doc_pg, doc_joint) = graph_doc_by_hand();
-    let joint_pg = json::read_joint(JOINT_DOC).unwrap();
+    let joint_pg = read_joint(JOINT_DOC).unwrap();
     let traced = JointGraph::new(&mlp()).unwrap();
     let traced_pg = PGraph::from_joint(&traced);
     let cases: [(&str, Problem<'_>, u64, Option<u64>); 4] = {
@@ -162,7 +178,7 @@ fn peak_works_from_every_entry_within_the_limit_at_the_least_recompute_of_a_budg
 #[test]
 fn a_peak_below_the_lower_bound_is_refused_from_every_entry() {
     let traced = JointGraph::new(&mlp()).unwrap();
-    let joint_pg = json::read_joint(JOINT_DOC).unwrap();
+    let joint_pg = read_joint(JOINT_DOC).unwrap();
     let (_, doc_joint) = graph_doc_by_hand();
     let below = |b: u64| Strategy::Peak(b - 1);
     for (entry, problem, bound) in [

@@ -1,7 +1,7 @@
 //! Training state saves to safetensors and resumes bit-exactly; bad files are errors.
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{load_state, save_state, AdamW, CpuBackend, DType, Error, Model, Optimizer, Params, Progress};
+use remat_zoo::{self as zoo, GptConfig};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 

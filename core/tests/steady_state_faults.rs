@@ -5,8 +5,8 @@
 
 #![cfg(all(target_os = "linux", target_env = "gnu"))]
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{CpuBackend, DType, Model};
+use remat_zoo::{self as zoo, GptConfig};
 
 /// Minor page faults of this process so far (`/proc/self/stat`, field 10).
 fn minor_faults() -> u64 {

@@ -1,8 +1,8 @@
 //! `Model::step_streaming`: every gradient handed over once, as soon as the backward finishes
 //! it, equal to the step's own; the step itself unchanged.
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{CpuBackend, DType, Model, Strategy};
+use remat_zoo::{self as zoo, GptConfig};
 
 #[test]
 fn each_gradient_is_handed_over_once_and_equals_the_steps() {

@@ -5,8 +5,7 @@
 //! counted as PyTorch counts them. The float8 seed graph — the case remat exists for — never
 //! saves an fp8 cast, a scale or an amax unless a budget says it overrode the tag to do so.
 
-use remat_core::json;
-use remat_core::partition::{check, partition, PGraph};
+use remat_core::{check, partition, PGraph};
 use remat_core::{Action, Budget, NodeId, Reason, Strategy};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -71,7 +70,7 @@ fn activation_bytes(g: &PGraph, saved: &[bool]) -> u64 {
 #[test]
 fn every_fixture_reads_as_exported_and_partitions_within_the_rules() {
     for (name, doc, record) in cases() {
-        let g = json::read_joint(&doc).unwrap_or_else(|e| panic!("{name}: not read as exported: {e}"));
+        let g = remat_core::read_joint(&doc).unwrap_or_else(|e| panic!("{name}: not read as exported: {e}"));
         // The generator states the reader adds for replayable random ops are not document nodes.
         let doc_nodes = g.nodes.iter().filter(|n| !n.flags.rng_state).count();
         assert_eq!(doc_nodes, record["doc_nodes"].as_u64().unwrap() as usize, "{name}: node count");
@@ -95,22 +94,22 @@ fn every_fixture_reads_as_exported_and_partitions_within_the_rules() {
 #[test]
 fn string_ids_are_printed_as_the_document_wrote_them() {
     let (_, doc, _) = cases().into_iter().find(|c| c.0.starts_with("chain")).unwrap();
-    let g = json::read_joint(&doc).unwrap();
+    let g = remat_core::read_joint(&doc).unwrap();
     let p = partition(&g, Strategy::MinCut).unwrap();
-    let report = remat_core::report::Report::new(&g, &p);
+    let report = remat_core::Report::new(&g, &p);
     let v: Value = serde_json::from_str(&report.json()).unwrap();
     assert!(v["saved"].as_array().unwrap().iter().all(Value::is_string), "{}", v["saved"]);
     assert!(v["decisions"].as_array().unwrap().iter().all(|d| d["id"].is_string()));
     assert!(report.text().contains("relu"));
     assert!(report.dot().contains("primals_1"));
     // Written back, the document keeps its ids and reads the same.
-    assert_eq!(json::read_joint(&json::write_joint(&g)).unwrap(), g);
+    assert_eq!(remat_core::read_joint(&remat_core::write_joint(&g)).unwrap(), g);
 }
 
 #[test]
 fn the_float8_seed_graph_never_saves_an_fp8_cast_a_scale_or_an_amax() {
     let (name, doc, record) = cases().into_iter().find(|c| c.0 == "seed_fp8_scaled_mm-inductor__sac_save_mm").unwrap();
-    let g = json::read_joint(&doc).unwrap();
+    let g = remat_core::read_joint(&doc).unwrap();
     // The quantisation chain: everything in the region upstream of the scaled matmul (its fp8
     // operands and their scales) that is not resident or a view.
     let mm = g.nodes.iter().position(|n| n.op == "aten._scaled_mm.default").expect("the scaled matmul");
@@ -145,9 +144,9 @@ fn the_float8_seed_graph_never_saves_an_fp8_cast_a_scale_or_an_amax() {
 #[test]
 fn every_fixture_writes_back_to_a_document_that_reads_the_same() {
     for (name, doc, _) in cases() {
-        let g = json::read_joint(&doc).unwrap();
-        let text = json::write_joint(&g);
-        assert_eq!(json::read_joint(&text).unwrap(), g, "{name}");
+        let g = remat_core::read_joint(&doc).unwrap();
+        let text = remat_core::write_joint(&g);
+        assert_eq!(remat_core::read_joint(&text).unwrap(), g, "{name}");
         // Generator states go back to being `rng_state_bytes` of their op.
         assert_eq!(text.matches("rng_state_bytes").count(), doc.matches("rng_state_bytes").count(), "{name}");
         assert!(!text.contains(":rng_state\""), "{name}");
@@ -159,7 +158,7 @@ fn every_fixture_writes_back_to_a_document_that_reads_the_same() {
 #[test]
 fn random_ops_with_a_generator_state_are_replayed() {
     let (name, doc, record) = cases().into_iter().find(|c| c.0 == "gpt_dropout-inductor__full").unwrap();
-    let g = json::read_joint(&doc).unwrap();
+    let g = remat_core::read_joint(&doc).unwrap();
     let p = partition(&g, Strategy::MinCut).unwrap();
     let rands: Vec<usize> = (0..g.len()).filter(|&i| g.nodes[i].op == "aten.rand.default").collect();
     assert_eq!(rands.len(), record["saved_rng_states"].as_array().unwrap().len(), "{name}");
@@ -180,14 +179,14 @@ fn random_ops_with_a_generator_state_are_replayed() {
 
 /// PyTorch's own decision (its saved activations, and the generator states it keeps), completed
 /// and scored under remat's rules and cost model.
-fn pytorchs_decision(g: &PGraph, record: &Value) -> remat_core::partition::Evaluation {
+fn pytorchs_decision(g: &PGraph, record: &Value) -> remat_core::Evaluation {
     let mut ids: Vec<String> =
         record["saved_activations"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
     if record["saved_rng_states"].is_array() {
         ids.extend(g.nodes.iter().filter(|n| n.flags.rng_state).map(|n| n.id.label_raw()));
     }
     let saved = g.find_ids(ids.iter().map(String::as_str)).unwrap();
-    remat_core::partition::evaluate(g, &saved).unwrap()
+    remat_core::evaluate(g, &saved).unwrap()
 }
 
 /// Scored on one scale — remat's rules and cost model — PyTorch's decision keeps every rule,
@@ -195,7 +194,7 @@ fn pytorchs_decision(g: &PGraph, record: &Value) -> remat_core::partition::Evalu
 #[test]
 fn budgets_at_pytorchs_bytes_recompute_no_more() {
     for (name, doc, record) in cases() {
-        let g = json::read_joint(&doc).unwrap();
+        let g = remat_core::read_joint(&doc).unwrap();
         let torch = pytorchs_decision(&g, &record);
         assert!(torch.broken.is_empty(), "{name}: PyTorch's decision breaks {:?}", torch.broken);
         let bytes = torch.partition.saved_bytes;
@@ -218,7 +217,7 @@ fn budgets_at_pytorchs_bytes_recompute_no_more() {
 #[test]
 fn saved_bytes_never_rise_as_the_budget_shrinks() {
     for (name, doc, record) in cases() {
-        let g = json::read_joint(&doc).unwrap();
+        let g = remat_core::read_joint(&doc).unwrap();
         let top = pytorchs_decision(&g, &record).partition.saved_bytes.max(1);
         let mut last: Option<(u64, u64)> = None;
         for k in (0..=8).rev() {
@@ -287,7 +286,7 @@ fn at_pytorchs_bytes_remat_recomputes_no_more_than_pytorch_runs_again() {
             .map(|id| flops[id.as_str().unwrap()])
             .sum();
         let bytes = record["saved_activation_bytes"].as_u64().unwrap();
-        let g = json::read_joint(&after_torchs_cse(&doc, &record)).unwrap();
+        let g = remat_core::read_joint(&after_torchs_cse(&doc, &record)).unwrap();
         let p = partition(&g, Strategy::Budget(Budget::Bytes(bytes))).unwrap();
         println!(
             "{name}: PyTorch {bytes} B, {torch_flops} FLOPs run again; remat {} B, {} FLOPs ({:.4}x), gap {:?}",

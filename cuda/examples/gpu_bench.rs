@@ -15,12 +15,13 @@
 //! inputs already resident (the plan's steps and frees, one synchronisation at the end); the
 //! end-to-end `Model::step` time (uploads and gradient downloads included) is shown beside it.
 
-use remat_core::region::{enter_region, PolicyTable, RegionSpec};
+use remat_core::{enter_region, PolicyTable, RegionSpec};
 use remat_core::{
-    zoo, Backend, BinaryOp, Budget, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy,
-    ReduceOp, Result, Step, Strategy, UnaryOp,
+    Backend, BinaryOp, Budget, DType, Graph, HostData, HostTensor, KernelCall, Model, Op, OpKind, Policy, ReduceOp,
+    Result, Step, Strategy, UnaryOp,
 };
 use remat_cuda::{CudaBackend, CudaBuffer};
+use remat_zoo as zoo;
 use std::time::Instant;
 
 #[path = "../../benches/common/require.rs"]
@@ -39,7 +40,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn random(shape: &[usize], dtype: DType, seed: u64) -> HostTensor {
     let n: usize = shape.iter().product();
-    let v: Vec<f64> = (0..n as u64).map(|i| remat_core::rng::normal_f64(seed, 7, i) * 0.1).collect();
+    let v: Vec<f64> = (0..n as u64).map(|i| remat_core::normal_f64(seed, 7, i) * 0.1).collect();
     HostTensor::new(shape.to_vec(), HostData::from_f64(&v, dtype)).expect("sizes match")
 }
 
@@ -219,7 +220,7 @@ fn run_policy(
 fn tokens_of(cfg: &zoo::GptConfig, seed: u64) -> HostTensor {
     let n = cfg.batch * cfg.seq;
     let v: Vec<i64> =
-        (0..n as u64).map(|i| (remat_core::rng::uniform_u32(seed, 5, i) as usize % cfg.vocab) as i64).collect();
+        (0..n as u64).map(|i| (remat_core::uniform_u32(seed, 5, i) as usize % cfg.vocab) as i64).collect();
     HostTensor::i64(vec![cfg.batch, cfg.seq], v).expect("sizes match")
 }
 
@@ -275,7 +276,7 @@ fn demand(model: &Model) -> (u64, u64) {
         if let Step::Compute(id) | Step::Recompute(id) = *step {
             let node = graph.node(id);
             if node.op.info().compute_intensive {
-                flops += remat_core::plan::node_flops(graph, id);
+                flops += remat_core::node_flops(graph, id);
             } else {
                 traffic += node.inputs.iter().map(|&i| bytes(i)).sum::<u64>() + bytes(id);
             }

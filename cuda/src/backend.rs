@@ -6,7 +6,7 @@ use crate::ops::{attention, elementwise as ew, index, layout, nn, reduce, Scratc
 use crate::transfer::{host_bytes, host_from_bytes};
 use crate::{fp8, gemm};
 use cudarc::driver::{result, CudaEvent};
-use remat_core::shape::fmt_shape;
+use remat_core::fmt_shape;
 use remat_core::{Backend, DType, Error, HostTensor, KernelCall, MemoryStats, Op, ReduceOp, Result};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

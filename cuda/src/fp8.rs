@@ -24,7 +24,7 @@ use cudarc::cublaslt::sys::{
     cublasComputeType_t, cublasLtMatmulDescAttributes_t as DescAttr, cublasLtMatmulPreferenceAttributes_t as PrefAttr,
     cudaDataType,
 };
-use remat_core::shape::matrix_offsets;
+use remat_core::matrix_offsets;
 use remat_core::{DType, Result};
 use std::ffi::c_void;
 

@@ -11,7 +11,7 @@
 use crate::device::Device;
 use crate::ops::{coalesce, odometer, View};
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use remat_core::shape::{broadcast_strides, strides};
+use remat_core::{broadcast_strides, strides};
 use remat_core::{DType, Result};
 use std::ffi::c_void;
 

@@ -17,8 +17,9 @@
 //! (see [`CudaBackend`]).
 //!
 //! ```no_run
-//! use remat_core::{zoo, Model};
+//! use remat_core::Model;
 //! use remat_cuda::CudaBackend;
+//! use remat_zoo as zoo;
 //!
 //! let cfg = zoo::MlpConfig { batch: 8, widths: vec![4, 16, 3] };
 //! let model = Model::new(zoo::mlp(&cfg)?)?;

@@ -10,12 +10,13 @@
 //! masks must be bit-identical, and so must fp8 products of small integers with power-of-two
 //! scales (random fp8 products are held to their accumulation bound instead).
 
-use remat_core::rng::normal_f64;
+use remat_core::normal_f64;
 use remat_core::{
-    zoo, AttnLayout, Backend, BinaryOp, Budget, CostModel, CpuBackend, DType, Domain, HostData, HostTensor, KernelCall,
+    AttnLayout, Backend, BinaryOp, Budget, CostModel, CpuBackend, DType, Domain, HostData, HostTensor, KernelCall,
     Member, Model, NodeId, Op, OpKind, OtherKind, ReduceOp, Strategy, UnaryOp,
 };
 use remat_cuda::CudaBackend;
+use remat_zoo as zoo;
 
 #[path = "../../benches/common/require.rs"]
 mod require;
@@ -45,13 +46,13 @@ fn positive(shape: &[usize], dtype: DType, seed: u64) -> HostTensor {
 /// Integers in [-8, 8], exact in both fp8 formats.
 fn small_ints(shape: &[usize], dtype: DType, seed: u64) -> HostTensor {
     let n: usize = shape.iter().product();
-    let v: Vec<f64> = (0..n as u64).map(|i| (remat_core::rng::uniform_u32(seed, 4, i) % 17) as f64 - 8.0).collect();
+    let v: Vec<f64> = (0..n as u64).map(|i| (remat_core::uniform_u32(seed, 4, i) % 17) as f64 - 8.0).collect();
     HostTensor::new(shape.to_vec(), HostData::from_f64(&v, dtype)).unwrap()
 }
 
 fn ids(shape: &[usize], below: i64, seed: u64) -> HostTensor {
     let n: usize = shape.iter().product();
-    let v: Vec<i64> = (0..n as u64).map(|i| (remat_core::rng::uniform_u32(seed, 3, i) as i64) % below).collect();
+    let v: Vec<i64> = (0..n as u64).map(|i| (remat_core::uniform_u32(seed, 3, i) as i64) % below).collect();
     HostTensor::i64(shape.to_vec(), v).unwrap()
 }
 
@@ -371,7 +372,7 @@ fn mask(shape: &[usize], seed: u64) -> HostTensor {
     let n: usize = shape.iter().product();
     HostTensor::bool(
         shape.to_vec(),
-        (0..n as u64).map(|i| remat_core::rng::uniform_u32(seed, 5, i).is_multiple_of(2)).collect(),
+        (0..n as u64).map(|i| remat_core::uniform_u32(seed, 5, i).is_multiple_of(2)).collect(),
     )
     .unwrap()
 }

@@ -1,8 +1,8 @@
 //! One process (`Local`): data-parallel steps and ZeRO-1 reduce to the plain ones, bit for bit.
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{AdamW, CpuBackend, DType, Model, Optimizer};
 use remat_dist::{Collective, DataParallel, Local, ShardedAdamW};
+use remat_zoo::{self as zoo, GptConfig};
 
 fn model(batch: usize) -> Model {
     let cfg = GptConfig { batch, seq: 8, d_model: 16, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype: DType::F32 };

@@ -20,6 +20,15 @@ pub struct Args {
     pub policy: Option<PolicyArg>,
     /// `budget = ..`, in [0, 1].
     pub budget: Option<f64>,
+    /// `crate = "path"`: the path the expansion names remat by; `None` means `::remat`.
+    pub krate: Option<syn::Path>,
+}
+
+impl Args {
+    /// The path the expansion names remat by.
+    pub fn krate(&self) -> syn::Path {
+        self.krate.clone().unwrap_or_else(crate::krate::default)
+    }
 }
 
 /// Where a region's policy comes from.
@@ -40,12 +49,13 @@ pub fn parse(args: TokenStream, errors: &mut Errors) -> Args {
             return parsed;
         }
     };
-    // The first `policy` and `budget` given; later ones are duplicates.
+    // The first `policy`, `budget` and `crate` given; later ones are duplicates.
     let mut policy: Option<Expr> = None;
     let mut budget: Option<Expr> = None;
+    let mut krate: Option<Expr> = None;
     for meta in metas {
         let Some(key) = meta.path().get_ident().cloned() else {
-            errors.spanned(meta.path(), "expected `policy = ..` or `budget = ..`");
+            errors.spanned(meta.path(), "expected `policy = ..`, `budget = ..` or `crate = ..`");
             continue;
         };
         let name = key.to_string();
@@ -55,12 +65,16 @@ pub fn parse(args: TokenStream, errors: &mut Errors) -> Args {
                 errors.spanned(&key, format!("expected a key; write `policy = {written}`"));
             } else {
                 let hint = forms::did_you_mean(&name, kw::KEYS.iter().copied());
-                let hint = if hint.is_empty() { "; expected `policy` or `budget`".to_string() } else { hint };
+                let hint = if hint.is_empty() { "; expected `policy`, `budget` or `crate`".to_string() } else { hint };
                 errors.spanned(&key, format!("unknown key `{name}` in `#[checkpoint(..)]`{hint}"));
             }
             continue;
         }
-        let slot = if name == kw::POLICY { &mut policy } else { &mut budget };
+        let slot = match name.as_str() {
+            kw::POLICY => &mut policy,
+            kw::BUDGET => &mut budget,
+            _ => &mut krate,
+        };
         if slot.is_some() {
             errors.spanned(&key, format!("duplicate `{name}`; give it once"));
             continue;
@@ -76,6 +90,7 @@ pub fn parse(args: TokenStream, errors: &mut Errors) -> Args {
         None => Some(PolicyArg::Static(forms::resolve_policy(&lower(&value), &mut diags))),
     });
     parsed.budget = budget.and_then(|value| forms::resolve_budget(&lower(&value), &mut diags));
+    parsed.krate = krate.and_then(|value| crate_path(&value, errors));
     push_all(errors, diags);
     parsed
 }
@@ -101,6 +116,19 @@ fn arg_form(value: &Expr, errors: &mut Errors) -> Option<Option<PolicyArg>> {
             Some(None)
         }
     }
+}
+
+/// `crate = "path"`: the path in the string (serde's form), or `None` after reporting what is
+/// not one.
+fn crate_path(value: &Expr, errors: &mut Errors) -> Option<syn::Path> {
+    let parsed = match value {
+        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => s.parse::<syn::Path>().ok(),
+        _ => None,
+    };
+    if parsed.is_none() {
+        errors.spanned(value, "`crate` takes a path to remat in a string, as in `crate = \"my_remat\"`");
+    }
+    parsed
 }
 
 /// Parses and resolves `policy!(<form>, budget = ..)`.

@@ -3,7 +3,7 @@
 
 use crate::attr::{Args, PolicyArg};
 use crate::error::Errors;
-use crate::{attr, item, stmt};
+use crate::{attr, item, krate, stmt};
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use remat_catalog::forms::{self, did_you_mean, Resolved};
@@ -22,11 +22,12 @@ pub fn checkpoint(args: TokenStream, input: TokenStream) -> TokenStream {
         check_param(&function, param, &mut errors);
     }
     let mut stripped = function.clone();
-    stmt::walk(&mut stripped.block, false, &mut errors);
+    let krate = parsed.krate();
+    stmt::walk(&mut stripped.block, false, &krate, &mut errors);
     if !errors.is_empty() {
         return fallback(errors, stripped.into_token_stream());
     }
-    stmt::walk(&mut function.block, true, &mut errors);
+    stmt::walk(&mut function.block, true, &krate, &mut errors);
     emit(&mut function, &parsed);
     function.into_token_stream()
 }
@@ -40,7 +41,7 @@ pub fn policy(input: TokenStream) -> TokenStream {
         let error = error.into_compile_error();
         return quote!({ #error ::remat::__private::RegionPolicy::RECOMPUTE_ALL });
     }
-    let table = table(&spec.policy);
+    let table = table(&spec.policy, &syn::parse_quote!(::remat));
     let budget = budget(spec.budget);
     quote!({
         const __REMAT_TABLE: ::remat::__private::PolicyTable = #table;
@@ -86,22 +87,22 @@ fn check_param(function: &ItemFn, param: &Ident, errors: &mut Errors) {
     errors.spanned(param, format!("`{name}` is not a parameter of `{function}`{hint}"));
 }
 
-/// `PolicyTable { .. }` for `policy`.
-fn table(policy: &Resolved) -> TokenStream {
+/// `PolicyTable { .. }` for `policy`, naming remat by `krate`.
+fn table(policy: &Resolved, krate: &syn::Path) -> TokenStream {
     let lists = policy.lists.iter().map(|list| {
         let kinds = list.iter().map(|kind| Ident::new(&format!("{kind:?}"), Span::call_site()));
-        quote!(&[#(::remat::__private::OpKind::#kinds),*])
+        quote!(&[#(#krate::__private::OpKind::#kinds),*])
     });
     let fields = forms::kw::POLICIES.iter().map(|p| Ident::new(p, Span::call_site()));
     let save_names = &policy.save_names;
     let offload_names = &policy.offload_names;
     let default = Ident::new(&format!("{:?}", policy.default), Span::call_site());
     quote! {
-        ::remat::__private::PolicyTable {
+        #krate::__private::PolicyTable {
             #(#fields: #lists,)*
             save_names: &[#(#save_names),*],
             offload_names: &[#(#offload_names),*],
-            default: ::remat::__private::Policy::#default,
+            default: #krate::__private::Policy::#default,
         }
     }
 }
@@ -126,12 +127,13 @@ fn emit(function: &mut ItemFn, args: &Args) {
         Some(PolicyArg::Arg(param)) => (&default, Some(param)),
     };
     debug_assert_eq!(default.default, Policy::PreferRecompute);
-    let table = table(policy);
+    let krate = args.krate();
+    let table = table(policy, &krate);
     let budget = budget(args.budget);
     let location = quote_spanned!(span=> module: ::core::module_path!(), file: ::core::file!(), line: ::core::line!(),);
     let guard = Ident::new("__remat_region", Span::mixed_site());
     let spec = quote! {
-        static SPEC: ::remat::__private::RegionSpec = ::remat::__private::RegionSpec {
+        static SPEC: #krate::__private::RegionSpec = #krate::__private::RegionSpec {
             name: #name,
             #location
             policy: #table,
@@ -139,18 +141,19 @@ fn emit(function: &mut ItemFn, args: &Args) {
         };
     };
     let enter = match param {
-        None => quote!(::remat::__private::enter_region(&SPEC)),
+        None => quote!(#krate::__private::enter_region(&SPEC)),
         Some(param) => {
             // A coercion, not a trait: a parameter of another type is a mismatch that names
             // `RegionPolicy` (a `&RegionPolicy`, `Box<RegionPolicy>`, ... deref-coerce to it).
+            let at_param = krate::respanned(&krate, param.span());
             let arg = quote_spanned!(param.span()=> (*{
-                let __remat_policy: &::remat::RegionPolicy = &#param;
+                let __remat_policy: &#at_param::RegionPolicy = &#param;
                 __remat_policy
             }));
             // `budget = ..` beside `arg(..)` overrides the value's own budget.
             match args.budget {
-                Some(_) => quote!(::remat::__private::enter_region_with(&SPEC, #arg.with_checked_budget(#budget))),
-                None => quote!(::remat::__private::enter_region_with(&SPEC, #arg)),
+                Some(_) => quote!(#krate::__private::enter_region_with(&SPEC, #arg.with_checked_budget(#budget))),
+                None => quote!(#krate::__private::enter_region_with(&SPEC, #arg)),
             }
         }
     };

@@ -3,8 +3,12 @@
 
 pub use remat_catalog::forms::kw::{BUDGET, POLICY};
 
+/// `crate = "path"`: where the expansion finds remat, for code that renames the dependency or
+/// re-exports it (serde's `#[serde(crate = "..")]`).
+pub const CRATE: &str = "crate";
+
 /// The keys of `#[checkpoint(..)]`.
-pub const KEYS: &[&str] = &[POLICY, BUDGET];
+pub const KEYS: &[&str] = &[POLICY, BUDGET, CRATE];
 
 /// `policy = arg(p)`: the policy is the value of the function's parameter `p`, chosen at run time.
 pub const ARG: &str = "arg";

@@ -5,6 +5,7 @@ mod attr;
 mod error;
 mod expand;
 mod item;
+mod krate;
 mod kw;
 mod stmt;
 
@@ -35,6 +36,8 @@ use proc_macro::TokenStream;
 ///                                                   save-everything bytes
 /// #[checkpoint(policy = arg(p))]                    the policy is the value of parameter `p`
 ///                                                   (a `RegionPolicy`, chosen at run time)
+/// #[checkpoint(.., crate = "my_remat")]             name remat by this path instead of `::remat`
+///                                                   (a renamed dependency, a re-export)
 /// ```
 ///
 /// Inside the function, `#[save] let v = ..;`, `#[recompute] let v = ..;` and
@@ -72,6 +75,7 @@ use proc_macro::TokenStream;
 ///   one list;
 /// - an empty list (`save()`, `recompute()`, `offload()`, `save_names()`, `must_save = []`);
 /// - `budget` outside [0, 1], or not a number;
+/// - `crate` that is not a path in a string (`crate = "my_remat"`);
 /// - `save_names` / `offload_names` arguments that are not string literals, or are empty;
 /// - `#[checkpoint]` on something other than a function with a body, on an `async fn` or on a
 ///   `const fn`;

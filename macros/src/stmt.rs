@@ -24,13 +24,15 @@ use syn::{Attribute, Block, Expr, Ident, Item, Local, Meta, Pat, Stmt};
 
 /// Walks `block`, rewriting statement attributes (or, if `rewrite` is false, only removing
 /// them), and reports every misuse into `errors`.
-pub fn walk(block: &mut Block, rewrite: bool, errors: &mut Errors) {
-    let mut walker = Walker { rewrite, errors };
+/// `krate` is the path the rewritten statements name remat by.
+pub fn walk(block: &mut Block, rewrite: bool, krate: &syn::Path, errors: &mut Errors) {
+    let mut walker = Walker { rewrite, krate, errors };
     walker.visit_block_mut(block);
 }
 
 struct Walker<'a> {
     rewrite: bool,
+    krate: &'a syn::Path,
     errors: &'a mut Errors,
 }
 
@@ -163,12 +165,12 @@ impl Walker<'_> {
             out.push(Stmt::Local(local));
             return;
         }
-        out.extend(rewrite(marker, local));
+        out.extend(rewrite(marker, local, self.krate));
     }
 }
 
 /// `let PAT: TY = EXPR;` under `marker`, as three statements.
-fn rewrite(marker: Marker, local: Local) -> Vec<Stmt> {
+fn rewrite(marker: Marker, local: Local, krate: &syn::Path) -> Vec<Stmt> {
     // At the pattern, so that a type error about the value points there (a mixed-site span would
     // point at `#[checkpoint]`); the name is reserved-looking, and the binding lives only until
     // the pattern takes it.
@@ -185,9 +187,10 @@ fn rewrite(marker: Marker, local: Local) -> Vec<Stmt> {
     let attrs = &local.attrs;
     let policy = marker.kind.policy();
     let span = marker.attr.pound_token.span;
+    let krate = crate::krate::respanned(krate, span);
     let call = quote_spanned! {span=>
         #(#cfgs)*
-        ::remat::__private::StatementPolicy::statement_policy(#arg, ::remat::__private::Policy::#policy);
+        #krate::__private::StatementPolicy::statement_policy(#arg, #krate::__private::Policy::#policy);
     };
     let tokens = quote! {
         #(#cfgs)*

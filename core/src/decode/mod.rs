@@ -11,7 +11,8 @@
 //! the logits.
 //!
 //! ```
-//! use remat_core::{zoo, CpuBackend, DecoderBuilder, Model, Sampling};
+//! use remat_core::{CpuBackend, DecoderBuilder, Model, Sampling};
+//! use remat_zoo as zoo;
 //! let cfg = zoo::GptConfig { batch: 1, seq: 16, d_model: 16, heads: 2, layers: 1, vocab: 32, dropout: 0.0, dtype: remat_core::DType::F32 };
 //! let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
 //! let params = model.init_params(0).unwrap();
@@ -71,7 +72,8 @@ struct Program {
     held_bytes: usize,
 }
 
-/// A trained model set up for generation (see the [module](self) documentation).
+/// A trained model set up for generation: a prompt prefilled, then one token a step, the
+/// attention's keys and values kept in a cache on the backend.
 pub struct Decoder<'b, B: Backend> {
     backend: &'b mut B,
     step: Program,

@@ -82,6 +82,7 @@ pub struct FlowNetwork<C: Capacity = u128> {
 
 impl<C: Capacity> FlowNetwork<C> {
     /// A network of `nodes` nodes and no edges.
+    #[cfg(test)]
     pub fn new(nodes: usize) -> Self {
         FlowNetwork { nodes, ..Default::default() }
     }
@@ -127,12 +128,14 @@ impl<C: Capacity> FlowNetwork<C> {
     /// The residual capacity of every edge and twin, by edge id — as added before any
     /// [`FlowNetwork::max_flow`], with its flow after one: what [`FlowNetwork::restore`] takes
     /// to solve again from that state.
+    #[cfg(test)]
     pub fn capacities(&self) -> &[C] {
         &self.cap
     }
 
     /// Puts back capacities [`FlowNetwork::capacities`] returned, undoing every flow pushed
     /// since: the network can then be solved again, with other capacities set or raised first.
+    #[cfg(test)]
     pub fn restore(&mut self, capacities: &[C]) {
         self.cap.copy_from_slice(capacities);
         #[cfg(debug_assertions)]
@@ -289,6 +292,7 @@ impl<C: Capacity> FlowNetwork<C> {
     /// After [`FlowNetwork::max_flow`]: the source side of the minimum cut closest to the sink
     /// (`true` = source side), i.e. every node that cannot reach `t` in the residual graph.
     /// Among minimum cuts it puts the fewest nodes on the sink side.
+    #[cfg(test)]
     pub fn source_side_near_sink(&self, t: u32) -> Vec<bool> {
         self.sink_side(t).into_iter().map(|r| !r).collect()
     }

@@ -23,6 +23,7 @@ pub mod boundary;
 mod budget;
 mod check;
 mod classify;
+mod doc_id;
 mod evaluate;
 mod finish;
 mod maxflow;
@@ -30,17 +31,19 @@ mod mincut;
 pub mod offload;
 mod pgraph;
 mod reason;
+mod storage_type;
 mod strategy;
 
 pub use check::check;
 pub use classify::counts_bytes;
+pub use doc_id::DocId;
 pub use evaluate::{evaluate, Evaluation};
 pub(crate) use finish::in_region;
-pub use maxflow::{Capacity, FlowNetwork};
 pub use offload::{exposed_times, CostModel};
 pub(crate) use pgraph::ShapeCache;
-pub use pgraph::{value_bytes, DocId, Flags, PGraph, PNode, PRegion, StorageType};
+pub use pgraph::{Flags, PGraph, PNode, PRegion};
 pub use reason::{Action, Decision, OffloadReason, Reason};
+pub use storage_type::{value_bytes, StorageType};
 pub use strategy::{Budget, Strategy};
 
 use crate::error::Result;
@@ -70,7 +73,7 @@ pub struct Partition {
     pub saved_bytes: u64,
     /// Bytes of offloaded values: the host memory they take, and the bytes moved each way.
     pub host_bytes: u64,
-    /// Estimated seconds of transfer no compute hides ([`offload`]'s cost model).
+    /// Estimated seconds of transfer no compute hides ([`CostModel`]'s estimate).
     pub exposed_transfer_s: f64,
     /// Bytes of what the backward reads that is held anyway — residents (inputs and parameters)
     /// and forward outputs — listed apart, never counted.
@@ -88,7 +91,7 @@ pub struct Partition {
 /// [`partition_with`], every budget search solved by the exact 0-1 program however small (the
 /// enumeration of every combination otherwise takes the smallest): for tests that hold one
 /// against the other. Built without the `exact` feature, the eviction path answers instead.
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub fn partition_by_program(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
     budget::with_search(budget::Search::Program, || partition_with(g, strategy, model))
 }
@@ -96,7 +99,7 @@ pub fn partition_by_program(g: &PGraph, strategy: Strategy, model: &CostModel) -
 /// [`partition_with`], every budget search done by the heuristic the largest graphs get (the
 /// eviction path, with the Lagrangian bound behind its `optimality_gap`): for tests that hold
 /// its plan and bound against the exact optimum.
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub fn partition_by_heuristic(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
     budget::with_search(budget::Search::Heuristic, || partition_with(g, strategy, model))
 }

@@ -15,6 +15,8 @@
 //! device peak of fetching just in time allows — never earlier than the start of the backward.
 //! The plan predicts both peaks: device and host.
 
+mod fetch;
+mod free;
 mod source;
 
 pub use source::Schedulable;
@@ -23,6 +25,8 @@ use crate::autodiff::JointGraph;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
 use crate::partition::CostModel;
+use fetch::with_fetches;
+use free::{free_after_last_read, with_frees};
 
 /// One instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,7 +97,7 @@ impl Plan {
         Self::with_offload(joint, saved, &vec![false; saved.len()], &CostModel::default())
     }
 
-    /// Plans `graph` (a [`JointGraph`], or its partition graph: [`Schedulable`]) keeping the
+    /// Plans `graph` (a [`JointGraph`], or its partition graph, which plans alike) keeping the
     /// values with `saved[id]`, those with `offloaded[id]` too in host memory between the passes;
     /// `model` times the prefetches. Offloading an input, a parameter or a forward output is an
     /// error naming it; an offloaded value the backward never reads is kept on the device (there
@@ -395,17 +399,6 @@ fn at_hand_never_freed(nodes: usize, resident: &[NodeId], kept: &[NodeId]) -> Ve
     never
 }
 
-/// Inserts a [`Step::Free`] of `value` right after the last step of `program` that reads it.
-fn free_after_last_read(graph: &(impl Schedulable + ?Sized), program: &mut Vec<Step>, value: NodeId) {
-    let reads = |s: &Step| match *s {
-        Step::Compute(id) | Step::Recompute(id) | Step::Alias(id) => graph.inputs(id).contains(&value),
-        _ => false,
-    };
-    if let Some(last) = program.iter().rposition(reads) {
-        program.insert(last + 1, Step::Free(value));
-    }
-}
-
 /// Marks the ancestors of `roots` (roots included) among nodes `0..limit`.
 fn ancestors(graph: &(impl Schedulable + ?Sized), roots: &[NodeId], limit: usize) -> Vec<bool> {
     let mut mark = vec![false; limit];
@@ -450,178 +443,5 @@ fn recompute(
                 stack.push((input, false));
             }
         }
-    }
-}
-
-/// Inserts a fetch of each offloaded value into the backward part of `seq`: first just before
-/// its first backward use, then — value by value, in order of first use — earlier, one step at a
-/// time, while the compute it would hide behind is shorter than the host-to-device transfer and
-/// the device peak of the just-in-time plan is not exceeded (never before the backward starts).
-/// Returns the sequence and the offloaded values it fetches; an offloaded value the backward
-/// never reads stays on the device.
-fn with_fetches(
-    graph: &(impl Schedulable + ?Sized),
-    seq: Vec<(NodeId, Kind)>,
-    n_forward_steps: usize,
-    saved_ids: &[NodeId],
-    offloaded: &[bool],
-    never_free: &[bool],
-    model: &CostModel,
-) -> (Vec<(NodeId, Kind)>, Vec<NodeId>) {
-    if !saved_ids.iter().any(|v| offloaded[v.index()]) {
-        // Nothing to fetch: the sequence as it is (the passes below would copy it and free it
-        // twice over for nothing).
-        return (seq, Vec::new());
-    }
-    let mut first_use = vec![usize::MAX; graph.node_count()];
-    for (pos, &(id, _)) in seq.iter().enumerate().skip(n_forward_steps) {
-        for &input in graph.inputs(id) {
-            first_use[input.index()] = first_use[input.index()].min(pos);
-        }
-    }
-    let mut fetch_at: Vec<(usize, NodeId)> = saved_ids
-        .iter()
-        .filter(|v| offloaded[v.index()] && first_use[v.index()] != usize::MAX)
-        .map(|&v| (first_use[v.index()], v))
-        .collect();
-    fetch_at.sort();
-    let ids = {
-        let mut ids: Vec<NodeId> = fetch_at.iter().map(|&(_, v)| v).collect();
-        ids.sort();
-        ids
-    };
-    let mut is_offloaded = vec![false; graph.node_count()];
-    for &v in &ids {
-        is_offloaded[v.index()] = true;
-    }
-    // The just-in-time plan's device bytes live at each base entry (after it computes).
-    let jit = insert_fetches(&seq, &fetch_at);
-    let (forward, backward) = with_frees(graph, &jit, n_forward_steps, never_free, &is_offloaded);
-    let mut live_at = Vec::with_capacity(seq.len());
-    let mut live = 0usize;
-    for step in forward.iter().chain(&backward) {
-        match *step {
-            Step::Compute(id) | Step::Recompute(id) => {
-                live += graph.bytes(id);
-                live_at.push(live);
-            }
-            Step::Alias(_) => live_at.push(live),
-            Step::Fetch(id) => live += graph.bytes(id),
-            Step::Free(id) => live -= graph.bytes(id),
-            Step::Offload(_) => {}
-        }
-    }
-    let peak = live_at.iter().copied().max().unwrap_or(0);
-    for (at, v) in fetch_at.iter_mut() {
-        let bytes = graph.bytes(*v);
-        let transfer = model.h2d_s(bytes as u64);
-        let mut hidden = 0.0;
-        while *at > n_forward_steps && hidden < transfer && live_at[*at - 1] + bytes <= peak {
-            *at -= 1;
-            live_at[*at] += bytes;
-            hidden += model.compute_s(graph.flops(seq[*at].0));
-        }
-    }
-    fetch_at.sort();
-    (insert_fetches(&seq, &fetch_at), ids)
-}
-
-/// `seq` with a fetch of `v` before base entry `at` for each `(at, v)` (sorted).
-fn insert_fetches(seq: &[(NodeId, Kind)], fetch_at: &[(usize, NodeId)]) -> Vec<(NodeId, Kind)> {
-    let mut out = Vec::with_capacity(seq.len() + fetch_at.len());
-    let mut next = fetch_at.iter().peekable();
-    for (pos, &entry) in seq.iter().enumerate() {
-        while let Some(&&(at, v)) = next.peek() {
-            if at != pos {
-                break;
-            }
-            out.push((v, Kind::Fetch));
-            next.next();
-        }
-        out.push(entry);
-    }
-    out
-}
-
-/// Turns a compute sequence into the two programs with a free after each value's last use.
-/// A node computed twice (forward, then recomputed or fetched) is two values, each freed on its
-/// own; an offloaded value is copied out right after it is computed.
-fn with_frees(
-    graph: &(impl Schedulable + ?Sized),
-    seq: &[(NodeId, Kind)],
-    n_forward_steps: usize,
-    never_free: &[bool],
-    offloaded: &[bool],
-) -> (Vec<Step>, Vec<Step>) {
-    const NONE: usize = usize::MAX;
-    let mut current = vec![NONE; graph.node_count()]; // node → index in `defs` of its live value
-    let mut last_use: Vec<usize> = Vec::with_capacity(seq.len()); // per definition
-    for (pos, &(id, kind)) in seq.iter().enumerate() {
-        // A fetch reads the host copy, not the value's inputs.
-        let inputs: &[NodeId] = if kind == Kind::Fetch { &[] } else { graph.inputs(id) };
-        for &input in inputs {
-            let def = current[input.index()];
-            if def != NONE {
-                last_use[def] = pos;
-            }
-        }
-        current[id.index()] = pos;
-        last_use.push(pos);
-    }
-    // What each step frees, grouped by step (CSR: `frees[start[pos]..start[pos + 1]]`, in
-    // sequence order): one list per step would be a small allocation per step.
-    // Counted per step, summed so that `start[pos]` is where the step's group ends, then filled
-    // from the back, each group's end moving down to its start (no second array of cursors).
-    let mut start = vec![0usize; seq.len() + 1];
-    for (pos, &(id, _)) in seq.iter().enumerate() {
-        if !never_free[id.index()] {
-            start[last_use[pos]] += 1;
-        }
-    }
-    for pos in 1..=seq.len() {
-        start[pos] += start[pos - 1];
-    }
-    let mut frees = vec![NodeId::new(0); start[seq.len()]];
-    for (pos, &(id, _)) in seq.iter().enumerate().rev() {
-        if !never_free[id.index()] {
-            let end = &mut start[last_use[pos]];
-            *end -= 1;
-            frees[*end] = id;
-        }
-    }
-    let steps_after = |from: usize| 2 * from + frees.len() / 2;
-    let mut forward = Vec::with_capacity(steps_after(n_forward_steps));
-    let mut backward = Vec::with_capacity(steps_after(seq.len() - n_forward_steps));
-    for (pos, &(id, kind)) in seq.iter().enumerate() {
-        let in_forward = pos < n_forward_steps;
-        let program = if in_forward { &mut forward } else { &mut backward };
-        let freed = &frees[start[pos]..start[pos + 1]];
-        let mut taken_over = None;
-        program.push(match kind {
-            Kind::Compute => match aliased_input(graph, id, freed) {
-                Some(input) => {
-                    taken_over = Some(input);
-                    Step::Alias(id)
-                }
-                None => Step::Compute(id),
-            },
-            Kind::Recompute => Step::Recompute(id),
-            Kind::Fetch => Step::Fetch(id),
-        });
-        if in_forward && offloaded[id.index()] {
-            program.push(Step::Offload(id));
-        }
-        program.extend(freed.iter().filter(|&&f| Some(f) != taken_over).map(|&f| Step::Free(f)));
-    }
-    (forward, backward)
-}
-
-/// The input a computed reshape `id` can take over: its only input, when that is freed right
-/// after this step (`frees`: what the step frees), so no one else reads the buffer. Recomputes
-/// copy (their steps stay `Recompute`, as reports count them).
-fn aliased_input(graph: &(impl Schedulable + ?Sized), id: NodeId, frees: &[NodeId]) -> Option<NodeId> {
-    match graph.inputs(id) {
-        &[input] if graph.is_reshape(id) && input != id && frees.contains(&input) => Some(input),
-        _ => None,
     }
 }

@@ -11,7 +11,7 @@ use remat_catalog::forms::{self, PolicyError};
 /// as a [`PolicyError`]. The text is one policy form, optionally followed by `, budget = f`:
 ///
 /// ```
-/// use remat_core::region::RegionPolicy;
+/// use remat_core::RegionPolicy;
 /// use remat_core::{OpKind, Policy};
 /// let p: RegionPolicy = "save(matmul), budget = 0.5".parse().unwrap();
 /// assert_eq!(p.table().must_save, &[OpKind::Matmul]);

@@ -2,7 +2,7 @@
 
 use super::{reason_code, Report};
 use crate::graph::NodeId;
-use crate::json::{object, rows, spaced, write_fields, Field};
+use crate::json_writer::{object, rows, spaced, write_fields, Field};
 use crate::partition::{Action, Decision, Reason};
 use crate::policy::Policy;
 use serde::Serialize;
@@ -37,7 +37,7 @@ impl Report<'_> {
         self.write_json_tail(out)
     }
 
-    /// What follows a [`JsonDraft::write_head`] of a report of the same partition and graph:
+    /// What follows a `JsonDraft::write_head` of a report of the same partition and graph:
     /// this report's peaks, and the end of the object.
     pub(crate) fn write_json_tail(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         write_fields(out, self.peak_fields().collect(), false)?;

@@ -3,8 +3,8 @@
 //! as Graphviz DOT.
 //!
 //! ```
-//! use remat_core::partition::{partition, PGraph};
-//! use remat_core::{report::Report, zoo, JointGraph, Strategy};
+//! use remat_core::{partition, JointGraph, PGraph, Report, Strategy};
+//! use remat_zoo as zoo;
 //!
 //! let g = zoo::mlp(&zoo::MlpConfig { batch: 2, widths: vec![3, 4, 2] }).unwrap();
 //! let pg = PGraph::from_joint(&JointGraph::new(&g).unwrap());
@@ -20,7 +20,7 @@ mod evaluation;
 mod json;
 mod text;
 
-pub use crate::text::{fmt_bytes, one_line};
+pub use crate::text::fmt_bytes;
 pub use dot::dot;
 
 use crate::graph::NodeId;

@@ -3,8 +3,8 @@
 use super::{coalesce, dims, fname, View};
 use crate::device::Device;
 use crate::kernels::{self, dtype_code, elem_suffix, Arg, CAST, ELEMENTWISE};
-use remat_core::shape::broadcast_strides;
-use remat_core::{rng, BinaryOp, HostTensor, Result, UnaryGradOp, UnaryOp};
+use remat_core::broadcast_strides;
+use remat_core::{drop_threshold, stream_seed, BinaryOp, HostTensor, Result, UnaryGradOp, UnaryOp};
 
 /// A launch of the unary kernel: the op's `U_*` code and its two constants (clamp's bounds,
 /// `pow`'s exponent, else unused).
@@ -81,7 +81,7 @@ pub(crate) fn pointwise_grad(dev: &Device, op: PointwiseGrad, x: View<'_>, g: Vi
 }
 
 /// `dropout_T(const T* x, T* y, u64 n, u64 seed, u64 key, u64 threshold, double keep)`, with the
-/// stream seed and threshold from `remat_core::rng` so masks match the CPU bit for bit.
+/// stream seed and threshold from remat-core's random streams so masks match the CPU bit for bit.
 pub(crate) fn dropout(
     dev: &Device,
     x: View<'_>,
@@ -96,9 +96,9 @@ pub(crate) fn dropout(
         x.arg(),
         out.arg(),
         Arg::U64(n as u64),
-        Arg::U64(rng::stream_seed(seed, run_seed)),
+        Arg::U64(stream_seed(seed, run_seed)),
         Arg::U64(key),
-        Arg::U64(rng::drop_threshold(p)),
+        Arg::U64(drop_threshold(p)),
         Arg::F64(1.0 - p),
     ];
     dev.launch_1d(&ELEMENTWISE, &fname(dev, "dropout", out.dtype)?, n.div_ceil(4), &args)

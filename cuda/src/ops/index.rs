@@ -3,7 +3,7 @@
 use super::{coalesce, dims, fname, View};
 use crate::device::Device;
 use crate::kernels::{compute_dtype, elem_suffix, Arg, INDEX};
-use remat_core::shape::broadcast_strides;
+use remat_core::broadcast_strides;
 use remat_core::{CompareOp, DType, NodeId, Result};
 
 /// `compare_T(const T* a, const T* b, u8* y, u64 n, int op, Dims da, Dims db)` (`T` a float type

@@ -3,8 +3,8 @@
 use super::{coalesce, dims, elementwise::copy, View};
 use crate::device::Device;
 use crate::kernels::{elem_suffix, Arg, LAYOUT};
-use remat_core::shape::{broadcast_strides, strides};
 use remat_core::Result;
+use remat_core::{broadcast_strides, strides};
 
 /// Copies the view of `x` starting at element `base` with `steps` (one per output axis) into
 /// the contiguous `out`: a plain copy when contiguous, a tiled transpose when the two inner

@@ -52,7 +52,7 @@ impl Drop for Scratch<'_> {
     }
 }
 
-pub(crate) use remat_core::shape::{coalesce, odometer};
+pub(crate) use remat_core::{coalesce, odometer};
 
 /// A [`Dims`] argument, or an error when the (coalesced) view has more than `MAXD` axes.
 pub(crate) fn dims(dev: &Device, shape: &[usize], strides: &[usize]) -> Result<Arg> {

@@ -3,8 +3,8 @@
 use super::{coalesce, dims, fname, Scratch, View};
 use crate::device::{Device, THREADS};
 use crate::kernels::{compute_dtype, Arg, REDUCE};
-use remat_core::shape::{broadcast_strides, reduced, strides};
 use remat_core::Result;
+use remat_core::{broadcast_strides, reduced, strides};
 
 /// Reduction mode codes (`R_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,9 +16,9 @@
 //! that fails ends the job with `remat_dist::exit_with_error`. `lengths` and `ops` call one
 //! collective with a different length / a different operation on each rank.
 
-use remat_core::zoo::{self, GptConfig};
 use remat_core::{load_state, save_state, AdamW, CpuBackend, DType, Model, Optimizer, Params, Progress, Result};
 use remat_dist::{sum_in_rank_order, Collective, DataParallel, Engine, Mpi, RankConfig, ShardedAdamW};
+use remat_zoo::{self as zoo, GptConfig};
 
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();

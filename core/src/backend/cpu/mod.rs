@@ -9,8 +9,7 @@
 mod heap;
 pub(crate) mod kernels;
 
-pub use heap::{keep_freed_memory, release_freed_memory, KEEP_FREED_MEMORY_VAR};
-pub use kernels::pool::THREADS_VAR;
+pub use heap::{keep_freed_memory, release_freed_memory};
 
 use super::{Backend, KernelCall, MemoryStats};
 use crate::error::Result;
@@ -89,7 +88,7 @@ impl Drop for CpuHostBuffer {
 ///
 /// Its tensors come from the process's global allocator. With glibc's, a training step faults
 /// its tensors' pages in afresh unless freed memory is kept: [`keep_freed_memory`] (or
-/// [`KEEP_FREED_MEMORY_VAR`]`=1`, read by every new backend) asks for that, and
+/// `REMAT_KEEP_FREED_MEMORY=1`, read by every new backend) asks for that, and
 /// [`release_freed_memory`] gives it back.
 #[derive(Debug)]
 pub struct CpuBackend {
@@ -124,7 +123,7 @@ impl CpuBackend {
         self.threads
     }
 
-    /// The thread count of [`CpuBackend::new`]: `REMAT_NUM_THREADS` ([`THREADS_VAR`]) when set,
+    /// The thread count of [`CpuBackend::new`]: `REMAT_NUM_THREADS` when set,
     /// else the CPUs this process may run on (so `taskset` limits it), capped by
     /// `MATMUL_NUM_THREADS` when that is set. Whatever the count, a kernel runs on one thread
     /// while the helpers are found not to get a core of their own (another process busy on

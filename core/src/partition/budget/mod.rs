@@ -40,6 +40,7 @@ use bound::Bound;
 pub(super) use offload::Offload;
 use problem::{Problem, Solved};
 use search::Graded;
+#[cfg(feature = "test-hooks")]
 pub(super) use search::{with_search, Search};
 
 use super::classify::Class;

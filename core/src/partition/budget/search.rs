@@ -245,7 +245,9 @@ impl<'a> Problem<'a> {
 }
 
 /// Which search decides a budget: the sizes do (`Auto`), or a test asks for one.
+/// (Only the `test-hooks` feature asks: without it every search is `Auto`.)
 #[derive(Clone, Copy, PartialEq)]
+#[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
 pub(in crate::partition) enum Search {
     Auto,
     Program,
@@ -264,6 +266,7 @@ fn search_asked() -> Search {
 /// Runs `f` with every budget search on this thread done by `search`, whatever the sizes — so
 /// that tests can hold the program against the enumeration of every combination, and the
 /// heuristic's bound against the program's optimum.
+#[cfg(feature = "test-hooks")]
 pub(in crate::partition) fn with_search<T>(search: Search, f: impl FnOnce() -> T) -> T {
     SEARCH.with(|flag| {
         let before = flag.replace(search);

@@ -1,19 +1,16 @@
-//! Small reference models and synthetic data, shared by tests, benchmarks and examples.
+//! Small reference models and synthetic data, shared by tests, benchmarks and examples of
+//! several crates (kept out of remat-core, which they only use).
 //!
-//! They are written with plain tracing calls (no `#[checkpoint]`: the macro lives in a crate
-//! above this one), and take an optional hook that wraps each sub-block so callers can open
-//! regions around them.
+//! They are written with plain tracing calls (no `#[checkpoint]`: remat-core's own tests, below
+//! the `remat` crate, trace them too), and take an optional hook that wraps each sub-block so
+//! callers can open regions around them.
 
-use crate::decode::DecodeStep;
-use crate::dtype::DType;
-use crate::error::Result;
-use crate::graph::Graph;
-use crate::host::HostTensor;
-use crate::model::Feeds;
-use crate::op::{AttnLayout, Init};
-use crate::rng;
-use crate::tensor::Tensor;
-use crate::trace::Trace;
+#![warn(missing_docs)]
+
+use remat_core::{
+    normal_f64, uniform_u32, AttnLayout, DType, DecodeStep, Feeds, Graph, HostData, HostTensor, Init, Result, Tensor,
+    Trace,
+};
 
 /// A multi-layer perceptron classifier: `relu(x·w + b)` per hidden layer, cross-entropy loss.
 #[derive(Clone, Debug)]
@@ -46,7 +43,7 @@ pub fn mlp(cfg: &MlpConfig) -> Result<Graph> {
 /// coordinates, a task an MLP learns quickly.
 pub fn mlp_feeds(cfg: &MlpConfig, seed: u64) -> Result<Feeds> {
     let (rows, cols, classes) = (cfg.batch, cfg.widths[0], *cfg.widths.last().unwrap_or(&1));
-    let x: Vec<f32> = (0..(rows * cols) as u64).map(|i| rng::normal_f64(seed, 1, i) as f32).collect();
+    let x: Vec<f32> = (0..(rows * cols) as u64).map(|i| normal_f64(seed, 1, i) as f32).collect();
     let y: Vec<i64> = (0..rows)
         .map(|r| {
             let row = &x[r * cols..r * cols + classes.min(cols)];
@@ -169,7 +166,7 @@ pub fn attention_step(x: &Tensor, p: &BlockParams, heads: usize, step: &DecodeSt
     ctx.reshape(&[b, t, d]).matmul(&p.wo)
 }
 
-/// One decoding step of [`gpt`] with the same parameters (a [`crate::Decoder`]'s step): the
+/// One decoding step of [`gpt`] with the same parameters (a [`remat_core::Decoder`]'s step): the
 /// token embedding plus the position's row of `wpe` (so the caches hold at most `cfg.seq`
 /// positions), the blocks with [`attention_step`] and no dropout, the logits `[b, 1, vocab]`.
 pub fn gpt_step(cfg: &GptConfig, step: &DecodeStep) -> Tensor {
@@ -197,7 +194,7 @@ fn head(trace: &Trace, x: &Tensor, cfg: &GptConfig) -> Tensor {
         trace.param_with("lnf.b", &[d], cfg.dtype, Init::Zeros),
     );
     let head = trace.param("head", &[d, cfg.vocab], cfg.dtype);
-    // Named so a forward-only call ([`crate::Model::inference`]) can ask for it.
+    // Named so a forward-only call ([`remat_core::Model::inference`]) can ask for it.
     layer_norm(x, &lnf).matmul(&head).name("logits")
 }
 
@@ -283,7 +280,7 @@ fn drop(x: &Tensor, p: f64, seed: u64) -> Tensor {
 /// The additive causal mask: 0 on and below the diagonal, -1e9 above it.
 pub fn causal_mask(t: usize, dtype: DType) -> HostTensor {
     let values: Vec<f64> = (0..t * t).map(|i| if i % t > i / t { -1e9 } else { 0.0 }).collect();
-    HostTensor::new(vec![t, t], crate::HostData::from_f64(&values, dtype)).expect("t*t values")
+    HostTensor::new(vec![t, t], HostData::from_f64(&values, dtype)).expect("t*t values")
 }
 
 /// A batch of a deterministic synthetic language: each sequence follows `next = (a·prev + c)
@@ -295,12 +292,12 @@ pub fn synthetic_tokens(cfg: &GptConfig, step: u64) -> Result<Feeds> {
     let mut targets = Vec::with_capacity(b * t);
     for row in 0..b as u64 {
         let stream = step * 1_000_003 + row;
-        let rule = rng::uniform_u32(17, stream, 0) as u64 % 3;
+        let rule = uniform_u32(17, stream, 0) as u64 % 3;
         let (a, c) = [(1, 1), (1, 3), (3, 1)][rule as usize];
-        let mut tok = rng::uniform_u32(17, stream, 1) as u64 % v;
+        let mut tok = uniform_u32(17, stream, 1) as u64 % v;
         for i in 0..=t as u64 {
-            let noisy = rng::uniform_u32(17, stream, 2 + i).is_multiple_of(16);
-            let next = if noisy { rng::uniform_u32(19, stream, i) as u64 % v } else { (a * tok + c) % v };
+            let noisy = uniform_u32(17, stream, 2 + i).is_multiple_of(16);
+            let next = if noisy { uniform_u32(19, stream, i) as u64 % v } else { (a * tok + c) % v };
             if i < t as u64 {
                 tokens.push(tok as i64);
                 targets.push(next as i64);
