@@ -53,7 +53,7 @@ pub(crate) enum Field {
 const ROW_SEPARATOR: &str = ",\n    ";
 
 /// A list laid out one item a line, `item_of` of each of `items` serialized straight into one
-/// buffer (a report of 10⁶ decisions would otherwise make 10⁶ strings, then join them). A long
+/// buffer (not a string per item, then joined: docs/performance.md, "Report"). A long
 /// list is written in two halves at once where there is a second CPU (two parts, written out one
 /// after the other: joined, the halves would be copied once more).
 pub(crate) fn rows<S: Sync, T: Serialize>(items: &[S], item_of: impl Fn(&S) -> T + Sync) -> Field {
@@ -102,8 +102,8 @@ pub(crate) fn object(fields: Vec<(&str, Field)>) -> String {
     String::from_utf8(out).expect("every field is UTF-8")
 }
 
-/// [`object`], written to `out` as it is laid out rather than built first (a 10⁶-node report
-/// is 70 MB).
+/// [`object`], written to `out` as it is laid out rather than built first (large reports are
+/// tens of megabytes).
 pub(crate) fn write_object(out: &mut impl std::io::Write, fields: Vec<(&str, Field)>) -> std::io::Result<()> {
     out.write_all(b"{")?;
     write_fields(out, fields, true)?;

@@ -58,7 +58,7 @@ pub struct Region {
 }
 
 /// A node's inputs: up to four held inline, as nearly every op has (a heap block per node would
-/// be a tenth of a differentiated 10⁶-node graph's memory, and its time to build).
+/// cost memory and time: docs/performance.md, "Reading").
 pub type Inputs = SmallVec<[NodeId; 4]>;
 
 /// One node: an op applied to earlier nodes.

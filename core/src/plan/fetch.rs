@@ -23,7 +23,7 @@ pub(super) fn with_fetches(
 ) -> (Vec<(NodeId, Kind)>, Vec<NodeId>) {
     if !saved_ids.iter().any(|v| offloaded[v.index()]) {
         // Nothing to fetch: the sequence as it is (the passes below would copy it and free it
-        // twice over for nothing — a third of a 10⁶-node plan's time).
+        // twice over for nothing: docs/performance.md, "Plan").
         return (seq, Vec::new());
     }
     let mut first_use = vec![usize::MAX; graph.node_count()];

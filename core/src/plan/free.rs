@@ -40,7 +40,7 @@ pub(super) fn with_frees(
         last_use.push(pos);
     }
     // What each step frees, grouped by step (CSR: `frees[start[pos]..start[pos + 1]]`, in
-    // sequence order): one list per step would be 10⁶ small allocations on large graphs.
+    // sequence order): one list per step would be a small allocation per step.
     // Counted per step, summed so that `start[pos]` is where the step's group ends, then filled
     // from the back, each group's end moving down to its start (no second array of cursors).
     let mut start = vec![0usize; seq.len() + 1];
