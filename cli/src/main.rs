@@ -192,13 +192,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let loaded = load(&file)?;
             let bad = doc_error(&file);
             let p = loaded.partition(planning.strategy()?).map_err(&bad)?;
-            // The JSON report up to the peaks the plan gives is laid out and written while the
-            // plan is made (at 10⁶ nodes, a third of a second each). Planning a partition just
-            // made fails only on a bug; the report would then end there, with the error.
-            let (plan, head) = remat_core::par::join(
-                || loaded.plan(&p),
-                || json.then(|| to_stdout(|out| Report::new(&loaded.pg, &p).json_draft().write_head(out))),
-            );
+            // The JSON report up to the peaks the plan gives is written first, then the plan is
+            // made. Planning a partition just made fails only on a bug; the report would then end
+            // there, with the error.
+            let head = json.then(|| to_stdout(|out| Report::new(&loaded.pg, &p).json_draft().write_head(out)));
+            let plan = loaded.plan(&p);
             let plan = plan.map_err(bad)?;
             head.transpose()?;
             let windows = plan.as_ref().map_or_else(Vec::new, |plan| plan.transfer_windows(&loaded.pg));

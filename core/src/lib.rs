@@ -8,6 +8,7 @@
 
 pub mod autodiff;
 pub mod backend;
+mod concurrent;
 mod cpu_features;
 pub mod decode;
 mod dtype;
@@ -21,8 +22,6 @@ mod large_blocks;
 mod model;
 pub mod op;
 mod optim;
-#[doc(hidden)] // Not a public API: the `remat` command runs its own work beside planning.
-pub mod par;
 pub mod partition;
 pub mod peak;
 pub mod plan;

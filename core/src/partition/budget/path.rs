@@ -14,10 +14,10 @@ impl Problem<'_> {
     /// 10⁶-node graph).
     pub(super) fn path_and_bound(&self) -> (Found, Option<Bound>) {
         if self.has_global() {
-            let (bound, path) = crate::par::join(|| Bound::start(self), || self.solve_heuristic());
+            let (bound, path) = crate::concurrent::join(|| Bound::start(self), || self.solve_heuristic());
             (path, Some(bound))
         } else {
-            let (path, _) = crate::par::join(|| self.solve_path(), || self.hint());
+            let (path, _) = crate::concurrent::join(|| self.solve_path(), || self.hint());
             (self.or_hint(path), None)
         }
     }
