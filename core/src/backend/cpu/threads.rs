@@ -115,16 +115,23 @@ pub(crate) fn threads() -> usize {
     })
 }
 
-/// Runs `op` (which splits work with rayon) in the pool of the kernel running on this thread:
-/// the backend's pool, or the pool of the worker this already runs on. Called only where
-/// [`threads`] is above one.
-pub(crate) fn in_pool<R: Send>(op: impl FnOnce() -> R + Send) -> R {
+/// `mine()` on this thread with `helper()` started on each other thread of the kernel's pool
+/// (the backend's, or the pool of the worker this runs on), returning once all have returned.
+/// The caller never waits for a helper to start its share: helpers that start late find less
+/// (or nothing) left to take. Called only where [`threads`] is above one.
+pub(crate) fn beside<R>(helper: &(impl Fn() + Sync), mine: impl FnOnce() -> R) -> R {
     let pool = CURRENT.with(|c| match &*c.borrow() {
         Current::Pool(pool) => Some(Arc::clone(pool)),
         _ => None,
     });
     match pool {
-        Some(pool) => pool.install(op),
-        None => op(),
+        Some(pool) => pool.in_place_scope(|s| {
+            (1..pool.current_num_threads()).for_each(|_| s.spawn(|_| helper()));
+            mine()
+        }),
+        None => rayon::in_place_scope(|s| {
+            (1..rayon::current_num_threads()).for_each(|_| s.spawn(|_| helper()));
+            mine()
+        }),
     }
 }

@@ -1,12 +1,14 @@
 //! How kernels split their work over the backend's threads so that the result does not depend
 //! on the split: chunk boundaries come from the data (whole rows, chunks of a fixed size), never
 //! from the thread count, and every element is computed by the same code whichever thread runs
-//! its chunk. Chunks are many and small enough that rayon's work stealing balances them: a
-//! thread that shares its core with another process takes fewer.
+//! its chunk. Chunks are many and small, taken by the calling thread and the backend's pool
+//! threads as each gets free: a thread that shares its core with another process takes fewer,
+//! and the caller never waits for a helper that has not started.
 
-use super::super::threads::{in_pool, threads};
-use rayon::prelude::*;
+use super::super::threads::{beside, threads};
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Elements per chunk of an elementwise loop: handing a chunk to another thread costs about a
 /// microsecond, a 16 Ki-element loop a few.
@@ -31,7 +33,8 @@ pub(crate) fn par_rows_min<U: Send>(out: &mut [U], row: usize, min: usize, f: im
     if out.len() < 2 * per || serial() {
         return f(0, out);
     }
-    in_pool(|| out.par_chunks_mut(per).with_max_len(1).enumerate().for_each(|(i, c)| f(i * per, c)));
+    let chunks: Vec<(usize, &mut [U])> = out.chunks_mut(per).enumerate().map(|(i, c)| (i * per, c)).collect();
+    claimed(chunks, |(at, c)| f(at, c));
 }
 
 /// A vector of `n` elements that `fill(offset, chunk)` writes, over chunks split as
@@ -104,7 +107,26 @@ pub(crate) fn par_tasks<T: Send>(tasks: Vec<T>, f: impl Fn(T) + Sync) {
     if tasks.len() < 2 || serial() {
         return tasks.into_iter().for_each(f);
     }
-    in_pool(|| tasks.into_par_iter().with_max_len(1).for_each(|t| f(t)));
+    claimed(tasks, f);
+}
+
+/// Runs `f` on every task, on this thread and the pool's other threads, each taking the next
+/// task not yet taken: a thread that shares its core with another process takes fewer.
+fn claimed<T: Send>(tasks: Vec<T>, f: impl Fn(T) + Sync) {
+    let n = tasks.len();
+    let slots: Vec<Mutex<Option<T>>> = tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
+        }
+        let task = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            f(task);
+        }
+    };
+    beside(&work, || work());
 }
 
 #[cfg(test)]
@@ -115,9 +137,9 @@ mod tests {
     use std::time::{Duration, Instant};
 
     /// Runs `n` tasks of a kernel on `pool`, each waiting until all `n` run at once (or 20 s
-    /// have passed): per task, the thread count the kernel saw, the rayon thread that ran it and
+    /// have passed): per task, the thread count the kernel saw, the thread that ran it and
     /// whether all `n` met.
-    fn meet(pool: &Pool, n: usize) -> Vec<(usize, Option<usize>, bool)> {
+    fn meet(pool: &Pool, n: usize) -> Vec<(usize, std::thread::ThreadId, bool)> {
         let arrived = AtomicUsize::new(0);
         let seen = Mutex::new(Vec::new());
         pool.enter(|| {
@@ -128,7 +150,7 @@ mod tests {
                     std::thread::yield_now();
                 }
                 let met = arrived.load(Ordering::SeqCst) >= n;
-                seen.lock().unwrap().push((threads(), rayon::current_thread_index(), met));
+                seen.lock().unwrap().push((threads(), std::thread::current().id(), met));
             })
         });
         seen.into_inner().unwrap()
@@ -141,7 +163,7 @@ mod tests {
     #[test]
     fn two_backends_on_two_threads_each_run_on_their_own_threads() {
         let start = Barrier::new(2);
-        let results: Vec<(usize, Vec<(usize, Option<usize>, bool)>)> = std::thread::scope(|s| {
+        let results: Vec<(usize, Vec<(usize, std::thread::ThreadId, bool)>)> = std::thread::scope(|s| {
             let runs: Vec<_> = [2usize, 3]
                 .into_iter()
                 .map(|n| {
@@ -158,9 +180,7 @@ mod tests {
         for (n, seen) in results {
             assert_eq!(seen.len(), n);
             assert!(seen.iter().all(|&(count, _, met)| count == n && met), "{n} threads: {seen:?}");
-            let mut ran_on: Vec<_> = seen.iter().map(|&(_, on, _)| on.expect("a pool thread")).collect();
-            ran_on.sort_unstable();
-            ran_on.dedup();
+            let ran_on: std::collections::HashSet<_> = seen.iter().map(|&(_, on, _)| on).collect();
             assert_eq!(ran_on.len(), n, "{n} threads: {seen:?}");
         }
     }
