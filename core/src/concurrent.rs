@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_task_started_in_a_scope_is_collected_after_its_starter_returned() {
-        let data = vec![1, 2, 3];
+        let data = [1, 2, 3];
         let total = scope(|s| {
             let start = || spawn(s, || data.iter().sum::<i32>());
             let task = start();

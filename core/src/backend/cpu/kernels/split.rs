@@ -126,7 +126,7 @@ fn claimed<T: Send>(tasks: Vec<T>, f: impl Fn(T) + Sync) {
             f(task);
         }
     };
-    beside(&work, || work());
+    beside(&work, work);
 }
 
 #[cfg(test)]
@@ -136,10 +136,13 @@ mod tests {
     use std::sync::{Barrier, Mutex};
     use std::time::{Duration, Instant};
 
+    /// Per task: the thread count its kernel saw, the thread that ran it, whether all met.
+    type Seen = Vec<(usize, std::thread::ThreadId, bool)>;
+
     /// Runs `n` tasks of a kernel on `pool`, each waiting until all `n` run at once (or 20 s
     /// have passed): per task, the thread count the kernel saw, the thread that ran it and
     /// whether all `n` met.
-    fn meet(pool: &Pool, n: usize) -> Vec<(usize, std::thread::ThreadId, bool)> {
+    fn meet(pool: &Pool, n: usize) -> Seen {
         let arrived = AtomicUsize::new(0);
         let seen = Mutex::new(Vec::new());
         pool.enter(|| {
@@ -163,7 +166,7 @@ mod tests {
     #[test]
     fn two_backends_on_two_threads_each_run_on_their_own_threads() {
         let start = Barrier::new(2);
-        let results: Vec<(usize, Vec<(usize, std::thread::ThreadId, bool)>)> = std::thread::scope(|s| {
+        let results: Vec<(usize, Seen)> = std::thread::scope(|s| {
             let runs: Vec<_> = [2usize, 3]
                 .into_iter()
                 .map(|n| {
