@@ -69,7 +69,7 @@ pub(crate) fn rows<S: Sync, T: Serialize>(items: &[S], item_of: impl Fn(&S) -> T
     };
     Field::Rows(if items.len() >= PARALLEL_ROWS {
         let (first, second) = items.split_at(items.len() / 2);
-        let (first, second) = crate::par::join(|| write(first), || write(second));
+        let (first, second) = crate::concurrent::join(|| write(first), || write(second));
         vec![first, second]
     } else if items.is_empty() {
         Vec::new()

@@ -14,6 +14,7 @@
 
 mod autodiff;
 mod backend;
+mod concurrent;
 mod cpu_features;
 mod decode;
 mod dtype;
@@ -27,7 +28,6 @@ mod json_writer;
 mod model;
 mod op;
 mod optim;
-mod par;
 mod partition;
 mod peak;
 mod pipeline;

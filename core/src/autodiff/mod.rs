@@ -189,7 +189,7 @@ fn without_dead_backward_nodes(graph: Graph, n_forward: usize, outputs: &[NodeId
 fn needs_grad(forward: &Graph, loss: NodeId) -> Vec<bool> {
     let n = forward.len();
     // Two sweeps, one from the first node and one from the last, each on its own: at once.
-    let (from_param, to_loss) = crate::par::join(
+    let (from_param, to_loss) = crate::concurrent::join(
         || {
             let mut from_param = vec![false; n];
             for id in forward.ids() {

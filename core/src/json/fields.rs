@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::borrow::Cow;
+use std::sync::mpsc::{Receiver, SyncSender};
 
 /// A node id as written: borrowed from the text where it can be.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -222,38 +223,39 @@ pub(super) fn each_node_pipelined<'a, T: Deserialize<'a>, U: Send>(
     mut prepare: impl FnMut(usize, T) -> Result<U> + Send,
     mut each: impl FnMut(usize, U) -> Result<()>,
 ) -> Result<()> {
-    if raw.len() < PIPELINE_FROM_BYTES || !crate::par::second_cpu() {
-        return each_node(raw, format, fields, |k, t| each(k, prepare(k, t)?));
+    let one_pass = |prepare: &mut dyn FnMut(usize, T) -> Result<U>, each: &mut dyn FnMut(usize, U) -> Result<()>| {
+        each_node(raw, format, fields, |k, t| each(k, prepare(k, t)?))
+    };
+    if raw.len() < PIPELINE_FROM_BYTES {
+        return one_pass(&mut prepare, &mut each);
     }
-    std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<(usize, U)>>(8);
-        let parser = scope.spawn(move || {
-            let mut batch = Vec::with_capacity(PIPELINE_BATCH);
-            let parsed = each_node(raw, format, fields, |k, t| {
-                batch.push((k, prepare(k, t)?));
-                if batch.len() == PIPELINE_BATCH {
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
-                    // The caller stopped at an error of its own, which is the one returned.
-                    tx.send(full).map_err(|_| top_error("stopped".into()))?;
-                }
-                Ok(())
-            });
-            // Nodes prepared before a failure are still checked: an error among them comes first.
-            let _ = tx.send(batch);
-            parsed
+    let produce = |tx: SyncSender<Vec<(usize, U)>>| {
+        let mut batch = Vec::with_capacity(PIPELINE_BATCH);
+        let parsed = each_node(raw, format, fields, |k, t| {
+            batch.push((k, prepare(k, t)?));
+            if batch.len() == PIPELINE_BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
+                // The caller stopped at an error of its own, which is the one returned.
+                tx.send(full).map_err(|_| top_error("stopped".into()))?;
+            }
+            Ok(())
         });
-        let mut checked = Ok(());
-        'batches: for batch in rx {
+        // Nodes prepared before a failure are still checked: an error among them comes first.
+        let _ = tx.send(batch);
+        parsed
+    };
+    let consume = |rx: Receiver<Vec<(usize, U)>>| {
+        for batch in rx {
             for (k, u) in batch {
-                if let Err(e) = each(k, u) {
-                    checked = Err(e);
-                    break 'batches;
-                }
+                each(k, u)?;
             }
         }
-        let parsed = parser.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        checked.and(parsed)
-    })
+        Ok(())
+    };
+    match crate::concurrent::pipeline(8, produce, consume) {
+        Some((parsed, checked)) => checked.and(parsed),
+        None => one_pass(&mut prepare, &mut each),
+    }
 }
 
 /// Reads node object `raw` (position `k`) as `T`, whose fields are `fields`. Errors name the

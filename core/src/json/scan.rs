@@ -7,14 +7,6 @@
 //! parses the text with serde_json, whose errors are the ones reported.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// A bracketed value is walked alone for this many bytes; past them, the rest of the text is
-/// walked in two halves at once where there is a second CPU (the pass runs before anything
-/// else can: docs/performance.md, "Reading").
-const ALONE: usize = 1 << 20;
-/// How often (in bytes) the second half looks whether the first found the value's end already.
-const LOOK_EVERY: usize = 1 << 16;
 
 /// Each top-level field's name and the text of its value, or `None` where the top level is not
 /// an object of that shape (the caller then parses the text with serde_json). A field listed
@@ -75,17 +67,9 @@ fn string_end(b: &[u8], i: usize) -> Option<usize> {
 /// The position after the value that starts at `i`: a string, an array or object (brackets
 /// counted outside strings), or a number or literal (up to the next delimiter).
 fn value_end(b: &[u8], i: usize) -> Option<usize> {
-    value_end_with(b, i, ALONE)
-}
-
-/// [`value_end`], walking a bracketed value alone for `alone` bytes before it splits the rest.
-fn value_end_with(b: &[u8], i: usize, alone: usize) -> Option<usize> {
     match b.get(i)? {
         b'"' => string_end(b, i),
-        b'[' | b'{' => match walk(b, i, b.len().min(i.saturating_add(alone)), 0)? {
-            Walked::Closed(end) => Some(end),
-            Walked::Open(depth, at) => rest_end(b, at, depth),
-        },
+        b'[' | b'{' => bracketed_end(b, i),
         _ => {
             let end = (i..b.len()).find(|&j| matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'));
             let end = end.unwrap_or(b.len());
@@ -94,135 +78,28 @@ fn value_end_with(b: &[u8], i: usize, alone: usize) -> Option<usize> {
     }
 }
 
-/// Where a walk over brackets stopped.
-enum Walked {
-    /// Every bracket closed: the position after the last.
-    Closed(usize),
-    /// Brackets still open, and where the walk stopped (outside any string).
-    Open(usize, usize),
-}
-
-/// Walks `b` from `from` (outside any string, `depth` brackets open) until every bracket is
-/// closed, or to the first position at or past `to` outside a string; `None` where a string
-/// never closes or a bracket closes none. Where `depth` is 0, the first byte opens one.
-fn walk(b: &[u8], from: usize, to: usize, mut depth: usize) -> Option<Walked> {
-    let mut j = from;
-    loop {
-        match next_bracket(b, j, to)? {
-            Bracket::None(at) => return Some(Walked::Open(depth, at)),
-            Bracket::Opens(at) => {
-                depth += 1;
-                j = at + 1;
-            }
-            Bracket::Closes(at) => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(Walked::Closed(at + 1));
-                }
-                j = at + 1;
-            }
-        }
-    }
-}
-
-/// The next bracket outside strings from `j` on.
-enum Bracket {
-    Opens(usize),
-    Closes(usize),
-    /// None before `to`: the first position at or past it outside a string.
-    None(usize),
-}
-
-/// The first bracket at or after `j` (outside any string) and before `to`; a string that opens
-/// before `to` is skipped whole. `None` where a string never closes.
-fn next_bracket(b: &[u8], mut j: usize, to: usize) -> Option<Bracket> {
-    while j < to {
+/// The position after the bracket that closes the one opening at `from` (outside strings);
+/// `None` where a string or that bracket never closes, or a bracket closes none.
+fn bracketed_end(b: &[u8], from: usize) -> Option<usize> {
+    let (mut depth, mut j) = (0usize, from);
+    while j < b.len() {
         match b[j] {
             b'"' => {
                 j = string_end(b, j)?;
                 continue;
             }
-            b'[' | b'{' => return Some(Bracket::Opens(j)),
-            b']' | b'}' => return Some(Bracket::Closes(j)),
-            _ => j += 1,
-        }
-    }
-    Some(Bracket::None(j))
-}
-
-/// The position after the bracket that closes the `depth` brackets open at `at` (outside any
-/// string). A long rest is split at a line break past its middle — never inside a string, where
-/// JSON allows no raw line break — and both halves are walked at once: the first as [`walk`]
-/// does, the second noting where its brackets first close one level, two levels, ... below where
-/// it began, so that whatever the first leaves open, the second says where it closes.
-fn rest_end(b: &[u8], at: usize, depth: usize) -> Option<usize> {
-    let split = (b.len() - at > 2 * LOOK_EVERY && crate::par::second_cpu())
-        .then(|| {
-            let middle = at + (b.len() - at) / 2;
-            b[middle..].iter().position(|&c| c == b'\n').map(|k| middle + k)
-        })
-        .flatten();
-    let Some(split) = split else { return closed(walk(b, at, b.len(), depth)?) };
-    let found = AtomicBool::new(false);
-    let (first, lows) = crate::par::join(
-        || {
-            let first = walk(b, at, split, depth);
-            if !matches!(first, Some(Walked::Open(..))) {
-                found.store(true, Ordering::Relaxed);
-            }
-            first
-        },
-        || lows(b, split, &found),
-    );
-    match first? {
-        Walked::Closed(end) => Some(end),
-        // The second half began where the first stopped: its lows go on from there.
-        Walked::Open(depth, stopped) if stopped == split => lows?.get(depth - 1).copied(),
-        // A string ran over the split (a raw line break inside it: not JSON): walked on alone.
-        Walked::Open(depth, stopped) => closed(walk(b, stopped, b.len(), depth)?),
-    }
-}
-
-/// The end of a walk to the end of the text, where it closed.
-fn closed(walked: Walked) -> Option<usize> {
-    match walked {
-        Walked::Closed(end) => Some(end),
-        Walked::Open(..) => None,
-    }
-}
-
-/// From `from` (outside any string) to the end of `b`: the position after the bracket that
-/// first closes one level below `from`'s, two levels, and so on; `None` where a string never
-/// closes. Stops early (with what it found) once `stop` is set.
-fn lows(b: &[u8], from: usize, stop: &AtomicBool) -> Option<Vec<usize>> {
-    let (mut depth, mut lowest) = (0isize, 0isize);
-    let mut lows = Vec::new();
-    let mut j = from;
-    let mut look_at = from + LOOK_EVERY;
-    loop {
-        let at = match next_bracket(b, j, b.len())? {
-            Bracket::None(_) => return Some(lows),
-            Bracket::Opens(at) => {
-                depth += 1;
-                at
-            }
-            Bracket::Closes(at) => {
-                depth -= 1;
-                if depth < lowest {
-                    lowest = depth;
-                    lows.push(at + 1);
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(j + 1);
                 }
-                at
             }
-        };
-        if at >= look_at {
-            if stop.load(Ordering::Relaxed) {
-                return Some(lows);
-            }
-            look_at = at + LOOK_EVERY;
+            _ => {}
         }
-        j = at + 1;
+        j += 1;
     }
+    None
 }
 
 #[cfg(test)]
@@ -321,24 +198,18 @@ mod tests {
     }
 
     #[test]
-    fn long_values_walked_in_halves_end_where_serde_json_ends_them() {
+    fn long_values_end_where_serde_json_ends_them() {
         for (nodes, seed) in [(3000, 1), (5000, 2), (9000, 3)] {
             let (text, start) = long_document(nodes, seed);
-            assert!(text.len() > 4 * super::LOOK_EVERY, "long enough to be split");
-            let b = text.as_bytes();
             let mut de = serde_json::Deserializer::from_str(&text[start..]);
             let list: &RawValue = serde::Deserialize::deserialize(&mut de).expect("the list is JSON");
-            let expected = start + list.get().len();
-            // Walked alone to the end, walked alone for a while then split, split at once.
-            for alone in [usize::MAX, 100_000, 1000, 1, 0] {
-                assert_eq!(super::value_end_with(b, start, alone), Some(expected), "{nodes} nodes, {alone} alone");
-            }
+            assert_eq!(super::value_end(text.as_bytes(), start), Some(start + list.get().len()), "{nodes} nodes");
             assert_eq!(fields(&text), by_serde(&text));
         }
     }
 
     #[test]
-    fn broken_long_values_are_found_alike_split_or_not() {
+    fn broken_long_values_are_never_taken_for_what_serde_json_rejects() {
         let (text, start) = long_document(6000, 4);
         let middle = start + (text.len() - start) / 2;
         let line_break = middle + text[middle..].find('\n').expect("a line break past the middle");
@@ -347,21 +218,19 @@ mod tests {
             // Cut short: the list never closes, or a string never does.
             text[..text.len() / 2].to_string(),
             text[..quote + 1].to_string(),
-            // A raw line break inside a string, where the halves would split.
+            // A raw line break inside a string.
             format!("{}\"a{}", &text[..line_break], &text[line_break..]),
             format!("{}\n{}", &text[..quote + 1], &text[quote + 1..]),
         ];
-        // One bracket more or fewer, before the split or after it.
+        // One bracket more or fewer, early or late.
         for at in [start + 10, middle] {
             let close = at + text[at..].find(']').expect("a closing bracket");
             broken.push(format!("{}{}", &text[..close], &text[close + 1..]));
             broken.push(format!("{}]{}", &text[..close], &text[close..]));
         }
+        assert_eq!(super::value_end(broken[0].as_bytes(), start), None, "cut short");
+        assert_eq!(super::value_end(broken[1].as_bytes(), start), None, "a string cut short");
         for doc in &broken {
-            let alone = super::value_end_with(doc.as_bytes(), start, usize::MAX);
-            for split_after in [0, 1000] {
-                assert_eq!(super::value_end_with(doc.as_bytes(), start, split_after), alone);
-            }
             // Whatever the pass makes of it, it never accepts what serde_json rejects at the top.
             if let (Some(found), Some(expected)) = (fields(doc), by_serde(doc)) {
                 assert_eq!(found, expected);

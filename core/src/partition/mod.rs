@@ -119,7 +119,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // What the backward reads: every sweep below starts from it (one pass over every node,
     // computed once); beside it, which values are boundary values (another).
     let (reads, boundary) =
-        crate::par::join(|| g.backward_reads_from(&validated.backward), || boundary::boundary_values(g));
+        crate::concurrent::join(|| g.backward_reads_from(&validated.backward), || boundary::boundary_values(g));
     let class = classify(g, &validated.backward, &reads, &boundary, validated.must_recompute_tags)?;
     let respect = respect_at_hand(&class);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
@@ -133,7 +133,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     let ctx = budget::Offload::new(g, &class, &wishes.wish, exposed, model, choose);
     // A budget's bound may still be proven on a thread of this scope while the partition is
     // finished.
-    std::thread::scope(|scope| {
+    crate::concurrent::scope(|scope| {
         let budget::Solution { mut at_hand, mut chosen, offloaded: off, grade } = match strategy {
             Strategy::Respect => budget::solve(scope, g, &class, &reads, respect.clone(), &respect, None, &ctx)?,
             Strategy::MinCut => {

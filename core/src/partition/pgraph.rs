@@ -246,7 +246,9 @@ impl PGraph {
         // Large graphs are converted in two halves at once where there is a second CPU
         // (docs/performance.md, "Partition graph").
         let nodes = if g.len() >= 100_000 {
-            crate::par::collect_halves(g.len(), ShapeCache::default, |shapes, k| node(shapes, NodeId::new(k as u32)))
+            crate::concurrent::collect_halves(g.len(), ShapeCache::default, |shapes, k| {
+                node(shapes, NodeId::new(k as u32))
+            })
         } else {
             let mut shapes = ShapeCache::default();
             g.ids().map(|id| node(&mut shapes, id)).collect()

@@ -30,7 +30,7 @@ impl Problem<'_> {
         }
         let partition = partition_with(&self.graph, strategy, model)?;
         let head = Report::new(&self.graph, &partition);
-        let (planned, head) = crate::par::join(
+        let (planned, head) = crate::concurrent::join(
             || match self.planner {
                 Planner::Joint(joint) => plan(joint, &partition, model),
                 _ => plan(&self.graph, &partition, model),

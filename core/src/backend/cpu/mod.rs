@@ -6,8 +6,10 @@
 //! host tier for offloaded values is a second pool with its own meter ([`Backend::host_memory`]);
 //! an offload copies the tensor into it synchronously, a fetch copies it back.
 
+mod guard;
 mod heap;
 pub(crate) mod kernels;
+pub(crate) mod threads;
 
 pub use heap::{keep_freed_memory, release_freed_memory};
 
@@ -94,13 +96,14 @@ impl Drop for CpuHostBuffer {
 pub struct CpuBackend {
     meter: Rc<Meter>,
     host: Rc<Meter>,
-    threads: usize,
+    /// The kernels' threads: a rayon pool of this backend's own.
+    pool: threads::Pool,
 }
 
 impl Default for CpuBackend {
     fn default() -> Self {
         heap::from_environment();
-        CpuBackend { meter: Rc::default(), host: Rc::default(), threads: kernels::pool::default_threads() }
+        Self::with_pool(threads::default_threads())
     }
 }
 
@@ -111,25 +114,31 @@ impl CpuBackend {
         Self::default()
     }
 
-    /// A CPU backend whose kernels use at most `threads` threads (this one included; 0 is taken
+    /// A CPU backend whose kernels use at most `threads` threads (a pool of its own; 0 is taken
     /// as 1). Results are the same bits for every count: kernels split work only where each
     /// element is computed the same way whatever the split.
     pub fn with_threads(threads: usize) -> Self {
-        CpuBackend { threads: threads.max(1), ..Self::default() }
+        heap::from_environment();
+        Self::with_pool(threads)
     }
 
-    /// The threads this backend's kernels may use.
+    fn with_pool(threads: usize) -> Self {
+        CpuBackend { meter: Rc::default(), host: Rc::default(), pool: threads::Pool::new(threads) }
+    }
+
+    /// The threads this backend's kernels may use: a pool of its own (started at its first
+    /// kernel), so backends on different threads each run on their own count.
     pub fn threads(&self) -> usize {
-        self.threads
+        self.pool.threads()
     }
 
     /// The thread count of [`CpuBackend::new`]: `REMAT_NUM_THREADS` when set,
     /// else the CPUs this process may run on (so `taskset` limits it), capped by
-    /// `MATMUL_NUM_THREADS` when that is set. Whatever the count, a kernel runs on one thread
-    /// while the helpers are found not to get a core of their own (another process busy on
-    /// the machine), so the default is never much slower than one thread.
+    /// `MATMUL_NUM_THREADS` when that is set. Kernels split their work into many more chunks
+    /// than threads, which the threads take as they get free, so a thread that shares its core
+    /// with another process takes fewer.
     pub fn default_threads() -> usize {
-        kernels::pool::default_threads()
+        threads::default_threads()
     }
 
     fn hold(&self, tensor: HostTensor) -> CpuBuffer {
@@ -167,7 +176,7 @@ impl Backend for CpuBackend {
 
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&CpuBuffer]) -> Result<CpuBuffer> {
         let tensors: Vec<&HostTensor> = inputs.iter().map(|b| &b.tensor).collect();
-        let out = kernels::pool::with_threads(self.threads, || kernels::execute(call, &tensors))?;
+        let out = self.pool.enter(|| kernels::execute(call, &tensors))?;
         debug_assert_eq!(out.shape(), call.out_shape, "{} produced the wrong shape", call.op.name());
         debug_assert_eq!(out.dtype(), call.out_dtype, "{} produced the wrong dtype", call.op.name());
         Ok(self.hold(out))

@@ -45,10 +45,10 @@ pub(super) use search::{with_search, Search};
 
 use super::classify::Class;
 use super::{Budget, PGraph, Reason};
+use crate::concurrent::{Scope, Task};
 use crate::error::{Error, Result};
 use crate::graph::RegionId;
 use std::sync::Arc;
-use std::thread::{Scope, ScopedJoinHandle};
 
 /// What the budget search decided, for the partition to finish.
 ///
@@ -73,7 +73,7 @@ pub(super) struct Solution<'s> {
 pub(super) enum Grade<'s> {
     /// `None` where the plan is proven optimal.
     Known(Option<f64>),
-    Proving(ScopedJoinHandle<'s, f64>),
+    Proving(Task<'s, f64>),
 }
 
 impl Grade<'_> {
@@ -82,7 +82,7 @@ impl Grade<'_> {
     pub(super) fn wait(self) -> Option<f64> {
         match self {
             Grade::Known(bound) => bound,
-            Grade::Proving(proof) => Some(proof.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
+            Grade::Proving(proof) => Some(proof.wait()),
         }
     }
 }
@@ -179,7 +179,7 @@ fn set_global_limit(problem: &mut Problem<'_>, b: Budget, respect: &[bool]) -> R
     // made beside the path, for the final solve: neither reads the limits.)
     let (fewest, early_bound) = problem.fewest_bytes();
     // The two ends are counted at once (each a sweep over every node).
-    let (lo, hi) = crate::par::join(
+    let (lo, hi) = crate::concurrent::join(
         || match fewest {
             Ok(solved) => Ok(problem.global_bytes(&solved.plan.at_hand, &solved.plan.offloaded)),
             Err(e) => e.least_global_within_regions.ok_or(e),

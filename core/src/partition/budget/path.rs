@@ -13,10 +13,10 @@ impl Problem<'_> {
     /// no bound, the min-cut is cut beside the path.
     pub(super) fn path_and_bound(&self) -> (Found, Option<Bound>) {
         if self.has_global() {
-            let (bound, path) = crate::par::join(|| Bound::start(self), || self.solve_heuristic());
+            let (bound, path) = crate::concurrent::join(|| Bound::start(self), || self.solve_heuristic());
             (path, Some(bound))
         } else {
-            let (path, _) = crate::par::join(|| self.solve_path(), || self.hint());
+            let (path, _) = crate::concurrent::join(|| self.solve_path(), || self.hint());
             (self.or_hint(path), None)
         }
     }

@@ -8,9 +8,9 @@ use super::bound::Bound;
 use super::milp;
 use super::problem::{Found, Infeasible, Placement, Problem, Solved};
 use super::Grade;
+use crate::concurrent::Scope;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::Scope;
 
 /// Every combination is tried for up to this many candidates...
 const EXACT_CANDIDATES: usize = 12;
@@ -175,14 +175,14 @@ impl<'a> Problem<'a> {
         match (started, prove_in) {
             // The bound's last cut outlasts the plan: the caller finishes the partition with the
             // plan meanwhile.
-            (Some(bound), Some((scope, this))) if crate::par::second_cpu() => {
+            (Some(bound), Some((scope, this))) if crate::concurrent::second_cpu() => {
                 let found = Arc::clone(&plan_found);
-                let proof = scope.spawn(move || bound.finish(&this, &found));
+                let proof = crate::concurrent::spawn(scope, move || bound.finish(&this, &found));
                 Ok(Graded { plan: plan()?, grade: Grade::Proving(proof) })
             }
             (started, _) => {
                 let bound = || started.map_or(0.0, |bound| bound.finish(self, &plan_found));
-                let (plan, bound) = crate::par::join(plan, bound);
+                let (plan, bound) = crate::concurrent::join(plan, bound);
                 Ok(Graded { plan: plan?, grade: Grade::Known(Some(bound)) })
             }
         }

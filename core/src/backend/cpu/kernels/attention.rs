@@ -12,7 +12,7 @@
 //! token-major (`[.., t, heads, d]`: an attention's rows `heads · d` apart); the block products
 //! read either by strides ([`Dims::row`]), so both layouts compute the same bits.
 
-use super::{finish, pool, simd, Float, KernelCall};
+use super::{finish, simd, split, Float, KernelCall};
 use crate::error::Result;
 use crate::host::HostTensor;
 use crate::op::{AttnDims, AttnLayout};
@@ -110,8 +110,7 @@ fn mm<T: Float>(
 }
 
 /// A vector of the given chunk lengths' total, each chunk zeroed and then passed to
-/// `f(unit, chunk)` on the kernels' threads (`pool::threads`, the long-lived pool), units
-/// claimed as threads get free (causal blocks grow with their index). Each chunk is zeroed by
+/// `f(unit, chunk)` on the backend's threads, units taken as threads get free (causal blocks grow with their index). Each chunk is zeroed by
 /// the thread that fills it, so it is in that thread's cache, and no pass runs before the units.
 fn parallel_units<T: Float>(lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) -> Vec<T> {
     let n = lens.iter().sum();
@@ -131,12 +130,7 @@ fn parallel_units<T: Float>(lens: &[usize], f: impl Fn(usize, &mut [T]) + Sync) 
         // layout of `T`.
         f(u, unsafe { &mut *(chunk as *mut [MaybeUninit<T>] as *mut [T]) })
     };
-    let threads = pool::threads().min(chunks.len());
-    if threads <= 1 {
-        chunks.into_iter().for_each(run);
-    } else {
-        pool::par_tasks(chunks, threads, run);
-    }
+    split::par_tasks(chunks, run);
     // SAFETY: the chunks cover `0..n`, and each was initialised above.
     unsafe { out.set_len(n) };
     out

@@ -3,7 +3,7 @@
 
 use super::strided::{coalesce, row_offsets};
 use super::{finish, node_err, Float, KernelCall};
-use super::{pool, simd};
+use super::{simd, split};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::{HostData, HostTensor};
@@ -37,7 +37,7 @@ pub(super) fn broadcast_zip<T: Float>(
     };
     // SAFETY: chunks hold whole rows (`par_fill` splits at multiples of `inner`, and the output
     // is `rows · inner` long), and `broadcast_rows` writes every element of each row.
-    unsafe { pool::par_fill(out_shape.iter().product(), inner, fill) }
+    unsafe { split::par_fill(out_shape.iter().product(), inner, fill) }
 }
 
 crate::cpu_features::wide_fn! {
@@ -319,7 +319,7 @@ pub(super) fn dropout<T: Float>(
         dropout_loop(&xv[at..at + o.len()], o, at / DROPOUT_SPAN, key, philox_key, threshold, keep_prob)
     };
     // SAFETY: `dropout_loop` writes every element of its output chunk.
-    let out = unsafe { pool::par_fill_min(xv.len(), DROPOUT_SPAN, pool::HEAVY_PAR_MIN, fill) };
+    let out = unsafe { split::par_fill_min(xv.len(), DROPOUT_SPAN, split::HEAVY_CHUNK, fill) };
     finish(call, out)
 }
 

@@ -3,7 +3,7 @@
 //! These move raw elements of any dtype (fp8 as its byte, i64 as is) without converting them.
 
 use super::strided::strided_copy;
-use super::{finish_raw, node_err, per_elem, pool, Elem, KernelCall};
+use super::{finish_raw, node_err, per_elem, split, Elem, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
@@ -17,7 +17,7 @@ fn elems<'a, E: Elem>(call: &KernelCall<'_>, x: &'a HostTensor) -> Result<&'a [E
 /// Same elements, the call's shape (copied on the kernels' threads).
 pub(super) fn reshape(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor> {
     fn run<E: Elem>(call: &KernelCall<'_>, x: &HostTensor) -> Result<HostTensor> {
-        finish_raw(call, pool::par_copy(elems::<E>(call, x)?))
+        finish_raw(call, split::par_copy(elems::<E>(call, x)?))
     }
     per_elem!(x.dtype(), run(call, x))
 }

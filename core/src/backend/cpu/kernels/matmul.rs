@@ -1,14 +1,12 @@
 //! Batched matrix products through `matrixmultiply`.
 //!
 //! Threading is remat's own (`matrixmultiply` is built without its `threading` feature): one
-//! large product is split by rows of the output over the kernels' threads (`pool::threads`:
-//! the CPUs the process may use, capped by `MATMUL_NUM_THREADS`), when each thread gets enough
-//! work. Batches of small products, which `matrixmultiply` would run on
-//! one thread, are spread over the kernels' threads (`pool::threads`) here instead, when each
-//! thread gets enough work.
+//! large product is split into blocks of rows of the output, and a batch of small products
+//! (which `matrixmultiply` would run on one thread) into runs of products, over the backend's
+//! threads. Block and run sizes come from the shapes alone, never from the thread count.
 //! Broadcast batch operands are never copied: their batch stride is 0.
 
-use super::pool;
+use super::split;
 use super::{finish, node_err, Float, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -20,15 +18,22 @@ use std::mem::MaybeUninit;
 /// the same order), a batch is parallelised across products rather than within them.
 const SMALL_PRODUCT: usize = 1 << 16;
 
-/// Multiply-adds a thread must get before a product, or a batch of small ones, is split across
-/// threads: about 4 µs of work at the kernel's speed. (With 1 Mi, the GPT step's 256 × 64 × 64
-/// products stayed on one thread; split in two they take 13 µs instead of 19.)
+/// Multiply-adds a task (a block of rows, or a run of small products) gets at least: about 4 µs
+/// of work at the kernel's speed. (With 1 Mi, the GPT step's 256 × 64 × 64 products stayed on
+/// one thread; split in two they take 13 µs instead of 19.)
 const PAR_WORK: usize = 1 << 18;
 
-/// Rows of the output a thread's block of one product gets at least, when there are enough:
-/// measured on the development machine (1024×256×768 f32, 2 threads), 128-row blocks reach
-/// 242 GFLOP/s, 256-row blocks 257 and 512-row blocks 283 (1 thread: 152).
+/// Blocks a product is cut into, when its rows allow: enough that a thread sharing its core
+/// with another process takes fewer of them while the others take the rest.
+const BLOCKS: usize = 8;
+
+/// Rows of a block at most: measured on the development machine (1024×256×768 f32, 2 threads),
+/// 128-row blocks reach 242 GFLOP/s, 256-row blocks 257 and 512-row blocks 283 (1 thread: 152).
 const BLOCK_ROWS: usize = 512;
+
+/// Rows of a block at least: each block packs `b` again, and shorter blocks run the kernel far
+/// below its peak.
+const MIN_BLOCK_ROWS: usize = 32;
 
 /// Which operands a product reads transposed (last two axes swapped). Reading through strides
 /// is free in `matrixmultiply`, and its packing makes the result bit-identical to multiplying a
@@ -46,21 +51,6 @@ impl Trans {
 /// `out[b] = alpha · op(a[b]) · op(b[b])` for every batch index, with operand batch offsets from
 /// strides; `op` transposes the operands flagged in `t`.
 fn batched<T: Float>(
-    a: &[T],
-    b: &[T],
-    a_shape: &[usize],
-    b_shape: &[usize],
-    out_shape: &[usize],
-    alpha: T,
-    t: Trans,
-) -> Vec<T> {
-    batched_on(pool::threads(), a, b, a_shape, b_shape, out_shape, alpha, t)
-}
-
-/// [`batched`] on up to `cpus` threads.
-#[allow(clippy::too_many_arguments)]
-fn batched_on<T: Float>(
-    cpus: usize,
     a: &[T],
     b: &[T],
     a_shape: &[usize],
@@ -93,7 +83,7 @@ fn batched_on<T: Float>(
     if batches > 1 && !t.a && shared_b && stacked_a {
         let rows = batches * m;
         let b_mat = &b_shape[b_shape.len() - 2..];
-        return batched_on(cpus, &a[oa[0]..], &b[ob[0]..], &[rows, k], b_mat, &[rows, n], alpha, t);
+        return batched(&a[oa[0]..], &b[ob[0]..], &[rows, k], b_mat, &[rows, n], alpha, t);
     }
     let mut out: Vec<T> = Vec::with_capacity(total);
     // Rows `r0..r0 + c.len() / n` of product `q` into `c`.
@@ -115,47 +105,41 @@ fn batched_on<T: Float>(
             T::gemm(rows, k, n, alpha, pa, rsa, csa, pb.as_ptr(), rsb, csb, c.as_mut_ptr().cast(), n as isize, 1)
         };
     };
-    let run = |first: usize, chunk: &mut [MaybeUninit<T>]| {
-        for (j, c) in chunk.chunks_exact_mut(m * n).enumerate() {
-            rows(first + j, 0, c);
-        }
-    };
-    // Threads only pay for themselves with enough work each (a hand-off costs about a µs). Every
-    // output element is summed in the same order however the rows are split.
-    if cpus > 1 && m * n * k >= SMALL_PRODUCT {
-        let threads = cpus.min(m).min((m * n * k) / PAR_WORK).max(1);
-        let spare = &mut out.spare_capacity_mut()[..total];
-        if threads == 1 {
-            run(0, spare);
-        } else {
-            // Row blocks of every product, claimed as threads get free: a few per thread when
-            // products are tall, but never below `BLOCK_ROWS` rows unless that leaves a thread
-            // idle (short blocks re-pack `b` and run the kernel far below its peak).
-            let per = m.div_ceil(threads * 4).max(BLOCK_ROWS.min(m.div_ceil(threads)));
-            let mut tasks = Vec::new();
-            for (q, c) in spare.chunks_exact_mut(m * n).enumerate() {
-                for (b, part) in c.chunks_mut(per * n).enumerate() {
-                    tasks.push((q, b * per, part));
-                }
-            }
-            pool::par_tasks(tasks, threads, |(q, r0, part)| rows(q, r0, part));
-        }
-        // SAFETY: every product wrote all its rows into the `total` reserved elements.
-        unsafe { out.set_len(total) };
-        return out;
-    }
-    let threads = cpus.min(batches).min((batches * m * n * k) / PAR_WORK).max(1);
     let spare = &mut out.spare_capacity_mut()[..total];
-    if threads <= 1 || m * n * k >= SMALL_PRODUCT {
-        run(0, spare);
+    // Every output element is summed in the same order however the rows are split, and the
+    // split comes from the shapes alone.
+    let work = m * n * k;
+    if work >= SMALL_PRODUCT {
+        // On one thread a product is one call (blocks would each pack `b` again).
+        let per = if split::serial() { m.max(1) } else { block_rows(m, n * k) };
+        let mut tasks = Vec::new();
+        for (q, c) in spare.chunks_exact_mut(m * n).enumerate() {
+            for (b, part) in c.chunks_mut(per * n).enumerate() {
+                tasks.push((q, b * per, part));
+            }
+        }
+        split::par_tasks(tasks, |(q, r0, part)| rows(q, r0, part));
     } else {
-        let per = batches.div_ceil(threads * 4).max(1);
+        // Runs of whole products, each run at least `PAR_WORK` multiply-adds.
+        let per = (PAR_WORK / work.max(1)).max(1);
         let tasks: Vec<_> = spare.chunks_mut(per * m * n).enumerate().map(|(t, c)| (t * per, c)).collect();
-        pool::par_tasks(tasks, threads, |(first, chunk)| run(first, chunk));
+        split::par_tasks(tasks, |(first, chunk)| {
+            for (j, c) in chunk.chunks_exact_mut(m * n).enumerate() {
+                rows(first + j, 0, c);
+            }
+        });
     }
-    // SAFETY: every product wrote all its elements into the `total` reserved ones.
+    // SAFETY: every product wrote all its rows into the `total` reserved elements.
     unsafe { out.set_len(total) };
     out
+}
+
+/// Rows per block of an `m`-row product whose rows cost `row_work` multiply-adds each: up to
+/// [`BLOCKS`] blocks, each of at least [`PAR_WORK`] multiply-adds and [`MIN_BLOCK_ROWS`] rows,
+/// and at most [`BLOCK_ROWS`] rows.
+fn block_rows(m: usize, row_work: usize) -> usize {
+    let least = PAR_WORK.div_ceil(row_work.max(1)).max(MIN_BLOCK_ROWS);
+    m.div_ceil(BLOCKS).clamp(least.min(BLOCK_ROWS), BLOCK_ROWS).min(m.max(1))
 }
 
 /// `c = alpha · a · op(b)` for one row `a` (`1 × k`, contiguous whichever way it is stored):
@@ -366,7 +350,7 @@ mod tests {
     }
 
     /// However a product or a batch is split across threads, every element is summed in the
-    /// same order: the results are bit-identical.
+    /// same order: the results are bit-identical on every thread count.
     #[test]
     fn threads_do_not_change_a_bit() {
         let f = |n: usize, seed| -> Vec<f32> { values(n, seed).iter().map(|&x| x as f32).collect() };
@@ -375,14 +359,26 @@ mod tests {
             (vec![300, 200], vec![200, 170], vec![300, 170], super::Trans::NONE),
             (vec![200, 300], vec![200, 170], vec![300, 170], t),
             (vec![64, 20, 16], vec![64, 16, 20], vec![64, 20, 20], super::Trans::NONE),
+            (vec![8, 32, 64], vec![64, 256], vec![8, 32, 256], super::Trans::NONE),
         ] {
             let (a, b) = (f(a_shape.iter().product(), 1), f(b_shape.iter().product(), 2));
-            let one = super::batched_on(1, &a, &b, &a_shape, &b_shape, &out, 1.0f32, tr);
-            for cpus in [2, 3, 7] {
-                let many = super::batched_on(cpus, &a, &b, &a_shape, &b_shape, &out, 1.0f32, tr);
-                assert!(one.iter().zip(&many).all(|(x, y)| x.to_bits() == y.to_bits()), "{cpus} threads, {out:?}");
+            let product = || super::batched(&a, &b, &a_shape, &b_shape, &out, 1.0f32, tr);
+            let one = on_threads(1, product);
+            for threads in [2, 3, 7] {
+                let many = on_threads(threads, product);
+                assert!(one.iter().zip(&many).all(|(x, y)| x.to_bits() == y.to_bits()), "{threads} threads, {out:?}");
             }
         }
+    }
+
+    /// Blocks come from the shapes: several per product where the rows allow, none below the
+    /// floor of rows or work, none above the ceiling.
+    #[test]
+    fn blocks_follow_the_shapes() {
+        assert_eq!(super::block_rows(256, 64 * 64), 64); // 4 blocks of 256 Ki multiply-adds
+        assert_eq!(super::block_rows(256, 256 * 1024), 32); // 8 blocks, the row floor
+        assert_eq!(super::block_rows(8192, 256), 512); // the ceiling
+        assert_eq!(super::block_rows(10, 1), 10); // one block: fewer rows than the floor
     }
 
     #[test]

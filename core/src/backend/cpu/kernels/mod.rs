@@ -17,9 +17,9 @@ mod layout;
 mod matmul;
 mod nn;
 mod norm;
-pub(crate) mod pool;
 mod reduce;
 pub(crate) mod simd;
+mod split;
 mod strided;
 
 use crate::backend::KernelCall;
@@ -427,6 +427,8 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
     }
 }
 
+#[cfg(test)]
+mod same_bits;
 #[cfg(test)]
 pub(crate) mod testutil;
 

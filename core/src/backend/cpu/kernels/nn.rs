@@ -1,7 +1,7 @@
 //! Row-wise network ops over the last axis: softmax, log-softmax, layer norm, cross-entropy,
 //! their gradients, and the embedding gather and its scatter-add gradient.
 
-use super::{finish, finish_raw, ids, node_err, per_elem, pool, simd, Elem, Float, KernelCall};
+use super::{finish, finish_raw, ids, node_err, per_elem, simd, split, Elem, Float, KernelCall};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::host::HostTensor;
@@ -55,7 +55,7 @@ pub(super) fn softmax<T: Float>(call: &KernelCall<'_>, x: &HostTensor, log: bool
     }
     }
     let mut out = vec![T::ZERO; xv.len()];
-    pool::par_rows(&mut out, d, |at, o| rows(o, &xv[at..at + o.len()], d));
+    split::par_rows(&mut out, d, |at, o| rows(o, &xv[at..at + o.len()], d));
     finish(call, out)
 }
 
@@ -87,7 +87,7 @@ pub(super) fn softmax_grad<T: Float>(
         }
     }
     let mut out = vec![T::ZERO; yv.len()];
-    pool::par_rows(&mut out, d, |at, o| {
+    split::par_rows(&mut out, d, |at, o| {
         let span = at..at + o.len();
         rows(o, &yv[span.clone()], &gv[span], d)
     });
@@ -121,7 +121,7 @@ pub(super) fn layer_norm<T: Float>(call: &KernelCall<'_>, x: &HostTensor, eps: f
     let fill = |at: usize, o: &mut [MaybeUninit<T>]| rows(o, &xv[at..at + o.len()], d, T::of(eps));
     // SAFETY: chunks are whole rows (`par_fill_min` splits at multiples of `d`, and `xv` is rows
     // of `d`), and `rows` writes every element of each.
-    let out = unsafe { pool::par_fill_min(xv.len(), d, pool::HEAVY_PAR_MIN, fill) };
+    let out = unsafe { split::par_fill_min(xv.len(), d, split::HEAVY_CHUNK, fill) };
     finish(call, out)
 }
 
@@ -152,7 +152,7 @@ pub(super) fn layer_norm_grad<T: Float>(
         rows(o, &xv[span.clone()], &gv[span], d, T::of(eps))
     };
     // SAFETY: as in `layer_norm`: whole rows, each element written.
-    let out = unsafe { pool::par_fill_min(xv.len(), d, pool::HEAVY_PAR_MIN, fill) };
+    let out = unsafe { split::par_fill_min(xv.len(), d, split::HEAVY_CHUNK, fill) };
     finish(call, out)
 }
 

@@ -9,7 +9,7 @@
 //! fixed [`LANES`] accumulators whatever the vector width (a test runs a training step's kernels
 //! under each copy and compares their bits).
 
-use super::pool::par_fill;
+use super::split::par_fill;
 use crate::cpu_features::wide_fn;
 use std::mem::MaybeUninit;
 

@@ -4,7 +4,7 @@
 //! iterating, `shape::coalesce` merges axes that step contiguously in every view and drops size-1
 //! axes, so `[B, T, D] + [D]` becomes a `[B·T, D]` loop whose inner rows are plain slices.
 
-use super::pool;
+use super::split;
 pub(super) use crate::shape::coalesce;
 use std::mem::MaybeUninit;
 
@@ -64,7 +64,7 @@ pub(super) fn strided_copy<E: Copy + Send + Sync>(
             }
         };
         // SAFETY: every chunk is whole matrices, and `transpose_tiles` writes all of each.
-        return unsafe { pool::par_fill(n, pool::copy_rows(n, rows * inner), fill) };
+        return unsafe { split::par_fill(n, split::copy_rows(n, rows * inner), fill) };
     }
     let rows = row_offsets(&shape, strides);
     let fill = |at: usize, out: &mut [MaybeUninit<E>]| {
@@ -81,7 +81,7 @@ pub(super) fn strided_copy<E: Copy + Send + Sync>(
         }
     };
     // SAFETY: every chunk is whole rows of `inner` elements, each written above.
-    unsafe { pool::par_fill(n, pool::copy_rows(n, inner), fill) }
+    unsafe { split::par_fill(n, split::copy_rows(n, inner), fill) }
 }
 
 /// `dst[i·inner + j] = src[i + j·step]`: one `rows × inner` matrix, tile by tile; writes all of

@@ -20,6 +20,11 @@ pub(crate) fn run_seeded(op: &Op, inputs: &[&HostTensor], run_seed: u64) -> Resu
     execute(&call, inputs)
 }
 
+/// `f()` run as a kernel of a backend with `threads` threads.
+pub(crate) fn on_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
+    crate::backend::cpu::threads::Pool::new(threads).enter(f)
+}
+
 /// An f32 tensor (panics on a bad element count: test inputs only).
 pub(crate) fn t32(shape: &[usize], values: &[f32]) -> HostTensor {
     HostTensor::f32(shape.to_vec(), values.to_vec()).expect("test tensor")
