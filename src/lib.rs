@@ -16,8 +16,8 @@
 //! `remat-zoo` crate of the repository.
 //!
 //! Environment variables read: `REMAT_NUM_THREADS` (a [`CpuBackend`]'s default thread count),
-//! `REMAT_KEEP_FREED_MEMORY` (`0` leaves glibc's malloc thresholds alone, see
-//! [`keeps_freed_memory`]) and `REMAT_WARNINGS` (`off` silences the warnings remat writes to
+//! `REMAT_KEEP_FREED_MEMORY` (`1` keeps freed memory for the next step, as
+//! [`keep_freed_memory`] does; unset, glibc's malloc is left alone) and `REMAT_WARNINGS` (`off` silences the warnings remat writes to
 //! standard error).
 
 #![warn(missing_docs)]

@@ -131,20 +131,47 @@ fn crate_path(value: &Expr, errors: &mut Errors) -> Option<syn::Path> {
     parsed
 }
 
-/// Parses and resolves `policy!(<form>, budget = ..)`.
-pub fn parse_policy_macro(input: TokenStream, errors: &mut Errors) -> Spec {
+/// `policy!(..)`'s arguments: the policy, and the path the expansion names remat by.
+pub struct PolicyMacro {
+    pub spec: Spec,
+    /// `crate = "path"`; `None` means `::remat`.
+    pub krate: Option<syn::Path>,
+}
+
+/// Parses and resolves `policy!(<form>, budget = .., crate = "..")`.
+pub fn parse_policy_macro(input: TokenStream, errors: &mut Errors) -> PolicyMacro {
     let items = match syn::parse::Parser::parse2(Punctuated::<Expr, Token![,]>::parse_terminated, input.clone()) {
         Ok(items) => items,
         Err(error) => {
             errors.push(error);
-            return Spec::default();
+            return PolicyMacro { spec: Spec::default(), krate: None };
         }
     };
-    let lowered: Vec<Form<TokenStream>> = items.iter().map(lower).collect();
+    let (krates, items): (Vec<&Expr>, Vec<&Expr>) = items.iter().partition(|item| crate_item(item).is_some());
+    let mut krate = None;
+    for (k, (key, value)) in krates.into_iter().filter_map(crate_item).enumerate() {
+        if k > 0 {
+            errors.spanned(key, "duplicate `crate`; give it once");
+        } else {
+            krate = crate_path(value, errors);
+        }
+    }
+    let lowered: Vec<Form<TokenStream>> = items.into_iter().map(lower).collect();
     let mut diags = Diagnostics::new();
     let spec = forms::resolve_items(&lowered, &input, &mut diags);
     push_all(errors, diags);
-    spec
+    PolicyMacro { spec, krate }
+}
+
+/// The key and value of a `crate = ..` item of `policy!`.
+fn crate_item(item: &Expr) -> Option<(&Expr, &Expr)> {
+    let Expr::Assign(assign) = item else { return None };
+    let Expr::Path(key) = &*assign.left else { return None };
+    let is_crate = key.qself.is_none()
+        && key.path.leading_colon.is_none()
+        && key.path.segments.len() == 1
+        && key.path.segments[0].ident == "crate";
+    is_crate.then_some((&*assign.left, &*assign.right))
 }
 
 fn push_all(errors: &mut Errors, diags: Diagnostics<TokenStream>) {

@@ -36,16 +36,17 @@ pub fn checkpoint(args: TokenStream, input: TokenStream) -> TokenStream {
 /// sees our errors, not type errors).
 pub fn policy(input: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let spec = attr::parse_policy_macro(input, &mut errors);
+    let parsed = attr::parse_policy_macro(input, &mut errors);
+    let krate = parsed.krate.unwrap_or_else(crate::krate::default);
     if let Err(error) = errors.finish() {
         let error = error.into_compile_error();
-        return quote!({ #error ::remat::__private::RegionPolicy::RECOMPUTE_ALL });
+        return quote!({ #error #krate::__private::RegionPolicy::RECOMPUTE_ALL });
     }
-    let table = table(&spec.policy, &syn::parse_quote!(::remat));
-    let budget = budget(spec.budget);
+    let table = table(&parsed.spec.policy, &krate);
+    let budget = budget(parsed.spec.budget);
     quote!({
-        const __REMAT_TABLE: ::remat::__private::PolicyTable = #table;
-        ::remat::__private::RegionPolicy::from_static(&__REMAT_TABLE, #budget)
+        const __REMAT_TABLE: #krate::__private::PolicyTable = #table;
+        #krate::__private::RegionPolicy::from_static(&__REMAT_TABLE, #budget)
     })
 }
 

@@ -92,7 +92,8 @@ pub fn checkpoint(args: TokenStream, input: TokenStream) -> TokenStream {
 /// A policy value, checked at compile time like `#[checkpoint]`: `policy!(save(matmul))`,
 /// `policy!(save_all, budget = 0.5)`. It is a `remat::RegionPolicy`, usable in a `const`, to
 /// pass to a function checkpointed with `#[checkpoint(policy = arg(p))]`. The same text parses
-/// at run time with `RegionPolicy::parse`, with the same messages.
+/// at run time with `RegionPolicy::parse`, with the same messages. `crate = "my_remat"` names
+/// remat by another path, as on `#[checkpoint]`: `policy!(save(matmul), crate = "my_remat")`.
 ///
 /// Compiled examples are on `remat::policy`.
 #[proc_macro]

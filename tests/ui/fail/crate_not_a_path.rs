@@ -10,4 +10,7 @@ fn not_a_path(x: &Tensor) -> Tensor {
     x.exp()
 }
 
-fn main() {}
+fn main() {
+    let _ = policy!(save_all, crate = my_remat);
+    let _ = policy!(crate = "remat", save(matmul), crate = "remat");
+}

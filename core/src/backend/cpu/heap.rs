@@ -21,7 +21,7 @@
 
 /// The environment variable that, set to `1`, has the first CPU backend call
 /// [`keep_freed_memory`].
-pub const KEEP_FREED_MEMORY_VAR: &str = "REMAT_KEEP_FREED_MEMORY";
+pub(crate) const KEEP_FREED_MEMORY_VAR: &str = "REMAT_KEEP_FREED_MEMORY";
 
 /// Whether the environment (`var` reads a variable) asks for [`keep_freed_memory`].
 fn asked(var: impl Fn(&str) -> Option<String>) -> bool {
