@@ -29,10 +29,13 @@ fn a_steady_training_step_faults_in_no_fresh_pages() {
     let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
     let params = model.init_params(0).unwrap();
     let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
+    // One backend for every step, as a training loop holds one: a backend owns its kernel
+    // threads, whose stacks a new backend would fault in again.
+    let mut cpu = CpuBackend::new();
     let mut faults = Vec::new();
     for _ in 0..10 {
         let before = minor_faults();
-        model.step(&mut CpuBackend::new(), &params, &feeds).unwrap();
+        model.step(&mut cpu, &params, &feeds).unwrap();
         faults.push(minor_faults() - before);
     }
     // One 1024 × 256 f32 activation alone spans 256 pages.
@@ -43,7 +46,7 @@ fn a_steady_training_step_faults_in_no_fresh_pages() {
     // Giving the kept memory back works, and the next step faults its pages in again.
     assert!(remat_core::release_freed_memory(), "malloc_trim released nothing");
     let before = minor_faults();
-    model.step(&mut CpuBackend::new(), &params, &feeds).unwrap();
+    model.step(&mut cpu, &params, &feeds).unwrap();
     let after_trim = minor_faults() - before;
     println!("minor faults per step: {faults:?}, after release_freed_memory: {after_trim}");
     assert!(after_trim > 500, "a step after release_freed_memory faulted only {after_trim} pages");

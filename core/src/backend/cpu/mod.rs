@@ -109,7 +109,8 @@ impl Default for CpuBackend {
 
 impl CpuBackend {
     /// A CPU backend with nothing allocated, its kernels on the default number of threads
-    /// ([`CpuBackend::default_threads`]).
+    /// ([`CpuBackend::default_threads`]). The backend owns those threads (started at its first
+    /// kernel, ended when it is dropped): keep one for a training loop rather than one a step.
     pub fn new() -> Self {
         Self::default()
     }
