@@ -9,6 +9,7 @@
 
 use super::guard::{Guard, Times};
 use std::cell::{OnceCell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -31,9 +32,9 @@ pub(crate) fn default_threads() -> usize {
     })
 }
 
-/// A backend's kernel threads: a rayon pool of `threads` threads, built on first use (none for
-/// one thread, or where the system refuses the threads: the kernels then run on the caller's
-/// thread, which computes the same bits).
+/// A backend's kernel threads: the calling thread and a rayon pool of `threads - 1` workers,
+/// built on first use (none for one thread, or where the system refuses the threads: the
+/// kernels then run on the caller's thread, which computes the same bits).
 #[derive(Debug)]
 pub(crate) struct Pool {
     threads: usize,
@@ -62,8 +63,11 @@ impl Pool {
                 if self.threads == 1 {
                     return None;
                 }
+                let threads = self.threads;
                 let built = rayon::ThreadPoolBuilder::new()
-                    .num_threads(self.threads)
+                    // The caller is the pool's other thread: it takes chunks beside the workers.
+                    .num_threads(self.threads - 1)
+                    .start_handler(move |_| WORKER_OF.with(|w| w.set(threads)))
                     .thread_name(|k| format!("remat-cpu-{k}"))
                     .build();
                 match built {
@@ -113,6 +117,9 @@ enum Current {
 }
 
 std::thread_local! {
+    /// On a worker of a backend's pool, that backend's thread count (its workers and the
+    /// caller); else 0.
+    static WORKER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     static CURRENT: RefCell<Current> = const { RefCell::new(Current::Outside) };
 }
 
@@ -120,36 +127,109 @@ std::thread_local! {
 pub(crate) fn threads() -> usize {
     CURRENT.with(|c| match &*c.borrow() {
         Current::Pool(shared) if shared.guard.serial() => 1,
-        Current::Pool(shared) => shared.pool.current_num_threads(),
+        Current::Pool(shared) => shared.pool.current_num_threads() + 1,
         Current::Serial => 1,
+        Current::Outside if WORKER_OF.with(|w| w.get()) > 0 => WORKER_OF.with(|w| w.get()),
         Current::Outside if rayon::current_thread_index().is_some() => rayon::current_num_threads(),
         Current::Outside => 1,
     })
 }
 
 /// `mine()` on this thread with `helper()` started on each other thread of the kernel's pool
-/// (the backend's, or the pool of the worker this runs on), returning once all have returned.
-/// The caller never waits for a helper to start its share: helpers that start late find less
-/// (or nothing) left to take. `mine` returns how many of the job's `tasks` it ran itself; a
-/// backend's pool judges the job by it ([`super::guard`]). Called only where [`threads`] is
-/// above one.
+/// (the backend's, or the pool of the worker this runs on), returning once every helper that
+/// started has returned. The caller never waits for a helper to start: one that starts after
+/// the caller is done does nothing (its share was taken). `mine` returns how many of the job's
+/// `tasks` it ran itself; a backend's pool judges the job by it ([`super::guard`]). Called only
+/// where [`threads`] is above one.
 pub(crate) fn beside(tasks: usize, helper: &(impl Fn() + Sync), mine: impl FnOnce() -> usize) {
     let shared = CURRENT.with(|c| match &*c.borrow() {
         Current::Pool(shared) => Some(Arc::clone(shared)),
         _ => None,
     });
     let Some(shared) = shared else {
+        // A kernel inside a task of a pool: that pool's scope (nested kernels are rare and small).
         return rayon::in_place_scope(|s| {
             (1..rayon::current_num_threads()).for_each(|_| s.spawn(|_| helper()));
             mine();
         });
     };
     let start = Instant::now();
-    let mut ran = (0, start.elapsed());
-    shared.pool.in_place_scope(|s| {
-        (1..shared.pool.current_num_threads()).for_each(|_| s.spawn(|_| helper()));
-        ran = (mine(), start.elapsed());
-    });
-    let (mine, worked) = ran;
+    let (mine, worked) = late_helpers_skip(&shared, helper, || (mine(), start.elapsed()));
     shared.guard.judge(tasks, mine, Times { worked, waited: start.elapsed() - worked });
+}
+
+/// `mine()` with `helper()` posted to each other thread of the pool; returns once `mine` has and
+/// every helper that started before it ended has too.
+///
+/// rayon's scopes wait for every job they spawn to finish, so a kernel of a few microseconds
+/// waited for a sleeping worker to wake (tens of microseconds, and the caller then slept too):
+/// the gpt step at d_model 64 took as long on two threads as on one. Here a helper that starts
+/// after the caller has finished finds the job closed and touches nothing of it. (Helpers that
+/// poll for the next kernel a while, as the pool before rayon's did, made a busy machine's
+/// step slower still: 1.46× one thread's time at d_model 256.)
+fn late_helpers_skip<R>(shared: &Shared, helper: &(dyn Fn() + Sync), mine: impl FnOnce() -> R) -> R {
+    // SAFETY: only the lifetime is erased. A helper calls `helper` only after counting itself
+    // in `active` and then finding the job open; `Close` (run on return and on unwind) closes
+    // the job and then waits until `active` is zero. Both sides use SeqCst, so either the
+    // helper sees the job closed or the caller sees it counted: `helper` is never called after
+    // this function has returned.
+    let erased: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(helper) };
+    let job = Arc::new(Posted {
+        work: erased,
+        active: AtomicUsize::new(0),
+        closed: AtomicBool::new(false),
+        panicked: AtomicBool::new(false),
+    });
+    for _ in 0..shared.pool.current_num_threads() {
+        let job = Arc::clone(&job);
+        shared.pool.spawn(move || job.run());
+    }
+    let close = Close(&job);
+    let out = mine();
+    drop(close);
+    assert!(!job.panicked.load(Ordering::SeqCst), "a CPU kernel thread panicked");
+    out
+}
+
+/// A job posted to a pool's other threads (see [`late_helpers_skip`]).
+struct Posted {
+    /// Valid while `closed` is false (or this helper is counted in `active`).
+    work: &'static (dyn Fn() + Sync),
+    /// Helpers inside `work` now.
+    active: AtomicUsize,
+    closed: AtomicBool,
+    panicked: AtomicBool,
+}
+
+impl Posted {
+    fn run(&self) {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        if !self.closed.load(Ordering::SeqCst) {
+            // A panic is the caller's to report; unwinding out of a rayon job aborts.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(self.work)).is_err() {
+                self.panicked.store(true, Ordering::SeqCst);
+            }
+        }
+        self.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Closes a posted job and waits for the helpers inside it, when dropped.
+struct Close<'a>(&'a Posted);
+
+impl Drop for Close<'_> {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        let mut spins = 0u32;
+        while self.0.active.load(Ordering::SeqCst) != 0 {
+            // A helper that began a task finishes it in about a task's time, unless it lost its
+            // core; then yield to it.
+            spins += 1;
+            if spins < 1 << 10 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
 }
