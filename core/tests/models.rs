@@ -1,6 +1,8 @@
 //! Whole models traced, differentiated, planned and executed on the CPU.
 
-use remat_core::{AdamW, Backend, CpuBackend, DType, Feeds, Graph, HostTensor, Model, Optimizer, Sgd, Step, Trace};
+use remat_core::{
+    AdamW, Backend, CpuBackend, DType, Feeds, Graph, HostTensor, Model, Optimizer, Params, Sgd, Step, Trace,
+};
 use remat_zoo::{self as zoo, GptConfig, MlpConfig};
 
 fn mlp_cfg() -> MlpConfig {
@@ -122,16 +124,22 @@ fn every_thread_count_gives_the_same_bits() {
     for (name, graph, feeds) in models_under_test() {
         let model = Model::new(graph).unwrap();
         let params = model.init_params(5).unwrap();
-        let one = model.step_seeded(&mut CpuBackend::with_threads(1), &params, &feeds, 3).unwrap();
-        for threads in [2, 3, 7] {
-            let mut cpu = CpuBackend::with_threads(threads);
-            assert_eq!(cpu.threads(), threads);
-            let out = model.step_seeded(&mut cpu, &params, &feeds, 3).unwrap();
-            assert_eq!(out.loss.to_bits(), one.loss.to_bits(), "{name} on {threads} threads");
-            assert_eq!(out.grads, one.grads, "{name} on {threads} threads");
-        }
+        assert_same_bits_on_every_thread_count(name, &model, &params, &feeds, 3);
     }
     assert_eq!(CpuBackend::with_threads(0).threads(), 1);
+}
+
+/// A step of `model` under `seed` gives the loss and gradients of one thread, to the bit, on 2,
+/// 3 and 7 threads.
+fn assert_same_bits_on_every_thread_count(name: &str, model: &Model, params: &Params, feeds: &Feeds, seed: u64) {
+    let one = model.step_seeded(&mut CpuBackend::with_threads(1), params, feeds, seed).unwrap();
+    for threads in [2, 3, 7] {
+        let mut cpu = CpuBackend::with_threads(threads);
+        assert_eq!(cpu.threads(), threads);
+        let out = model.step_seeded(&mut cpu, params, feeds, seed).unwrap();
+        assert_eq!(out.loss.to_bits(), one.loss.to_bits(), "{name} on {threads} threads");
+        assert_eq!(out.grads, one.grads, "{name} on {threads} threads");
+    }
 }
 
 /// The gpt example's step (the threads bench's d64 model, with dropout): large enough that its
@@ -144,12 +152,7 @@ fn the_gpt_steps_gradients_are_the_same_bits_on_every_thread_count() {
     let model = Model::new(zoo::gpt(&cfg).unwrap()).unwrap();
     let params = model.init_params(1).unwrap();
     let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
-    let one = model.step_seeded(&mut CpuBackend::with_threads(1), &params, &feeds, 2).unwrap();
-    for threads in [2, 3, 7] {
-        let out = model.step_seeded(&mut CpuBackend::with_threads(threads), &params, &feeds, 2).unwrap();
-        assert_eq!(out.loss.to_bits(), one.loss.to_bits(), "{threads} threads");
-        assert_eq!(out.grads, one.grads, "{threads} threads");
-    }
+    assert_same_bits_on_every_thread_count("gpt d64", &model, &params, &feeds, 2);
 }
 
 #[test]

@@ -147,16 +147,19 @@ pub fn parse_policy_macro(input: TokenStream, errors: &mut Errors) -> PolicyMacr
             return PolicyMacro { spec: Spec::default(), krate: None };
         }
     };
-    let (krates, items): (Vec<&Expr>, Vec<&Expr>) = items.iter().partition(|item| crate_item(item).is_some());
-    let mut krate = None;
-    for (k, (key, value)) in krates.into_iter().filter_map(crate_item).enumerate() {
-        if k > 0 {
-            errors.spanned(key, "duplicate `crate`; give it once");
-        } else {
-            krate = crate_path(value, errors);
+    // The first `crate` given; later ones are duplicates. Every other item is the policy's.
+    let mut krate: Option<&Expr> = None;
+    let mut lowered: Vec<Form<TokenStream>> = Vec::new();
+    for item in &items {
+        match crate_item(item) {
+            Some((key, _)) if krate.is_some() => {
+                errors.spanned(key, format!("duplicate `{}`; give it once", kw::CRATE))
+            }
+            Some((_, value)) => krate = Some(value),
+            None => lowered.push(lower(item)),
         }
     }
-    let lowered: Vec<Form<TokenStream>> = items.into_iter().map(lower).collect();
+    let krate = krate.and_then(|value| crate_path(value, errors));
     let mut diags = Diagnostics::new();
     let spec = forms::resolve_items(&lowered, &input, &mut diags);
     push_all(errors, diags);
@@ -167,11 +170,7 @@ pub fn parse_policy_macro(input: TokenStream, errors: &mut Errors) -> PolicyMacr
 fn crate_item(item: &Expr) -> Option<(&Expr, &Expr)> {
     let Expr::Assign(assign) = item else { return None };
     let Expr::Path(key) = &*assign.left else { return None };
-    let is_crate = key.qself.is_none()
-        && key.path.leading_colon.is_none()
-        && key.path.segments.len() == 1
-        && key.path.segments[0].ident == "crate";
-    is_crate.then_some((&*assign.left, &*assign.right))
+    (key.qself.is_none() && key.path.is_ident(kw::CRATE)).then_some((&*assign.left, &*assign.right))
 }
 
 fn push_all(errors: &mut Errors, diags: Diagnostics<TokenStream>) {

@@ -129,9 +129,11 @@ pub(crate) fn threads() -> usize {
         Current::Pool(shared) if shared.guard.serial() => 1,
         Current::Pool(shared) => shared.pool.current_num_threads() + 1,
         Current::Serial => 1,
-        Current::Outside if WORKER_OF.with(|w| w.get()) > 0 => WORKER_OF.with(|w| w.get()),
-        Current::Outside if rayon::current_thread_index().is_some() => rayon::current_num_threads(),
-        Current::Outside => 1,
+        Current::Outside => match WORKER_OF.with(|w| w.get()) {
+            0 if rayon::current_thread_index().is_some() => rayon::current_num_threads(),
+            0 => 1,
+            backend_threads => backend_threads,
+        },
     })
 }
 

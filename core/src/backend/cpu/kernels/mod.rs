@@ -498,11 +498,6 @@ mod widths {
     use crate::op::{AttnLayout, BinaryOp, Op, UnaryOp};
     use std::sync::atomic::Ordering;
 
-    fn f32s(shape: &[usize], salt: u64) -> HostTensor {
-        let n = shape.iter().product();
-        t32(shape, &values(n, salt).iter().map(|&v| v as f32).collect::<Vec<_>>())
-    }
-
     #[test]
     fn every_vector_width_gives_the_same_bits() {
         let (rows, d) = (301, 67);

@@ -5,11 +5,6 @@ use super::testutil::*;
 use crate::host::HostTensor;
 use crate::op::{AttnLayout, BinaryOp, Op, ReduceOp, UnaryGradOp, UnaryOp};
 
-fn f32s(shape: &[usize], salt: u64) -> HostTensor {
-    let n = shape.iter().product();
-    t32(shape, &values(n, salt).iter().map(|&v| v as f32).collect::<Vec<_>>())
-}
-
 #[test]
 fn every_thread_count_gives_the_same_bits() {
     let (rows, d) = (601, 67);

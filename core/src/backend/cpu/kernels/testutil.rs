@@ -30,6 +30,12 @@ pub(crate) fn t32(shape: &[usize], values: &[f32]) -> HostTensor {
     HostTensor::f32(shape.to_vec(), values.to_vec()).expect("test tensor")
 }
 
+/// An f32 tensor of `shape` holding [`values`] drawn with `salt`.
+pub(crate) fn f32s(shape: &[usize], salt: u64) -> HostTensor {
+    let n = shape.iter().product();
+    t32(shape, &values(n, salt).iter().map(|&v| v as f32).collect::<Vec<_>>())
+}
+
 /// An f64 tensor.
 pub(crate) fn t64(shape: &[usize], values: &[f64]) -> HostTensor {
     HostTensor::f64(shape.to_vec(), values.to_vec()).expect("test tensor")
