@@ -78,8 +78,8 @@ enum Command {
 struct Planning {
     /// `respect`, `mincut`, `budget=B` — B in bytes when an integer (`4096`, `64KiB`,
     /// `2MiB`, `1GiB`, `1TiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or
-    /// `peak=BYTES`: the plan's predicted peak at most that (a `remat.graph`, or a `remat.joint`
-    /// listing its forward nodes first).
+    /// `peak=BYTES`: the plan's predicted peak at most that (a `remat.joint` is planned in its
+    /// node order, forward nodes first).
     #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
     strategy: Strategy,
     /// Let a budget choose offload (host memory) besides save and recompute: `budget=B`

@@ -93,7 +93,8 @@ impl Model {
     /// offload solver and the prefetches use.
     pub fn with_cost_model(forward: Graph, strategy: Strategy, model: &CostModel) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
-        let (mut partition, plan) = pipeline::solve(&joint, &PGraph::from_joint(&joint), strategy, model)?;
+        let (mut partition, plan) =
+            pipeline::solve(&crate::plan::Schedule::InOrder(&joint), &PGraph::from_joint(&joint), strategy, model)?;
         for warning in &partition.warnings {
             crate::warning::emit(warning);
         }

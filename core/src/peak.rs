@@ -10,7 +10,7 @@ pub use bound::{peak_lower_bound, PeakBound};
 
 use crate::error::{Error, Limit, Result};
 use crate::partition::{partition_with, Budget, CostModel, PGraph, Partition, Strategy};
-use crate::plan::{Plan, Schedulable};
+use crate::plan::{Plan, Schedulable, Schedule};
 use crate::text::fmt_bytes;
 
 /// Plans of the family walked through one by one, from the least recompute down, before the
@@ -49,15 +49,24 @@ pub fn partition_for_peak(
     limit: u64,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
-    let n = joint.forward_len()?;
-    let bound = peak_lower_bound(joint)?;
+    search(&Schedule::InOrder(joint), pg, limit, model)
+}
+
+/// [`partition_for_peak`] over a [`Schedule`] of `pg`.
+pub(crate) fn search<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    limit: u64,
+    model: &CostModel,
+) -> Result<(Partition, Plan)> {
+    let bound = schedule.lower_bound()?;
     if limit < bound.bytes {
-        let message = bound.explain(limit, joint);
+        let message = schedule.explain(&bound, limit);
         return Err(Error::Infeasible { what: Limit::Peak, asked: limit, least: None, message });
     }
     let plan = |strategy: Strategy| -> Result<Candidate> {
         let partition = partition_with(pg, strategy, model)?;
-        let plan = Plan::with_offload(joint, &partition.saved[..n], &partition.offloaded[..n], model)?;
+        let plan = schedule.plan(&partition, model)?;
         Ok(Candidate { partition, plan })
     };
     let finish = |c: Candidate| {

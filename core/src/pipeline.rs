@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::graph::Graph;
 use crate::json::{self, Document};
 use crate::partition::{partition_with, CostModel, PGraph, Partition, Strategy};
-use crate::plan::{Plan, Schedulable, TransferWindow};
+use crate::plan::{Plan, Reorder, Schedulable, Schedule, TransferWindow};
 use crate::report::Report;
 
 /// A graph to partition: its partition graph, and what plans its partitions.
@@ -25,7 +25,7 @@ use crate::report::Report;
 /// let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/two_regions.graph.json"))?;
 /// let problem = Problem::read(&doc)?;
 /// let solved = problem.partition("peak=2KiB".parse()?, &CostModel::default())?;
-/// let plan = solved.plan().expect("a remat.graph document plans");
+/// let plan = solved.plan();
 /// assert!(plan.predicted_peak() <= 2048);
 /// assert!(solved.report().text().contains("peak memory: planned"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -37,18 +37,17 @@ pub struct Problem<'j> {
 }
 
 /// What plans a problem's partitions.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 enum Planner<'j> {
     /// The traced joint graph the partition graph was made from, kept by its owner (a
-    /// [`crate::Model`] runs it): plans every partition.
+    /// [`crate::Model`] runs it).
     Joint(&'j JointGraph),
-    /// The partition graph itself, made from a joint graph since dropped (which it plans exactly
-    /// as): plans every partition.
+    /// The partition graph itself: made from a joint graph since dropped (which it plans exactly
+    /// as), or read from a `remat.joint` document that lists its forward nodes first.
     Graph,
-    /// The partition graph of a `remat.joint` document: plans a partition only when the strategy
-    /// needs a plan (`peak=`). Its other partitions go unplanned, as they always have: such a
-    /// document need not list its forward nodes first, which a plan needs.
-    WhenNeeded,
+    /// The partition graph of a `remat.joint` document whose forward and backward nodes
+    /// interleave, planned with its forward nodes first ([`Schedule`]).
+    ForwardFirst(Reorder),
 }
 
 impl Problem<'static> {
@@ -69,7 +68,10 @@ impl Problem<'static> {
                 let joint = JointGraph::from_forward(forward)?;
                 Ok(Problem { graph: PGraph::from_joint_with_ids(&joint, &ids), planner: Planner::Graph })
             }
-            Document::Joint(graph) => Ok(Problem { graph, planner: Planner::WhenNeeded }),
+            Document::Joint(graph) => {
+                let planner = Reorder::of(&graph).map_or(Planner::Graph, Planner::ForwardFirst);
+                Ok(Problem { graph, planner })
+            }
         }
     }
 
@@ -91,26 +93,23 @@ impl<'j> Problem<'j> {
         &self.graph
     }
 
-    /// Whether every partition is planned (a traced graph or a `remat.graph` document), not only
-    /// a `peak=` one (a `remat.joint` document).
-    pub fn plans_every_partition(&self) -> bool {
-        !matches!(self.planner, Planner::WhenNeeded)
+    /// Partitions with `strategy` and the rates of `model`, and plans the partition (for
+    /// `peak=`, searched over the byte-budget plans, [`crate::peak::partition_for_peak`]). A
+    /// `remat.joint` document is planned in its node order, forward nodes first (docs/graph-json.md).
+    pub fn partition(&self, strategy: Strategy, model: &CostModel) -> Result<Partitioned<'_>> {
+        let schedule = self.schedule();
+        let (partition, plan) = solve(&schedule, &self.graph, strategy, model)?;
+        let windows = schedule.transfer_windows(&plan);
+        Ok(Partitioned { graph: &self.graph, partition, plan, windows })
     }
 
-    /// Partitions with `strategy` and the rates of `model`, and plans the partition where
-    /// [`Problem::plans_every_partition`] or the strategy is `peak=` (searched over the
-    /// byte-budget plans, [`crate::peak::partition_for_peak`]).
-    pub fn partition(&self, strategy: Strategy, model: &CostModel) -> Result<Partitioned<'_>> {
-        let g = &self.graph;
-        let (partition, plan, windows) = match self.planner {
-            Planner::Joint(joint) => with_windows(joint, solve(joint, g, strategy, model)?),
-            Planner::Graph => with_windows(g, solve(g, g, strategy, model)?),
-            Planner::WhenNeeded if matches!(strategy, Strategy::Peak(_)) => {
-                with_windows(g, solve(g, g, strategy, model)?)
-            }
-            Planner::WhenNeeded => (partition_with(g, strategy, model)?, None, Vec::new()),
-        };
-        Ok(Partitioned { graph: g, partition, plan, windows })
+    /// The order this problem's partitions are planned in.
+    fn schedule(&self) -> Schedule<'_, dyn Schedulable + '_> {
+        match &self.planner {
+            Planner::Joint(joint) => Schedule::InOrder(*joint),
+            Planner::Graph => Schedule::InOrder(&self.graph),
+            Planner::ForwardFirst(order) => Schedule::ForwardFirst(order.view(&self.graph)),
+        }
     }
 
     /// The partition alone, unplanned (a sweep of strategies, a drawing); `peak=` still plans
@@ -129,40 +128,30 @@ impl<'j> Problem<'j> {
     }
 }
 
-/// Partitions `graph` with `strategy` and plans the partition over `planner` (the joint graph
-/// `graph` was made from, or `graph` itself, which plans alike): for `peak=`, the search over
-/// plans ([`crate::peak::partition_for_peak`]).
-pub(crate) fn solve(
-    planner: &(impl Schedulable + ?Sized),
+/// Partitions `graph` with `strategy` and plans the partition over `schedule` (of the joint
+/// graph `graph` was made from, or of `graph` itself, which plans alike): for `peak=`, the
+/// search over plans ([`crate::peak::partition_for_peak`]).
+pub(crate) fn solve<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
     graph: &PGraph,
     strategy: Strategy,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
     if let Strategy::Peak(limit) = strategy {
-        return crate::peak::partition_for_peak(planner, graph, limit, model);
+        return crate::peak::search(schedule, graph, limit, model);
     }
     let partition = partition_with(graph, strategy, model)?;
-    let n = planner.forward_len()?;
-    let plan = Plan::with_offload(planner, &partition.saved[..n], &partition.offloaded[..n], model)?;
+    let plan = schedule.plan(&partition, model)?;
     Ok((partition, plan))
 }
 
-/// A planned partition with its plan's transfer windows.
-fn with_windows(
-    planner: &(impl Schedulable + ?Sized),
-    (partition, plan): (Partition, Plan),
-) -> (Partition, Option<Plan>, Vec<TransferWindow>) {
-    let windows = plan.transfer_windows(planner);
-    (partition, Some(plan), windows)
-}
-
-/// A partition of a [`Problem`], its plan where there is one, and each offloaded value's
-/// transfer window under that plan.
+/// A partition of a [`Problem`], its plan, and each offloaded value's transfer window under
+/// that plan.
 #[derive(Debug)]
 pub struct Partitioned<'p> {
     graph: &'p PGraph,
     partition: Partition,
-    plan: Option<Plan>,
+    plan: Plan,
     windows: Vec<TransferWindow>,
 }
 
@@ -172,25 +161,21 @@ impl<'p> Partitioned<'p> {
         &self.partition
     }
 
-    /// The plan, where the problem plans this partition ([`Problem::partition`]).
-    pub fn plan(&self) -> Option<&Plan> {
-        self.plan.as_ref()
+    /// The plan: the forward and backward programs, in the graph's ids.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
-    /// The report: the partition with the plan's predicted peaks and transfer windows, where
-    /// there is a plan.
+    /// The report: the partition with the plan's predicted peaks and transfer windows.
     pub fn report(&self) -> Report<'_> {
-        let report = Report::new(self.graph, &self.partition).with_transfer_windows(&self.windows);
-        match &self.plan {
-            Some(plan) => report
-                .with_planned_peak(plan.predicted_peak() as u64)
-                .with_host_peaks(plan.predicted_host_peak() as u64, None),
-            None => report,
-        }
+        Report::new(self.graph, &self.partition)
+            .with_transfer_windows(&self.windows)
+            .with_planned_peak(self.plan.predicted_peak() as u64)
+            .with_host_peaks(self.plan.predicted_host_peak() as u64, None)
     }
 
     /// The partition and the plan, for a caller that keeps them past the problem.
-    pub fn into_parts(self) -> (Partition, Option<Plan>) {
+    pub fn into_parts(self) -> (Partition, Plan) {
         (self.partition, self.plan)
     }
 

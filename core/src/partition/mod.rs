@@ -147,8 +147,9 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
                 return Err(crate::error::Error::config(
                     "strategy",
                     format!(
-                        "peak={bytes} needs a plan to measure peaks on: a traced model (Model::with_strategy) or a \
-                 remat.graph document; a joint graph alone has no schedule (budget=B bounds saved bytes)"
+                        "peak={bytes} needs a plan to measure peaks on: partition through remat::Problem (a traced \
+                 model, a remat.graph or remat.joint document) or Model::with_strategy; a partition graph alone \
+                 is not planned (budget=B bounds saved bytes)"
                     ),
                 ))
             }

@@ -2,10 +2,9 @@
 //! does not depend on the plan, and on large graphs laying it out takes as long as planning
 //! (docs/performance.md, "Report").
 
-use super::{Partitioned, Planner, Problem};
+use super::{Partitioned, Problem};
 use crate::error::Result;
-use crate::partition::{partition_with, CostModel, Partition, Strategy};
-use crate::plan::{Plan, Schedulable, TransferWindow};
+use crate::partition::{partition_with, CostModel, Strategy};
 use crate::report::Report;
 use std::io::Write;
 
@@ -22,8 +21,8 @@ impl Problem<'_> {
         model: &CostModel,
         out: &mut (impl Write + Send),
     ) -> Result<(Partitioned<'_>, std::io::Result<()>)> {
-        // A peak's plan comes with its partition; an unplanned partition has no peaks to wait for.
-        if matches!(self.planner, Planner::WhenNeeded) || matches!(strategy, Strategy::Peak(_)) {
+        // A peak's plan comes with its partition.
+        if matches!(strategy, Strategy::Peak(_)) {
             let solved = self.partition(strategy, model)?;
             let written = solved.report().write_json(out);
             return Ok((solved, written));
@@ -31,27 +30,17 @@ impl Problem<'_> {
         let partition = partition_with(&self.graph, strategy, model)?;
         let head = Report::new(&self.graph, &partition);
         let (planned, head) = crate::concurrent::join(
-            || match self.planner {
-                Planner::Joint(joint) => plan(joint, &partition, model),
-                _ => plan(&self.graph, &partition, model),
+            || {
+                let schedule = self.schedule();
+                let plan = schedule.plan(&partition, model)?;
+                let windows = schedule.transfer_windows(&plan);
+                Ok::<_, crate::error::Error>((plan, windows))
             },
             || head.json_draft().write_head(out),
         );
         let (plan, windows) = planned?;
-        let solved = Partitioned { graph: &self.graph, partition, plan: Some(plan), windows };
+        let solved = Partitioned { graph: &self.graph, partition, plan, windows };
         let written = head.and_then(|()| solved.report().write_json_tail(out));
         Ok((solved, written))
     }
-}
-
-/// The plan of `partition` over `planner`, and its transfer windows.
-fn plan(
-    planner: &(impl Schedulable + ?Sized),
-    partition: &Partition,
-    model: &CostModel,
-) -> Result<(Plan, Vec<TransferWindow>)> {
-    let n = planner.forward_len()?;
-    let plan = Plan::with_offload(planner, &partition.saved[..n], &partition.offloaded[..n], model)?;
-    let windows = plan.transfer_windows(planner);
-    Ok((plan, windows))
 }

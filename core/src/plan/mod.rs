@@ -17,8 +17,10 @@
 
 mod fetch;
 mod free;
+mod schedule;
 mod source;
 
+pub(crate) use schedule::{Reorder, Schedule};
 pub use source::Schedulable;
 
 use crate::autodiff::JointGraph;
@@ -355,6 +357,26 @@ impl Plan {
     /// FLOPs spent recomputing; `graph` as for [`Plan::transfer_windows`].
     pub fn recompute_flops(&self, graph: &(impl Schedulable + ?Sized)) -> u64 {
         self.recomputed.iter().map(|&i| graph.flops(i)).sum()
+    }
+
+    /// The plan with node `k` renamed `to_old[k]`: a plan made over a graph's nodes in another
+    /// order ([`Schedule`]) named by the graph's own ids. The lists in id order stay so.
+    fn renumber(&mut self, to_old: &[NodeId]) {
+        let step = |s: &mut Step| match s {
+            Step::Compute(id)
+            | Step::Recompute(id)
+            | Step::Free(id)
+            | Step::Offload(id)
+            | Step::Fetch(id)
+            | Step::Alias(id) => *id = to_old[id.index()],
+        };
+        self.forward.iter_mut().chain(&mut self.backward).for_each(step);
+        for list in [&mut self.saved, &mut self.offloaded, &mut self.recomputed, &mut self.resident, &mut self.kept] {
+            list.iter_mut().for_each(|id| *id = to_old[id.index()]);
+        }
+        for list in [&mut self.saved, &mut self.offloaded, &mut self.resident] {
+            list.sort_unstable();
+        }
     }
 
     /// Device and host peaks, walking the programs.
