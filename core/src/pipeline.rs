@@ -122,9 +122,10 @@ impl<'j> Problem<'j> {
     }
 
     /// Scores a given decision: keep the values with document ids `save` (a view stands for its
-    /// base), recompute the rest ([`crate::partition::evaluate`]).
+    /// base), recompute the rest ([`crate::partition::evaluate`]); and plans it, as every
+    /// partition is planned, for its predicted peak.
     pub fn evaluate<'s>(&self, save: impl IntoIterator<Item = &'s str>) -> Result<Evaluated<'_>> {
-        Evaluated::new(&self.graph, save)
+        Evaluated::new(&self.graph, &self.schedule(), save)
     }
 }
 

@@ -260,7 +260,10 @@ fn evaluate_json_is_the_report_and_three_fields() {
     let scored = problem.evaluate(["1", "2", "3", "2"]).unwrap();
     assert_eq!(scored.given().len(), 3);
     let mut json: serde_json::Value = serde_json::from_str(&scored.json()).unwrap();
-    let report = Report::new(problem.graph(), &scored.evaluation().partition).with_heading("evaluate", "given");
+    let report = Report::new(problem.graph(), &scored.evaluation().partition)
+        .with_planned_peak(scored.plan().predicted_peak() as u64)
+        .with_host_peaks(0, None)
+        .with_heading("evaluate", "given");
     let expected: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
     let map = json.as_object_mut().unwrap();
     assert_eq!(map.remove("given").unwrap(), serde_json::json!([1, 2, 3]));
@@ -269,4 +272,31 @@ fn evaluate_json_is_the_report_and_three_fields() {
     assert_eq!(json, expected);
     let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
     assert_eq!(keys(&json), keys(&expected), "the same fields in the same order");
+}
+
+/// `remat evaluate` gives the peak of any saved set: a strategy's own saved set, evaluated, peaks
+/// where that strategy's plan does (the planner's peak, reached through another path), and the
+/// planned peak is in the JSON.
+#[test]
+fn evaluate_plans_the_given_decision_as_the_strategy_that_made_it() {
+    let model = CostModel::default();
+    for doc in [JOINT_DOC, GRAPH_DOC, include_str!("../../tests/fixtures/torch/chain-inductor__full.json")] {
+        let problem = Problem::read(doc).unwrap();
+        for strategy in ["mincut", "budget=0.0", "budget=0.5", "budget=1.0"] {
+            let solved = problem.partition(strategy.parse().unwrap(), &model).unwrap();
+            let g = problem.graph();
+            let saved: Vec<String> = g
+                .ids()
+                .filter(|&i| solved.partition().saved[i.index()] && !g.node(i).backward)
+                .map(|i| g.node(i).id.label().trim_start_matches('%').to_string())
+                .collect();
+            let scored = problem.evaluate(saved.iter().map(String::as_str)).unwrap();
+            assert!(scored.evaluation().broken.is_empty(), "{strategy}: {:?}", scored.evaluation().broken);
+            assert_eq!(scored.evaluation().partition.saved, solved.partition().saved, "{strategy}");
+            assert_eq!(scored.plan().predicted_peak(), solved.plan().predicted_peak(), "{strategy}");
+            let json: serde_json::Value = serde_json::from_str(&scored.json()).unwrap();
+            assert_eq!(json["planned_peak"], solved.plan().predicted_peak() as u64, "{strategy}");
+            assert!(scored.text().contains("peak memory: planned"), "{strategy}");
+        }
+    }
 }

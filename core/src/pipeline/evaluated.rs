@@ -1,11 +1,13 @@
-//! A given decision scored over a problem's partition graph (`remat evaluate`).
+//! A given decision scored over a problem's partition graph (`remat evaluate`), and planned:
+//! the peak any saved set reaches under the problem's schedule.
 
 use crate::error::Result;
 use crate::graph::NodeId;
-use crate::partition::{evaluate, Evaluation, PGraph};
+use crate::partition::{evaluate, CostModel, Evaluation, PGraph};
+use crate::plan::{Plan, Schedulable, Schedule};
 use crate::report::Report;
 
-/// A decision "keep these values, recompute the rest", completed and scored
+/// A decision "keep these values, recompute the rest", completed, scored and planned
 /// ([`super::Problem::evaluate`]), with its report.
 #[derive(Debug)]
 pub struct Evaluated<'p> {
@@ -13,15 +15,27 @@ pub struct Evaluated<'p> {
     given: Vec<NodeId>,
     label: String,
     evaluation: Evaluation,
+    plan: Plan,
 }
 
 impl<'p> Evaluated<'p> {
-    pub(super) fn new<'s>(graph: &'p PGraph, save: impl IntoIterator<Item = &'s str>) -> Result<Self> {
+    pub(super) fn new<'s, S: Schedulable + ?Sized>(
+        graph: &'p PGraph,
+        schedule: &Schedule<'_, S>,
+        save: impl IntoIterator<Item = &'s str>,
+    ) -> Result<Self> {
         let ids = graph.find_ids(save.into_iter().filter(|s| !s.is_empty()))?;
         let evaluation = evaluate(graph, &ids)?;
+        let plan = schedule.plan(&evaluation.partition, &CostModel::default())?;
         let given = distinct(&ids);
         let label = given_label(graph, &given);
-        Ok(Evaluated { graph, given, label, evaluation })
+        Ok(Evaluated { graph, given, label, evaluation, plan })
+    }
+
+    /// The decision's plan under the problem's schedule: its predicted peak is the one a
+    /// strategy's plan would be held to.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     /// The values given, each once, in the order first given.
@@ -37,7 +51,14 @@ impl<'p> Evaluated<'p> {
     /// The completed decision's report, headed `evaluate (the given decision: keep ..)` (its
     /// JSON's `strategy` is `given`).
     pub fn report(&self) -> Report<'_> {
-        Report::new(self.graph, &self.evaluation.partition).with_heading("evaluate", &self.label)
+        self.planned(Report::new(self.graph, &self.evaluation.partition)).with_heading("evaluate", &self.label)
+    }
+
+    /// `report` with the plan's peaks.
+    fn planned<'r>(&self, report: Report<'r>) -> Report<'r> {
+        report
+            .with_planned_peak(self.plan.predicted_peak() as u64)
+            .with_host_peaks(self.plan.predicted_host_peak() as u64, None)
     }
 
     /// The report as text, then the values kept for nothing and every rule broken.
@@ -47,7 +68,7 @@ impl<'p> Evaluated<'p> {
 
     /// The report as JSON (`strategy` reads `given`), with `given`, `broken` and `unneeded`.
     pub fn json(&self) -> String {
-        Report::new(self.graph, &self.evaluation.partition)
+        self.planned(Report::new(self.graph, &self.evaluation.partition))
             .with_heading("evaluate", "given")
             .evaluation_json(&self.given, &self.evaluation)
     }
