@@ -105,5 +105,8 @@ fn measure(name: &str, cfg: &GptConfig, steps: usize) {
     row("idle", idle);
     if let Some(busy) = busy {
         row("busy", busy);
+        // What a user on the loaded machine chooses between: the default or one thread, both
+        // under the same load.
+        println!("threads/{name} busy  2 threads / 1 thread, both busy: {:.2}x", busy[1] / busy[0]);
     }
 }

@@ -36,6 +36,12 @@ def test_a_joint_document_with_its_forward_nodes_interleaved_is_planned_forward_
     assert json.loads(_remat.partition(doc, f"peak={limit}"))["planned_peak"] <= limit
     with pytest.raises(ValueError, match="cannot be met"):
         _remat.partition(doc, "peak=1KiB")
+    # The public entry takes the document as PyTorch users hold it, a dict.
+    from remat_torch import partition_joint
+
+    report = partition_joint(json.loads(doc), f"peak={limit}")
+    assert report["planned_peak"] <= limit
+    assert report["strategy"] == f"peak={limit}"
 
 
 @pytest.mark.parametrize("strategy", ["respect", "mincut", "budget=0.5", "budget=256", "budget+offload=0.5", "peak=64KiB"])
