@@ -59,9 +59,10 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
     limit: u64,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
-    let bound = schedule.lower_bound()?;
+    // Found over the planning order, whose nodes name the graph's own in messages.
+    let bound = peak_lower_bound(schedule)?;
     if limit < bound.bytes {
-        let message = schedule.explain(&bound, limit);
+        let message = bound.explain(limit, schedule);
         return Err(Error::Infeasible { what: Limit::Peak, asked: limit, least: None, message });
     }
     let plan = |strategy: Strategy| -> Result<Candidate> {

@@ -13,7 +13,6 @@ use super::{Plan, Schedulable, TransferWindow};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::partition::{CostModel, PGraph, Partition};
-use crate::peak::{peak_lower_bound, PeakBound};
 
 /// A graph and the order its partitions are planned in.
 pub(crate) enum Schedule<'a, S: ?Sized> {
@@ -42,30 +41,77 @@ impl<S: Schedulable + ?Sized> Schedule<'_, S> {
         }
     }
 
-    /// The lower bound on every plan's peak ([`peak_lower_bound`]), its node in the graph's ids.
-    pub(crate) fn lower_bound(&self) -> Result<PeakBound> {
-        match self {
-            Schedule::InOrder(g) => peak_lower_bound(*g),
-            Schedule::ForwardFirst(f) => {
-                let bound = peak_lower_bound(f)?;
-                Ok(PeakBound { at: bound.at.map(|a| f.order.to_old[a.index()]), ..bound })
-            }
-        }
-    }
-
-    /// Why `limit` is below `bound` ([`PeakBound::explain`]).
-    pub(crate) fn explain(&self, bound: &PeakBound, limit: u64) -> String {
-        match self {
-            Schedule::InOrder(g) => bound.explain(limit, *g),
-            Schedule::ForwardFirst(f) => bound.explain(limit, f.graph),
-        }
-    }
-
     /// Each offloaded value's transfer window under `plan` (one of [`Schedule::plan`]'s).
     pub(crate) fn transfer_windows(&self, plan: &Plan) -> Vec<TransferWindow> {
         match self {
             Schedule::InOrder(g) => plan.transfer_windows(*g),
             Schedule::ForwardFirst(f) => plan.transfer_windows(f.graph),
+        }
+    }
+}
+
+/// A schedule reads as the graph in its planning order, nodes named by their place in it (its
+/// errors name them by the graph's own ids).
+impl<S: Schedulable + ?Sized> Schedulable for Schedule<'_, S> {
+    fn forward_len(&self) -> Result<usize> {
+        self.either(|g| g.forward_len(), |f| f.forward_len())
+    }
+
+    fn node_count(&self) -> usize {
+        self.either(|g| g.node_count(), |f| f.node_count())
+    }
+
+    fn inputs(&self, id: NodeId) -> &[NodeId] {
+        match self {
+            Schedule::InOrder(g) => g.inputs(id),
+            Schedule::ForwardFirst(f) => f.inputs(id),
+        }
+    }
+
+    fn bytes(&self, id: NodeId) -> usize {
+        self.either(|g| g.bytes(id), |f| f.bytes(id))
+    }
+
+    fn flops(&self, id: NodeId) -> u64 {
+        self.either(|g| g.flops(id), |f| f.flops(id))
+    }
+
+    fn is_resident(&self, id: NodeId) -> bool {
+        self.either(|g| g.is_resident(id), |f| f.is_resident(id))
+    }
+
+    fn is_reshape(&self, id: NodeId) -> bool {
+        self.either(|g| g.is_reshape(id), |f| f.is_reshape(id))
+    }
+
+    fn forward_outputs(&self) -> &[NodeId] {
+        match self {
+            Schedule::InOrder(g) => g.forward_outputs(),
+            Schedule::ForwardFirst(f) => f.forward_outputs(),
+        }
+    }
+
+    fn gradients(&self) -> &[NodeId] {
+        match self {
+            Schedule::InOrder(g) => g.gradients(),
+            Schedule::ForwardFirst(f) => f.gradients(),
+        }
+    }
+
+    fn node_error(&self, id: NodeId, message: String) -> Error {
+        match self {
+            Schedule::InOrder(g) => g.node_error(id, message),
+            Schedule::ForwardFirst(f) => f.node_error(id, message),
+        }
+    }
+}
+
+impl<S: Schedulable + ?Sized> Schedule<'_, S> {
+    /// What `in_order` says of the graph, or `forward_first` of its reordered view.
+    fn either<T>(&self, in_order: impl FnOnce(&S) -> T, forward_first: impl FnOnce(&ForwardFirst<'_>) -> T) -> T {
+        match self {
+            Schedule::InOrder(g) => in_order(g),
+            Schedule::ForwardFirst(f) => forward_first(f),
         }
     }
 }
