@@ -52,6 +52,15 @@ pub fn partition_for_peak(
     search(&Schedule::InOrder(joint), pg, limit, model)
 }
 
+/// The refusal of `limit` where it is below [`peak_lower_bound`] of `graph`.
+fn below_bound(graph: &(impl Schedulable + ?Sized), limit: u64) -> Result<Option<Error>> {
+    let bound = peak_lower_bound(graph)?;
+    Ok((limit < bound.bytes).then(|| {
+        let message = bound.explain(limit, graph);
+        Error::Infeasible { what: Limit::Peak, asked: limit, least: None, message }
+    }))
+}
+
 /// [`partition_for_peak`] over a [`Schedule`] of `pg`.
 pub(crate) fn search<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
@@ -59,11 +68,13 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
     limit: u64,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
-    // Found over the planning order, whose nodes name the graph's own in messages.
-    let bound = peak_lower_bound(schedule)?;
-    if limit < bound.bytes {
-        let message = bound.explain(limit, schedule);
-        return Err(Error::Infeasible { what: Limit::Peak, asked: limit, least: None, message });
+    // Found over the graph in its planning order, whose errors name the graph's own nodes.
+    let below = match schedule {
+        Schedule::InOrder(g) => below_bound(*g, limit)?,
+        Schedule::ForwardFirst(f) => below_bound(f, limit)?,
+    };
+    if let Some(refusal) = below {
+        return Err(refusal);
     }
     let plan = |strategy: Strategy| -> Result<Candidate> {
         let partition = partition_with(pg, strategy, model)?;

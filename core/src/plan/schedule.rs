@@ -9,6 +9,7 @@
 //!
 //! Either way the plan names nodes by the graph's own ids: a reordered plan is renumbered back.
 
+use super::source::plannable;
 use super::{Plan, Schedulable, TransferWindow};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
@@ -50,84 +51,20 @@ impl<S: Schedulable + ?Sized> Schedule<'_, S> {
     }
 }
 
-/// A schedule reads as the graph in its planning order, nodes named by their place in it (its
-/// errors name them by the graph's own ids).
-impl<S: Schedulable + ?Sized> Schedulable for Schedule<'_, S> {
-    fn forward_len(&self) -> Result<usize> {
-        self.either(|g| g.forward_len(), |f| f.forward_len())
-    }
-
-    fn node_count(&self) -> usize {
-        self.either(|g| g.node_count(), |f| f.node_count())
-    }
-
-    fn inputs(&self, id: NodeId) -> &[NodeId] {
-        match self {
-            Schedule::InOrder(g) => g.inputs(id),
-            Schedule::ForwardFirst(f) => f.inputs(id),
-        }
-    }
-
-    fn bytes(&self, id: NodeId) -> usize {
-        self.either(|g| g.bytes(id), |f| f.bytes(id))
-    }
-
-    fn flops(&self, id: NodeId) -> u64 {
-        self.either(|g| g.flops(id), |f| f.flops(id))
-    }
-
-    fn is_resident(&self, id: NodeId) -> bool {
-        self.either(|g| g.is_resident(id), |f| f.is_resident(id))
-    }
-
-    fn is_reshape(&self, id: NodeId) -> bool {
-        self.either(|g| g.is_reshape(id), |f| f.is_reshape(id))
-    }
-
-    fn forward_outputs(&self) -> &[NodeId] {
-        match self {
-            Schedule::InOrder(g) => g.forward_outputs(),
-            Schedule::ForwardFirst(f) => f.forward_outputs(),
-        }
-    }
-
-    fn gradients(&self) -> &[NodeId] {
-        match self {
-            Schedule::InOrder(g) => g.gradients(),
-            Schedule::ForwardFirst(f) => f.gradients(),
-        }
-    }
-
-    fn node_error(&self, id: NodeId, message: String) -> Error {
-        match self {
-            Schedule::InOrder(g) => g.node_error(id, message),
-            Schedule::ForwardFirst(f) => f.node_error(id, message),
-        }
-    }
-}
-
-impl<S: Schedulable + ?Sized> Schedule<'_, S> {
-    /// What `in_order` says of the graph, or `forward_first` of its reordered view.
-    fn either<T>(&self, in_order: impl FnOnce(&S) -> T, forward_first: impl FnOnce(&ForwardFirst<'_>) -> T) -> T {
-        match self {
-            Schedule::InOrder(g) => in_order(g),
-            Schedule::ForwardFirst(f) => forward_first(f),
-        }
-    }
-}
-
 /// The forward-first order of a partition graph whose phases interleave.
 ///
-/// Invariant: `to_old` and `to_new` are inverse permutations of the graph's nodes;
-/// `to_old[..forward]` are its forward nodes and `to_old[forward..]` its backward ones, each in
-/// id order; `inputs[starts[k]..starts[k + 1]]` are the inputs of new node `k`, in new ids.
+/// Invariant: `to_old` is a permutation of the graph's nodes; `to_old[..forward]` are its
+/// forward nodes and `to_old[forward..]` its backward ones, each in id order; every other field
+/// names nodes by their place in `to_old`: `inputs[starts[k]..starts[k + 1]]` are the inputs of
+/// new node `k`, `forward_outputs` and `gradients` the graph's.
 #[derive(Debug)]
 pub(crate) struct Reorder {
     to_old: Vec<NodeId>,
-    to_new: Vec<NodeId>,
     forward: usize,
     starts: Vec<usize>,
     inputs: Vec<NodeId>,
+    forward_outputs: Vec<NodeId>,
+    gradients: Vec<NodeId>,
 }
 
 impl Reorder {
@@ -154,7 +91,9 @@ impl Reorder {
             inputs.extend(graph.node(*old).inputs.iter().map(|i| to_new[i.index()]));
             starts.push(inputs.len());
         }
-        let order = Reorder { to_old, to_new, forward, starts, inputs };
+        let new = |of: &[NodeId]| of.iter().map(|o| to_new[o.index()]).collect();
+        let (forward_outputs, gradients) = (new(&graph.forward_outputs), new(&graph.backward_outputs));
+        let order = Reorder { to_old, forward, starts, inputs, forward_outputs, gradients };
         debug_assert!(order.is_topological(), "forward-first order of a valid graph");
         Some(order)
     }
@@ -166,13 +105,7 @@ impl Reorder {
 
     /// The graph seen in this order.
     pub(crate) fn view<'a>(&'a self, graph: &'a PGraph) -> ForwardFirst<'a> {
-        let to_new = |of: &[NodeId]| of.iter().map(|o| self.to_new[o.index()]).collect::<Vec<_>>();
-        ForwardFirst {
-            graph,
-            order: self,
-            forward_outputs: to_new(&graph.forward_outputs),
-            gradients: to_new(&graph.backward_outputs),
-        }
+        ForwardFirst { graph, order: self }
     }
 }
 
@@ -180,8 +113,6 @@ impl Reorder {
 pub(crate) struct ForwardFirst<'a> {
     graph: &'a PGraph,
     order: &'a Reorder,
-    forward_outputs: Vec<NodeId>,
-    gradients: Vec<NodeId>,
 }
 
 impl ForwardFirst<'_> {
@@ -191,11 +122,9 @@ impl ForwardFirst<'_> {
 }
 
 impl Schedulable for ForwardFirst<'_> {
+    /// The partition graph's checks but the phases' order, which this view puts right.
     fn forward_len(&self) -> Result<usize> {
-        let total = self.graph.validated()?.bytes;
-        if usize::try_from(total).is_err() {
-            return Err(Error::graph(format!("the graph's {total} bytes do not fit this machine's address space")));
-        }
+        plannable(self.graph)?;
         Ok(self.order.forward)
     }
 
@@ -224,11 +153,11 @@ impl Schedulable for ForwardFirst<'_> {
     }
 
     fn forward_outputs(&self) -> &[NodeId] {
-        &self.forward_outputs
+        &self.order.forward_outputs
     }
 
     fn gradients(&self) -> &[NodeId] {
-        &self.gradients
+        &self.order.gradients
     }
 
     fn node_error(&self, id: NodeId, message: String) -> Error {

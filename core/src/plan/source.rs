@@ -93,20 +93,13 @@ impl Schedulable for PGraph {
     /// The partition graph's own invariants ([`PGraph::validate`]), then: the forward nodes
     /// first, and their bytes within the address space.
     fn forward_len(&self) -> Result<usize> {
-        // The validation's own sweep gives each node's phase and the bytes' sum: the checks
-        // below read those, not the nodes again (a pass over all of their memory).
-        let valid = self.validated()?;
-        let forward_len = valid.backward.iter().position(|&b| b).unwrap_or(self.len());
-        if let Some(k) = valid.backward[forward_len..].iter().position(|&b| !b) {
+        let backward = plannable(self)?;
+        let forward_len = backward.iter().position(|&b| b).unwrap_or(self.len());
+        if let Some(k) = backward[forward_len..].iter().position(|&b| !b) {
             return Err(Error::graph(format!(
                 "{}: a forward node after a backward one; a plan needs every forward node first",
                 self.describe(NodeId::from_index(forward_len + k))
             )));
-        }
-        // `validated` bounds the sum by u64; a 32-bit address space is smaller.
-        let total = valid.bytes;
-        if usize::try_from(total).is_err() {
-            return Err(Error::graph(format!("the graph's {total} bytes do not fit this machine's address space")));
         }
         Ok(forward_len)
     }
@@ -146,6 +139,20 @@ impl Schedulable for PGraph {
     fn node_error(&self, id: NodeId, message: String) -> Error {
         Error::graph(format!("{}: {message}", self.describe(id)))
     }
+}
+
+/// `graph`'s validation ([`PGraph::validate`]), and its bytes within the address space: what a
+/// plan of it needs in whatever order its nodes are planned. Returns each node's phase (whether
+/// it is a backward node), from the validation's own sweep: the caller reads that table rather
+/// than the nodes again (a pass over all of their memory).
+pub(super) fn plannable(graph: &PGraph) -> Result<Vec<bool>> {
+    let valid = graph.validated()?;
+    // `validated` bounds the sum by u64; a 32-bit address space is smaller.
+    let total = valid.bytes;
+    if usize::try_from(total).is_err() {
+        return Err(Error::graph(format!("the graph's {total} bytes do not fit this machine's address space")));
+    }
+    Ok(valid.backward)
 }
 
 /// What the planner reads on every one of its passes — each node's inputs, bytes, and whether
