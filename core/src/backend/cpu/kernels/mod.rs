@@ -494,43 +494,15 @@ mod tests {
 mod widths {
     use super::testutil::*;
     use crate::cpu_features::WIDTH_CAP;
-    use crate::host::HostTensor;
-    use crate::op::{AttnLayout, BinaryOp, Op, UnaryOp};
     use std::sync::atomic::Ordering;
 
     #[test]
     fn every_vector_width_gives_the_same_bits() {
-        let (rows, d) = (301, 67);
-        let x = f32s(&[rows, d], 1);
-        let g = f32s(&[rows, d], 2);
-        let bias = f32s(&[d], 3);
-        let (q, k, v) = (f32s(&[3, 70, 16], 4), f32s(&[3, 70, 16], 5), f32s(&[3, 70, 16], 6));
-        let sdpa = Op::Sdpa { causal: true, scale: 0.25, layout: AttnLayout::HeadMajor };
-        let saved = run(&sdpa, &[&q, &k, &v]).unwrap();
-        let dsaved = f32s(saved.shape(), 7);
-        let cases: Vec<(Op, Vec<&HostTensor>)> = vec![
-            (Op::Unary(UnaryOp::Gelu), vec![&x]),
-            (Op::Unary(UnaryOp::Exp), vec![&x]),
-            (Op::UnaryGrad(crate::op::UnaryGradOp::GeluGrad), vec![&x, &g]),
-            (Op::Binary(BinaryOp::Add), vec![&x, &bias]),
-            (Op::Binary(BinaryOp::Mul), vec![&x, &g]),
-            (Op::Softmax, vec![&x]),
-            (Op::SoftmaxGrad, vec![&x, &g]),
-            (Op::LayerNorm { eps: 1e-5 }, vec![&x]),
-            (Op::LayerNormGrad { eps: 1e-5 }, vec![&x, &g]),
-            (Op::Dropout { p: 0.1, seed: 3, key: 4 }, vec![&x]),
-            (sdpa.clone(), vec![&q, &k, &v]),
-            (
-                Op::SdpaGrad { causal: true, scale: 0.25, layout: AttnLayout::HeadMajor },
-                vec![&q, &k, &v, &saved, &dsaved],
-            ),
-        ];
+        let kernels = StepKernels::new(301, 3);
+        let cases = kernels.cases();
         let bits = |cap: u8| -> Vec<Vec<u32>> {
             WIDTH_CAP.store(cap, Ordering::Relaxed);
-            let out = cases
-                .iter()
-                .map(|(op, xs)| run_seeded(op, xs, 9).unwrap().to_f32_vec().iter().map(|v| v.to_bits()).collect())
-                .collect();
+            let out = output_bits(&cases);
             WIDTH_CAP.store(2, Ordering::Relaxed);
             out
         };

@@ -5,7 +5,7 @@ use crate::backend::KernelCall;
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::host::HostTensor;
-use crate::op::{Meta, Op};
+use crate::op::{AttnLayout, BinaryOp, Meta, Op, ReduceOp, UnaryGradOp, UnaryOp};
 
 /// Runs `op` on `inputs` with run seed 0, the output shape and dtype from [`Op::infer`].
 pub(crate) fn run(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor> {
@@ -58,4 +58,63 @@ pub(crate) fn assert_close(got: &[f64], want: &[f64], tol: f64) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: got {g}, want {w}");
     }
+}
+
+/// Inputs of the kernels a training step runs — elementwise loops, norms, softmax, dropout,
+/// reductions, a transpose, products, attention and their gradients — at sizes that split into
+/// many chunks and leave remainders: `rows` rows of width 67, `heads` attention heads of 70
+/// positions. For the tests that every way of running a kernel gives the same bits.
+pub(crate) struct StepKernels {
+    x: HostTensor,
+    g: HostTensor,
+    bias: HostTensor,
+    w: HostTensor,
+    qkv: [HostTensor; 3],
+    saved: HostTensor,
+    dsaved: HostTensor,
+}
+
+const SDPA: Op = Op::Sdpa { causal: true, scale: 0.25, layout: AttnLayout::HeadMajor };
+
+impl StepKernels {
+    pub(crate) fn new(rows: usize, heads: usize) -> Self {
+        let d = 67;
+        let qkv = [5, 6, 7].map(|salt| f32s(&[heads, 70, 16], salt));
+        let saved = run(&SDPA, &[&qkv[0], &qkv[1], &qkv[2]]).expect("attention runs");
+        let dsaved = f32s(saved.shape(), 8);
+        let (x, g, bias, w) = (f32s(&[rows, d], 1), f32s(&[rows, d], 2), f32s(&[d], 3), f32s(&[d, 96], 4));
+        StepKernels { x, g, bias, w, qkv, saved, dsaved }
+    }
+
+    /// Each kernel with its inputs.
+    pub(crate) fn cases(&self) -> Vec<(Op, Vec<&HostTensor>)> {
+        let StepKernels { x, g, bias, w, qkv: [q, k, v], saved, dsaved } = self;
+        vec![
+            (Op::Unary(UnaryOp::Gelu), vec![x]),
+            (Op::Unary(UnaryOp::Exp), vec![x]),
+            (Op::UnaryGrad(UnaryGradOp::GeluGrad), vec![x, g]),
+            (Op::Binary(BinaryOp::Add), vec![x, bias]),
+            (Op::Binary(BinaryOp::Mul), vec![x, g]),
+            (Op::Softmax, vec![x]),
+            (Op::SoftmaxGrad, vec![x, g]),
+            (Op::LayerNorm { eps: 1e-5 }, vec![x]),
+            (Op::LayerNormGrad { eps: 1e-5 }, vec![x, g]),
+            (Op::Dropout { p: 0.1, seed: 3, key: 4 }, vec![x]),
+            (Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, vec![x]),
+            (Op::Reduce { op: ReduceOp::Amax, axes: vec![1], keepdim: true }, vec![x]),
+            (Op::Transpose { perm: vec![1, 0] }, vec![x]),
+            (Op::Matmul, vec![x, w]),
+            (Op::MatmulT { ta: true, tb: false, fold: false }, vec![x, g]),
+            (SDPA, vec![q, k, v]),
+            (Op::SdpaGrad { causal: true, scale: 0.25, layout: AttnLayout::HeadMajor }, vec![q, k, v, saved, dsaved]),
+        ]
+    }
+}
+
+/// The bits of each case's output, run under seed 9.
+pub(crate) fn output_bits(cases: &[(Op, Vec<&HostTensor>)]) -> Vec<Vec<u32>> {
+    cases
+        .iter()
+        .map(|(op, xs)| run_seeded(op, xs, 9).unwrap().to_f32_vec().iter().map(|v| v.to_bits()).collect())
+        .collect()
 }
