@@ -201,16 +201,9 @@ fn forward_first_by_hand(doc: &str) -> String {
 fn named_steps(problem: &Problem<'_>, plan: &Plan) -> Vec<String> {
     plan.steps()
         .map(|s| {
-            format!("{s:?}").split('(').next().unwrap().to_string() + " " + &problem.graph().node(node_of(s)).id.label()
+            format!("{s:?}").split('(').next().unwrap().to_string() + " " + &problem.graph().node(s.node()).id.label()
         })
         .collect()
-}
-
-fn node_of(step: &remat_core::Step) -> remat_core::NodeId {
-    use remat_core::Step::*;
-    match *step {
-        Compute(id) | Recompute(id) | Free(id) | Offload(id) | Fetch(id) | Alias(id) => id,
-    }
 }
 
 #[test]
@@ -245,7 +238,7 @@ fn a_pytorch_joint_document_is_planned_in_its_order_with_its_forward_nodes_first
             assert_eq!(json["planned_peak"], a.plan().predicted_peak() as u64, "{strategy}");
             // The plan names the document's own nodes: the forward program computes forward ones.
             for step in a.plan().forward() {
-                assert!(!interleaved.graph().node(node_of(step)).backward, "{strategy}: {step:?}");
+                assert!(!interleaved.graph().node(step.node()).backward, "{strategy}: {step:?}");
             }
         }
         // A limit below the lower bound is refused at once.

@@ -50,6 +50,25 @@ pub enum Step {
     Alias(NodeId),
 }
 
+impl Step {
+    /// The node the step computes, frees or moves.
+    pub fn node(self) -> NodeId {
+        let mut step = self;
+        *step.node_mut()
+    }
+
+    fn node_mut(&mut self) -> &mut NodeId {
+        match self {
+            Step::Compute(id)
+            | Step::Recompute(id)
+            | Step::Free(id)
+            | Step::Offload(id)
+            | Step::Fetch(id)
+            | Step::Alias(id) => id,
+        }
+    }
+}
+
 /// What a sequence entry does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -362,15 +381,9 @@ impl Plan {
     /// The plan with node `k` renamed `to_old[k]`: a plan made over a graph's nodes in another
     /// order ([`Schedule`]) named by the graph's own ids. The lists in id order stay so.
     fn renumber(&mut self, to_old: &[NodeId]) {
-        let step = |s: &mut Step| match s {
-            Step::Compute(id)
-            | Step::Recompute(id)
-            | Step::Free(id)
-            | Step::Offload(id)
-            | Step::Fetch(id)
-            | Step::Alias(id) => *id = to_old[id.index()],
-        };
-        self.forward.iter_mut().chain(&mut self.backward).for_each(step);
+        for id in self.forward.iter_mut().chain(&mut self.backward).map(Step::node_mut) {
+            *id = to_old[id.index()];
+        }
         for list in [&mut self.saved, &mut self.offloaded, &mut self.recomputed, &mut self.resident, &mut self.kept] {
             list.iter_mut().for_each(|id| *id = to_old[id.index()]);
         }
