@@ -169,10 +169,7 @@ impl<'p> Partitioned<'p> {
 
     /// The report: the partition with the plan's predicted peaks and transfer windows.
     pub fn report(&self) -> Report<'_> {
-        Report::new(self.graph, &self.partition)
-            .with_transfer_windows(&self.windows)
-            .with_planned_peak(self.plan.predicted_peak() as u64)
-            .with_host_peaks(self.plan.predicted_host_peak() as u64, None)
+        Report::new(self.graph, &self.partition).with_transfer_windows(&self.windows).with_plan(&self.plan)
     }
 
     /// The partition and the plan, for a caller that keeps them past the problem.

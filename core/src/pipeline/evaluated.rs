@@ -51,14 +51,7 @@ impl<'p> Evaluated<'p> {
     /// The completed decision's report, headed `evaluate (the given decision: keep ..)` (its
     /// JSON's `strategy` is `given`).
     pub fn report(&self) -> Report<'_> {
-        self.planned(Report::new(self.graph, &self.evaluation.partition)).with_heading("evaluate", &self.label)
-    }
-
-    /// `report` with the plan's peaks.
-    fn planned<'r>(&self, report: Report<'r>) -> Report<'r> {
-        report
-            .with_planned_peak(self.plan.predicted_peak() as u64)
-            .with_host_peaks(self.plan.predicted_host_peak() as u64, None)
+        Report::new(self.graph, &self.evaluation.partition).with_plan(&self.plan).with_heading("evaluate", &self.label)
     }
 
     /// The report as text, then the values kept for nothing and every rule broken.
@@ -68,7 +61,8 @@ impl<'p> Evaluated<'p> {
 
     /// The report as JSON (`strategy` reads `given`), with `given`, `broken` and `unneeded`.
     pub fn json(&self) -> String {
-        self.planned(Report::new(self.graph, &self.evaluation.partition))
+        Report::new(self.graph, &self.evaluation.partition)
+            .with_plan(&self.plan)
             .with_heading("evaluate", "given")
             .evaluation_json(&self.given, &self.evaluation)
     }

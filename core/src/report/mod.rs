@@ -87,6 +87,11 @@ impl<'a> Report<'a> {
         self
     }
 
+    /// Adds `plan`'s predicted device and host peaks (no measured host peak).
+    pub fn with_plan(self, plan: &crate::Plan) -> Self {
+        self.with_planned_peak(plan.predicted_peak() as u64).with_host_peaks(plan.predicted_host_peak() as u64, None)
+    }
+
     /// Adds the plan's predicted peak bytes ([`crate::Plan::predicted_peak`]).
     pub fn with_planned_peak(mut self, bytes: u64) -> Self {
         self.planned_peak = Some(bytes);
