@@ -1,8 +1,10 @@
 //! The CPU backend's thread count on an idle and on a busy machine: the gpt example's training
 //! step (4 layers, d_model 64, seq 32, batch 8; and the d256 model) on 1 and 2 threads, first
 //! alone, then with a competing process spinning on one core (pinned to CPU 0 with `taskset`
-//! where it exists). Prints the four medians (of 60 steps at d64, 30 at d256: fewer left a run
-//! at the mercy of one probe of the CPU backend's guard) and each against 1 thread idle.
+//! where it exists). The two thread counts alternate in six rounds under each load, so that
+//! whatever else the machine does weighs on both alike. Prints the four medians (of 60 steps at
+//! d64, 30 at d256: fewer left a run at the mercy of one probe of the CPU backend's guard) and
+//! each against 1 thread idle.
 //!
 //! ```sh
 //! cargo bench --bench threads            # both models
@@ -15,6 +17,9 @@ use remat::{CpuBackend, DType, Model};
 use remat_zoo::{self as zoo, GptConfig};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
+
+/// Rounds each measurement alternates the two thread counts over.
+const ROUNDS: usize = 6;
 
 /// Set in the child process that only spins.
 const SPIN_VAR: &str = "REMAT_BENCH_SPIN";
@@ -62,27 +67,36 @@ fn measure(name: &str, cfg: &GptConfig, steps: usize) {
     let model = Model::new(zoo::gpt(cfg).expect("the gpt traces")).expect("the gpt plans");
     let params = model.init_params(0).expect("parameters fit");
     let feeds = zoo::synthetic_tokens(cfg, 0).expect("tokens");
-    let median_ms = |threads: usize| {
-        let mut cpu = CpuBackend::with_threads(threads);
+    // Both thread counts in alternating rounds, so that whatever else the machine does drifts
+    // over both alike; each backend's medians over all its rounds.
+    let medians_ms = || -> [f64; 2] {
+        let mut cpus = [CpuBackend::with_threads(1), CpuBackend::with_threads(2)];
         // Warm-up: helper threads started, allocator arenas and pages touched.
-        for s in 0..3 {
-            model.step_seeded(&mut cpu, &params, &feeds, s).expect("a step");
+        for cpu in &mut cpus {
+            for s in 0..3 {
+                model.step_seeded(cpu, &params, &feeds, s).expect("a step");
+            }
         }
-        let mut times: Vec<f64> = (0..steps as u64)
-            .map(|s| {
-                let start = Instant::now();
-                model.step_seeded(&mut cpu, &params, &feeds, s).expect("a step");
-                start.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        times.sort_by(f64::total_cmp);
-        times[times.len() / 2]
+        let mut times = [Vec::with_capacity(steps), Vec::with_capacity(steps)];
+        for round in 0..ROUNDS {
+            for (cpu, times) in cpus.iter_mut().zip(&mut times) {
+                for s in 0..(steps / ROUNDS) as u64 {
+                    let start = Instant::now();
+                    model.step_seeded(cpu, &params, &feeds, round as u64 * 1000 + s).expect("a step");
+                    times.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        times.map(|mut t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
     };
-    let idle = [median_ms(1), median_ms(2)];
+    let idle = medians_ms();
     let busy = match competitor() {
         Ok(mut child) => {
             std::thread::sleep(std::time::Duration::from_millis(200));
-            let busy = [median_ms(1), median_ms(2)];
+            let busy = medians_ms();
             let _ = child.kill();
             let _ = child.wait();
             Some(busy)

@@ -7,8 +7,8 @@
 //! a pool's threads are found not to get a core of their own ([`super::guard`]), its kernels
 //! run on one thread.
 
-use super::guard::{Guard, Times};
-use std::cell::{OnceCell, RefCell};
+use super::guard::{Descheduled, Guard, Times};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -119,8 +119,10 @@ enum Current {
 std::thread_local! {
     /// On a worker of a backend's pool, that backend's thread count (its workers and the
     /// caller); else 0.
-    static WORKER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    static WORKER_OF: Cell<usize> = const { Cell::new(0) };
     static CURRENT: RefCell<Current> = const { RefCell::new(Current::Outside) };
+    /// The clocks of this thread's last parallel job on a backend's pool.
+    static LAST_JOB: Cell<Option<Descheduled>> = const { Cell::new(None) };
 }
 
 /// Threads the kernel running on this thread may use (see the module's doc).
@@ -155,9 +157,14 @@ pub(crate) fn beside(tasks: usize, helper: &(impl Fn() + Sync), mine: impl FnOnc
             mine();
         });
     };
+    let clocks = Descheduled::now();
+    let descheduled = match (LAST_JOB.replace(clocks), clocks) {
+        (Some(last), Some(now)) => last.until(now),
+        _ => std::time::Duration::ZERO,
+    };
     let start = Instant::now();
     let (mine, worked) = late_helpers_skip(&shared, helper, || (mine(), start.elapsed()));
-    shared.guard.judge(tasks, mine, Times { worked, waited: start.elapsed() - worked });
+    shared.guard.judge(tasks, mine, Times { worked, waited: start.elapsed() - worked, descheduled });
 }
 
 /// `mine()` with `helper()` posted to each other thread of the pool; returns once `mine` has and
