@@ -5,6 +5,10 @@
 //! limit below what every plan holds ([`peak_lower_bound`]) is refused before the search.
 
 mod bound;
+#[cfg(feature = "exact")]
+mod exact;
+#[cfg(feature = "exact")]
+mod rows;
 
 pub use bound::{peak_lower_bound, PeakBound};
 
@@ -16,6 +20,9 @@ use crate::text::fmt_bytes;
 /// Plans of the family walked through one by one, from the least recompute down, before the
 /// search falls back to a sweep and a bisection.
 const WALK: usize = 400;
+/// How long a refusal may search for the least peak a plan reaches.
+#[cfg(feature = "exact")]
+const LEAST_SEARCH: std::time::Duration = std::time::Duration::from_secs(10);
 /// Budgets swept (as fractions `k / SWEEP`) by the fallback.
 const SWEEP: usize = 20;
 
@@ -76,11 +83,102 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
     if let Some(refusal) = below {
         return Err(refusal);
     }
-    let plan = |strategy: Strategy| -> Result<Candidate> {
-        let partition = partition_with(pg, strategy, model)?;
-        let plan = schedule.plan(&partition, model)?;
-        Ok(Candidate { partition, plan })
+    #[cfg(feature = "exact")]
+    let lower = match exact::solve(schedule, pg, limit, model)? {
+        exact::Outcome::Found { mut partition, plan, lower } => {
+            partition.strategy = Strategy::Peak(limit);
+            partition.optimality_gap = Some(gap(partition.recompute_flops, lower));
+            return Ok((partition, plan));
+        }
+        exact::Outcome::Infeasible => return Err(refuse(schedule, pg, limit, model)?),
+        exact::Outcome::Bound(lower) => Some(lower),
     };
+    #[cfg(not(feature = "exact"))]
+    let lower: Option<f64> = None;
+    let (mut partition, plan) = walk(schedule, pg, limit, model)?;
+    partition.optimality_gap = lower.map(|l| gap(partition.recompute_flops, l));
+    Ok((partition, plan))
+}
+
+/// `(cost − lower) / cost`, 0 for a cost of 0.
+fn gap(cost: u64, lower: f64) -> f64 {
+    if cost == 0 {
+        0.0
+    } else {
+        ((cost as f64 - lower) / cost as f64).clamp(0.0, 1.0)
+    }
+}
+
+/// Plans of a few strategies, each with its partition.
+fn candidate<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    strategy: Strategy,
+    model: &CostModel,
+) -> Result<Candidate> {
+    let partition = partition_with(pg, strategy, model)?;
+    let plan = schedule.plan(&partition, model)?;
+    Ok(Candidate { partition, plan })
+}
+
+/// The refusal of a limit no plan meets (the exact program proved it), with the least peak a
+/// plan reaches: bisected with the exact program between the limit and the lowest peak of the
+/// min-cut's plan and of byte budgets across their range, for as long as the program decides.
+#[cfg(feature = "exact")]
+fn refuse<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    limit: u64,
+    model: &CostModel,
+) -> Result<Error> {
+    let mut lowest = candidate(schedule, pg, Strategy::MinCut, model)?;
+    for k in 0..=4 {
+        let c = candidate(schedule, pg, Strategy::Budget(Budget::Fraction(k as f64 / 4.0)), model)?;
+        if c.peak() < lowest.peak() {
+            lowest = c;
+        }
+    }
+    // No plan peaks at or below `lo`; `lowest` is a plan.
+    let mut lo = limit;
+    let start = std::time::Instant::now();
+    while lo + 1 < lowest.peak() && start.elapsed() < LEAST_SEARCH {
+        let mid = lo + (lowest.peak() - lo) / 2;
+        match exact::solve(schedule, pg, mid, model)? {
+            exact::Outcome::Found { partition, plan, .. } => lowest = Candidate { partition, plan },
+            exact::Outcome::Infeasible => lo = mid,
+            exact::Outcome::Bound(_) => break,
+        }
+    }
+    let least = lowest.peak();
+    let known = if lo + 1 == least {
+        format!("the least predicted peak of any plan is {least} bytes ({})", fmt_bytes(least))
+    } else {
+        format!(
+            "no plan peaks at or below {lo} bytes; the lowest predicted peak found is {least} bytes ({})",
+            fmt_bytes(least)
+        )
+    };
+    Ok(Error::Infeasible {
+        what: Limit::Peak,
+        asked: limit,
+        least: Some(least),
+        message: format!(
+            "peak={limit} ({}) cannot be met: {known}, with {} bytes of inputs and parameters",
+            fmt_bytes(limit),
+            lowest.plan.resident_bytes()
+        ),
+    })
+}
+
+/// The plan of least recompute within `limit` among the exact byte-budget plans (see
+/// [`partition_for_peak`]'s walk).
+fn walk<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    limit: u64,
+    model: &CostModel,
+) -> Result<(Partition, Plan)> {
+    let plan = |strategy: Strategy| candidate(schedule, pg, strategy, model);
     let finish = |c: Candidate| {
         let mut partition = c.partition;
         partition.strategy = Strategy::Peak(limit);

@@ -312,3 +312,92 @@ fn a_region_budget_outside_zero_to_one_is_not_reachable_from_json_or_macro() {
     assert!(matches!(&err, Error::Config { setting, .. } if setting == "budget"), "{err:?}");
     assert_eq!(err.to_string(), "a budget fraction must be in [0, 1], got 1.5");
 }
+
+/// Whether a program opens a region whose default policy offloads, or with a budget of its own
+/// (the peak brute force plans without offloading, under no region budget).
+fn beyond_the_peak_brute_force(program: &[Instr]) -> bool {
+    program.iter().any(|i| matches!(i, Instr::Open { default, budget, .. } if *default >= 4 || budget.is_some()))
+}
+
+/// Every saved set of the open values (computed forward values that are not views or outputs)
+/// that keeps every rule (the rule checker, [`remat_core::evaluate`]): its planned peak and its
+/// recompute FLOPs. Written apart from the peak search, which it checks. Every must_save value
+/// is given as saved: the checker lets a must_save constant be made again (the same bits for
+/// free), the partitioner keeps it as tagged.
+fn every_plan(graph: &Graph) -> Vec<(u64, u64)> {
+    let joint = JointGraph::new(graph).unwrap();
+    let pg = PGraph::from_joint(&joint);
+    let open = untagged_candidates(&pg);
+    let n = joint.n_forward();
+    let mut plans = Vec::new();
+    for mask in 0u32..(1 << open.len()) {
+        let must_save =
+            (0..pg.len()).filter(|&i| !pg.nodes[i].backward && pg.nodes[i].policy == Some(Policy::MustSave));
+        let saved: Vec<remat_core::NodeId> = open
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| mask & (1 << k) != 0)
+            .map(|(_, &i)| i)
+            .chain(must_save)
+            .map(|i| remat_core::NodeId::new(i as u32))
+            .collect();
+        let Ok(ev) = remat_core::evaluate(&pg, &saved) else { continue };
+        if !ev.broken.is_empty() {
+            continue;
+        }
+        let plan = remat_core::Plan::new(&joint, &ev.partition.saved[..n]).unwrap();
+        plans.push((plan.predicted_peak() as u64, ev.partition.recompute_flops));
+    }
+    plans
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, max_global_rejects: 1 << 16, ..ProptestConfig::default() })]
+
+    /// `peak=B` on random tagged graphs against every plan (brute force): within B, never more
+    /// recompute than the least of the plans within B, exactly that where the gap is 0, its
+    /// lower bound never above it; refused exactly where no plan fits, with the least peak;
+    /// recompute never rising with B; the measured peak the predicted one.
+    #[test]
+    fn peak_limits_match_a_brute_force(program in proptest::collection::vec(instr(), 1..24)) {
+        prop_assume!(!beyond_the_peak_brute_force(&program));
+        let graph = build(&program, true);
+        let pg = PGraph::from_joint(&JointGraph::new(&graph).unwrap());
+        prop_assume!(untagged_candidates(&pg).len() <= 11);
+        let plans = every_plan(&graph);
+        prop_assume!(!plans.is_empty());
+        let least = plans.iter().map(|p| p.0).min().unwrap();
+        let most = plans.iter().map(|p| p.0).max().unwrap();
+        let mut limits = vec![least - 1, least, least + (most - least) / 3, least + (most - least) * 2 / 3, most];
+        limits.dedup();
+        let mut last_flops = u64::MAX;
+        for limit in limits {
+            let best = plans.iter().filter(|p| p.0 <= limit).map(|p| p.1).min();
+            match (Model::with_strategy(graph.clone(), Strategy::Peak(limit)), best) {
+                (Ok(model), Some(best)) => {
+                    let p = model.partition().unwrap();
+                    prop_assert!(model.plan().predicted_peak() as u64 <= limit);
+                    prop_assert!(p.recompute_flops >= best);
+                    let gap = p.optimality_gap.unwrap();
+                    prop_assert!(p.recompute_flops as f64 * (1.0 - gap) <= best as f64 + 1e-6 * best as f64 + 1e-9,
+                        "peak={limit}: {} FLOPs with gap {gap}, the least is {best}", p.recompute_flops);
+                    if gap == 0.0 {
+                        prop_assert_eq!(p.recompute_flops, best, "peak={}", limit);
+                        prop_assert!(p.recompute_flops <= last_flops, "recompute rose with the limit");
+                        last_flops = p.recompute_flops;
+                    }
+                    let out = model.step_seeded(&mut CpuBackend::new(), &model.init_params(0).unwrap(), &feeds(), 1).unwrap();
+                    prop_assert_eq!(out.measured_peak, out.predicted_peak);
+                }
+                (Err(Error::Infeasible { what: Limit::Peak, least: reached, message, .. }), None) => {
+                    prop_assert!(reached.is_none_or(|r| r >= least), "{}", message);
+                    if message.contains("the least predicted peak of any plan") {
+                        prop_assert_eq!(reached, Some(least), "{}", message);
+                    }
+                }
+                (Err(e), _) if matches!(e, Error::Conflict(_)) => return Ok(()),
+                (got, best) => prop_assert!(false, "peak={limit}: {:?} against the brute force's {best:?}", got.map(|m| m.partition().unwrap().recompute_flops)),
+            }
+        }
+    }
+}

@@ -21,6 +21,7 @@
 mod amount;
 pub mod boundary;
 mod budget;
+pub(crate) use budget::Extra;
 mod check;
 mod classify;
 mod doc_id;
@@ -113,6 +114,30 @@ pub fn partition(g: &PGraph, strategy: Strategy) -> Result<Partition> {
 /// [`partition`] with the transfer and compute rates of `model` (used by `BudgetOffload`'s
 /// solver and for the exposed-transfer estimate).
 pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Result<Partition> {
+    partition_searched(g, strategy, model, None).map(|s| s.partition)
+}
+
+/// A partition, with what its budget search decided and proved.
+pub(crate) struct Searched {
+    pub(crate) partition: Partition,
+    /// The search's proven lower bound on the cost (`None`: optimal, or nothing searched).
+    pub(crate) bound: Option<f64>,
+    /// Per node, what the search kept at hand (before views are settled on their bases).
+    pub(crate) at_hand: Vec<bool>,
+}
+
+/// [`partition_with`], under a byte budget the exact program's `extra` rows join (for
+/// [`Strategy::Peak`]'s search).
+pub(crate) fn partition_with_rows(g: &PGraph, extra: &budget::Extra, model: &CostModel) -> Result<Searched> {
+    partition_searched(g, Strategy::Budget(Budget::Bytes(u64::MAX)), model, Some(extra))
+}
+
+fn partition_searched(
+    g: &PGraph,
+    strategy: Strategy,
+    model: &CostModel,
+    extra: Option<&budget::Extra>,
+) -> Result<Searched> {
     let validated = g.validated()?;
     model.validate()?;
     let wishes = offload::wishes(g, validated.offload_tags)?;
@@ -135,13 +160,13 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
     // finished.
     crate::concurrent::scope(|scope| {
         let budget::Solution { mut at_hand, mut chosen, offloaded: off, grade } = match strategy {
-            Strategy::Respect => budget::solve(scope, g, &class, &reads, respect.clone(), &respect, None, &ctx)?,
+            Strategy::Respect => budget::solve(scope, g, &class, &reads, respect.clone(), &respect, None, &ctx, None)?,
             Strategy::MinCut => {
                 let (at_hand, chosen) = mincut::solve(g, &class, &reads);
-                budget::refine(scope, g, &class, &reads, at_hand, chosen, &respect, None, &ctx)?
+                budget::refine(scope, g, &class, &reads, at_hand, chosen, &respect, None, &ctx, None)?
             }
             Strategy::Budget(b) | Strategy::BudgetOffload(b) => {
-                budget::solve(scope, g, &class, &reads, respect.clone(), &respect, Some(b), &ctx)?
+                budget::solve(scope, g, &class, &reads, respect.clone(), &respect, Some(b), &ctx, extra)?
             }
             Strategy::Peak(bytes) => {
                 return Err(crate::error::Error::config(
@@ -157,6 +182,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
         // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
         // where Prefer tags bind.
         let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
+        let searched_at_hand = at_hand.clone();
         classify::settle_view_bases(g, &class, &boundary, &reads, prefer_binds, &mut at_hand, &mut chosen);
         let mut p =
             finish(g, strategy, &class, &reads, &validated.backward, &at_hand, &chosen, &off, &wishes, ctx.exposed());
@@ -176,7 +202,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
             }
         });
         debug_assert!(check(g, &p).is_ok(), "{strategy}: partition breaks a rule: {:?}", check(g, &p).err());
-        Ok(p)
+        Ok(Searched { partition: p, bound, at_hand: searched_at_hand })
     })
 }
 

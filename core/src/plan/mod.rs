@@ -435,7 +435,7 @@ fn at_hand_never_freed(nodes: usize, resident: &[NodeId], kept: &[NodeId]) -> Ve
 }
 
 /// Marks the ancestors of `roots` (roots included) among nodes `0..limit`.
-fn ancestors(graph: &(impl Schedulable + ?Sized), roots: &[NodeId], limit: usize) -> Vec<bool> {
+pub(crate) fn ancestors(graph: &(impl Schedulable + ?Sized), roots: &[NodeId], limit: usize) -> Vec<bool> {
     let mut mark = vec![false; limit];
     for &r in roots {
         if r.index() < limit {

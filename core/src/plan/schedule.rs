@@ -42,6 +42,14 @@ impl<S: Schedulable + ?Sized> Schedule<'_, S> {
         }
     }
 
+    /// The graph's own id of node `id` of the planning order.
+    pub(crate) fn graph_id(&self, id: NodeId) -> NodeId {
+        match self {
+            Schedule::InOrder(_) => id,
+            Schedule::ForwardFirst(f) => f.old(id),
+        }
+    }
+
     /// Each offloaded value's transfer window under `plan` (one of [`Schedule::plan`]'s).
     pub(crate) fn transfer_windows(&self, plan: &Plan) -> Vec<TransferWindow> {
         match self {

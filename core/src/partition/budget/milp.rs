@@ -146,7 +146,35 @@ impl Program {
                 prog.rows.push((Some(0.0), None, e));
             }
         }
+        if let Some(extra) = p.extra {
+            prog.add_extra(p, extra);
+        }
         prog
+    }
+
+    /// A caller's rows ([`super::Extra`]): byte limits over values kept on the device, and
+    /// choices excluded (at least one candidate decided otherwise).
+    fn add_extra(&mut self, p: &Problem<'_>, extra: &super::Extra) {
+        for (terms, limit) in &extra.rows {
+            let mut e = Expr::default();
+            for &(v, bytes) in terms {
+                e.add(self.at_hand[v.index()], bytes as f64);
+                e.add(self.offloaded[v.index()], -(bytes as f64));
+            }
+            self.rows.push((None, Some(*limit as f64), e));
+        }
+        for kept in &extra.excluded {
+            let mut e = Expr::default();
+            for &c in &p.candidates {
+                if kept[c.index()] {
+                    e.constant += 1.0;
+                    e.add(self.at_hand[c.index()], -1.0);
+                } else {
+                    e.add(self.at_hand[c.index()], 1.0);
+                }
+            }
+            self.rows.push((Some(1.0), None, e));
+        }
     }
 
     fn column(&mut self) -> Bit {

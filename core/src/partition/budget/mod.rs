@@ -50,6 +50,21 @@ use crate::error::{Error, Result};
 use crate::graph::RegionId;
 use std::sync::Arc;
 
+/// Rows a caller adds to the exact 0-1 program ([`Strategy::Peak`](super::Strategy::Peak)'s
+/// search): each `Σ bytes · kept-on-device ≤ limit` over the values it names, and choices the
+/// program may not make again. A problem with them is solved by the program alone (the other
+/// searches do not read them), within `seconds`.
+#[derive(Debug, Default)]
+pub(crate) struct Extra {
+    /// `(terms, limit)`: the device bytes of the values in `terms` kept (saved and not
+    /// offloaded) at most `limit`.
+    pub(crate) rows: Vec<(Vec<(crate::graph::NodeId, u64)>, u64)>,
+    /// Per node, the candidates a choice kept at hand: no plan keeps exactly these again.
+    pub(crate) excluded: Vec<Vec<bool>>,
+    /// Seconds the program may run.
+    pub(crate) seconds: f64,
+}
+
 /// What the budget search decided, for the partition to finish.
 ///
 /// `at_hand`, `chosen` and `offloaded` hold one entry per node of the graph; a value offloaded
@@ -100,8 +115,9 @@ pub(super) fn solve<'s, 'e>(
     respect: &[bool],
     global: Option<Budget>,
     off: &'e Offload,
+    extra: Option<&'e Extra>,
 ) -> Result<Solution<'s>> {
-    refine(scope, g, class, reads, base, vec![None; g.len()], respect, global, off)
+    refine(scope, g, class, reads, base, vec![None; g.len()], respect, global, off, extra)
 }
 
 /// [`solve`], keeping `chosen` for values the search does not decide.
@@ -117,12 +133,14 @@ pub(super) fn refine<'s, 'e>(
     respect: &[bool],
     global: Option<Budget>,
     off: &'e Offload,
+    extra: Option<&'e Extra>,
 ) -> Result<Solution<'s>> {
     let budgeted = budgeted_regions(g);
     if global.is_none() && budgeted.is_empty() {
         return Ok(Solution { at_hand: base, chosen, offloaded: off.fixed.clone(), grade: Grade::Known(None) });
     }
     let mut problem = Problem::new(g, class, reads, base, global.is_some(), &budgeted, off);
+    problem.extra = extra;
     problem.hint_min_cut(class);
     let early_bound = match global {
         Some(b) => set_global_limit(&mut problem, b, respect)?,
@@ -136,6 +154,7 @@ pub(super) fn refine<'s, 'e>(
         let solved = problem.solve_graded(true, early_bound, None).map(Graded::proved);
         let plain_off = off.without_choice();
         let mut plain = Problem::new(g, class, reads, problem.base.clone(), global.is_some(), &budgeted, &plain_off);
+        plain.extra = extra;
         plain.hint_min_cut(class);
         plain.limits.clone_from(&problem.limits);
         problem.better(solved, plain.solve().ok()).map(Solved::known)

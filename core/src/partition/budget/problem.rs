@@ -68,6 +68,8 @@ pub(super) struct Problem<'a> {
     /// The order the eviction path evicts candidates and optional offloads in, which does not
     /// depend on the limits: sorted on first use, for every path after.
     pub(super) eviction_order: std::sync::OnceLock<Vec<NodeId>>,
+    /// A caller's own rows for the exact program, which alone then decides.
+    pub(super) extra: Option<&'a super::Extra>,
 }
 
 /// The min-cut's choice ([`Problem::hint_min_cut`]), evaluated with the tagged offloads (which
@@ -140,6 +142,7 @@ impl<'a> Problem<'a> {
             hint_class: None,
             hint: std::sync::OnceLock::new(),
             eviction_order: std::sync::OnceLock::new(),
+            extra: None,
         }
     }
 

@@ -106,6 +106,7 @@ impl<'a> Problem<'a> {
         let enumerate = self.candidates.len() <= EXACT_CANDIDATES
             && combos.is_some_and(|c| c.saturating_mul(self.order.len() as u64) <= EXACT_WORK);
         match search_asked() {
+            _ if self.extra.is_some() => Method::Program,
             Search::Auto if enumerate => Method::Enumerate,
             Search::Auto if self.order.len() <= PROGRAM_NODES => Method::Program,
             Search::Program => Method::Program,
@@ -215,7 +216,7 @@ impl<'a> Problem<'a> {
     #[cfg(feature = "exact")]
     fn solve_program(&self) -> Option<std::result::Result<Solved, Infeasible>> {
         let program = milp::Program::new(self);
-        match program.solve(self, PROGRAM_SECONDS) {
+        match program.solve(self, self.extra.map_or(PROGRAM_SECONDS, |e| e.seconds)) {
             Ok(solved) => Some(Ok(solved)),
             Err(milp::Unsolved::Infeasible) => Some(Err(self.infeasible(&program))),
             Err(milp::Unsolved::Failed(why)) => {
@@ -235,6 +236,11 @@ impl<'a> Problem<'a> {
     /// alone, and the fewest global bytes within the region limits.
     #[cfg(feature = "exact")]
     fn infeasible(&self, program: &milp::Program) -> Infeasible {
+        if self.extra.is_some() {
+            // The caller's rows make the refusal its own: no limit of this problem's is the
+            // one that fails.
+            return Infeasible { least: vec![u64::MAX; self.limits.len()], least_global_within_regions: None };
+        }
         let least = (0..self.limits.len())
             .map(|k| program.least_bytes(self, k, false, PROGRAM_SECONDS).unwrap_or(u64::MAX))
             .collect();

@@ -1,0 +1,78 @@
+//! `Strategy::Peak`'s exact search: the least recompute under the memory rows of the schedule
+//! ([`super::rows`]), a 0-1 program HiGHS solves (the byte-budget program with the rows in place
+//! of its one limit). The rows hold for every plan within the peak, so the program's optimum is
+//! a lower bound on the least recompute of any such plan; its saved set is planned, and where
+//! the plan peaks within the limit it is the optimum. Where it peaks over (a step the rows bound
+//! loosely: values recomputed for another's recompute), that saved set is excluded and the
+//! program solved again — a lower bound that only rises — for a few rounds.
+
+use super::rows::{memory_rows, Row};
+use crate::error::{Error, Result};
+use crate::partition::{partition_with_rows, CostModel, Extra, PGraph, Partition};
+use crate::plan::{Plan, Schedulable, Schedule};
+use std::time::Instant;
+
+/// Seconds the rounds may take together.
+const SECONDS: f64 = 20.0;
+/// Saved sets whose plans peak over the limit excluded before the program gives up.
+const ROUNDS: usize = 4;
+
+/// What the program found.
+pub(super) enum Outcome {
+    /// A plan within the limit, and a proven lower bound on the recompute FLOPs of every plan
+    /// within it.
+    Found { partition: Partition, plan: Plan, lower: f64 },
+    /// No plan is within the limit: no saved set meets the rows but those whose plans were
+    /// found over it.
+    Infeasible,
+    /// No plan within the limit found in the rounds: the lower bound proven on the way.
+    Bound(f64),
+}
+
+/// The exact search of `pg` planned in `schedule`, under `limit` bytes.
+pub(super) fn solve<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    limit: u64,
+    model: &CostModel,
+) -> Result<Outcome> {
+    let rows = match schedule {
+        Schedule::InOrder(g) => memory_rows(*g)?,
+        Schedule::ForwardFirst(f) => memory_rows(f)?,
+    };
+    let mut extra = Extra::default();
+    for Row { held, saved } in rows {
+        let Some(room) = limit.checked_sub(held) else { return Ok(Outcome::Infeasible) };
+        // A partition never keeps a view (its base stands for it): where the program's choice
+        // has one at hand, the plan does not.
+        let terms = saved
+            .iter()
+            .map(|&v| schedule.graph_id(v))
+            .filter(|&id| !pg.node(id).flags.view)
+            .map(|id| (id, pg.node(id).bytes))
+            .collect();
+        extra.rows.push((terms, room));
+    }
+    let start = Instant::now();
+    let mut lower = 0f64;
+    for _ in 0..ROUNDS {
+        extra.seconds = SECONDS - start.elapsed().as_secs_f64();
+        if extra.seconds <= 0.0 {
+            break;
+        }
+        let searched = match partition_with_rows(pg, &extra, model) {
+            Ok(searched) => searched,
+            // Every saved set left breaks a row, and those excluded were planned over the limit.
+            Err(Error::Infeasible { .. }) => return Ok(Outcome::Infeasible),
+            Err(e) => return Err(e),
+        };
+        let cost = searched.partition.recompute_flops as f64;
+        lower = lower.max(searched.bound.unwrap_or(cost));
+        let plan = schedule.plan(&searched.partition, model)?;
+        if plan.predicted_peak() as u64 <= limit {
+            return Ok(Outcome::Found { partition: searched.partition, plan, lower });
+        }
+        extra.excluded.push(searched.at_hand);
+    }
+    Ok(Outcome::Bound(lower))
+}
