@@ -85,7 +85,8 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
     }
     #[cfg(feature = "exact")]
     let lower = match exact::solve(schedule, pg, limit, model)? {
-        exact::Outcome::Found { mut partition, plan, lower } => {
+        exact::Outcome::Found(found) => {
+            let exact::Found { mut partition, plan, lower } = *found;
             partition.strategy = Strategy::Peak(limit);
             partition.optimality_gap = Some(gap(partition.recompute_flops, lower));
             return Ok((partition, plan));
@@ -144,7 +145,7 @@ fn refuse<S: Schedulable + ?Sized>(
     while lo + 1 < lowest.peak() && start.elapsed() < LEAST_SEARCH {
         let mid = lo + (lowest.peak() - lo) / 2;
         match exact::solve(schedule, pg, mid, model)? {
-            exact::Outcome::Found { partition, plan, .. } => lowest = Candidate { partition, plan },
+            exact::Outcome::Found(found) => lowest = Candidate { partition: found.partition, plan: found.plan },
             exact::Outcome::Infeasible => lo = mid,
             exact::Outcome::Bound(_) => break,
         }

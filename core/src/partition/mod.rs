@@ -21,6 +21,7 @@
 mod amount;
 pub mod boundary;
 mod budget;
+#[cfg(feature = "exact")]
 pub(crate) use budget::Extra;
 mod check;
 mod classify;
@@ -118,6 +119,7 @@ pub fn partition_with(g: &PGraph, strategy: Strategy, model: &CostModel) -> Resu
 }
 
 /// A partition, with what its budget search decided and proved.
+#[cfg_attr(not(feature = "exact"), allow(dead_code))]
 pub(crate) struct Searched {
     pub(crate) partition: Partition,
     /// The search's proven lower bound on the cost (`None`: optimal, or nothing searched).
@@ -128,6 +130,7 @@ pub(crate) struct Searched {
 
 /// [`partition_with`], under a byte budget the exact program's `extra` rows join (for
 /// [`Strategy::Peak`]'s search).
+#[cfg(feature = "exact")]
 pub(crate) fn partition_with_rows(g: &PGraph, extra: &budget::Extra, model: &CostModel) -> Result<Searched> {
     partition_searched(g, Strategy::Budget(Budget::Bytes(u64::MAX)), model, Some(extra))
 }

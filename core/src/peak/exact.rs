@@ -21,12 +21,20 @@ const ROUNDS: usize = 4;
 pub(super) enum Outcome {
     /// A plan within the limit, and a proven lower bound on the recompute FLOPs of every plan
     /// within it.
-    Found { partition: Partition, plan: Plan, lower: f64 },
+    Found(Box<Found>),
     /// No plan is within the limit: no saved set meets the rows but those whose plans were
     /// found over it.
     Infeasible,
     /// No plan within the limit found in the rounds: the lower bound proven on the way.
     Bound(f64),
+}
+
+/// A plan within the limit and the lower bound proven on the way.
+pub(super) struct Found {
+    pub(super) partition: Partition,
+    pub(super) plan: Plan,
+    /// Recompute FLOPs no plan within the limit goes below.
+    pub(super) lower: f64,
 }
 
 /// The exact search of `pg` planned in `schedule`, under `limit` bytes.
@@ -70,7 +78,7 @@ pub(super) fn solve<S: Schedulable + ?Sized>(
         lower = lower.max(searched.bound.unwrap_or(cost));
         let plan = schedule.plan(&searched.partition, model)?;
         if plan.predicted_peak() as u64 <= limit {
-            return Ok(Outcome::Found { partition: searched.partition, plan, lower });
+            return Ok(Outcome::Found(Box::new(Found { partition: searched.partition, plan, lower })));
         }
         extra.excluded.push(searched.at_hand);
     }

@@ -43,6 +43,7 @@ impl<S: Schedulable + ?Sized> Schedule<'_, S> {
     }
 
     /// The graph's own id of node `id` of the planning order.
+    #[cfg_attr(not(feature = "exact"), allow(dead_code))]
     pub(crate) fn graph_id(&self, id: NodeId) -> NodeId {
         match self {
             Schedule::InOrder(_) => id,

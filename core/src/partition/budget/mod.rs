@@ -55,6 +55,7 @@ use std::sync::Arc;
 /// program may not make again. A problem with them is solved by the program alone (the other
 /// searches do not read them), within `seconds`.
 #[derive(Debug, Default)]
+#[cfg_attr(not(feature = "exact"), allow(dead_code))]
 pub(crate) struct Extra {
     /// `(terms, limit)`: the device bytes of the values in `terms` kept (saved and not
     /// offloaded) at most `limit`.
