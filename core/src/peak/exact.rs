@@ -6,16 +6,16 @@
 //! loosely: values recomputed for another's recompute), that saved set is excluded and the
 //! program solved again — a lower bound that only rises — for a few rounds.
 
-use super::rows::{memory_rows, Row};
+use super::rows::{memory_rows, Row, Var};
 use crate::error::{Error, Result};
-use crate::partition::{partition_with_rows, CostModel, Extra, PGraph, Partition};
+use crate::partition::{partition_with_rows, CostModel, Extra, PGraph, Partition, Term};
 use crate::plan::{Plan, Schedulable, Schedule};
 use std::time::Instant;
 
 /// Seconds the rounds may take together.
 const SECONDS: f64 = 20.0;
 /// Saved sets whose plans peak over the limit excluded before the program gives up.
-const ROUNDS: usize = 4;
+const ROUNDS: usize = 64;
 
 /// What the program found.
 pub(super) enum Outcome {
@@ -48,18 +48,26 @@ pub(super) fn solve<S: Schedulable + ?Sized>(
         Schedule::InOrder(g) => memory_rows(*g)?,
         Schedule::ForwardFirst(f) => memory_rows(f)?,
     };
-    let mut extra = Extra::default();
-    for Row { held, saved } in rows {
+    // A partition never keeps a view (its base stands for it): where the program's choice has
+    // one at hand, the plan does not, so its saved bit counts for nothing.
+    let term = |var: Var, on_device: bool| match var {
+        Var::Saved(v) => {
+            let id = schedule.graph_id(v);
+            (!pg.node(id).flags.view).then_some(if on_device { Term::OnDevice(id) } else { Term::Saved(id) })
+        }
+        Var::Aux(a) => Some(Term::Aux(a)),
+    };
+    let mut extra = Extra { aux: rows.aux, ..Extra::default() };
+    for Row { held, terms } in rows.rows {
         let Some(room) = limit.checked_sub(held) else { return Ok(Outcome::Infeasible) };
-        // A partition never keeps a view (its base stands for it): where the program's choice
-        // has one at hand, the plan does not.
-        let terms = saved
-            .iter()
-            .map(|&v| schedule.graph_id(v))
-            .filter(|&id| !pg.node(id).flags.view)
-            .map(|id| (id, pg.node(id).bytes))
-            .collect();
-        extra.rows.push((terms, room));
+        let terms = terms.into_iter().filter_map(|(var, b)| Some((term(var, true)?, b as f64))).collect();
+        extra.rows.push((terms, room as f64));
+    }
+    for (a, var) in rows.links {
+        // var − a ≤ 0
+        if let Some(t) = term(var, false) {
+            extra.rows.push((vec![(t, 1.0), (Term::Aux(a), -1.0)], 0.0));
+        }
     }
     let start = Instant::now();
     let mut lower = 0f64;

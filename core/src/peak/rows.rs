@@ -23,19 +23,39 @@ use crate::error::Result;
 use crate::graph::NodeId;
 use crate::plan::Schedulable;
 
-/// One step's row: `held + Σ bytes(v) · saved(v) over saved ≤ peak`.
+/// A 0/1 quantity a row or a link names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Var {
+    /// The value (a schedule id) is saved.
+    Saved(NodeId),
+    /// A column of the rows' own ([`Rows::aux`]).
+    Aux(usize),
+}
+
+/// One step's row: `held + Σ bytes · var ≤ peak`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Row {
     /// Bytes live at the step whatever is saved (inputs and parameters included).
     pub(crate) held: u64,
-    /// Values live at the step when saved, in the schedule's ids.
-    pub(crate) saved: Vec<NodeId>,
+    /// What is live at the step only under a choice, with its bytes.
+    pub(crate) terms: Vec<(Var, u64)>,
 }
 
-/// The rows of `graph`'s schedule, those another row implies left out: the forward's rows only
-/// grow their saved terms from step to step and the backward's only shrink theirs, so a row
-/// whose held bytes a row with more terms reaches is implied by it.
-pub(crate) fn memory_rows(graph: &(impl Schedulable + ?Sized)) -> Result<Vec<Row>> {
+/// The rows, and what their own columns stand for.
+#[derive(Debug, Default)]
+pub(crate) struct Rows {
+    pub(crate) rows: Vec<Row>,
+    /// `(a, var)`: column `a` is at least `var`.
+    pub(crate) links: Vec<(usize, Var)>,
+    /// Columns of the rows' own: per forward node that not every plan computes, "computed in the
+    /// forward" (at least its saved bit and each computed reader's); per value and each such
+    /// reader of it, "live until that reader or later" (a suffix maximum over its readers).
+    pub(crate) aux: usize,
+}
+
+/// The rows of `graph`'s schedule. The backward's rows only shrink their terms from step to step,
+/// so a row whose held bytes an earlier one reaches is implied by it and left out.
+pub(crate) fn memory_rows(graph: &(impl Schedulable + ?Sized)) -> Result<Rows> {
     let n_fwd = graph.forward_len()?;
     let n = graph.node_count();
     let bytes = |i: usize| graph.bytes(NodeId::from_index(i)) as u64;
@@ -50,11 +70,15 @@ pub(crate) fn memory_rows(graph: &(impl Schedulable + ?Sized)) -> Result<Vec<Row
     let step_bytes = |i: usize| if graph.is_reshape(NodeId::from_index(i)) { 0 } else { bytes(i) };
 
     let mut rows = forward_rows(graph, n_fwd, &output, resident_bytes, &decided, &step_bytes);
-    rows.extend(backward_rows(graph, n_fwd, &output, resident_bytes, &decided, &step_bytes));
+    rows.rows.extend(backward_rows(graph, n_fwd, &output, resident_bytes, &decided, &step_bytes));
     Ok(rows)
 }
 
-/// Rows at the forward steps every plan takes (the ancestors of the outputs).
+/// Rows at every forward step. A step every plan takes (an ancestor of the outputs) adds its
+/// bytes to `held`; another is taken where the plan computes it (a column). A value is live at a
+/// step when a reader every plan computes comes at or after it (held), else when it is saved or
+/// a reader at or after the step is computed (a column per value and reader: the largest of the
+/// readers' columns from that reader on, and the saved bit).
 fn forward_rows(
     graph: &(impl Schedulable + ?Sized),
     n_fwd: usize,
@@ -62,47 +86,75 @@ fn forward_rows(
     resident_bytes: u64,
     decided: &impl Fn(usize) -> bool,
     step_bytes: &impl Fn(usize) -> u64,
-) -> Vec<Row> {
-    let bytes = |i: usize| graph.bytes(NodeId::from_index(i)) as u64;
+) -> Rows {
+    let node = NodeId::from_index;
+    let bytes = |i: usize| graph.bytes(node(i)) as u64;
     let always = crate::plan::ancestors(graph, graph.forward_outputs(), n_fwd);
-    // Each value's last read among the steps every plan takes.
-    let mut last = vec![None; n_fwd];
-    for k in (0..n_fwd).filter(|&k| always[k] && !graph.is_resident(NodeId::from_index(k))) {
-        for x in graph.inputs(NodeId::from_index(k)) {
-            last[x.index()] = Some(k);
+    let computed_step = |k: usize| !graph.is_resident(node(k));
+    let mut out = Rows::default();
+    // "Computed" columns for the steps not every plan takes.
+    let mut computed = vec![usize::MAX; n_fwd];
+    for k in (0..n_fwd).filter(|&k| computed_step(k) && !always[k]) {
+        computed[k] = out.aux;
+        out.aux += 1;
+        out.links.push((computed[k], Var::Saved(node(k))));
+    }
+    // Each value's last reader every plan computes, and its other readers in order.
+    let mut last_always = vec![None; n_fwd];
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n_fwd];
+    for k in (0..n_fwd).filter(|&k| computed_step(k)) {
+        for x in graph.inputs(node(k)) {
+            if always[k] {
+                last_always[x.index()] = Some(k);
+            } else {
+                readers[x.index()].push(k);
+                // A computed step computes its inputs.
+                if computed[x.index()] != usize::MAX {
+                    out.links.push((computed[x.index()], Var::Aux(computed[k])));
+                }
+            }
         }
     }
-    // held[k]: the row's constant at step k; a value read past k is live (an output for ever).
-    let steps: Vec<usize> = (0..n_fwd).filter(|&k| always[k] && !graph.is_resident(NodeId::from_index(k))).collect();
-    let mut live_until = vec![0i64; n_fwd + 2];
-    for &v in &steps {
-        let end = if output[v] { n_fwd } else { last[v].map_or(v, |l| l.max(v)) };
-        if end > v {
-            live_until[v + 1] += bytes(v) as i64;
-            live_until[end + 1] -= bytes(v) as i64;
+    // Per value, per reader not every plan computes: live until that reader or a later one.
+    let mut until: Vec<Vec<usize>> = vec![Vec::new(); n_fwd];
+    for v in (0..n_fwd).filter(|&v| computed_step(v)) {
+        readers[v].dedup();
+        for &u in readers[v].iter().rev() {
+            let a = out.aux;
+            out.aux += 1;
+            out.links.push((a, Var::Aux(computed[u])));
+            if let Some(&later) = until[v].last() {
+                out.links.push((a, Var::Aux(later)));
+            } else if decided(v) {
+                out.links.push((a, Var::Saved(node(v))));
+            }
+            until[v].push(a);
         }
+        until[v].reverse();
     }
-    let mut carried = 0i64;
-    let mut held = vec![0u64; n_fwd];
-    for k in 0..n_fwd {
-        carried += live_until[k];
-        held[k] = resident_bytes + carried as u64 + step_bytes(k);
-    }
-    // Keep a step's row where no later step's row (with more saved terms) holds as much.
-    let mut rows = Vec::new();
-    let mut later_max = None;
-    for &k in steps.iter().rev() {
-        if later_max.is_some_and(|m| m >= held[k]) {
-            continue;
+    for k in (0..n_fwd).filter(|&k| computed_step(k)) {
+        let mut held = resident_bytes;
+        let mut terms = Vec::new();
+        if always[k] {
+            held += step_bytes(k);
+        } else if step_bytes(k) > 0 {
+            terms.push((Var::Aux(computed[k]), step_bytes(k)));
         }
-        later_max = Some(held[k]);
-        let saved = (0..k)
-            .filter(|&v| decided(v) && !(always[v] && last[v].is_some_and(|l| l >= k)))
-            .map(NodeId::from_index)
-            .collect();
-        rows.push(Row { held: held[k], saved });
+        for v in (0..k).filter(|&v| computed_step(v)) {
+            if output[v] || (always[v] && last_always[v].is_some_and(|l| l >= k)) {
+                held += bytes(v);
+                continue;
+            }
+            // The first reader at or after k that not every plan computes.
+            match readers[v].iter().position(|&u| u >= k) {
+                Some(j) => terms.push((Var::Aux(until[v][j]), bytes(v))),
+                None if decided(v) => terms.push((Var::Saved(node(v)), bytes(v))),
+                None => {}
+            }
+        }
+        out.rows.push(Row { held, terms });
     }
-    rows
+    out
 }
 
 /// Rows at the backward's steps: each node the gradients need.
@@ -159,11 +211,11 @@ fn backward_rows(
             continue;
         }
         earlier_max = Some(held[b]);
-        let saved = (0..n_fwd)
+        let terms = (0..n_fwd)
             .filter(|&v| decided(v) && first[v] != usize::MAX && first[v] > b)
-            .map(NodeId::from_index)
+            .map(|v| (Var::Saved(NodeId::from_index(v)), bytes(v)))
             .collect();
-        rows.push(Row { held: held[b], saved });
+        rows.push(Row { held: held[b], terms });
     }
     rows
 }

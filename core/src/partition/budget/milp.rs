@@ -152,16 +152,24 @@ impl Program {
         prog
     }
 
-    /// A caller's rows ([`super::Extra`]): byte limits over values kept on the device, and
+    /// A caller's rows ([`super::Extra`]) over its own columns and the program's quantities, and
     /// choices excluded (at least one candidate decided otherwise).
     fn add_extra(&mut self, p: &Problem<'_>, extra: &super::Extra) {
+        let first_aux = self.columns;
+        self.columns += extra.aux;
         for (terms, limit) in &extra.rows {
             let mut e = Expr::default();
-            for &(v, bytes) in terms {
-                e.add(self.at_hand[v.index()], bytes as f64);
-                e.add(self.offloaded[v.index()], -(bytes as f64));
+            for &(term, coefficient) in terms {
+                match term {
+                    super::Term::Saved(v) => e.add(self.at_hand[v.index()], coefficient),
+                    super::Term::OnDevice(v) => {
+                        e.add(self.at_hand[v.index()], coefficient);
+                        e.add(self.offloaded[v.index()], -coefficient);
+                    }
+                    super::Term::Aux(a) => e.add(Bit::Col(first_aux + a), coefficient),
+                }
             }
-            self.rows.push((None, Some(*limit as f64), e));
+            self.rows.push((None, Some(*limit), e));
         }
         for kept in &extra.excluded {
             let mut e = Expr::default();

@@ -51,19 +51,32 @@ use crate::graph::RegionId;
 use std::sync::Arc;
 
 /// Rows a caller adds to the exact 0-1 program ([`Strategy::Peak`](super::Strategy::Peak)'s
-/// search): each `Σ bytes · kept-on-device ≤ limit` over the values it names, and choices the
-/// program may not make again. A problem with them is solved by the program alone (the other
-/// searches do not read them), within `seconds`.
+/// search) over the program's own quantities and `aux` binary columns of its own, and choices
+/// the program may not make again. A problem with them is solved by the program alone (the
+/// other searches do not read them), within `seconds`.
 #[derive(Debug, Default)]
 #[cfg_attr(not(feature = "exact"), allow(dead_code))]
 pub(crate) struct Extra {
-    /// `(terms, limit)`: the device bytes of the values in `terms` kept (saved and not
-    /// offloaded) at most `limit`.
-    pub(crate) rows: Vec<(Vec<(crate::graph::NodeId, u64)>, u64)>,
+    /// `(terms, limit)`: `Σ coefficient · term ≤ limit`.
+    pub(crate) rows: Vec<(Vec<(Term, f64)>, f64)>,
+    /// Binary columns the rows name ([`Term::Aux`]) besides the program's own.
+    pub(crate) aux: usize,
     /// Per node, the candidates a choice kept at hand: no plan keeps exactly these again.
     pub(crate) excluded: Vec<Vec<bool>>,
     /// Seconds the program may run.
     pub(crate) seconds: f64,
+}
+
+/// A 0/1 quantity an [`Extra`] row names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(not(feature = "exact"), allow(dead_code))]
+pub(crate) enum Term {
+    /// The value is at hand when the backward needs it (saved or offloaded).
+    Saved(crate::graph::NodeId),
+    /// The value is kept on the device (saved and not offloaded).
+    OnDevice(crate::graph::NodeId),
+    /// The caller's own column.
+    Aux(usize),
 }
 
 /// What the budget search decided, for the partition to finish.
