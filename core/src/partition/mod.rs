@@ -124,8 +124,10 @@ pub(crate) struct Searched {
     pub(crate) partition: Partition,
     /// The search's proven lower bound on the cost (`None`: optimal, or nothing searched).
     pub(crate) bound: Option<f64>,
-    /// Per node, what the search kept at hand (before views are settled on their bases).
-    pub(crate) at_hand: Vec<bool>,
+    /// Per node, what the search kept at hand (before views are settled on their bases), where
+    /// a caller's rows joined the search (only the peak search reads it: a copy per partition of
+    /// every graph would be work for nothing).
+    pub(crate) at_hand: Option<Vec<bool>>,
 }
 
 /// [`partition_with`], under a byte budget the exact program's `extra` rows join (for
@@ -185,7 +187,7 @@ fn partition_searched(
         // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
         // where Prefer tags bind.
         let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
-        let searched_at_hand = at_hand.clone();
+        let searched_at_hand = extra.map(|_| at_hand.clone());
         classify::settle_view_bases(g, &class, &boundary, &reads, prefer_binds, &mut at_hand, &mut chosen);
         let mut p =
             finish(g, strategy, &class, &reads, &validated.backward, &at_hand, &chosen, &off, &wishes, ctx.exposed());

@@ -88,7 +88,9 @@ pub(super) fn solve<S: Schedulable + ?Sized>(
         if plan.predicted_peak() as u64 <= limit {
             return Ok(Outcome::Found(Box::new(Found { partition: searched.partition, plan, lower })));
         }
-        extra.excluded.push(searched.at_hand);
+        let kept =
+            searched.at_hand.ok_or_else(|| Error::internal("a search with rows recorded no choice to exclude"))?;
+        extra.excluded.push(kept);
     }
     Ok(Outcome::Bound(lower))
 }
