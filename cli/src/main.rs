@@ -4,6 +4,7 @@
 //! remat partition FILE [--strategy respect|mincut|budget=B|budget+offload=B|peak=BYTES] [--offload] [--json]
 //! remat dot FILE [--strategy ..] [--offload] [--out F]
 //! remat pareto FILE --out frontier.svg
+//! remat pareto FILE --peak [--against POINTS.json] [--steps N] [--timeout S] --out frontier.svg
 //! remat evaluate FILE --save ID,ID,... [--json]
 //! ```
 //!
@@ -11,6 +12,7 @@
 //! value at fault.
 
 mod alloc;
+mod peak_pareto;
 mod plot;
 
 use clap::{Args, Parser, Subcommand};
@@ -63,13 +65,40 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Sweep budget fractions 0.0..=1.0 and plot saved bytes against recompute FLOPs (SVG).
+    /// Sweep budget fractions 0.0..=1.0 and plot saved bytes against recompute FLOPs (SVG); with
+    /// `--peak`, planned peak against recompute FLOPs (docs/peak.md).
     Pareto {
         /// A `remat.graph` or `remat.joint` document.
         file: PathBuf,
         /// The SVG file to write.
         #[arg(long)]
         out: PathBuf,
+        /// Plot planned peak against recompute: remat's `peak=` answer at `--steps` peaks between
+        /// the least and largest peak of the budget sweep (and of `--against`'s points), and at
+        /// each `--against` point's peak.
+        #[arg(long)]
+        peak: bool,
+        /// Another system's decisions to draw and tabulate beside remat's (with `--peak`): a
+        /// `remat.points` file, `{"format": "remat.points", "version": 1, "system": "PyTorch",
+        /// "points": [{"label": "budget=0.5", "budget": 0.5, "save": ["addmm", ..]}, ..]}`. Each
+        /// saved set is scored by `remat evaluate` (remat's schedule of that decision); a point
+        /// whose smaller budget peaks above a larger budget's is marked not monotone.
+        #[arg(long, requires = "peak")]
+        against: Option<PathBuf>,
+        /// The `--peak` sweep's lowest peak (bytes, or `600KiB`, `2MiB`): by default the least
+        /// peak of the budget sweep's plans and `--against`'s points (a plan the budgets never
+        /// find may peak lower; `remat partition FILE --strategy peak=0` prints a lower bound).
+        #[arg(long, requires = "peak", value_parser = parse_bytes)]
+        from: Option<u64>,
+        /// The `--peak` sweep's highest peak; by default the largest of those plans' peaks.
+        #[arg(long, requires = "peak", value_parser = parse_bytes)]
+        to: Option<u64>,
+        /// How many evenly spaced peaks the `--peak` sweep asks for.
+        #[arg(long, default_value_t = 8, requires = "peak", value_parser = clap::value_parser!(u16).range(2..))]
+        steps: u16,
+        /// Seconds each `peak=` solve may take; one past it is a row `timed out`.
+        #[arg(long, default_value_t = 300.0, requires = "peak")]
+        timeout: f64,
     },
 }
 
@@ -175,7 +204,17 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let text = if json { scored.json() } else { scored.text() };
             to_stdout(|out| out.write_all(text.as_bytes()))?;
         }
-        Command::Pareto { file, out } => {
+        Command::Pareto { file, out, peak: true, against, from, to, steps, timeout } => {
+            let problem = load(&file)?;
+            if !(timeout > 0.0 && timeout.is_finite()) {
+                return Err(Failure(2, format!("--timeout {timeout}: expected a positive number of seconds")));
+            }
+            let timeout = std::time::Duration::from_secs_f64(timeout);
+            let sweep = peak_pareto::Sweep { from, to, steps: steps.into(), timeout };
+            let table = peak_pareto::run(&problem, &file, against.as_deref(), &sweep, &out)?;
+            to_stdout(|stdout| write!(stdout, "{table}wrote {}\n", out.display()))?;
+        }
+        Command::Pareto { file, out, .. } => {
             let problem = load(&file)?;
             let mut points = Vec::new();
             let sweep = (0..=20).map(|k| Strategy::Budget(Budget::Fraction(k as f64 / 20.0)));
@@ -235,6 +274,15 @@ fn pareto_table(points: &[Point]) -> String {
         );
     }
     out
+}
+
+/// A byte count as `peak=` reads one (`4096`, `64KiB`, `2MiB`).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    match format!("peak={text}").parse::<Strategy>() {
+        Ok(Strategy::Peak(bytes)) => Ok(bytes),
+        Ok(_) => Err(format!("{text}: expected bytes (4096, 64KiB, 2MiB)")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A bad argument value as one line, like every other error (clap's own report of one is three:

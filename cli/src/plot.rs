@@ -5,10 +5,10 @@
 use plotters::prelude::*;
 use std::path::Path;
 
-/// A point of the chart: saved bytes and recompute FLOPs.
+/// A point of the chart: bytes (saved, or a peak) and recompute FLOPs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Point {
-    /// Saved activation bytes.
+    /// Saved activation bytes, or a planned peak.
     pub bytes: u64,
     /// FLOPs spent recomputing.
     pub flops: u64,
@@ -19,6 +19,17 @@ pub struct Point {
 pub fn frontier(
     out: &Path,
     title: &str,
+    line: &[Point],
+    marks: &[(String, Point)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    frontier_with(out, title, "saved bytes", line, marks)
+}
+
+/// [`frontier`] with `x_desc` naming the byte axis (`planned peak` for `remat pareto --peak`).
+pub fn frontier_with(
+    out: &Path,
+    title: &str,
+    x_desc: &str,
     line: &[Point],
     marks: &[(String, Point)],
 ) -> Result<(), Box<dyn std::error::Error>> {
@@ -36,7 +47,7 @@ pub fn frontier(
         .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
     chart
         .configure_mesh()
-        .x_desc("saved bytes")
+        .x_desc(x_desc)
         .y_desc("recompute FLOPs")
         .x_label_formatter(&|v| human(*v, &["B", "KiB", "MiB", "GiB", "TiB"], 1024.0))
         .y_label_formatter(&|v| human(*v, &["", "K", "M", "G", "T"], 1000.0))
