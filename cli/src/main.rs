@@ -73,9 +73,9 @@ enum Command {
         /// The SVG file to write.
         #[arg(long)]
         out: PathBuf,
-        /// Plot planned peak against recompute: remat's `peak=` answer at `--steps` peaks between
-        /// the least and largest peak of the budget sweep (and of `--against`'s points), and at
-        /// each `--against` point's peak.
+        /// Plot planned peak against recompute: remat's `peak=` answer at `--steps` peaks from
+        /// `--from` to `--to`, and at each `--against` point's peak. Each answer is a child
+        /// `remat partition FILE --strategy peak=L --json`, stopped after `--timeout`.
         #[arg(long)]
         peak: bool,
         /// Another system's decisions to draw and tabulate beside remat's (with `--peak`): a

@@ -199,7 +199,7 @@ pub fn run(
                 let why = why.strip_prefix(&format!("{}: ", file.display())).unwrap_or(why);
                 format!("{limit:>12} no plan ({seconds:.2} s): {why}\n")
             }
-            Answer::TimedOut => format!("{limit:>12} timed out after {seconds:.0} s\n"),
+            Answer::TimedOut => format!("{limit:>12} timed out after {seconds:.1} s\n"),
         };
     }
     if !points.is_empty() {
@@ -212,8 +212,16 @@ pub fn run(
             _ => None,
         })
         .collect();
-    let marks: Vec<(String, plot::Point)> =
-        points.iter().map(|p| (p.label.clone(), plot::Point { bytes: p.peak, flops: p.flops })).collect();
+    // Budgets that make one decision land on one spot: one mark, their labels joined, so that
+    // the labels do not print over each other.
+    let mut marks: Vec<(String, plot::Point)> = Vec::new();
+    for p in &points {
+        let at = plot::Point { bytes: p.peak, flops: p.flops };
+        match marks.iter_mut().find(|(_, q)| *q == at) {
+            Some((label, _)) => *label += &format!(", {}", p.label),
+            None => marks.push((p.label.clone(), at)),
+        }
+    }
     let title = if points.is_empty() { "remat peak=".to_string() } else { format!("remat peak= vs {system}") };
     plot::frontier_with(out, &title, "planned peak", &line, &marks)
         .map_err(|e| Failure(1, format!("{}: {e}", out.display())))?;
@@ -250,6 +258,7 @@ fn against_table(system: &str, points: &[Against], solves: &[Solve]) -> String {
         );
     }
     text += &match bumps {
+        0 if points.iter().filter(|p| p.budget.is_some()).count() < 2 => String::new(),
         0 => format!("{system}'s peak never rises as its budget falls\n"),
         n => format!("{system}'s curve is not monotone: {n} budget(s) peak above a larger budget's peak\n"),
     };

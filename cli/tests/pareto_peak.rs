@@ -160,3 +160,27 @@ fn bad_points_are_one_line_errors() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--timeout"));
 }
+
+/// A solve past `--timeout` is a row that says so; the command still draws what it has.
+#[test]
+fn a_solve_past_the_timeout_is_a_row() {
+    let svg = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pareto-peak-timeout.svg");
+    // No child process starts, reads the document and plans within a microsecond.
+    let o = remat(&[
+        "pareto",
+        &doc(),
+        "--peak",
+        "--from",
+        "500KiB",
+        "--steps",
+        "2",
+        "--timeout",
+        "0.000001",
+        "--out",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(table.lines().filter(|l| l.contains("timed out after")).count(), 2, "{table}");
+    assert!(svg.exists());
+}

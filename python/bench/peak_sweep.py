@@ -1,0 +1,276 @@
+"""PyTorch's `activation_memory_budget` sweep and remat's `peak=` on the same joint graph.
+
+PyTorch's knob bounds the bytes its min-cut saves, and users turn it to fit a peak. This script
+asks both systems that question on one graph. `torch.compile` hands the joint graph of a small
+Llama-style model (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU; 2 layers, tiny
+sizes; Inductor's decompositions, no checkpoint) to a partition function that exports it as a
+`remat.joint` document (remat_torch's exporter, after the common-subexpression merge PyTorch's
+partitioner does itself, so both partition one graph) and runs PyTorch's own
+`min_cut_rematerialization_partition` on it once per budget (0.05, 0.1, 0.2, ..., 1.0). For each
+budget the values PyTorch's forward graph hands its backward (its outputs past the model's) are
+the decision; `remat evaluate DOC --save ..` scores it under remat's schedule (`planned_peak`,
+`recompute_flops`), and `remat partition DOC --strategy peak=<that peak>` answers with remat's
+least recompute at that peak (`optimality_gap`, seconds). Each remat call has a timeout; a call
+that runs past it is recorded as `"timed_out": true`, not dropped.
+
+`--model mlp` rebuilds the 4-layer MLP of `tests/fixtures/torch/mlp-inductor__budget_0.5` (its
+graph here is merged as above; the fixture is the unmerged one). `--fixture NAME` instead scores
+the decision PyTorch recorded for `tests/fixtures/torch/NAME.json` (its `.torch.json`), for
+fixtures whose model this script cannot rebuild.
+
+    .venv-torch/bin/python python/bench/peak_sweep.py --remat /tmp/tgt-b/release/remat \\
+        --out docs/peak/llama.points.json
+    .venv-torch/bin/python python/bench/peak_sweep.py --remat /tmp/tgt-b/release/remat \\
+        --fixture seed_fp8_scaled_mm-inductor__budget_0.5 \\
+        --out docs/peak/seed_fp8_scaled_mm-inductor__budget_0.5.points.json
+
+The output is a `remat.points` file (docs/peak.md) that `remat pareto DOC --peak --against FILE`
+draws: `points` are PyTorch's, each with its `save` list, its `evaluate` score and remat's answer
+at that peak (`remat_at_peak`).
+"""
+
+import argparse
+import copy
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGETS = [0.05] + [round(0.1 * k, 1) for k in range(1, 11)]
+
+
+def exporter():
+    """remat_torch's `joint_document`, loaded by path (the package needs its extension built)."""
+    path = ROOT / "python" / "remat_torch" / "_export.py"
+    spec = importlib.util.spec_from_file_location("remat_torch_export", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.joint_document
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def rotate(x, cos, sin):
+    """Rotary embedding: the two halves of each head's features rotated by position."""
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d, heads, kv_heads, hidden):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.norm1, self.norm2 = RMSNorm(d), RMSNorm(d)
+        self.q = torch.nn.Linear(d, d, bias=False)
+        self.kv = torch.nn.Linear(d, 2 * kv_heads * self.hd, bias=False)
+        self.o = torch.nn.Linear(d, d, bias=False)
+        self.gate_up = torch.nn.Linear(d, 2 * hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, d = x.shape
+        h = self.norm1(x)
+        q = self.q(h).view(b, t, self.heads, self.hd).transpose(1, 2)
+        k, v = self.kv(h).view(b, t, 2, self.kv_heads, self.hd).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        # Grouped-query attention: each key/value head serves heads / kv_heads query heads.
+        repeat = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(att.transpose(1, 2).reshape(b, t, d))
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Llama(torch.nn.Module):
+    def __init__(self, vocab=128, d=64, heads=4, kv_heads=2, hidden=160, layers=2, seq=32):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, d)
+        self.blocks = torch.nn.ModuleList(Block(d, heads, kv_heads, hidden) for _ in range(layers))
+        self.norm, self.head = RMSNorm(d), torch.nn.Linear(d, vocab, bias=False)
+        hd = d // heads
+        freq = 1.0 / 10000 ** (torch.arange(0, hd // 2).float() / (hd // 2))
+        angle = torch.outer(torch.arange(seq).float(), freq)
+        self.register_buffer("cos", angle.cos(), persistent=False)
+        self.register_buffer("sin", angle.sin(), persistent=False)
+
+    def forward(self, tokens, targets):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, self.cos, self.sin)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+class Mlp(torch.nn.Module):
+    """The model of `tests/fixtures/torch/mlp-inductor__budget_0.5`: 4 x `x + fc2(gelu(fc1(x)))`,
+    D=256, hidden 1024, input [8, 128, 256] (that fixture's README row)."""
+
+    def __init__(self, d=256, hidden=1024, layers=4):
+        super().__init__()
+        pairs = [(torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d)) for _ in range(layers)]
+        self.layers = torch.nn.ModuleList(torch.nn.ModuleList(p) for p in pairs)
+
+    def forward(self, x):
+        for fc1, fc2 in self.layers:
+            x = x + fc2(F.gelu(fc1(x)))
+        return x
+
+
+def merge_common_subexpressions(joint, num_fwd_outputs):
+    """The merge remat_torch's `partition_fn` makes before it exports (mirrored here: that module
+    needs its extension): PyTorch's partitioner merges common subexpressions itself, so the
+    document must be the merged graph for PyTorch's saved names to mean the same values."""
+    from torch._functorch import config
+    from torch._functorch.compile_utils import fx_graph_cse
+    from torch._functorch.partitioners import _extract_fwd_bwd_outputs
+
+    joint.graph.eliminate_dead_code()
+    joint.recompile()
+    if not config.cse:
+        return
+    _, backward_outputs, _, _ = _extract_fwd_bwd_outputs(joint, num_fwd_outputs=num_fwd_outputs)
+    needs, stack = set(), [o for o in backward_outputs if o is not None and o.op != "output"]
+    while stack:
+        node = stack.pop()
+        if node not in needs:
+            needs.add(node)
+            stack.extend(node.all_input_nodes)
+    joint.graph = fx_graph_cse(joint.graph, extra_node_key=lambda n: n in needs)
+
+
+def torch_sweep(model, inputs):
+    """The joint graph's document and, per budget, the names PyTorch's forward graph saves."""
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch import config
+    from torch._inductor.decomposition import select_decomp_table
+
+    joint_document, found = exporter(), []
+
+    def partition(joint, joint_inputs, *, num_fwd_outputs, **kwargs):
+        merge_common_subexpressions(joint, num_fwd_outputs)
+        doc = joint_document(joint, num_fwd_outputs, static_inputs=kwargs.get("static_lifetime_input_indices"))
+        decisions = []
+        for budget in BUDGETS:
+            with config.patch(activation_memory_budget=budget):
+                start = time.perf_counter()
+                fw, _ = min_cut_rematerialization_partition(
+                    copy.deepcopy(joint), joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs
+                )
+                seconds = time.perf_counter() - start
+            out = next(n for n in fw.graph.nodes if n.op == "output").args[0]
+            saved = [a.name for a in out[num_fwd_outputs:] if isinstance(a, torch.fx.Node)]
+            decisions.append({"budget": budget, "save": saved, "torch_partition_s": round(seconds, 4)})
+        found.append((doc, decisions))
+        return min_cut_rematerialization_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+
+    boxed = lambda gm, _: make_boxed_func(gm.forward)  # noqa: E731
+    backend = aot_autograd(
+        fw_compiler=boxed, bw_compiler=boxed, partition_fn=partition, decompositions=select_decomp_table()
+    )
+    torch._dynamo.reset()
+    out = torch.compile(model, backend=backend, dynamic=False)(*inputs)
+    out.backward(torch.ones_like(out))
+    if len(found) != 1:
+        sys.exit(f"expected one joint graph, torch.compile made {len(found)} (a graph break?)")
+    return found[0]
+
+
+def remat_json(remat, args, timeout):
+    """`remat ARGS --json` parsed, with its seconds; `timed_out` or `error` (its one line) instead
+    when it did not answer."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([remat, *args, "--json"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"timed_out": True, "seconds": timeout}
+    seconds = round(time.perf_counter() - start, 3)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip(), "seconds": seconds}
+    report = json.loads(done.stdout)
+    keys = ("planned_peak", "recompute_flops", "saved_bytes", "optimality_gap")
+    answer = {k: report[k] for k in keys if k in report}
+    answer["broken"] = len(report.get("broken", []))
+    return {**answer, "seconds": seconds}
+
+
+def score(remat, doc_path, ids, decisions, timeout):
+    """Each decision scored by `remat evaluate`, and remat's `peak=` answer at its peak (one
+    solve per distinct peak: budgets that save the same set share it)."""
+    at_peak = {}
+    for d in decisions:
+        unknown = [s for s in d["save"] if s not in ids]
+        if unknown:
+            # Never silently dropped: a saved name the document lacks makes the score wrong.
+            sys.exit(f"budget {d.get('budget')}: PyTorch saved {unknown}, not ids of {doc_path}")
+        d["evaluate"] = remat_json(remat, ["evaluate", str(doc_path), "--save", ",".join(d["save"])], timeout)
+        peak = d["evaluate"].get("planned_peak")
+        if peak is not None and peak not in at_peak:
+            at_peak[peak] = remat_json(remat, ["partition", str(doc_path), "--strategy", f"peak={peak}"], timeout)
+        d["remat_at_peak"] = at_peak.get(peak)
+        answer = json.dumps(d["remat_at_peak"])
+        print(f"{d.get('label')}: {json.dumps(d['evaluate'])} -> remat {answer}", file=sys.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--remat", required=True, help="the remat command (a release build)")
+    parser.add_argument("--out", required=True, help="the remat.points file to write")
+    parser.add_argument("--doc", help="where to write the exported joint document (default: beside --out)")
+    parser.add_argument("--model", choices=("llama", "mlp"), default="llama")
+    parser.add_argument("--fixture", help="score tests/fixtures/torch/NAME's recorded decision instead")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per remat call")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    if args.fixture:
+        doc_path = ROOT / "tests" / "fixtures" / "torch" / f"{args.fixture}.json"
+        record = json.loads(doc_path.with_suffix(".torch.json").read_text())
+        doc = json.loads(doc_path.read_text())
+        budget = record["case"].get("activation_memory_budget")
+        decisions = [{"budget": budget, "save": record["saved"], "recorded": True}]
+        system = f"PyTorch {record.get('torch_version', '2.15')} (recorded)"
+    else:
+        torch.manual_seed(0)
+        if args.model == "llama":
+            model, inputs = Llama(), (torch.randint(0, 128, (2, 32)), torch.randint(0, 128, (2, 32)))
+        else:
+            model, inputs = Mlp(), (torch.randn(8, 128, 256, requires_grad=True),)
+        doc, decisions = torch_sweep(model, inputs)
+        doc_path = Path(args.doc) if args.doc else out.with_suffix(".joint.json")
+        doc_path.write_text(json.dumps(doc, indent=1))
+        system = f"PyTorch {torch.__version__}"
+    for d in decisions:
+        d["label"] = f"budget={d['budget']}"
+    ids = {n["id"] for n in doc["nodes"]}
+    score(args.remat, doc_path, ids, decisions, args.timeout)
+    result = {
+        "format": "remat.points",
+        "version": 1,
+        "system": f"{system} activation_memory_budget",
+        "doc": str(doc_path),
+        "timeout_s": args.timeout,
+        "points": decisions,
+    }
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out} ({len(decisions)} points, document {doc_path}, {len(doc['nodes'])} nodes)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
