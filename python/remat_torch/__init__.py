@@ -26,6 +26,7 @@ __all__ = [
     "backend",
     "partition_fn",
     "partition_joint",
+    "plan_joint",
     "export_joint",
     "joint_document",
     "explain",
@@ -55,6 +56,22 @@ def partition_joint(doc: dict, strategy: str = "mincut", *, text: bool = False) 
     return report if text else json.loads(report)
 
 
+def plan_joint(doc: dict, strategy: str = "mincut") -> dict:
+    """remat's plan of a ``remat.joint`` document: ``report`` (what :func:`partition_joint`
+    returns), ``forward`` and ``backward`` (each program's steps in order, ``[kind, id]`` with
+    ``kind`` one of ``compute``, ``recompute``, ``free``, ``alias``, ``offload``, ``fetch`` and
+    ``id`` the node's document id), ``planned_peak`` and ``resident_bytes`` (the inputs and
+    parameters, which remat counts live from the start; a tangent is computed at the backward's
+    start). One search gives both the partition and its plan (``peak=`` searches over plans)."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"doc: expected a remat.joint document (a dict), got {type(doc).__name__}")
+    strategy = _strategy(strategy, None)
+    try:
+        return json.loads(_remat.plan(json.dumps(doc), strategy))
+    except ValueError as e:
+        raise RematError(str(e)) from None
+
+
 def _torch_budget_strategy(doc: dict) -> str | None:
     """PyTorch's ``activation_memory_budget`` (0 = recompute everything, 1 = min-cut's memory)
     as remat bytes between the fewest remat can keep and what its min-cut keeps; ``None`` at the
@@ -82,7 +99,9 @@ def _torch_fraction() -> float:
     return float(value)
 
 
-_STRATEGIES = "'mincut', 'respect', 'budget=<bytes or fraction>' or 'torch'"
+_STRATEGIES = (
+    "'mincut', 'respect', 'budget=<bytes or fraction>', 'peak=<bytes>' (with compiler='aot_eager') or 'torch'"
+)
 
 
 def _strategy(strategy: Any, budget: Any) -> str:
@@ -119,16 +138,17 @@ def _budget_strategy(budget: Any) -> str:
     return f"budget={text if '.' in text and 'e' not in text else format(fraction, '.20f')}"
 
 
-def _compiled_strategy(strategy: Any, budget: Any) -> str:
+def _compiled_strategy(strategy: Any, budget: Any, compiler: str = "aot_eager") -> str:
     """The strategy for a graph PyTorch runs, refused now when remat cannot honour it there."""
     chosen = _strategy(strategy, budget)
-    if chosen.startswith("peak="):
-        # remat's peak bound plans the run it predicts; PyTorch schedules and allocates the
-        # compiled graphs itself, so remat cannot promise their peak.
+    if chosen.startswith("peak=") and compiler != "aot_eager":
+        # remat's peak bound holds for the programs it plans: each value computed, recomputed and
+        # freed at the step remat chose. aot_eager runs the graphs node by node in the order
+        # partition_fn gives them; Inductor reorders and fuses, and allocates its own buffers.
         raise ValueError(
-            f"strategy {chosen!r}: a peak bound needs remat to run the model (its own executor predicts "
-            "and measures the peak); under torch.compile, PyTorch schedules the graphs, so bound the "
-            "saved bytes instead: budget=<bytes or fraction>"
+            f"strategy {chosen!r}: a peak bound needs the graphs run in the order remat planned; "
+            f"{compiler} reorders and fuses them, so use compiler='aot_eager', or bound the saved "
+            "bytes instead: budget=<bytes or fraction>"
         )
     if chosen.startswith("budget+offload="):
         # Offloading copies values to the host and back around the backward: remat's executor
@@ -165,7 +185,9 @@ def partition_fn(
     ``_extract_fwd_bwd_modules`` builds the two graphs (recomputing in the backward whatever the
     forward does not keep). ``strategy="torch"`` reads PyTorch's
     ``torch._functorch.config.activation_memory_budget`` with its own meaning (1.0: min-cut;
-    0.0: keep the fewest bytes; between: bytes in proportion)."""
+    0.0: keep the fewest bytes; between: bytes in proportion). Under ``"peak=B"`` the two graphs'
+    nodes are put in the order of remat's plan (:func:`plan_joint`), so that a compiler running
+    them node by node, freeing each value after its last use (``aot_eager``), runs remat's plan."""
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
 
     strategy = _compiled_strategy(strategy, None)
@@ -173,7 +195,8 @@ def partition_fn(
     doc = joint_document(joint_module, num_fwd_outputs, static_inputs=_kwargs.get("static_lifetime_input_indices"))
     if strategy == "torch":
         strategy = _torch_budget_strategy(doc) or "mincut"
-    report = partition_joint(doc, strategy)
+    planned = plan_joint(doc, strategy) if strategy.startswith("peak=") else None
+    report = planned["report"] if planned else partition_joint(doc, strategy)
     # Nothing asks remat to offload here (PyTorch's tags have no offload policy, and
     # budget+offload is refused): whatever remat would offload is kept on the device.
     keep = set(report["saved"]) | set(report["held"]) | set(report.get("offloaded", ()))
@@ -186,7 +209,56 @@ def partition_fn(
         else:
             saved_sym.append(node)
     fw, bw = _extract_fwd_bwd_modules(joint_module, saved, saved_sym, num_fwd_outputs=num_fwd_outputs)
+    if planned:
+        # PyTorch's extraction keeps the joint graph's order: the backward recomputes every
+        # value it needs up front, all held at once. remat's peak is that of its own order.
+        _order_as_planned(fw, planned["forward"])
+        _order_as_planned(bw, planned["backward"])
     return _replay_random_ops(joint_module, fw, bw, len(saved_sym))
+
+
+def _order_as_planned(gm: fx.GraphModule, program: list) -> None:
+    """Moves ``gm``'s nodes into the order of ``program`` (one of remat's plan's programs, whose
+    compute steps name FX nodes) and regenerates its code, whose deletions then free each value
+    after its last use in that order, as the plan frees it. A node the plan does not name (one
+    PyTorch's extraction adds) goes just before its first user, else last; an order that respects
+    every node's inputs is kept whatever the plan says (the plan is itself topological, so on the
+    nodes it names the two agree)."""
+    import heapq
+    import math
+
+    position: dict[str, int] = {}
+    for k, (kind, node_id) in enumerate(program):
+        if kind in ("compute", "recompute", "alias", "fetch") and isinstance(node_id, str):
+            position.setdefault(node_id, k)
+    nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    key: dict[fx.Node, float] = {}
+    for node in reversed(nodes):
+        if node.name in position:
+            key[node] = position[node.name]
+        else:
+            after = [key[u] for u in node.users if u in key]
+            key[node] = min(after) if after else math.inf
+    index = {n: i for i, n in enumerate(nodes)}
+    waiting = {n: sum(1 for i in n.all_input_nodes if i in index) for n in nodes}
+    ready = [(key[n], index[n], n) for n in nodes if waiting[n] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, _, node = heapq.heappop(ready)
+        order.append(node)
+        for user in node.users:
+            if user in waiting:
+                waiting[user] -= 1
+                if waiting[user] == 0:
+                    heapq.heappush(ready, (key[user], index[user], user))
+    if len(order) != len(nodes):
+        raise RematError(f"the graph of {len(nodes)} nodes has a cycle: {len(order)} could be ordered")
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    for node in order:
+        output.prepend(node)
+    gm.graph.lint()
+    gm.recompile()
 
 
 def _merge_common_subexpressions(joint_module: fx.GraphModule, num_fwd_outputs: int) -> None:
@@ -255,23 +327,26 @@ def backend(strategy: str | None = None, *, budget: float | int | None = None, c
     decimal point, else bytes) is ``"budget=B"``. ``compiler`` is what runs the two graphs:
     ``"inductor"`` (``torch.compile``'s default: its joint-graph passes, then remat's partition
     in place of its min-cut, then its code generation) or ``"aot_eager"`` (the graphs run op by
-    op, as ``backend="aot_eager"`` runs them: bitwise what eager computes)."""
+    op, as ``backend="aot_eager"`` runs them: bitwise what eager computes). ``"peak=B"`` (bytes,
+    ``"64MiB"`` and the like) needs ``"aot_eager"``: remat plans the joint graph for a peak of at
+    most B, in its own count (every value its bytes, inputs and parameters included), and the
+    graphs run in the plan's order (see :func:`partition_fn`); Inductor reorders and fuses."""
     # Every argument is checked now, not at the first call of the compiled model.
-    chosen = _compiled_strategy(strategy, budget)
     if not isinstance(compiler, str) or compiler not in _COMPILERS:
         raise ValueError(f"compiler {compiler!r}: expected one of {', '.join(map(repr, _COMPILERS))}")
+    chosen = _compiled_strategy(strategy, budget, compiler)
     if compiler == "inductor":
         return _inductor_backend(chosen)
 
-    from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
 
-    def run_as_is(gm: fx.GraphModule, _example_inputs: Any) -> Callable:
-        return make_boxed_func(gm.forward)
-
+    # PyTorch's own aot_eager compiler: the graph's code takes its inputs as one list and empties
+    # it, so a value is freed at its last use in the graph. (Calling `gm.forward(*args)` instead
+    # would hold every input, the saved values included, in the call's tuple to the end.)
     return aot_autograd(
-        fw_compiler=run_as_is,
-        bw_compiler=run_as_is,
+        fw_compiler=boxed_nop,
+        bw_compiler=boxed_nop,
         partition_fn=functools.partial(partition_fn, strategy=chosen),
     )
 
@@ -403,9 +478,11 @@ def explain(model: Callable, *inputs: Any, strategy: str = "mincut", file: Any =
     return text
 
 
+# The document a strategy's text is checked on (`_parsed`): one input of 0 bytes, so that every
+# peak= bound is met on it and a refusal can only be of the text.
 _EMPTY = {
     "format": "remat.joint",
     "version": 1,
-    "nodes": [{"id": "x", "op": "input", "phase": "forward", "bytes": 4}],
+    "nodes": [{"id": "x", "op": "input", "phase": "forward", "bytes": 0}],
     "forward_outputs": ["x"],
 }

@@ -5,7 +5,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use remat_core::{CostModel, Problem, Strategy};
+use remat_core::{CostModel, PGraph, Problem, Step, Strategy};
 
 /// Partitions `document` (JSON text) with `strategy` (`"respect"`, `"mincut"`, `"budget=0.5"`,
 /// `"budget=64MiB"`, `"peak=64MiB"`, ...) and returns remat's report as JSON text (`saved`,
@@ -18,6 +18,56 @@ pub fn partition_report(document: &str, strategy: &str, text: bool) -> Result<St
     let solved = problem.partition(strategy, &CostModel::default()).map_err(|e| e.to_string())?;
     let report = solved.report();
     Ok(if text { report.text() } else { report.json() })
+}
+
+/// The plan remat makes for `document` under `strategy`, as JSON text: `forward` and `backward`,
+/// each the program's steps in order as `[kind, id]` pairs (`kind` one of `compute`,
+/// `recompute`, `free`, `alias`, `offload`, `fetch`; `id` the node's document id), beside
+/// `planned_peak` and `resident_bytes` (the inputs and parameters, counted live from the start;
+/// a tangent is a step of the backward), and `report`: the partition's report, as
+/// [`partition_report`] gives it (one search for both: `peak=` searches over plans). A caller that
+/// runs the graphs itself (`remat_torch` under `aot_eager`) orders them by these programs, so
+/// that what it runs is what remat predicted the peak of.
+pub fn plan_steps(document: &str, strategy: &str) -> Result<String, String> {
+    let strategy: Strategy = strategy.parse().map_err(|e: remat_core::Error| format!("strategy {strategy:?}: {e}"))?;
+    let problem = Problem::read(document).map_err(|e| e.to_string())?;
+    let solved = problem.partition(strategy, &CostModel::default()).map_err(|e| e.to_string())?;
+    let plan = solved.plan();
+    let program = |steps: &[Step]| -> serde_json::Value {
+        steps.iter().map(|&s| serde_json::json!([step_kind(s), doc_id(problem.graph(), s)])).collect()
+    };
+    let report: serde_json::Value = serde_json::from_str(&solved.report().json()).map_err(|e| e.to_string())?;
+    let out = serde_json::json!({
+        "report": report,
+        "forward": program(plan.forward()),
+        "backward": program(plan.backward()),
+        "planned_peak": plan.predicted_peak(),
+        "resident_bytes": plan.resident_bytes(),
+    });
+    Ok(out.to_string())
+}
+
+fn step_kind(step: Step) -> &'static str {
+    match step {
+        Step::Compute(_) => "compute",
+        Step::Recompute(_) => "recompute",
+        Step::Free(_) => "free",
+        Step::Offload(_) => "offload",
+        Step::Fetch(_) => "fetch",
+        Step::Alias(_) => "alias",
+    }
+}
+
+fn doc_id(graph: &PGraph, step: Step) -> serde_json::Value {
+    graph.node(step.node()).id.to_json()
+}
+
+/// `plan(document, strategy) -> str`: see [`plan_steps`]. A document or strategy remat refuses
+/// raises `ValueError` with remat's message.
+#[pyfunction]
+#[pyo3(name = "plan")]
+fn py_plan(py: Python<'_>, document: &str, strategy: &str) -> PyResult<String> {
+    py.detach(|| plan_steps(document, strategy)).map_err(PyValueError::new_err)
 }
 
 /// `partition(document, strategy, text=False) -> str`: see [`partition_report`]; with
@@ -35,6 +85,7 @@ fn py_partition(py: Python<'_>, document: &str, strategy: &str, text: bool) -> P
 #[pymodule]
 fn _remat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_partition, m)?)?;
+    m.add_function(wrap_pyfunction!(py_plan, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
