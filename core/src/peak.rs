@@ -8,6 +8,8 @@ mod bound;
 #[cfg(feature = "exact")]
 mod exact;
 #[cfg(feature = "exact")]
+mod lazy;
+#[cfg(feature = "exact")]
 mod rows;
 
 pub use bound::{peak_lower_bound, PeakBound};

@@ -6,16 +6,24 @@
 //! loosely: values recomputed for another's recompute), that saved set is excluded and the
 //! program solved again — a lower bound that only rises — for a few rounds.
 
-use super::rows::{memory_rows, Row, Var};
+use super::lazy::Lazy;
+use super::rows::{self, Link, Row, Rows, Var};
 use crate::error::{Error, Result};
+use crate::graph::NodeId;
 use crate::partition::{partition_with_rows, CostModel, Extra, PGraph, Partition, Term};
 use crate::plan::{Plan, Schedulable, Schedule};
 use std::time::Instant;
 
 /// Seconds the rounds may take together.
 const SECONDS: f64 = 20.0;
-/// Saved sets whose plans peak over the limit excluded before the program gives up.
+/// Rounds of the program before it gives up: each adds the rows a plan over the limit breaks,
+/// or excludes its saved set.
 const ROUNDS: usize = 64;
+/// The relative gap to its bound at which a round's program stops: a plan this close to the
+/// least recompute of the rows is as good as the rows can tell.
+const GAP: f64 = 0.005;
+/// Rows made on demand added in one round at most.
+const BURSTS: usize = 4;
 
 /// What the program found.
 pub(super) enum Outcome {
@@ -44,33 +52,27 @@ pub(super) fn solve<S: Schedulable + ?Sized>(
     limit: u64,
     model: &CostModel,
 ) -> Result<Outcome> {
-    let rows = match schedule {
-        Schedule::InOrder(g) => memory_rows(*g)?,
-        Schedule::ForwardFirst(f) => memory_rows(f)?,
-    };
-    // A partition never keeps a view (its base stands for it): where the program's choice has
-    // one at hand, the plan does not, so its saved bit counts for nothing.
-    let term = |var: Var, on_device: bool| match var {
-        Var::Saved(v) => {
-            let id = schedule.graph_id(v);
-            (!pg.node(id).flags.view).then_some(if on_device { Term::OnDevice(id) } else { Term::Saved(id) })
-        }
-        Var::Aux(a) => Some(Term::Aux(a)),
-    };
-    let mut extra = Extra { aux: rows.aux, ..Extra::default() };
-    for Row { held, terms } in rows.rows {
-        let Some(room) = limit.checked_sub(held) else { return Ok(Outcome::Infeasible) };
-        let terms = terms.into_iter().filter_map(|(var, b)| Some((term(var, true)?, b as f64))).collect();
-        extra.rows.push((terms, room as f64));
+    match schedule {
+        Schedule::InOrder(g) => solve_rows(&rows::Schedule::of(*g)?, schedule, pg, limit, model),
+        Schedule::ForwardFirst(f) => solve_rows(&rows::Schedule::of(f)?, schedule, pg, limit, model),
     }
-    for (a, var) in rows.links {
-        // var − a ≤ 0
-        if let Some(t) = term(var, false) {
-            extra.rows.push((vec![(t, 1.0), (Term::Aux(a), -1.0)], 0.0));
-        }
+}
+
+fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
+    rows: &rows::Schedule<'_, G>,
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    limit: u64,
+    model: &CostModel,
+) -> Result<Outcome> {
+    let mut extra = Extra { gap: GAP, ..Extra::default() };
+    if !add(&mut extra, rows.rows(), schedule, pg, limit) {
+        return Ok(Outcome::Infeasible);
     }
     let start = Instant::now();
     let mut lower = 0f64;
+    // The rows made on demand so far.
+    let mut made = Vec::new();
     for _ in 0..ROUNDS {
         extra.seconds = SECONDS - start.elapsed().as_secs_f64();
         if extra.seconds <= 0.0 {
@@ -88,9 +90,72 @@ pub(super) fn solve<S: Schedulable + ?Sized>(
         if plan.predicted_peak() as u64 <= limit {
             return Ok(Outcome::Found(Box::new(Found { partition: searched.partition, plan, lower })));
         }
-        let kept =
-            searched.at_hand.ok_or_else(|| Error::internal("a search with rows recorded no choice to exclude"))?;
-        extra.excluded.push(kept);
+        // The steps where the values recomputed early put the plan over: their rows, which the
+        // plan breaks; where it breaks none of them, its choice is excluded.
+        let saved: Vec<bool> = (0..rows.forward_len())
+            .map(|v| searched.partition.saved[schedule.graph_id(NodeId::from_index(v)).index()])
+            .collect();
+        let broken: Vec<Lazy> =
+            rows.broken(&saved, limit).into_iter().filter(|b| !made.contains(b)).take(BURSTS).collect();
+        if broken.is_empty() {
+            let kept =
+                searched.at_hand.ok_or_else(|| Error::internal("a search with rows recorded no choice to exclude"))?;
+            extra.excluded.push(kept);
+        }
+        for &which in &broken {
+            made.push(which);
+            let row = rows.lazy_row(which, extra.aux);
+            if !add(&mut extra, row, schedule, pg, limit) {
+                return Ok(Outcome::Infeasible);
+            }
+        }
     }
     Ok(Outcome::Bound(lower))
+}
+
+/// Adds `rows` (with their columns) to the program under `limit`; false where a row cannot be met
+/// whatever is saved.
+fn add<S: Schedulable + ?Sized>(
+    extra: &mut Extra,
+    rows: Rows,
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    limit: u64,
+) -> bool {
+    // A partition never keeps a view (its base stands for it): where the program's choice has
+    // one at hand, the plan does not, so its saved bit counts for nothing.
+    let term = |var: Var, on_device: bool| match var {
+        Var::Saved(v) => {
+            let id = schedule.graph_id(v);
+            (!pg.node(id).flags.view).then_some(if on_device { Term::OnDevice(id) } else { Term::Saved(id) })
+        }
+        Var::Aux(a) => Some(Term::Aux(a)),
+        Var::One => None,
+    };
+    extra.aux = extra.aux.max(rows.aux);
+    for (terms, bound) in rows.linear {
+        // A quantity that is always 0 (a view's saved bit) leaves the row.
+        let terms = terms.into_iter().filter_map(|(var, c)| Some((term(var, false)?, c))).collect();
+        extra.rows.push((terms, bound));
+    }
+    for Row { held, terms } in rows.rows {
+        let Some(room) = limit.checked_sub(held) else { return false };
+        let terms = terms.into_iter().filter_map(|(var, b)| Some((term(var, true)?, b as f64))).collect();
+        extra.rows.push((terms, room as f64));
+    }
+    'links: for Link { aux, all, unless } in rows.links {
+        // Σ all − aux − Σ unless ≤ |all| − 1; a quantity that is always 0 makes the link void.
+        let mut terms = vec![(Term::Aux(aux), -1.0)];
+        terms.extend(unless.into_iter().filter_map(|u| term(u, false)).map(|t| (t, -1.0)));
+        let mut room = all.len() as f64 - 1.0;
+        for var in all {
+            match (var, term(var, false)) {
+                (Var::One, _) => room -= 1.0,
+                (_, Some(t)) => terms.push((t, 1.0)),
+                (_, None) => continue 'links,
+            }
+        }
+        extra.rows.push((terms, room));
+    }
+    true
 }

@@ -15,8 +15,10 @@
 //! - a reshape may take over its input's buffer, so a reshape's own bytes are not counted at
 //!   its step.
 //!
-//! What the rows leave out (values recomputed before their own first reader, for another's
-//! recompute; saved values read only by recomputes) only makes them looser, never wrong.
+//! What these rows leave out — values recomputed before their own first reader (for another's
+//! recompute), values held after their last backward reader for a later recompute, the
+//! intermediates of a recompute burst — is counted by rows made on demand where a plan breaks
+//! them ([`super::lazy`]); what those leave out only makes them looser, never wrong.
 
 use crate::error::Result;
 use crate::graph::NodeId;
@@ -29,6 +31,23 @@ pub(crate) enum Var {
     Saved(NodeId),
     /// A column of the rows' own ([`Rows::aux`]).
     Aux(usize),
+    /// The constant 1.
+    One,
+}
+
+/// `aux ≥ Σ all − Σ unless − (|all| − 1)`: a column that is 1 where every quantity of `all` is
+/// and none of `unless`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Link {
+    pub(crate) aux: usize,
+    pub(crate) all: Vec<Var>,
+    pub(crate) unless: Vec<Var>,
+}
+
+impl Link {
+    pub(super) fn at_least(aux: usize, of: Var) -> Link {
+        Link { aux, all: vec![of], unless: vec![] }
+    }
 }
 
 /// One step's row: `held + Σ bytes · var ≤ peak`.
@@ -44,27 +63,116 @@ pub(crate) struct Row {
 #[derive(Debug, Default)]
 pub(crate) struct Rows {
     pub(crate) rows: Vec<Row>,
-    /// `(a, var)`: column `a` is at least `var`.
-    pub(crate) links: Vec<(usize, Var)>,
+    pub(crate) links: Vec<Link>,
+    /// `Σ coefficient · quantity ≤ bound`.
+    pub(crate) linear: Vec<(Vec<(Var, f64)>, f64)>,
     /// Columns of the rows' own: per forward node that not every plan computes, "computed in the
     /// forward" (at least its saved bit and each computed reader's); per value and each such
     /// reader of it, "live until that reader or later" (a suffix maximum over its readers).
     pub(crate) aux: usize,
 }
 
-/// The rows of `graph`'s schedule. The backward's rows only shrink their terms from step to step,
-/// so a row whose held bytes an earlier one reaches is implied by it and left out.
-pub(crate) fn memory_rows(graph: &(impl Schedulable + ?Sized)) -> Result<Rows> {
-    let facts = Facts::of(graph)?;
-    let mut rows = forward_rows(&facts);
-    rows.rows.extend(backward_rows(&facts));
-    Ok(rows)
+/// The rows of a graph's schedule, and what the rows made on demand ([`super::lazy`]) read.
+pub(crate) struct Schedule<'g, G: ?Sized> {
+    pub(super) facts: Facts<'g, G>,
+    pub(super) backward: Backward,
+    /// Per forward value, the forward nodes that read it and that a plan may recompute.
+    pub(super) readers: Vec<Vec<usize>>,
+    /// Per forward value, the earliest backward step that reads it or a value computed from it:
+    /// no plan recomputes it before.
+    pub(super) earliest: Vec<usize>,
+    /// Per forward value, the latest backward step a plan may recompute it at: its first
+    /// backward reader, or for a value the backward does not read, the latest of its readers'.
+    pub(super) latest: Vec<usize>,
+    /// Per forward value a plan may recompute, the column "recomputed" (see [`recompute_links`]);
+    /// `usize::MAX` for the rest.
+    pub(super) recomputed: Vec<usize>,
+    /// The links of [`Schedule::recomputed`], and how many columns they name.
+    links: Vec<Link>,
+    columns: usize,
+}
+
+impl<'g, G: Schedulable + ?Sized> Schedule<'g, G> {
+    pub(crate) fn of(graph: &'g G) -> Result<Self> {
+        let facts = Facts::of(graph)?;
+        let backward = Backward::of(&facts);
+        let mut readers = vec![Vec::new(); facts.n_fwd];
+        for k in (0..facts.n_fwd).filter(|&k| facts.decided(k)) {
+            for x in graph.inputs(NodeId::from_index(k)) {
+                readers[x.index()].push(k);
+            }
+        }
+        for list in &mut readers {
+            list.dedup();
+        }
+        let mut earliest = vec![usize::MAX; facts.n_fwd];
+        for v in (0..facts.n_fwd).rev().filter(|&v| facts.decided(v)) {
+            earliest[v] = readers[v].iter().map(|&w| earliest[w]).fold(backward.first[v], usize::min);
+        }
+        let mut latest = vec![usize::MAX; facts.n_fwd];
+        for v in (0..facts.n_fwd).rev().filter(|&v| facts.decided(v) && earliest[v] != usize::MAX) {
+            latest[v] = if backward.first[v] != usize::MAX {
+                backward.first[v]
+            } else {
+                readers[v].iter().map(|&w| latest[w]).filter(|&l| l != usize::MAX).max().unwrap_or(usize::MAX)
+            };
+        }
+        let mut schedule = Schedule {
+            facts,
+            backward,
+            readers,
+            earliest,
+            latest,
+            recomputed: Vec::new(),
+            links: Vec::new(),
+            columns: 0,
+        };
+        schedule.recompute_links();
+        Ok(schedule)
+    }
+
+    /// The columns of [`Schedule::recomputed`]: a value the backward reads is recomputed unless
+    /// saved, and so is one a recomputed value reads. (Not the program's own "reached", which
+    /// also counts reads by backward nodes no gradient needs.)
+    fn recompute_links(&mut self) {
+        let (f, bw) = (&self.facts, &self.backward);
+        let mut column = vec![usize::MAX; f.n_fwd];
+        for v in (0..f.n_fwd).filter(|&v| f.decided(v) && self.earliest[v] != usize::MAX) {
+            column[v] = self.columns;
+            self.columns += 1;
+        }
+        for v in (0..f.n_fwd).filter(|&v| column[v] != usize::MAX) {
+            let unless = vec![Var::Saved(NodeId::from_index(v))];
+            if bw.first[v] != usize::MAX {
+                self.links.push(Link { aux: column[v], all: vec![Var::One], unless: unless.clone() });
+            } else {
+                for &w in self.readers[v].iter().filter(|&&w| column[w] != usize::MAX) {
+                    self.links.push(Link { aux: column[v], all: vec![Var::Aux(column[w])], unless: unless.clone() });
+                }
+            }
+        }
+        self.recomputed = column;
+    }
+
+    pub(crate) fn forward_len(&self) -> usize {
+        self.facts.n_fwd
+    }
+
+    /// The rows every program starts with. The backward's rows only shrink their terms from
+    /// step to step, so a row whose held bytes an earlier one reaches is implied by it and left
+    /// out.
+    pub(crate) fn rows(&self) -> Rows {
+        let mut rows = forward_rows(&self.facts, self.columns);
+        rows.links.extend(self.links.iter().cloned());
+        rows.rows.extend(backward_rows(&self.facts, &self.backward));
+        rows
+    }
 }
 
 /// What both passes read of the graph.
-struct Facts<'g, G: ?Sized> {
-    graph: &'g G,
-    n_fwd: usize,
+pub(super) struct Facts<'g, G: ?Sized> {
+    pub(super) graph: &'g G,
+    pub(super) n_fwd: usize,
     /// Per node, whether it is a forward output.
     output: Vec<bool>,
     /// Bytes of the inputs and parameters.
@@ -83,21 +191,21 @@ impl<'g, G: Schedulable + ?Sized> Facts<'g, G> {
         Ok(facts)
     }
 
-    fn bytes(&self, i: usize) -> u64 {
+    pub(super) fn bytes(&self, i: usize) -> u64 {
         self.graph.bytes(NodeId::from_index(i)) as u64
     }
 
-    fn resident(&self, i: usize) -> bool {
+    pub(super) fn resident(&self, i: usize) -> bool {
         self.graph.is_resident(NodeId::from_index(i))
     }
 
     /// A forward value the rows may count as saved: computed, not held anyway.
-    fn decided(&self, i: usize) -> bool {
+    pub(super) fn decided(&self, i: usize) -> bool {
         i < self.n_fwd && !self.resident(i) && !self.output[i]
     }
 
     /// The bytes step `i` adds: none for a reshape, which may take over its input's buffer.
-    fn step_bytes(&self, i: usize) -> u64 {
+    pub(super) fn step_bytes(&self, i: usize) -> u64 {
         if self.graph.is_reshape(NodeId::from_index(i)) {
             0
         } else {
@@ -111,18 +219,18 @@ impl<'g, G: Schedulable + ?Sized> Facts<'g, G> {
 /// step when a reader every plan computes comes at or after it (held), else when it is saved or
 /// a reader at or after the step is computed (a column per value and reader: the largest of the
 /// readers' columns from that reader on, and the saved bit).
-fn forward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>) -> Rows {
+fn forward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>, first_aux: usize) -> Rows {
     let (graph, n_fwd, output) = (f.graph, f.n_fwd, &f.output);
     let node = NodeId::from_index;
     let always = crate::plan::ancestors(graph, graph.forward_outputs(), n_fwd);
     let computed_step = |k: usize| !f.resident(k);
-    let mut out = Rows::default();
+    let mut out = Rows { aux: first_aux, ..Rows::default() };
     // "Computed" columns for the steps not every plan takes.
     let mut computed = vec![usize::MAX; n_fwd];
     for k in (0..n_fwd).filter(|&k| computed_step(k) && !always[k]) {
         computed[k] = out.aux;
         out.aux += 1;
-        out.links.push((computed[k], Var::Saved(node(k))));
+        out.links.push(Link::at_least(computed[k], Var::Saved(node(k))));
     }
     // Each value's last reader every plan computes, and its other readers in order.
     let mut last_always = vec![None; n_fwd];
@@ -135,7 +243,7 @@ fn forward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>) -> Rows {
                 readers[x.index()].push(k);
                 // A computed step computes its inputs.
                 if computed[x.index()] != usize::MAX {
-                    out.links.push((computed[x.index()], Var::Aux(computed[k])));
+                    out.links.push(Link::at_least(computed[x.index()], Var::Aux(computed[k])));
                 }
             }
         }
@@ -147,11 +255,11 @@ fn forward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>) -> Rows {
         for &u in readers[v].iter().rev() {
             let a = out.aux;
             out.aux += 1;
-            out.links.push((a, Var::Aux(computed[u])));
+            out.links.push(Link::at_least(a, Var::Aux(computed[u])));
             if let Some(&later) = until[v].last() {
-                out.links.push((a, Var::Aux(later)));
+                out.links.push(Link::at_least(a, Var::Aux(later)));
             } else if f.decided(v) {
-                out.links.push((a, Var::Saved(node(v))));
+                out.links.push(Link::at_least(a, Var::Saved(node(v))));
             }
             until[v].push(a);
         }
@@ -182,59 +290,79 @@ fn forward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>) -> Rows {
     out
 }
 
-/// Rows at the backward's steps: each node the gradients need.
-fn backward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>) -> Vec<Row> {
-    let (graph, n_fwd) = (f.graph, f.n_fwd);
-    let n = graph.node_count();
-    let bytes = |i: usize| f.bytes(i);
-    let live = crate::plan::ancestors(graph, graph.gradients(), n);
-    let steps: Vec<usize> = (n_fwd..n).filter(|&b| live[b]).collect();
-    let mut kept = vec![false; n];
-    for g in graph.gradients() {
-        kept[g.index()] = true;
-    }
-    // First and last backward step reading each value.
-    let (mut first, mut last) = (vec![usize::MAX; n], vec![0usize; n]);
-    for &b in &steps {
-        for x in graph.inputs(NodeId::from_index(b)) {
-            first[x.index()] = first[x.index()].min(b);
-            last[x.index()] = last[x.index()].max(b);
+/// What the backward's rows read: its steps and what is live at each whatever is saved.
+pub(super) struct Backward {
+    /// The nodes the gradients need, in order.
+    pub(super) steps: Vec<usize>,
+    /// Per value, its first and last backward reader (`usize::MAX` and 0 where none reads it).
+    pub(super) first: Vec<usize>,
+    pub(super) last: Vec<usize>,
+    /// Per backward step: inputs, parameters and outputs, the gradients so far, backward values
+    /// read at or past it, forward values between their first and last reader, its own bytes.
+    pub(super) held: Vec<u64>,
+}
+
+impl Backward {
+    fn of<G: Schedulable + ?Sized>(f: &Facts<'_, G>) -> Backward {
+        let (graph, n_fwd) = (f.graph, f.n_fwd);
+        let n = graph.node_count();
+        let bytes = |i: usize| f.bytes(i);
+        let live = crate::plan::ancestors(graph, graph.gradients(), n);
+        let steps: Vec<usize> = (n_fwd..n).filter(|&b| live[b]).collect();
+        let mut kept = vec![false; n];
+        for g in graph.gradients() {
+            kept[g.index()] = true;
         }
-    }
-    // held[b]: outputs, the gradients so far, backward values read at or past b, forward
-    // values between their first and last reader.
-    let outputs: u64 = (0..n_fwd).filter(|&i| f.output[i] && !f.resident(i)).map(bytes).sum();
-    let mut change = vec![0i64; n + 2];
-    for &v in &steps {
-        let end = if kept[v] { n } else { last[v].max(v) };
-        if end > v {
-            change[v + 1] += bytes(v) as i64;
-            change[end + 1] -= bytes(v) as i64;
+        let (mut first, mut last) = (vec![usize::MAX; n], vec![0usize; n]);
+        for &b in &steps {
+            for x in graph.inputs(NodeId::from_index(b)) {
+                first[x.index()] = first[x.index()].min(b);
+                last[x.index()] = last[x.index()].max(b);
+            }
         }
+        let outputs: u64 = (0..n_fwd).filter(|&i| f.output[i] && !f.resident(i)).map(bytes).sum();
+        let mut change = vec![0i64; n + 2];
+        for &v in &steps {
+            let end = if kept[v] { n } else { last[v].max(v) };
+            if end > v {
+                change[v + 1] += bytes(v) as i64;
+                change[end + 1] -= bytes(v) as i64;
+            }
+        }
+        for v in (0..n_fwd).filter(|&v| f.decided(v) && first[v] != usize::MAX) {
+            change[first[v]] += bytes(v) as i64;
+            change[last[v] + 1] -= bytes(v) as i64;
+        }
+        let mut carried = 0i64;
+        let mut held = vec![0u64; n];
+        for b in 0..n {
+            carried += change[b];
+            held[b] = f.resident_bytes + outputs + carried as u64 + if b >= n_fwd { f.step_bytes(b) } else { 0 };
+        }
+        Backward { steps, first, last, held }
     }
-    for v in (0..n_fwd).filter(|&v| f.decided(v) && first[v] != usize::MAX) {
-        change[first[v]] += bytes(v) as i64;
-        change[last[v] + 1] -= bytes(v) as i64;
+
+    /// Whether forward value `v` is read by the backward after step `b`, and not at `b`.
+    pub(super) fn read_after(&self, v: usize, b: usize) -> bool {
+        self.first[v] != usize::MAX && self.first[v] > b
     }
-    let mut carried = 0i64;
-    let mut held = vec![0u64; n];
-    for b in 0..n {
-        carried += change[b];
-        held[b] = f.resident_bytes + outputs + carried as u64 + if b >= n_fwd { f.step_bytes(b) } else { 0 };
-    }
-    // Keep a step's row where no earlier step's row (with more saved terms) holds as much.
+}
+
+/// Rows at the backward's steps: each node the gradients need, where no earlier step's row (with
+/// more saved terms) holds as much.
+fn backward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>, bw: &Backward) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut earlier_max = None;
-    for &b in &steps {
-        if earlier_max.is_some_and(|m| m >= held[b]) {
+    for &b in &bw.steps {
+        if earlier_max.is_some_and(|m| m >= bw.held[b]) {
             continue;
         }
-        earlier_max = Some(held[b]);
-        let terms = (0..n_fwd)
-            .filter(|&v| f.decided(v) && first[v] != usize::MAX && first[v] > b)
-            .map(|v| (Var::Saved(NodeId::from_index(v)), bytes(v)))
+        earlier_max = Some(bw.held[b]);
+        let terms = (0..f.n_fwd)
+            .filter(|&v| f.decided(v) && bw.read_after(v, b))
+            .map(|v| (Var::Saved(NodeId::from_index(v)), f.bytes(v)))
             .collect();
-        rows.push(Row { held: held[b], terms });
+        rows.push(Row { held: bw.held[b], terms });
     }
     rows
 }

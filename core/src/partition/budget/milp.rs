@@ -275,12 +275,13 @@ impl Program {
                 (None, None) => {}
             }
         }
+        let gap = p.extra.map_or(0.0, |extra| extra.gap);
         let mut model = pb
             .try_optimise(Sense::Minimise)
             .map_err(|e| Unsolved::Failed(format!("HiGHS refused the program: {e:?}")))?;
         model.make_quiet();
         let options: [(&str, f64); 3] = [
-            ("mip_rel_gap", 0.0),
+            ("mip_rel_gap", gap),
             ("mip_abs_gap", if integral_objective { 0.5 } else { 1e-12 }),
             ("time_limit", time_limit),
         ];
@@ -295,6 +296,11 @@ impl Program {
         let status = solved.status();
         let bound = solved.double_info_value(c"mip_dual_bound").ok().map(|b| b + objective.constant);
         match status {
+            // Optimal within a gap the caller allowed: the bound it proved, where below.
+            HighsModelStatus::Optimal if gap > 0.0 => {
+                let value = solved.objective_value() + objective.constant;
+                Ok((solved.get_solution().columns().to_vec(), bound.filter(|&b| b < value - 0.5)))
+            }
             HighsModelStatus::Optimal | HighsModelStatus::ModelEmpty => {
                 Ok((solved.get_solution().columns().to_vec(), None))
             }

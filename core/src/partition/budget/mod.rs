@@ -65,6 +65,8 @@ pub(crate) struct Extra {
     pub(crate) excluded: Vec<Vec<bool>>,
     /// Seconds the program may run.
     pub(crate) seconds: f64,
+    /// The relative gap to the proven bound at which the solver may stop (0: optimal).
+    pub(crate) gap: f64,
 }
 
 /// A 0/1 quantity an [`Extra`] row names.
