@@ -212,7 +212,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let timeout = std::time::Duration::from_secs_f64(timeout);
             let sweep = peak_pareto::Sweep { from, to, steps: steps.into(), timeout };
             let table = peak_pareto::run(&problem, &file, against.as_deref(), &sweep, &out)?;
-            to_stdout(|stdout| write!(stdout, "{table}wrote {}\n", out.display()))?;
+            to_stdout(|stdout| writeln!(stdout, "{table}wrote {}", out.display()))?;
         }
         Command::Pareto { file, out, .. } => {
             let problem = load(&file)?;
