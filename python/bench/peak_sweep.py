@@ -46,12 +46,14 @@ BUDGETS = [0.05] + [round(0.1 * k, 1) for k in range(1, 11)]
 
 
 def exporter():
-    """remat_torch's `joint_document`, loaded by path (the package needs its extension built)."""
+    """remat_torch's exporter module, loaded by path (the package needs its extension built):
+    `joint_document`, and `merge_common_subexpressions`, the merge `partition_fn` makes before it
+    exports (PyTorch's partitioner merges too, so PyTorch's saved names mean the same values)."""
     path = ROOT / "python" / "remat_torch" / "_export.py"
     spec = importlib.util.spec_from_file_location("remat_torch_export", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.joint_document
+    return module
 
 
 class RMSNorm(torch.nn.Module):
@@ -131,28 +133,6 @@ class Mlp(torch.nn.Module):
         return x
 
 
-def merge_common_subexpressions(joint, num_fwd_outputs):
-    """The merge remat_torch's `partition_fn` makes before it exports (mirrored here: that module
-    needs its extension): PyTorch's partitioner merges common subexpressions itself, so the
-    document must be the merged graph for PyTorch's saved names to mean the same values."""
-    from torch._functorch import config
-    from torch._functorch.compile_utils import fx_graph_cse
-    from torch._functorch.partitioners import _extract_fwd_bwd_outputs
-
-    joint.graph.eliminate_dead_code()
-    joint.recompile()
-    if not config.cse:
-        return
-    _, backward_outputs, _, _ = _extract_fwd_bwd_outputs(joint, num_fwd_outputs=num_fwd_outputs)
-    needs, stack = set(), [o for o in backward_outputs if o is not None and o.op != "output"]
-    while stack:
-        node = stack.pop()
-        if node not in needs:
-            needs.add(node)
-            stack.extend(node.all_input_nodes)
-    joint.graph = fx_graph_cse(joint.graph, extra_node_key=lambda n: n in needs)
-
-
 def torch_sweep(model, inputs):
     """The joint graph's document and, per budget, the names PyTorch's forward graph saves."""
     from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
@@ -160,11 +140,11 @@ def torch_sweep(model, inputs):
     from torch._functorch import config
     from torch._inductor.decomposition import select_decomp_table
 
-    joint_document, found = exporter(), []
+    export, found = exporter(), []
 
     def partition(joint, joint_inputs, *, num_fwd_outputs, **kwargs):
-        merge_common_subexpressions(joint, num_fwd_outputs)
-        doc = joint_document(joint, num_fwd_outputs, static_inputs=kwargs.get("static_lifetime_input_indices"))
+        export.merge_common_subexpressions(joint, num_fwd_outputs)
+        doc = export.joint_document(joint, num_fwd_outputs, static_inputs=kwargs.get("static_lifetime_input_indices"))
         decisions = []
         for budget in BUDGETS:
             with config.patch(activation_memory_budget=budget):

@@ -21,6 +21,7 @@ import torch.fx as fx
 
 from . import _remat
 from ._export import ExportError, joint_document
+from ._export import merge_common_subexpressions as _merge_common_subexpressions
 
 __all__ = [
     "backend",
@@ -259,32 +260,6 @@ def _order_as_planned(gm: fx.GraphModule, program: list) -> None:
         output.prepend(node)
     gm.graph.lint()
     gm.recompile()
-
-
-def _merge_common_subexpressions(joint_module: fx.GraphModule, num_fwd_outputs: int) -> None:
-    """Merges the nodes that compute the same value (same op, arguments and inputs), as PyTorch's
-    own partitioner does before it chooses (``torch._functorch.config.cse``), so that remat
-    partitions the graph PyTorch's partitioner would: a GELU's ``erf`` that the forward and the
-    backward each compute is one value, recomputed or kept once. Like PyTorch, a value only the
-    forward needs is not merged with one the backward needs (the merged value would become an
-    extra saved output), and random ops are never merged (PyTorch's ``fx_graph_cse`` skips them)."""
-    from torch._functorch import config
-    from torch._functorch.compile_utils import fx_graph_cse
-    from torch._functorch.partitioners import _extract_fwd_bwd_outputs
-
-    joint_module.graph.eliminate_dead_code()
-    joint_module.recompile()
-    if not config.cse:
-        return
-    _, backward_outputs, _, _ = _extract_fwd_bwd_outputs(joint_module, num_fwd_outputs=num_fwd_outputs)
-    backward_needs: set[fx.Node] = set()
-    stack = [o for o in backward_outputs if o is not None and o.op != "output"]
-    while stack:
-        node = stack.pop()
-        if node not in backward_needs:
-            backward_needs.add(node)
-            stack.extend(node.all_input_nodes)
-    joint_module.graph = fx_graph_cse(joint_module.graph, extra_node_key=lambda n: n in backward_needs)
 
 
 def _replay_random_ops(
