@@ -2,9 +2,10 @@
 //! ([`super::rows`]), a 0-1 program HiGHS solves (the byte-budget program with the rows in place
 //! of its one limit). The rows hold for every plan within the peak, so the program's optimum is
 //! a lower bound on the least recompute of any such plan; its saved set is planned, and where
-//! the plan peaks within the limit it is the optimum. Where it peaks over (a step the rows bound
-//! loosely: values recomputed for another's recompute), that saved set is excluded and the
-//! program solved again — a lower bound that only rises — for a few rounds.
+//! the plan peaks within the limit it is the answer (within the program's stopping gap). Where it
+//! peaks over, the rows made on demand that the plan breaks ([`super::lazy`]) are added — or,
+//! where it breaks none, that saved set is excluded — and the program solved again (a lower bound
+//! that only rises), for a few rounds.
 
 use super::lazy::Lazy;
 use super::rows::{self, Link, Row, Rows, Var};
@@ -90,8 +91,8 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         if plan.predicted_peak() as u64 <= limit {
             return Ok(Outcome::Found(Box::new(Found { partition: searched.partition, plan, lower })));
         }
-        // The steps where the values recomputed early put the plan over: their rows, which the
-        // plan breaks; where it breaks none of them, its choice is excluded.
+        // The rows made on demand that the plan breaks; where it breaks none of them, its choice
+        // is excluded.
         let saved: Vec<bool> = (0..rows.forward_len())
             .map(|v| searched.partition.saved[schedule.graph_id(NodeId::from_index(v)).index()])
             .collect();

@@ -4,7 +4,10 @@
 //!
 //! Two kinds, both holding for every saved set (see [`super::rows`] for the planner's rules):
 //! - **at a backward step** `b`: a value the backward reads after `b` is at hand at `b` where a
-//!   value recomputed by `b` reads it and it is not saved (recomputed early, then held);
+//!   value recomputed by `b` reads it and it is not saved (recomputed early, then held); and a
+//!   value is held at `b` after its last backward reader (or, saved, not read by it) where a
+//!   reader of it is recomputed after `b`'s burst (a column "brought by `b`" per value, bounded
+//!   above by what the plan does);
 //! - **at a recompute**: a value a plan can recompute at one step only (its earliest and latest
 //!   possible steps agree) is recomputed there, after what is live across the step's burst and
 //!   with its inputs and the values recomputed for it that the backward reads from that step on.
@@ -232,7 +235,7 @@ impl<G: Schedulable + ?Sized> Schedule<'_, G> {
                 out.aux += 1;
             }
         }
-        let mut terms = self.saved_terms(|v| bw.read_after(v, b));
+        let mut terms = self.facts.saved_terms(|v| bw.read_after(v, b));
         for v in (0..f.n_fwd).filter(|&v| column[v] != usize::MAX) {
             let unless = vec![saved(v)];
             if read_by_b(v) {
@@ -313,7 +316,7 @@ impl<G: Schedulable + ?Sized> Schedule<'_, G> {
             out.aux += 1;
         }
         out.links.push(Link::at_least(column[w], Var::Aux(self.recomputed[w])));
-        let mut terms = self.saved_terms(|v| self.backward.first[v] >= b && self.backward.first[v] != usize::MAX);
+        let mut terms = self.facts.saved_terms(|v| self.backward.first[v] >= b && self.backward.first[v] != usize::MAX);
         for &(y, counted) in &cone {
             for x in self.facts.graph.inputs(NodeId::from_index(y)) {
                 if let Some(&c) = column.get(x.index()).filter(|&&c| c != usize::MAX) {
@@ -346,12 +349,6 @@ impl<G: Schedulable + ?Sized> Schedule<'_, G> {
             .extend(kept.into_iter().filter(|(v, _)| !held_for.contains(v)).map(|(v, k)| (Var::Aux(k), step_bytes(v))));
         out.rows.push(Row { held: self.across(b), terms });
         out
-    }
-
-    /// Saved terms of the forward values `counted` picks.
-    fn saved_terms(&self, counted: impl Fn(usize) -> bool) -> Vec<(Var, u64)> {
-        let f = &self.facts;
-        (0..f.n_fwd).filter(|&v| f.decided(v) && counted(v)).map(|v| (saved(v), f.bytes(v))).collect()
     }
 }
 

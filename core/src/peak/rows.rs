@@ -66,9 +66,11 @@ pub(crate) struct Rows {
     pub(crate) links: Vec<Link>,
     /// `Σ coefficient · quantity ≤ bound`.
     pub(crate) linear: Vec<(Vec<(Var, f64)>, f64)>,
-    /// Columns of the rows' own: per forward node that not every plan computes, "computed in the
-    /// forward" (at least its saved bit and each computed reader's); per value and each such
-    /// reader of it, "live until that reader or later" (a suffix maximum over its readers).
+    /// Columns of the rows' own, numbered from 0: per value a plan may recompute, "recomputed"
+    /// ([`Schedule::recomputed`]); per forward node that not every plan computes, "computed in
+    /// the forward" (at least its saved bit and each computed reader's); per value and each such
+    /// reader of it, "live until that reader or later" (a suffix maximum over its readers); then
+    /// those of the rows made on demand.
     pub(crate) aux: usize,
 }
 
@@ -84,7 +86,7 @@ pub(crate) struct Schedule<'g, G: ?Sized> {
     /// Per forward value, the latest backward step a plan may recompute it at: its first
     /// backward reader, or for a value the backward does not read, the latest of its readers'.
     pub(super) latest: Vec<usize>,
-    /// Per forward value a plan may recompute, the column "recomputed" (see [`recompute_links`]);
+    /// Per forward value a plan may recompute, the column "recomputed" (see [`Schedule::recompute_links`]);
     /// `usize::MAX` for the rest.
     pub(super) recomputed: Vec<usize>,
     /// The links of [`Schedule::recomputed`], and how many columns they name.
@@ -202,6 +204,15 @@ impl<'g, G: Schedulable + ?Sized> Facts<'g, G> {
     /// A forward value the rows may count as saved: computed, not held anyway.
     pub(super) fn decided(&self, i: usize) -> bool {
         i < self.n_fwd && !self.resident(i) && !self.output[i]
+    }
+
+    /// A saved term, with its bytes, for each value the rows may count as saved that `counted`
+    /// picks.
+    pub(super) fn saved_terms(&self, counted: impl Fn(usize) -> bool) -> Vec<(Var, u64)> {
+        (0..self.n_fwd)
+            .filter(|&v| self.decided(v) && counted(v))
+            .map(|v| (Var::Saved(NodeId::from_index(v)), self.bytes(v)))
+            .collect()
     }
 
     /// The bytes step `i` adds: none for a reshape, which may take over its input's buffer.
@@ -358,11 +369,7 @@ fn backward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>, bw: &Backward) -> Ve
             continue;
         }
         earlier_max = Some(bw.held[b]);
-        let terms = (0..f.n_fwd)
-            .filter(|&v| f.decided(v) && bw.read_after(v, b))
-            .map(|v| (Var::Saved(NodeId::from_index(v)), f.bytes(v)))
-            .collect();
-        rows.push(Row { held: bw.held[b], terms });
+        rows.push(Row { held: bw.held[b], terms: f.saved_terms(|v| bw.read_after(v, b)) });
     }
     rows
 }
