@@ -10,6 +10,8 @@ mod exact;
 #[cfg(feature = "exact")]
 mod lazy;
 #[cfg(feature = "exact")]
+mod repair;
+#[cfg(feature = "exact")]
 mod rows;
 
 pub use bound::{peak_lower_bound, PeakBound};

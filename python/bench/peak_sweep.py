@@ -133,7 +133,7 @@ class Mlp(torch.nn.Module):
         return x
 
 
-def torch_sweep(model, inputs):
+def torch_sweep(model, inputs, budgets=BUDGETS):
     """The joint graph's document and, per budget, the names PyTorch's forward graph saves."""
     from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
@@ -146,7 +146,7 @@ def torch_sweep(model, inputs):
         export.merge_common_subexpressions(joint, num_fwd_outputs)
         doc = export.joint_document(joint, num_fwd_outputs, static_inputs=kwargs.get("static_lifetime_input_indices"))
         decisions = []
-        for budget in BUDGETS:
+        for budget in budgets:
             with config.patch(activation_memory_budget=budget):
                 start = time.perf_counter()
                 fw, _ = min_cut_rematerialization_partition(
@@ -215,6 +215,12 @@ def main():
     parser.add_argument("--model", choices=("llama", "mlp"), default="llama")
     parser.add_argument("--fixture", help="score tests/fixtures/torch/NAME's recorded decision instead")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per remat call")
+    parser.add_argument("--layers", type=int, default=2, help="the Llama model's layers (2; 12 and 64 for the solver's timings)")
+    parser.add_argument(
+        "--export-only",
+        action="store_true",
+        help="write the joint document (--doc, or beside --out) and stop: no PyTorch budgets, no remat calls",
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -229,12 +235,16 @@ def main():
     else:
         torch.manual_seed(0)
         if args.model == "llama":
-            model, inputs = Llama(), (torch.randint(0, 128, (2, 32)), torch.randint(0, 128, (2, 32)))
+            model = Llama(layers=args.layers)
+            inputs = (torch.randint(0, 128, (2, 32)), torch.randint(0, 128, (2, 32)))
         else:
             model, inputs = Mlp(), (torch.randn(8, 128, 256, requires_grad=True),)
-        doc, decisions = torch_sweep(model, inputs)
+        doc, decisions = torch_sweep(model, inputs, [] if args.export_only else BUDGETS)
         doc_path = Path(args.doc) if args.doc else out.with_suffix(".joint.json")
         doc_path.write_text(json.dumps(doc, indent=1))
+        if args.export_only:
+            print(f"wrote {doc_path} ({len(doc['nodes'])} nodes)", file=sys.stderr)
+            return
         system = f"PyTorch {torch.__version__}"
     for d in decisions:
         d["label"] = f"budget={d['budget']}"

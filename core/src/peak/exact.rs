@@ -8,23 +8,26 @@
 //! that only rises), for a few rounds.
 
 use super::lazy::Lazy;
+use super::repair::repair;
 use super::rows::{self, Link, Row, Rows, Var};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
 use crate::partition::{partition_with_rows, CostModel, Extra, PGraph, Partition, Term};
 use crate::plan::{Plan, Schedulable, Schedule};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Seconds the rounds may take together.
 const SECONDS: f64 = 20.0;
+/// Seconds below which no round starts: too short for HiGHS to find a plan.
+const ROUND_LEAST: f64 = 0.5;
 /// Rounds of the program before it gives up: each adds the rows a plan over the limit breaks,
 /// or excludes its saved set.
 const ROUNDS: usize = 64;
 /// The relative gap to its bound at which a round's program stops: a plan this close to the
 /// least recompute of the rows is as good as the rows can tell.
-const GAP: f64 = 0.005;
+const GAP: f64 = 0.01;
 /// Rows made on demand added in one round at most.
-const BURSTS: usize = 4;
+const BURSTS: usize = 2;
 
 /// What the program found.
 pub(super) enum Outcome {
@@ -74,9 +77,11 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     let mut lower = 0f64;
     // The rows made on demand so far.
     let mut made = Vec::new();
+    // The best plan within the limit the repair found.
+    let mut best: Option<(Partition, Plan)> = None;
     for _ in 0..ROUNDS {
         extra.seconds = SECONDS - start.elapsed().as_secs_f64();
-        if extra.seconds <= 0.0 {
+        if extra.seconds <= ROUND_LEAST {
             break;
         }
         let searched = match partition_with_rows(pg, &extra, model) {
@@ -89,7 +94,23 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         lower = lower.max(searched.bound.unwrap_or(cost));
         let plan = schedule.plan(&searched.partition, model)?;
         if plan.predicted_peak() as u64 <= limit {
-            return Ok(Outcome::Found(Box::new(Found { partition: searched.partition, plan, lower })));
+            let better = |b: &(Partition, Plan)| b.0.recompute_flops < searched.partition.recompute_flops;
+            let (partition, plan) = best.filter(better).unwrap_or((searched.partition, plan));
+            return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
+        }
+        // The plan repaired: where it is within the stopping gap of the bound, it is the answer;
+        // else it is kept for when the rounds run out.
+        let deadline = start + Duration::from_secs_f64(SECONDS);
+        if let Some(repaired) = repair(schedule, pg, &searched.partition, &plan, limit, model, deadline)? {
+            if best.as_ref().is_none_or(|b| repaired.0.recompute_flops < b.0.recompute_flops) {
+                best = Some(repaired);
+            }
+        }
+        if let Some((partition, plan)) = best.take() {
+            if partition.recompute_flops as f64 * (1.0 - GAP) <= lower {
+                return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
+            }
+            best = Some((partition, plan));
         }
         // The rows made on demand that the plan breaks; where it breaks none of them, its choice
         // is excluded.
@@ -111,7 +132,10 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
             }
         }
     }
-    Ok(Outcome::Bound(lower))
+    Ok(match best {
+        Some((partition, plan)) => Outcome::Found(Box::new(Found { partition, plan, lower })),
+        None => Outcome::Bound(lower),
+    })
 }
 
 /// Adds `rows` (with their columns) to the program under `limit`; false where a row cannot be met

@@ -61,9 +61,38 @@ impl Expr {
     }
 }
 
+/// `a − b` over terms sorted by column, those that cancel left out.
+fn difference(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<(usize, f64)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() || j < b.len() {
+        let (c, v) = match (a.get(i), b.get(j)) {
+            (Some(&(ca, va)), Some(&(cb, _))) if ca < cb => (ca, va),
+            (Some(&(ca, va)), Some(&(cb, vb))) if ca == cb => {
+                j += 1;
+                (ca, va - vb)
+            }
+            (Some(&(ca, va)), None) => (ca, va),
+            (_, Some(&(cb, vb))) => {
+                j += 1;
+                out.push((cb, -vb));
+                continue;
+            }
+            (None, None) => unreachable!("the loop stops when both are done"),
+        };
+        i += 1;
+        if v != 0.0 {
+            out.push((c, v));
+        }
+    }
+    out
+}
+
 /// The program's layout: a column per free decision, and each value's three quantities.
 pub(super) struct Program {
     columns: usize,
+    /// Continuous columns (of `columns`) and their upper bounds: the running sums of the
+    /// caller's rows ([`Program::add_extra`]); every other column is binary.
+    sums: Vec<(usize, f64)>,
     reached: Vec<Bit>,
     at_hand: Vec<Bit>,
     offloaded: Vec<Bit>,
@@ -103,6 +132,7 @@ impl Program {
         let n = p.g.len();
         let mut prog = Program {
             columns: 0,
+            sums: Vec::new(),
             reached: vec![Bit::Zero; n],
             at_hand: vec![Bit::Zero; n],
             offloaded: vec![Bit::Zero; n],
@@ -157,6 +187,8 @@ impl Program {
     fn add_extra(&mut self, p: &Problem<'_>, extra: &super::Extra) {
         let first_aux = self.columns;
         self.columns += extra.aux;
+        // The previous row's terms and the column holding their sum, where it has one.
+        let mut previous: Option<(Vec<(usize, f64)>, usize)> = None;
         for (terms, limit) in &extra.rows {
             let mut e = Expr::default();
             for &(term, coefficient) in terms {
@@ -169,7 +201,7 @@ impl Program {
                     super::Term::Aux(a) => e.add(Bit::Col(first_aux + a), coefficient),
                 }
             }
-            self.rows.push((None, Some(*limit), e));
+            previous = self.add_sum_row(e, *limit, previous.take());
         }
         for kept in &extra.excluded {
             let mut e = Expr::default();
@@ -183,6 +215,41 @@ impl Program {
             }
             self.rows.push((Some(1.0), None, e));
         }
+    }
+
+    /// `e ≤ limit`, where `e` has many terms, written as a running sum: a continuous column
+    /// `S = e − constant` bounded by `limit − constant`, defined from the previous row's sum
+    /// where they differ in few terms (`S = S_prev + (e − e_prev)`). Consecutive memory rows of
+    /// a schedule share most of what is live, so the program holds each term about once
+    /// instead of once per step — the same rows, hundreds of thousands fewer nonzeros, which
+    /// HiGHS's presolve and simplex otherwise spend most of their time on. Returns this row's
+    /// terms and sum column, for the next.
+    fn add_sum_row(
+        &mut self,
+        e: Expr,
+        limit: f64,
+        previous: Option<(Vec<(usize, f64)>, usize)>,
+    ) -> Option<(Vec<(usize, f64)>, usize)> {
+        /// Rows with fewer terms are written as they are.
+        const FEW: usize = 8;
+        let terms = e.merged();
+        if terms.len() < FEW {
+            self.rows.push((None, Some(limit), e));
+            return None;
+        }
+        let sum = self.columns;
+        self.columns += 1;
+        self.sums.push((sum, limit - e.constant));
+        let mut definition = Expr { terms: vec![(sum, 1.0)], constant: 0.0 };
+        match previous {
+            Some((before, column)) if difference(&terms, &before).len() + 1 < terms.len() => {
+                definition.terms.push((column, -1.0));
+                definition.terms.extend(difference(&terms, &before).into_iter().map(|(c, v)| (c, -v)));
+            }
+            _ => definition.terms.extend(terms.iter().map(|&(c, v)| (c, -v))),
+        }
+        self.rows.push((Some(0.0), Some(0.0), definition));
+        Some((terms, sum))
     }
 
     fn column(&mut self) -> Bit {
@@ -251,7 +318,24 @@ impl Program {
         for &(c, v) in &objective.merged() {
             cost[c] += v;
         }
-        let cols: Vec<_> = cost.iter().map(|&c| pb.add_integer_column(c, 0.0..=1.0)).collect();
+        let mut upper = vec![None; self.columns];
+        for &(c, u) in &self.sums {
+            upper[c] = Some(u);
+        }
+        let cols: Vec<_> = cost
+            .iter()
+            .zip(&upper)
+            .map(|(&c, u)| match u {
+                Some(u) => pb.add_column(c, f64::NEG_INFINITY..=*u),
+                None => pb.add_integer_column(c, 0.0..=1.0),
+            })
+            .collect();
+        // The objective's constant as a column fixed at 1 (the crate passes no offset): HiGHS
+        // stops at a gap relative to the whole cost, not to the cost less a constant that may
+        // be most of it.
+        if objective.constant != 0.0 {
+            pb.add_column(objective.constant, 1.0..=1.0);
+        }
         let limit_rows = p.limits.iter().enumerate().filter(|&(k, _)| skip.keeps(k)).map(|(k, &l)| {
             let scope = k as u32;
             (None, (l != u64::MAX).then_some(l as f64), self.bytes(p, Some(scope)))
@@ -294,11 +378,11 @@ impl Program {
         model.try_set_option("threads", 1).map_err(|e| Unsolved::Failed(format!("threads: {e:?}")))?;
         let solved = model.try_solve().map_err(|e| Unsolved::Failed(format!("HiGHS failed: {e:?}")))?;
         let status = solved.status();
-        let bound = solved.double_info_value(c"mip_dual_bound").ok().map(|b| b + objective.constant);
+        let bound = solved.double_info_value(c"mip_dual_bound").ok();
         match status {
             // Optimal within a gap the caller allowed: the bound it proved, where below.
             HighsModelStatus::Optimal if gap > 0.0 => {
-                let value = solved.objective_value() + objective.constant;
+                let value = solved.objective_value();
                 Ok((solved.get_solution().columns().to_vec(), bound.filter(|&b| b < value - 0.5)))
             }
             HighsModelStatus::Optimal | HighsModelStatus::ModelEmpty => {
