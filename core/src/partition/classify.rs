@@ -155,6 +155,35 @@ fn must_keep_view(g: &PGraph, i: usize, boundary: &[Option<Boundary>]) -> Option
     }
 }
 
+/// `class` for the exact peak program: each value forced only as the base of a kept view (not
+/// tagged must_recompute) left to the program (`Soft`), and the pairs `(base, view)` for which
+/// the program keeps the base at hand where the view is reached. That is the checker's rule — a
+/// needed kept view is kept through its base — where classification keeps the base wherever the
+/// backward *may* need the view: a choice that saves what lies between the two leaves the view
+/// unneeded and the base free to be recomputed.
+#[cfg_attr(not(feature = "exact"), allow(dead_code))]
+pub(crate) fn bases_by_choice(
+    g: &PGraph,
+    mut class: Vec<Class>,
+    boundary: &[Option<Boundary>],
+) -> (Vec<Class>, Vec<(NodeId, NodeId)>) {
+    let output = g.output_mask();
+    let freed = |b: usize| {
+        matches!(class[b], Class::Forced(Reason::ViewBase(_))) && g.nodes[b].policy != Some(Policy::MustRecompute)
+    };
+    let pairs: Vec<(NodeId, NodeId)> = (0..g.len())
+        .filter(|&v| must_keep_view(g, v, boundary).is_some())
+        .map(|v| (g.view_base(NodeId::from_index(v), &output), NodeId::from_index(v)))
+        .filter(|&(b, _)| freed(b.index()))
+        .collect();
+    for &(b, _) in &pairs {
+        if let Class::Forced(reason) = class[b.index()] {
+            class[b.index()] = Class::Soft(reason);
+        }
+    }
+    (class, pairs)
+}
+
 /// Who keeps a view: its own tag, or the region that reads it.
 #[derive(Clone, Copy, PartialEq)]
 enum KeepBy {

@@ -151,6 +151,20 @@ fn partition_searched(
     let (reads, boundary) =
         crate::concurrent::join(|| g.backward_reads_from(&validated.backward), || boundary::boundary_values(g));
     let class = classify(g, &validated.backward, &reads, &boundary, validated.must_recompute_tags)?;
+    // The exact peak program keeps the base of a kept view where the view is needed, as the
+    // checker's rule says, rather than wherever the backward may need it.
+    let (class, with_views) = match extra {
+        Some(e) => {
+            let (class, pairs) = classify::bases_by_choice(g, class, &boundary);
+            let mut e = e.clone();
+            for (base, view) in pairs {
+                e.rows.push((vec![(Term::Reached(view), 1.0), (Term::Saved(base), -1.0)], 0.0));
+            }
+            (class, Some(e))
+        }
+        None => (class, None),
+    };
+    let extra = with_views.as_ref();
     let respect = respect_at_hand(&class);
     let choose = matches!(strategy, Strategy::BudgetOffload(_));
     // Exposed transfer times matter only for values that may leave the device: none without an

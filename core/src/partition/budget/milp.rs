@@ -199,6 +199,7 @@ impl Program {
                         e.add(self.offloaded[v.index()], -coefficient);
                     }
                     super::Term::Aux(a) => e.add(Bit::Col(first_aux + a), coefficient),
+                    super::Term::Reached(v) => e.add(self.reached[v.index()], coefficient),
                 }
             }
             previous = self.add_sum_row(e, *limit, previous.take());

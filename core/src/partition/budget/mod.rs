@@ -54,7 +54,7 @@ use std::sync::Arc;
 /// search) over the program's own quantities and `aux` binary columns of its own, and choices
 /// the program may not make again. A problem with them is solved by the program alone (the
 /// other searches do not read them), within `seconds`.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 #[cfg_attr(not(feature = "exact"), allow(dead_code))]
 pub(crate) struct Extra {
     /// `(terms, limit)`: `Σ coefficient · term ≤ limit`.
@@ -79,6 +79,8 @@ pub(crate) enum Term {
     OnDevice(crate::graph::NodeId),
     /// The caller's own column.
     Aux(usize),
+    /// The value is reached: read by the backward, or an input of a value it recomputes.
+    Reached(crate::graph::NodeId),
 }
 
 /// What the budget search decided, for the partition to finish.
