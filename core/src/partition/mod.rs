@@ -158,7 +158,7 @@ fn partition_searched(
             let (class, pairs) = classify::bases_by_choice(g, class, &boundary);
             let mut e = e.clone();
             for (base, view) in pairs {
-                e.rows.push((vec![(Term::Reached(view), 1.0), (Term::Saved(base), -1.0)], 0.0));
+                e.rows.push((vec![(budget::Term::Reached(view), 1.0), (budget::Term::Saved(base), -1.0)], 0.0));
             }
             (class, Some(e))
         }
