@@ -106,11 +106,8 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
                 best = Some(repaired);
             }
         }
-        if let Some((partition, plan)) = best.take() {
-            if partition.recompute_flops as f64 * (1.0 - GAP) <= lower {
-                return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
-            }
-            best = Some((partition, plan));
+        if let Some((partition, plan)) = best.take_if(|b| b.0.recompute_flops as f64 * (1.0 - GAP) <= lower) {
+            return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
         }
         // The rows made on demand that the plan breaks; where it breaks none of them, its choice
         // is excluded.

@@ -242,12 +242,15 @@ impl Program {
         self.columns += 1;
         self.sums.push((sum, limit - e.constant));
         let mut definition = Expr { terms: vec![(sum, 1.0)], constant: 0.0 };
-        match previous {
-            Some((before, column)) if difference(&terms, &before).len() + 1 < terms.len() => {
+        let change = previous
+            .map(|(before, column)| (difference(&terms, &before), column))
+            .filter(|(change, _)| change.len() + 1 < terms.len());
+        match change {
+            Some((change, column)) => {
                 definition.terms.push((column, -1.0));
-                definition.terms.extend(difference(&terms, &before).into_iter().map(|(c, v)| (c, -v)));
+                definition.terms.extend(change.into_iter().map(|(c, v)| (c, -v)));
             }
-            _ => definition.terms.extend(terms.iter().map(|&(c, v)| (c, -v))),
+            None => definition.terms.extend(terms.iter().map(|&(c, v)| (c, -v))),
         }
         self.rows.push((Some(0.0), Some(0.0), definition));
         Some((terms, sum))
