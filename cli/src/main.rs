@@ -106,34 +106,28 @@ enum Command {
 #[derive(Args)]
 struct Planning {
     /// `respect`, `mincut`, `budget=B` — B in bytes when an integer (`4096`, `64KiB`,
-    /// `2MiB`, `1GiB`, `1TiB`), a fraction when it has a decimal point (`0.5`, `1.0`) — or
-    /// `peak=BYTES`: the plan's predicted peak at most that (a `remat.joint` is planned in its
-    /// node order, forward nodes first).
+    /// `2MiB`, `1GiB`, `1TiB`), a fraction when it has a decimal point (`0.5`, `1.0`) —,
+    /// `budget+offload=B`, `peak=BYTES`: the plan's predicted peak at most that (a
+    /// `remat.joint` is planned in its node order, forward nodes first) — or
+    /// `peak+offload=BYTES`: the device's predicted peak at most that, the host taking what is
+    /// offloaded.
     #[arg(long, default_value = "respect", value_parser = str::parse::<Strategy>)]
     strategy: Strategy,
-    /// Let a budget choose offload (host memory) besides save and recompute: `budget=B`
-    /// becomes `budget+offload=B`. Tags asking for offload are honoured either way. Not with
-    /// `peak=`.
+    /// Let a budget or a peak choose offload (host memory) besides save and recompute:
+    /// `budget=B` becomes `budget+offload=B`, `peak=B` `peak+offload=B`. Tags asking for
+    /// offload are honoured either way.
     #[arg(long)]
     offload: bool,
 }
 
 impl Planning {
-    /// `--offload` turns a budget into `budget+offload`; without it the strategy is as written
-    /// (`budget+offload=B` included). A peak with `--offload` is refused rather than planned
-    /// without offload as if the flag were not there.
-    fn strategy(&self) -> Result<Strategy, Failure> {
-        match (self.offload, self.strategy) {
-            (true, Strategy::Peak(limit)) => Err(Failure(
-                2,
-                format!(
-                    "--offload with --strategy peak={limit}: the peak search chooses between saving and \
-                     recomputing only (it walks the byte-budget plans without offload); for device bytes that \
-                     offload may lower, use --strategy budget+offload=B"
-                ),
-            )),
-            (true, s) => Ok(s.with_offload(true)),
-            (false, s) => Ok(s),
+    /// `--offload` turns a budget into `budget+offload` and a peak into `peak+offload`; without
+    /// it the strategy is as written (`budget+offload=B` included).
+    fn strategy(&self) -> Strategy {
+        if self.offload {
+            self.strategy.with_offload(true)
+        } else {
+            self.strategy
         }
     }
 }
@@ -173,7 +167,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Partition { file, planning, json } => {
             let problem = load(&file)?;
-            let (strategy, cost) = (planning.strategy()?, CostModel::default());
+            let (strategy, cost) = (planning.strategy(), CostModel::default());
             let solved = if json {
                 // Written as it is laid out (a large graph's report is tens of MB), beside planning.
                 let (solved, written) =
@@ -191,7 +185,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Dot { file, planning, out } => {
             let problem = load(&file)?;
-            let p = problem.partition_only(planning.strategy()?, &CostModel::default()).map_err(doc_error(&file))?;
+            let p = problem.partition_only(planning.strategy(), &CostModel::default()).map_err(doc_error(&file))?;
             let dot = remat::report::Report::new(problem.graph(), &p).dot();
             match out {
                 Some(out) => write_out(&out, &dot)?,

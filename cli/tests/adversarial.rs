@@ -352,16 +352,16 @@ fn each_bad_peak_value_is_described_as_what_it_is() {
     assert_eq!(json(&o)["strategy"], "peak=1099511627776");
 }
 
-/// `--offload` with `peak=` was silently ignored; it is refused, saying why and what to use.
+/// `--offload` with `peak=` was once silently ignored, then refused; it now asks the peak
+/// search to choose offloads, as `peak+offload=` does, and says so in the strategy it reports.
 #[test]
-fn offload_with_a_peak_is_refused() {
+fn offload_with_a_peak_is_the_peak_with_offload() {
     let file = example("two_regions.graph.json");
-    let o = remat(&["partition", &file, "--strategy", "peak=1MiB", "--offload"]);
-    assert_eq!(o.status.code(), Some(2));
-    well_behaved(&o, "--offload peak=");
-    let err = stderr(&o);
-    assert!(err.contains("--offload with --strategy peak=1048576") && err.contains("budget+offload=B"), "{err}");
-    // The same peak without the flag plans; a budget with it offloads as budget+offload does.
+    let flag = remat(&["partition", &file, "--strategy", "peak=1MiB", "--offload", "--json"]);
+    assert!(flag.status.success(), "{}", stderr(&flag));
+    assert_eq!(json(&flag)["strategy"], "peak+offload=1048576");
+    let spelled = remat(&["partition", &file, "--strategy", "peak+offload=1MiB", "--json"]);
+    assert_eq!(json(&spelled)["strategy"], "peak+offload=1048576");
     assert!(remat(&["partition", &file, "--strategy", "peak=1MiB"]).status.success());
     let flag = remat(&["partition", &file, "--strategy", "budget=0.0", "--offload", "--json"]);
     assert_eq!(json(&flag)["strategy"], "budget+offload=0.0");

@@ -60,57 +60,77 @@ pub fn partition_for_peak(
     limit: u64,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
-    search(&Schedule::InOrder(joint), pg, limit, model)
+    search(&Schedule::InOrder(joint), pg, Strategy::Peak(limit), model)
 }
 
-/// The refusal of `limit` where it is below [`peak_lower_bound`] of `graph`.
-fn below_bound(graph: &(impl Schedulable + ?Sized), limit: u64) -> Result<Option<Error>> {
-    let bound = peak_lower_bound(graph)?;
+/// The refusal of `asked`'s limit where it is below [`peak_lower_bound`] of `graph`.
+fn below_bound(graph: &(impl Schedulable + ?Sized), asked: &Asked) -> Result<Option<Error>> {
+    let (bound, limit) = (peak_lower_bound(graph)?, asked.limit);
     Ok((limit < bound.bytes).then(|| {
-        let message = bound.explain(limit, graph);
+        let message = bound.explain(asked.strategy, graph);
         Error::Infeasible { what: Limit::Peak, asked: limit, least: None, message }
     }))
 }
 
-/// [`partition_for_peak`] over a [`Schedule`] of `pg`.
+/// [`partition_for_peak`] over a [`Schedule`] of `pg`, for `strategy` (`peak=` or
+/// `peak+offload=`).
 pub(crate) fn search<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
-    limit: u64,
+    strategy: Strategy,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
+    let Some(limit) = strategy.peak() else {
+        return Err(Error::internal(format!("the peak search asked for {strategy}")));
+    };
+    let asked = Asked { limit, offload: strategy.chooses_offload(), strategy };
     // Found over the graph in its planning order, whose errors name the graph's own nodes.
     let below = match schedule {
-        Schedule::InOrder(g) => below_bound(*g, limit)?,
-        Schedule::ForwardFirst(f) => below_bound(f, limit)?,
+        Schedule::InOrder(g) => below_bound(*g, &asked)?,
+        Schedule::ForwardFirst(f) => below_bound(f, &asked)?,
     };
     if let Some(refusal) = below {
         return Err(refusal);
     }
     #[cfg(feature = "exact")]
-    let lower = match exact::solve(schedule, pg, limit, model)? {
+    let lower = match exact::solve(schedule, pg, limit, asked.offload, model)? {
         exact::Outcome::Found(found) => {
             let exact::Found { mut partition, plan, lower } = *found;
-            partition.strategy = Strategy::Peak(limit);
-            partition.optimality_gap = Some(gap(partition.recompute_flops, lower));
+            partition.strategy = strategy;
+            partition.optimality_gap = Some(gap(partition.cost(model), lower));
             return Ok((partition, plan));
         }
-        exact::Outcome::Infeasible => return Err(refuse(schedule, pg, limit, model)?),
+        exact::Outcome::Infeasible => return Err(refuse(schedule, pg, &asked, model)?),
         exact::Outcome::Bound(lower) => Some(lower),
     };
     #[cfg(not(feature = "exact"))]
     let lower: Option<f64> = None;
-    let (mut partition, plan) = walk(schedule, pg, limit, model)?;
-    partition.optimality_gap = lower.map(|l| gap(partition.recompute_flops, l));
+    let (mut partition, plan) = walk(schedule, pg, &asked, model)?;
+    partition.optimality_gap = lower.map(|l| gap(partition.cost(model), l));
     Ok((partition, plan))
 }
 
+/// What the search was asked: the device limit, and whether it may offload (`peak+offload=`).
+struct Asked {
+    limit: u64,
+    offload: bool,
+    /// The strategy the answer names.
+    strategy: Strategy,
+}
+
+impl Asked {
+    /// `strategy` with the offload choice as asked.
+    fn with_offload(&self, strategy: Strategy) -> Strategy {
+        strategy.with_offload(self.offload)
+    }
+}
+
 /// `(cost − lower) / cost`, 0 for a cost of 0.
-fn gap(cost: u64, lower: f64) -> f64 {
-    if cost == 0 {
+fn gap(cost: f64, lower: f64) -> f64 {
+    if cost <= 0.0 {
         0.0
     } else {
-        ((cost as f64 - lower) / cost as f64).clamp(0.0, 1.0)
+        ((cost - lower) / cost).clamp(0.0, 1.0)
     }
 }
 
@@ -133,12 +153,13 @@ fn candidate<S: Schedulable + ?Sized>(
 fn refuse<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
-    limit: u64,
+    asked: &Asked,
     model: &CostModel,
 ) -> Result<Error> {
+    let limit = asked.limit;
     let mut lowest = candidate(schedule, pg, Strategy::MinCut, model)?;
     for k in 0..=4 {
-        let c = candidate(schedule, pg, Strategy::Budget(Budget::Fraction(k as f64 / 4.0)), model)?;
+        let c = candidate(schedule, pg, asked.with_offload(Strategy::Budget(Budget::Fraction(k as f64 / 4.0))), model)?;
         if c.peak() < lowest.peak() {
             lowest = c;
         }
@@ -148,7 +169,7 @@ fn refuse<S: Schedulable + ?Sized>(
     let start = std::time::Instant::now();
     while lo + 1 < lowest.peak() && start.elapsed() < LEAST_SEARCH {
         let mid = lo + (lowest.peak() - lo) / 2;
-        match exact::solve(schedule, pg, mid, model)? {
+        match exact::solve(schedule, pg, mid, asked.offload, model)? {
             exact::Outcome::Found(found) => lowest = Candidate { partition: found.partition, plan: found.plan },
             exact::Outcome::Infeasible => lo = mid,
             exact::Outcome::Bound(_) => break,
@@ -168,7 +189,8 @@ fn refuse<S: Schedulable + ?Sized>(
         asked: limit,
         least: Some(least),
         message: format!(
-            "peak={limit} ({}) cannot be met: {known}, with {} bytes of inputs and parameters",
+            "{} ({}) cannot be met: {known}, with {} bytes of inputs and parameters",
+            asked.strategy,
             fmt_bytes(limit),
             lowest.plan.resident_bytes()
         ),
@@ -180,13 +202,14 @@ fn refuse<S: Schedulable + ?Sized>(
 fn walk<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
-    limit: u64,
+    asked: &Asked,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
-    let plan = |strategy: Strategy| candidate(schedule, pg, strategy, model);
+    let limit = asked.limit;
+    let plan = |strategy: Strategy| candidate(schedule, pg, asked.with_offload(strategy), model);
     let finish = |c: Candidate| {
         let mut partition = c.partition;
-        partition.strategy = Strategy::Peak(limit);
+        partition.strategy = asked.strategy;
         Ok((partition, c.plan))
     };
     // Walk the family down from the least recompute: each plan's own saved bytes less one is
@@ -226,8 +249,9 @@ fn walk<S: Schedulable + ?Sized>(
         asked: limit,
         least: Some(lowest.peak()),
         message: format!(
-            "peak={limit} ({}) cannot be met: the smallest predicted peak reached is {} bytes ({}, under {}), of \
-             which inputs and parameters are {} bytes",
+            "{} ({}) cannot be met: the smallest predicted peak reached is {} bytes ({}, under {}), of which \
+             inputs and parameters are {} bytes",
+            asked.strategy,
             fmt_bytes(limit),
             lowest.peak(),
             fmt_bytes(lowest.peak()),
@@ -261,7 +285,7 @@ fn walk<S: Schedulable + ?Sized>(
     let mut best = swept
         .into_iter()
         .filter(fits)
-        .min_by_key(|c| (c.partition.recompute_flops, c.peak()))
+        .min_by(|a, b| a.partition.cost(model).total_cmp(&b.partition.cost(model)).then(a.peak().cmp(&b.peak())))
         .expect("the lowest peak fits");
     let (mut lo, mut hi) = (best.partition.saved_bytes, top.partition.saved_bytes.max(best.partition.saved_bytes));
     while hi > lo + 1 {
@@ -269,7 +293,7 @@ fn walk<S: Schedulable + ?Sized>(
         let c = plan(Strategy::Budget(Budget::Bytes(mid)))?;
         if fits(&c) {
             lo = mid;
-            if c.partition.recompute_flops <= best.partition.recompute_flops {
+            if c.partition.cost(model) <= best.partition.cost(model) {
                 best = c;
             }
         } else {

@@ -116,7 +116,9 @@ impl<'j> Problem<'j> {
     /// to search.
     pub fn partition_only(&self, strategy: Strategy, model: &CostModel) -> Result<Partition> {
         match strategy {
-            Strategy::Peak(_) => self.partition(strategy, model).map(Partitioned::into_partition),
+            Strategy::Peak(_) | Strategy::PeakOffload(_) => {
+                self.partition(strategy, model).map(Partitioned::into_partition)
+            }
             _ => partition_with(&self.graph, strategy, model),
         }
     }
@@ -138,8 +140,8 @@ pub(crate) fn solve<S: Schedulable + ?Sized>(
     strategy: Strategy,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
-    if let Strategy::Peak(limit) = strategy {
-        return crate::peak::search(schedule, graph, limit, model);
+    if strategy.peak().is_some() {
+        return crate::peak::search(schedule, graph, strategy, model);
     }
     let partition = partition_with(graph, strategy, model)?;
     let plan = schedule.plan(&partition, model)?;

@@ -151,13 +151,13 @@ def _compiled_strategy(strategy: Any, budget: Any, compiler: str = "aot_eager") 
             f"{compiler} reorders and fuses them, so use compiler='aot_eager', or bound the saved "
             "bytes instead: budget=<bytes or fraction>"
         )
-    if chosen.startswith("budget+offload="):
+    if chosen.startswith(("budget+offload=", "peak+offload=")):
         # Offloading copies values to the host and back around the backward: remat's executor
         # does that, PyTorch's graph extraction has nowhere to put such a value.
         raise ValueError(
             f"strategy {chosen!r}: offloading needs remat's executor to copy values to the host and "
-            "back; under torch.compile, PyTorch runs the graphs, so bound the saved bytes instead: "
-            "budget=<bytes or fraction>"
+            "back; under torch.compile, PyTorch runs the graphs, so bound the saved bytes instead "
+            "(budget=<bytes or fraction>) or the peak without offload (peak=<bytes>, aot_eager)"
         )
     return _parsed(chosen)
 

@@ -39,6 +39,7 @@ DOC = {
         (lambda: remat_torch.backend("budget+offload=0"), "strategy 'budget\\+offload=0'.*offload"),
         (lambda: remat_torch.backend("budget+offload=0.5", compiler="aot_eager"), "budget\\+offload"),
         (lambda: remat_torch.backend("peak=64MiB"), "strategy 'peak=64MiB'"),
+        (lambda: remat_torch.backend("peak+offload=64MiB", compiler="aot_eager"), "peak\\+offload=64MiB.*offload"),
         (lambda: remat_torch.partition_joint(DOC, 5), "strategy=5"),
         (lambda: remat_torch.partition_joint(DOC, ""), "strategy=''"),
         (lambda: remat_torch.partition_joint("{}", "mincut"), "doc: expected"),

@@ -44,7 +44,7 @@ def test_a_joint_document_with_its_forward_nodes_interleaved_is_planned_forward_
     assert report["strategy"] == f"peak={limit}"
 
 
-@pytest.mark.parametrize("strategy", ["respect", "mincut", "budget=0.5", "budget=256", "budget+offload=0.5", "peak=64KiB"])
+@pytest.mark.parametrize("strategy", ["respect", "mincut", "budget=0.5", "budget=256", "budget+offload=0.5", "peak=64KiB", "peak+offload=64KiB"])
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
 def test_python_reports_what_the_command_prints(path, strategy):
     cli = os.environ.get("REMAT_CLI")

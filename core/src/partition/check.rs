@@ -143,7 +143,7 @@ impl<'a> Facts<'a> {
             must_save_base: vec![false; n],
             wish: vec![None; n],
             must_offload_needed: vec![false; n],
-            choose: matches!(p.strategy, Strategy::BudgetOffload(_)),
+            choose: p.strategy.chooses_offload(),
         };
         f.find_needed();
         f.find_boundary();

@@ -112,9 +112,7 @@ pub(super) fn finish(
         };
         let offload = (action == Action::Offload).then(|| match (wishes.wish[i.index()], wishes.via_view[i.index()]) {
             (Some(p), Some(v)) => OffloadReason::View(p, v),
-            (Some(p), None) if !matches!(strategy, Strategy::BudgetOffload(_)) || p == Policy::MustOffload => {
-                OffloadReason::Tag(p)
-            }
+            (Some(p), None) if !strategy.chooses_offload() || p == Policy::MustOffload => OffloadReason::Tag(p),
             _ => OffloadReason::Solver,
         });
         // Sums cannot overflow: `PGraph::validate` checked the graph's totals.

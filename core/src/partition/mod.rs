@@ -90,6 +90,19 @@ pub struct Partition {
     pub optimality_gap: Option<f64>,
 }
 
+impl Partition {
+    /// What its strategy minimised, in the units of [`Partition::optimality_gap`]: recompute
+    /// FLOPs, or where the strategy chooses offloads, recompute plus exposed transfer seconds
+    /// under `model`.
+    pub fn cost(&self, model: &CostModel) -> f64 {
+        if self.strategy.chooses_offload() {
+            model.compute_s(self.recompute_flops) + self.exposed_transfer_s
+        } else {
+            self.recompute_flops as f64
+        }
+    }
+}
+
 /// [`partition_with`], every budget search solved by the exact 0-1 program however small (the
 /// enumeration of every combination otherwise takes the smallest): for tests that hold one
 /// against the other. Built without the `exact` feature, the eviction path answers instead.
@@ -124,17 +137,23 @@ pub(crate) struct Searched {
     pub(crate) partition: Partition,
     /// The search's proven lower bound on the cost (`None`: optimal, or nothing searched).
     pub(crate) bound: Option<f64>,
-    /// Per node, what the search kept at hand (before views are settled on their bases), where
-    /// a caller's rows joined the search (only the peak search reads it: a copy per partition of
-    /// every graph would be work for nothing).
-    pub(crate) at_hand: Option<Vec<bool>>,
+    /// What the search kept at hand and offloaded (before views are settled on their bases),
+    /// where a caller's rows joined the search (only the peak search reads it: a copy per
+    /// partition of every graph would be work for nothing).
+    pub(crate) choice: Option<budget::Choice>,
 }
 
 /// [`partition_with`], under a byte budget the exact program's `extra` rows join (for
-/// [`Strategy::Peak`]'s search).
+/// [`Strategy::Peak`]'s search; with `offload`, [`Strategy::PeakOffload`]'s, where the program
+/// chooses offloads too and its cost is in seconds).
 #[cfg(feature = "exact")]
-pub(crate) fn partition_with_rows(g: &PGraph, extra: &budget::Extra, model: &CostModel) -> Result<Searched> {
-    partition_searched(g, Strategy::Budget(Budget::Bytes(u64::MAX)), model, Some(extra))
+pub(crate) fn partition_with_rows(
+    g: &PGraph,
+    extra: &budget::Extra,
+    model: &CostModel,
+    offload: bool,
+) -> Result<Searched> {
+    partition_searched(g, Strategy::Budget(Budget::Bytes(u64::MAX)).with_offload(offload), model, Some(extra))
 }
 
 fn partition_searched(
@@ -166,7 +185,7 @@ fn partition_searched(
     };
     let extra = with_views.as_ref();
     let respect = respect_at_hand(&class);
-    let choose = matches!(strategy, Strategy::BudgetOffload(_));
+    let choose = strategy.chooses_offload();
     // Exposed transfer times matter only for values that may leave the device: none without an
     // offload tag or the solver's choice of offloads, and then nothing reads them.
     let exposed = if choose || wishes.wish.iter().any(Option::is_some) {
@@ -187,11 +206,11 @@ fn partition_searched(
             Strategy::Budget(b) | Strategy::BudgetOffload(b) => {
                 budget::solve(scope, g, &class, &reads, respect.clone(), &respect, Some(b), &ctx, extra)?
             }
-            Strategy::Peak(bytes) => {
+            Strategy::Peak(_) | Strategy::PeakOffload(_) => {
                 return Err(crate::error::Error::config(
                     "strategy",
                     format!(
-                        "peak={bytes} needs a plan to measure peaks on: partition through remat::Problem (a traced \
+                        "{strategy} needs a plan to measure peaks on: partition through remat::Problem (a traced \
                  model, a remat.graph or remat.joint document) or Model::with_strategy; a partition graph alone \
                  is not planned (budget=B bounds saved bytes)"
                     ),
@@ -201,7 +220,7 @@ fn partition_searched(
         // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
         // where Prefer tags bind.
         let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
-        let searched_at_hand = extra.map(|_| at_hand.clone());
+        let choice = extra.map(|_| budget::Choice { at_hand: at_hand.clone(), offloaded: off.clone() });
         classify::settle_view_bases(g, &class, &boundary, &reads, prefer_binds, &mut at_hand, &mut chosen);
         let mut p =
             finish(g, strategy, &class, &reads, &validated.backward, &at_hand, &chosen, &off, &wishes, ctx.exposed());
@@ -209,11 +228,7 @@ fn partition_searched(
         let searched = strategy.budget().is_some() || g.regions.iter().any(|r| r.budget.is_some());
         let bound = grade.wait();
         p.optimality_gap = searched.then(|| {
-            let cost = if choose {
-                p.recompute_flops as f64 / model.flops_per_s + p.exposed_transfer_s
-            } else {
-                p.recompute_flops as f64
-            };
+            let cost = p.cost(model);
             match bound {
                 None => 0.0,
                 Some(b) if cost > 0.0 => ((cost - b) / cost).clamp(0.0, 1.0),
@@ -221,7 +236,7 @@ fn partition_searched(
             }
         });
         debug_assert!(check(g, &p).is_ok(), "{strategy}: partition breaks a rule: {:?}", check(g, &p).err());
-        Ok(Searched { partition: p, bound, at_hand: searched_at_hand })
+        Ok(Searched { partition: p, bound, choice })
     })
 }
 

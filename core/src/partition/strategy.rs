@@ -18,11 +18,16 @@ pub enum Strategy {
     /// ([`CostModel`](super::CostModel)).
     BudgetOffload(Budget),
     /// A peak-memory budget for a model: the plan's predicted peak (inputs and parameters
-    /// included; on the CPU it equals the measured one) at most this many bytes, with the least
-    /// recompute among the exact byte-budget plans ([`crate::Model::with_strategy`]; a joint
-    /// graph alone has no schedule to measure a peak on, so [`partition`](fn@super::partition)
-    /// refuses it).
+    /// included; on the CPU it equals the measured one) at most this many bytes at every step,
+    /// with the least recompute, searched exactly where the `exact` feature is on
+    /// ([`crate::Problem::partition`], [`crate::Model::with_strategy`]; a partition graph alone
+    /// has no schedule to measure a peak on, so [`partition`](fn@super::partition) refuses it).
     Peak(u64),
+    /// [`Strategy::Peak`] where the solver may also offload values to host memory: the plan's
+    /// predicted device peak at most this many bytes (the host's counted apart, as
+    /// [`crate::Plan::predicted_host_peak`]), with the least recompute time plus exposed
+    /// transfer time ([`CostModel`](super::CostModel)), as under [`Strategy::BudgetOffload`].
+    PeakOffload(u64),
 }
 
 /// A byte budget for saved values (inputs, parameters and constants excluded).
@@ -45,6 +50,7 @@ impl std::fmt::Display for Strategy {
             Strategy::BudgetOffload(Budget::Bytes(b)) => write!(f, "budget+offload={b}"),
             Strategy::BudgetOffload(Budget::Fraction(x)) => write!(f, "budget+offload={x:?}"),
             Strategy::Peak(b) => write!(f, "peak={b}"),
+            Strategy::PeakOffload(b) => write!(f, "peak+offload={b}"),
         }
     }
 }
@@ -63,8 +69,8 @@ impl std::str::FromStr for Budget {
 impl std::str::FromStr for Strategy {
     type Err = Error;
 
-    /// `respect`, `mincut`, `budget=B`, `budget+offload=B` (see [`Budget`]'s `from_str`) or
-    /// `peak=BYTES` (`peak=3MiB`). An error ([`Error::Config`] of the setting `strategy`) names
+    /// `respect`, `mincut`, `budget=B`, `budget+offload=B` (see [`Budget`]'s `from_str`),
+    /// `peak=BYTES` (`peak=3MiB`) or `peak+offload=BYTES`. An error ([`Error::Config`] of the setting `strategy`) names
     /// the strategy and what is wrong with its value.
     fn from_str(s: &str) -> Result<Strategy, Error> {
         parse_strategy(s).map_err(|message| Error::config("strategy", message))
@@ -79,32 +85,61 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
     match s {
         "respect" => Ok(Strategy::Respect),
         "mincut" => Ok(Strategy::MinCut),
-        _ => match (s.strip_prefix("budget="), s.strip_prefix("budget+offload="), s.strip_prefix("peak=")) {
-            (Some(b), ..) => amount::budget(b).map(Strategy::Budget).map_err(|e| at("budget", b, e)),
-            (_, Some(b), _) => amount::budget(b).map(Strategy::BudgetOffload).map_err(|e| at("budget+offload", b, e)),
-            (.., Some(b)) => amount::bytes(b).map(Strategy::Peak).map_err(|e| {
-                // A fraction is what `budget=` takes; a peak counts inputs and parameters,
-                // which no fraction of saved bytes measures.
-                let fraction = amount::budget(b).is_ok_and(|x| matches!(x, Budget::Fraction(_)));
-                let e = if fraction { format!("a peak is bytes ({}), not a fraction", amount::BYTES_FORMS) } else { e };
-                at("peak", b, e)
-            }),
-            _ => Err(format!(
-                "unknown strategy `{}`: expected `respect`, `mincut`, `budget=B`, `budget+offload=B` or `peak=BYTES`",
-                crate::text::shorten(s, crate::text::CELL)
-            )),
-        },
+        _ => {
+            let peak = |key: &str, b: &str, make: fn(u64) -> Strategy| {
+                amount::bytes(b).map(make).map_err(|e| {
+                    // A fraction is what `budget=` takes; a peak counts inputs and parameters,
+                    // which no fraction of saved bytes measures.
+                    let fraction = amount::budget(b).is_ok_and(|x| matches!(x, Budget::Fraction(_)));
+                    let e =
+                        if fraction { format!("a peak is bytes ({}), not a fraction", amount::BYTES_FORMS) } else { e };
+                    at(key, b, e)
+                })
+            };
+            if let Some(b) = s.strip_prefix("budget=") {
+                amount::budget(b).map(Strategy::Budget).map_err(|e| at("budget", b, e))
+            } else if let Some(b) = s.strip_prefix("budget+offload=") {
+                amount::budget(b).map(Strategy::BudgetOffload).map_err(|e| at("budget+offload", b, e))
+            } else if let Some(b) = s.strip_prefix("peak=") {
+                peak("peak", b, Strategy::Peak)
+            } else if let Some(b) = s.strip_prefix("peak+offload=") {
+                peak("peak+offload", b, Strategy::PeakOffload)
+            } else {
+                Err(format!(
+                    "unknown strategy `{}`: expected `respect`, `mincut`, `budget=B`, `budget+offload=B`, \
+                     `peak=BYTES` or `peak+offload=BYTES`",
+                    crate::text::shorten(s, crate::text::CELL)
+                ))
+            }
+        }
     }
 }
 
 impl Strategy {
-    /// The same strategy with the solver's offload choice on (`Budget` becomes `BudgetOffload`)
-    /// or off; `Respect` and `MinCut` are unchanged (they offload what the tags ask either way).
+    /// The same strategy with the solver's offload choice on (`Budget` becomes `BudgetOffload`,
+    /// `Peak` `PeakOffload`) or off; `Respect` and `MinCut` are unchanged (they offload what the
+    /// tags ask either way).
     pub fn with_offload(self, on: bool) -> Strategy {
         match (self, on) {
             (Strategy::Budget(b), true) => Strategy::BudgetOffload(b),
             (Strategy::BudgetOffload(b), false) => Strategy::Budget(b),
+            (Strategy::Peak(b), true) => Strategy::PeakOffload(b),
+            (Strategy::PeakOffload(b), false) => Strategy::Peak(b),
             (s, _) => s,
+        }
+    }
+
+    /// Whether the solver chooses offloads itself (`budget+offload=`, `peak+offload=`), rather
+    /// than offloading what the tags ask.
+    pub fn chooses_offload(self) -> bool {
+        matches!(self, Strategy::BudgetOffload(_) | Strategy::PeakOffload(_))
+    }
+
+    /// The peak limit, for `Peak` and `PeakOffload`.
+    pub fn peak(self) -> Option<u64> {
+        match self {
+            Strategy::Peak(b) | Strategy::PeakOffload(b) => Some(b),
+            _ => None,
         }
     }
 

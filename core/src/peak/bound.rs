@@ -34,8 +34,10 @@ pub struct PeakBound {
 }
 
 impl PeakBound {
-    /// Why `limit` cannot be met, for a message: the bound and what it holds.
-    pub fn explain(&self, limit: u64, graph: &(impl Schedulable + ?Sized)) -> String {
+    /// Why `asked` (`peak=` or `peak+offload=`, whose limit is below the bound) cannot be met,
+    /// for a message: the bound and what it holds.
+    pub fn explain(&self, asked: crate::Strategy, graph: &(impl Schedulable + ?Sized)) -> String {
+        let limit = asked.peak().unwrap_or(0);
         let held = match self.at {
             None => "the inputs and parameters alone".to_string(),
             Some(at) => {
@@ -50,7 +52,7 @@ impl PeakBound {
             }
         };
         format!(
-            "peak={limit} ({}) cannot be met: no plan peaks below {} bytes ({}): {held} (a lower bound, known \
+            "{asked} ({}) cannot be met: no plan peaks below {} bytes ({}): {held} (a lower bound, known \
              without searching; the least peak a plan reaches may be higher)",
             fmt_bytes(limit),
             self.bytes,

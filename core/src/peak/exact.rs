@@ -45,30 +45,42 @@ pub(super) enum Outcome {
 pub(super) struct Found {
     pub(super) partition: Partition,
     pub(super) plan: Plan,
-    /// Recompute FLOPs no plan within the limit goes below.
+    /// The cost no plan within the limit goes below ([`Partition::cost`]'s units).
     pub(super) lower: f64,
 }
 
-/// The exact search of `pg` planned in `schedule`, under `limit` bytes.
+/// The exact search of `pg` planned in `schedule`, under `limit` bytes on the device; with
+/// `offload`, the program chooses offloads too, and its cost is recompute plus exposed transfer
+/// seconds (the rows count an offloaded value off the device between the passes).
 pub(super) fn solve<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
     limit: u64,
+    offload: bool,
     model: &CostModel,
 ) -> Result<Outcome> {
+    let asked = Asked { limit, offload, model };
     match schedule {
-        Schedule::InOrder(g) => solve_rows(&rows::Schedule::of(*g)?, schedule, pg, limit, model),
-        Schedule::ForwardFirst(f) => solve_rows(&rows::Schedule::of(f)?, schedule, pg, limit, model),
+        Schedule::InOrder(g) => solve_rows(&rows::Schedule::of(*g)?, schedule, pg, &asked),
+        Schedule::ForwardFirst(f) => solve_rows(&rows::Schedule::of(f)?, schedule, pg, &asked),
     }
+}
+
+/// What the search was asked: the device limit, whether it may offload, the cost model.
+struct Asked<'m> {
+    limit: u64,
+    offload: bool,
+    model: &'m CostModel,
 }
 
 fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     rows: &rows::Schedule<'_, G>,
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
-    limit: u64,
-    model: &CostModel,
+    asked: &Asked<'_>,
 ) -> Result<Outcome> {
+    let Asked { limit, offload, model } = *asked;
+    let cost = |p: &Partition| p.cost(model);
     let mut extra = Extra { gap: GAP, ..Extra::default() };
     if !add(&mut extra, rows.rows(), schedule, pg, limit) {
         return Ok(Outcome::Infeasible);
@@ -84,29 +96,31 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         if extra.seconds <= ROUND_LEAST {
             break;
         }
-        let searched = match partition_with_rows(pg, &extra, model) {
+        let searched = match partition_with_rows(pg, &extra, model, offload) {
             Ok(searched) => searched,
             // Every saved set left breaks a row, and those excluded were planned over the limit.
             Err(Error::Infeasible { .. }) => return Ok(Outcome::Infeasible),
             Err(e) => return Err(e),
         };
-        let cost = searched.partition.recompute_flops as f64;
-        lower = lower.max(searched.bound.unwrap_or(cost));
+        lower = lower.max(searched.bound.unwrap_or(cost(&searched.partition)));
         let plan = schedule.plan(&searched.partition, model)?;
         if plan.predicted_peak() as u64 <= limit {
-            let better = |b: &(Partition, Plan)| b.0.recompute_flops < searched.partition.recompute_flops;
+            let better = |b: &(Partition, Plan)| cost(&b.0) < cost(&searched.partition);
             let (partition, plan) = best.filter(better).unwrap_or((searched.partition, plan));
             return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
         }
         // The plan repaired: where it is within the stopping gap of the bound, it is the answer;
-        // else it is kept for when the rounds run out.
+        // else it is kept for when the rounds run out. (The repair saves and recomputes; a plan
+        // that offloads is left to the rounds.)
         let deadline = start + Duration::from_secs_f64(SECONDS);
-        if let Some(repaired) = repair(schedule, pg, &searched.partition, &plan, limit, model, deadline)? {
-            if best.as_ref().is_none_or(|b| repaired.0.recompute_flops < b.0.recompute_flops) {
+        let repaired =
+            if offload { None } else { repair(schedule, pg, &searched.partition, &plan, limit, model, deadline)? };
+        if let Some(repaired) = repaired {
+            if best.as_ref().is_none_or(|b| cost(&repaired.0) < cost(&b.0)) {
                 best = Some(repaired);
             }
         }
-        if let Some((partition, plan)) = best.take_if(|b| b.0.recompute_flops as f64 * (1.0 - GAP) <= lower) {
+        if let Some((partition, plan)) = best.take_if(|b| cost(&b.0) * (1.0 - GAP) <= lower) {
             return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
         }
         // The rows made on demand that the plan breaks; where it breaks none of them, its choice
@@ -118,7 +132,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
             rows.broken(&saved, limit).into_iter().filter(|b| !made.contains(b)).take(BURSTS).collect();
         if broken.is_empty() {
             let kept =
-                searched.at_hand.ok_or_else(|| Error::internal("a search with rows recorded no choice to exclude"))?;
+                searched.choice.ok_or_else(|| Error::internal("a search with rows recorded no choice to exclude"))?;
             extra.excluded.push(kept);
         }
         for &which in &broken {
@@ -147,8 +161,9 @@ fn add<S: Schedulable + ?Sized>(
     // A partition never keeps a view (its base stands for it): where the program's choice has
     // one at hand, the plan does not, so its saved bit counts for nothing.
     let term = |var: Var, on_device: bool| match var {
-        Var::Saved(v) => {
+        Var::Saved(v) | Var::OnDevice(v) => {
             let id = schedule.graph_id(v);
+            let on_device = on_device || matches!(var, Var::OnDevice(_));
             (!pg.node(id).flags.view).then_some(if on_device { Term::OnDevice(id) } else { Term::Saved(id) })
         }
         Var::Aux(a) => Some(Term::Aux(a)),

@@ -293,7 +293,9 @@ impl<G: Schedulable + ?Sized> Schedule<'_, G> {
             for w in readers {
                 let mut all = vec![Var::Aux(self.recomputed[w])];
                 if !read {
-                    all.push(saved(v));
+                    // Held from the backward's start where kept on the device; an offloaded
+                    // value is fetched later, at a step the rows do not fix.
+                    all.push(Var::OnDevice(NodeId::from_index(v)));
                 }
                 out.links.push(Link { aux: column, all, unless: vec![Var::Aux(by_b[w])] });
             }

@@ -41,7 +41,10 @@ pub(super) fn repair<S: Schedulable + ?Sized>(
         // peak per FLOP added (bytes past the overshoot count for nothing).
         let mut best: Option<(Score, Vec<bool>, Partition, Plan)> = None;
         for id in live_at_peak(&current, pg) {
-            if pg.node(id).backward || pg.node(id).flags.resident {
+            // A must_save value stays saved: the checker lets a must_save constant be made again
+            // (the same bits), but the user asked for it kept.
+            let node = pg.node(id);
+            if node.backward || node.flags.resident || node.policy == Some(crate::policy::Policy::MustSave) {
                 continue;
             }
             let mut changed = saved.clone();

@@ -27,8 +27,12 @@ use crate::plan::Schedulable;
 /// A 0/1 quantity a row or a link names.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Var {
-    /// The value (a schedule id) is saved.
+    /// The value (a schedule id) is saved: at hand for the backward, on the device or offloaded.
+    /// In a row's terms it counts the value's bytes where it is on the device (an offloaded
+    /// value is off it between the passes).
     Saved(NodeId),
+    /// The value (a schedule id) is saved on the device, not offloaded.
+    OnDevice(NodeId),
     /// A column of the rows' own ([`Rows::aux`]).
     Aux(usize),
     /// The constant 1.
@@ -270,7 +274,9 @@ fn forward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>, first_aux: usize) -> 
             if let Some(&later) = until[v].last() {
                 out.links.push(Link::at_least(a, Var::Aux(later)));
             } else if f.decided(v) {
-                out.links.push(Link::at_least(a, Var::Saved(node(v))));
+                // Kept to the forward's end on the device only: an offloaded value is freed
+                // after its last forward reader, as one not saved is.
+                out.links.push(Link::at_least(a, Var::OnDevice(node(v))));
             }
             until[v].push(a);
         }

@@ -22,7 +22,7 @@ impl Problem<'_> {
         out: &mut (impl Write + Send),
     ) -> Result<(Partitioned<'_>, std::io::Result<()>)> {
         // A peak's plan comes with its partition.
-        if matches!(strategy, Strategy::Peak(_)) {
+        if strategy.peak().is_some() {
             let solved = self.partition(strategy, model)?;
             let written = solved.report().write_json(out);
             return Ok((solved, written));

@@ -204,14 +204,18 @@ impl Program {
             }
             previous = self.add_sum_row(e, *limit, previous.take());
         }
-        for kept in &extra.excluded {
+        // Σ |bit − chosen| ≥ 1 over every candidate's at-hand and offloaded bits.
+        for choice in &extra.excluded {
             let mut e = Expr::default();
             for &c in &p.candidates {
-                if kept[c.index()] {
-                    e.constant += 1.0;
-                    e.add(self.at_hand[c.index()], -1.0);
-                } else {
-                    e.add(self.at_hand[c.index()], 1.0);
+                let c = c.index();
+                for (bit, chosen) in [(self.at_hand[c], choice.at_hand[c]), (self.offloaded[c], choice.offloaded[c])] {
+                    if chosen {
+                        e.constant += 1.0;
+                        e.add(bit, -1.0);
+                    } else {
+                        e.add(bit, 1.0);
+                    }
                 }
             }
             self.rows.push((Some(1.0), None, e));

@@ -61,12 +61,22 @@ pub(crate) struct Extra {
     pub(crate) rows: Vec<(Vec<(Term, f64)>, f64)>,
     /// Binary columns the rows name ([`Term::Aux`]) besides the program's own.
     pub(crate) aux: usize,
-    /// Per node, the candidates a choice kept at hand: no plan keeps exactly these again.
-    pub(crate) excluded: Vec<Vec<bool>>,
+    /// Choices no plan makes again (for every candidate, the same at hand and offloaded).
+    pub(crate) excluded: Vec<Choice>,
     /// Seconds the program may run.
     pub(crate) seconds: f64,
     /// The relative gap to the proven bound at which the solver may stop (0: optimal).
     pub(crate) gap: f64,
+}
+
+/// What a search decided per node, before views are settled on their bases.
+#[derive(Clone, Debug, Default)]
+#[cfg_attr(not(feature = "exact"), allow(dead_code))]
+pub(crate) struct Choice {
+    /// Kept at hand when the backward needs it (saved or offloaded).
+    pub(crate) at_hand: Vec<bool>,
+    /// Kept in host memory.
+    pub(crate) offloaded: Vec<bool>,
 }
 
 /// A 0/1 quantity an [`Extra`] row names.
