@@ -97,3 +97,26 @@ pub fn evaluate(g: &PGraph, saved: &[NodeId]) -> Result<Evaluation> {
     let broken = broken_rules(g, &p)?;
     Ok(Evaluation { partition: p, broken, unneeded })
 }
+
+/// `p` (an [`evaluate`]d decision) with the saved values of `offloaded` kept in host memory
+/// instead: their bytes move from `saved_bytes` to `host_bytes`, their exposed seconds
+/// (`exposed`, per node: [`super::exposed_times`]) are added, their decisions become offloads
+/// chosen by the solver. Values not saved are left alone; whether each may leave the device is
+/// the checker's to say ([`super::check()`]).
+#[cfg_attr(not(feature = "exact"), allow(dead_code))]
+pub(crate) fn offloading(g: &PGraph, mut p: Partition, offloaded: &[bool], exposed: &[f64]) -> Partition {
+    for d in p.decisions.iter_mut().filter(|d| d.action == Action::Save && offloaded[d.node.index()]) {
+        let i = d.node;
+        p.offloaded[i.index()] = true;
+        if super::counts_bytes(g, i) {
+            p.saved_bytes -= g.node(i).bytes;
+        } else {
+            p.held_bytes -= g.node(i).bytes;
+        }
+        p.host_bytes += g.node(i).bytes;
+        p.exposed_transfer_s += exposed[i.index()];
+        d.action = Action::Offload;
+        d.offload = Some(super::OffloadReason::Solver);
+    }
+    p
+}

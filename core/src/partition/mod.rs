@@ -39,6 +39,8 @@ mod strategy;
 pub use check::check;
 pub use classify::counts_bytes;
 pub use doc_id::DocId;
+#[cfg(feature = "exact")]
+pub(crate) use evaluate::offloading;
 pub use evaluate::{evaluate, Evaluation};
 pub(crate) use finish::in_region;
 pub use offload::{exposed_times, CostModel};

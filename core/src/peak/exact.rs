@@ -110,12 +110,9 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
             return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
         }
         // The plan repaired: where it is within the stopping gap of the bound, it is the answer;
-        // else it is kept for when the rounds run out. (The repair saves and recomputes; a plan
-        // that offloads is left to the rounds.)
+        // else it is kept for when the rounds run out.
         let deadline = start + Duration::from_secs_f64(SECONDS);
-        let repaired =
-            if offload { None } else { repair(schedule, pg, &searched.partition, &plan, limit, model, deadline)? };
-        if let Some(repaired) = repaired {
+        if let Some(repaired) = repair(schedule, pg, &searched.partition, &plan, limit, offload, model, deadline)? {
             if best.as_ref().is_none_or(|b| cost(&repaired.0) < cost(&b.0)) {
                 best = Some(repaired);
             }

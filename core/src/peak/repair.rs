@@ -1,61 +1,88 @@
 //! A plan the exact program chose that peaks a little over the limit, brought within it one
 //! change at a time: the program's rows are a relaxation, so its plan may overshoot by a few
 //! bytes where the optimum lies within them. Each change saves a value recomputed at the plan's
-//! peak, or recomputes one saved and live there — whichever takes the most bytes off the peak
-//! per FLOP added — until the plan fits. The plan found is an upper bound on the least recompute,
-//! the program's a lower one: together they give the answer's gap without more rounds.
+//! peak, or recomputes one saved and live there, or (where the search may offload) offloads one
+//! saved and live there — whichever takes the most bytes off the peak per unit of cost added —
+//! until the plan fits. The plan found is an upper bound on the least cost, the program's a lower
+//! one: together they give the answer's gap without more rounds.
 
 use crate::error::Result;
 use crate::graph::NodeId;
-use crate::partition::{evaluate, CostModel, PGraph, Partition, Reason};
+use crate::partition::{check, evaluate, exposed_times, offloading, CostModel, PGraph, Partition, Reason};
 use crate::plan::{Plan, Schedulable, Schedule, Step};
+use crate::policy::Policy;
 use std::time::Instant;
 
-/// How good a change is: 0 within the limit (then its FLOPs added), 1 over it (then FLOPs added
+/// How good a change is: 0 within the limit (then its cost added), 1 over it (then cost added
 /// per byte taken off the peak); less is better.
 type Score = (u8, f64);
 
 /// Changes tried before the repair gives up.
 const CHANGES: usize = 24;
 
+/// A decision the repair changes: per node, saved (on the device or offloaded) and offloaded.
+#[derive(Clone)]
+struct Choice {
+    saved: Vec<bool>,
+    offloaded: Vec<bool>,
+}
+
+/// How the repair scores: whether it may offload, the cost model, each value's exposed seconds
+/// if offloaded.
+struct Scoring<'m> {
+    offload: bool,
+    model: &'m CostModel,
+    exposed: Vec<f64>,
+}
+
+impl Scoring<'_> {
+    /// The search's cost: recompute FLOPs, or with offloads, recompute plus exposed seconds.
+    fn cost(&self, p: &Partition) -> f64 {
+        if self.offload {
+            p.cost(self.model)
+        } else {
+            p.recompute_flops as f64
+        }
+    }
+}
+
 /// A plan within `limit` made from `partition` (whose plan is `plan`) by the changes above, with
-/// its partition; `None` where none was found by `deadline` or in [`CHANGES`] changes.
+/// its partition; `None` where none was found by `deadline` or in [`CHANGES`] changes. With
+/// `offload`, a change may offload a value, and cost is recompute plus exposed transfer seconds.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn repair<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
     partition: &Partition,
     plan: &Plan,
     limit: u64,
+    offload: bool,
     model: &CostModel,
     deadline: Instant,
 ) -> Result<Option<(Partition, Plan)>> {
-    let mut saved: Vec<bool> = (0..pg.len()).map(|i| partition.saved[i] && !pg.nodes[i].backward).collect();
+    let exposed = if offload { exposed_times(pg, model) } else { Vec::new() };
+    let scoring = Scoring { offload, model, exposed };
+    let forward =
+        |per_node: &[bool]| -> Vec<bool> { (0..pg.len()).map(|i| per_node[i] && !pg.nodes[i].backward).collect() };
+    let mut choice = Choice { saved: forward(&partition.saved), offloaded: forward(&partition.offloaded) };
     let mut peak = plan.predicted_peak() as u64;
-    let mut flops = partition.recompute_flops;
+    let mut cost = scoring.cost(partition);
     let mut current = plan.clone();
     for _ in 0..CHANGES {
         if Instant::now() >= deadline {
             return Ok(None);
         }
-        // The best change: within the limit at the fewest FLOPs, else the most bytes off the
-        // peak per FLOP added (bytes past the overshoot count for nothing).
-        let mut best: Option<(Score, Vec<bool>, Partition, Plan)> = None;
-        for id in live_at_peak(&current, pg) {
-            // A must_save value stays saved: the checker lets a must_save constant be made again
-            // (the same bits), but the user asked for it kept.
-            let node = pg.node(id);
-            if node.backward || node.flags.resident || node.policy == Some(crate::policy::Policy::MustSave) {
-                continue;
-            }
-            let mut changed = saved.clone();
-            changed[id.index()] = !changed[id.index()];
-            let Some((p, planned)) = scored(schedule, pg, &changed, model)? else { continue };
-            let (new_peak, added) = (planned.predicted_peak() as u64, p.recompute_flops as f64 - flops as f64);
-            // Any plan within the limit before one over it; among them, the fewest FLOPs.
+        // The best change: within the limit at the least cost, else the most bytes off the peak
+        // per unit of cost added (bytes past the overshoot count for nothing).
+        let mut best: Option<(Score, Choice, Partition, Plan)> = None;
+        for changed in changes(&choice, &live_at_peak(&current, pg), pg, offload) {
+            let Some((p, planned)) = scored(schedule, pg, &changed, &scoring)? else { continue };
+            let (new_peak, added) = (planned.predicted_peak() as u64, scoring.cost(&p) - cost);
+            // Any plan within the limit before one over it; among them, the least cost.
             let score = if new_peak <= limit {
                 (0, added)
             } else if new_peak < peak {
-                (1, added.max(1.0) / (peak - new_peak).min(peak - limit) as f64)
+                (1, added.max(f64::MIN_POSITIVE) / (peak - new_peak).min(peak - limit) as f64)
             } else {
                 continue;
             };
@@ -64,9 +91,9 @@ pub(super) fn repair<S: Schedulable + ?Sized>(
             }
         }
         let Some((_, changed, p, planned)) = best else { return Ok(None) };
-        saved = changed;
+        choice = changed;
         peak = planned.predicted_peak() as u64;
-        flops = p.recompute_flops;
+        cost = scoring.cost(&p);
         if peak <= limit {
             return Ok(Some((with_reasons(p, partition), planned)));
         }
@@ -75,20 +102,51 @@ pub(super) fn repair<S: Schedulable + ?Sized>(
     Ok(None)
 }
 
-/// The partition that keeps `saved` and its plan, where it keeps every rule.
+/// The decisions one change away from `choice` at the values `live`: each saved or recomputed
+/// instead, and where `offload`, each saved on the device offloaded. A must_save value stays
+/// saved: the checker lets a must_save constant be made again (the same bits), but the user
+/// asked for it kept.
+fn changes(choice: &Choice, live: &[NodeId], pg: &PGraph, offload: bool) -> Vec<Choice> {
+    let mut out = Vec::new();
+    for &id in live {
+        let (i, node) = (id.index(), pg.node(id));
+        if node.backward || node.flags.resident || node.policy == Some(Policy::MustSave) {
+            continue;
+        }
+        let mut flipped = choice.clone();
+        flipped.saved[i] = !flipped.saved[i];
+        flipped.offloaded[i] = false;
+        out.push(flipped);
+        if offload && choice.saved[i] && !choice.offloaded[i] {
+            let mut off = choice.clone();
+            off.offloaded[i] = true;
+            out.push(off);
+        }
+    }
+    out
+}
+
+/// The partition that makes `choice` and its plan, where it keeps every rule.
 fn scored<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
-    saved: &[bool],
-    model: &CostModel,
+    choice: &Choice,
+    scoring: &Scoring<'_>,
 ) -> Result<Option<(Partition, Plan)>> {
-    let ids: Vec<NodeId> = (0..pg.len()).filter(|&i| saved[i]).map(NodeId::from_index).collect();
+    let ids: Vec<NodeId> = (0..pg.len()).filter(|&i| choice.saved[i]).map(NodeId::from_index).collect();
     let evaluation = evaluate(pg, &ids)?;
     if !evaluation.broken.is_empty() {
         return Ok(None);
     }
-    let plan = schedule.plan(&evaluation.partition, model)?;
-    Ok(Some((evaluation.partition, plan)))
+    let mut partition = evaluation.partition;
+    if choice.offloaded.iter().any(|&o| o) {
+        partition = offloading(pg, partition, &choice.offloaded, &scoring.exposed);
+        if check(pg, &partition).is_err() {
+            return Ok(None);
+        }
+    }
+    let plan = schedule.plan(&partition, scoring.model)?;
+    Ok(Some((partition, plan)))
 }
 
 /// The forward values live on the device at the plan's first peak step.

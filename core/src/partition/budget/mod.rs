@@ -180,12 +180,20 @@ pub(super) fn refine<'s, 'e>(
         // only) is one of this problem's choices, so it stands where the search finds none or
         // a costlier one.
         let solved = problem.solve_graded(true, early_bound, None).map(Graded::proved);
-        let plain_off = off.without_choice();
-        let mut plain = Problem::new(g, class, reads, problem.base.clone(), global.is_some(), &budgeted, &plain_off);
-        plain.extra = extra;
-        plain.hint_min_cut(class);
-        plain.limits.clone_from(&problem.limits);
-        problem.better(solved, plain.solve().ok()).map(Solved::known)
+        // Nothing to compare where the search proved its plan optimal, or where it answers a
+        // caller's rows (the peak search, whose plain program is as hard as `peak=` itself and
+        // whose own rounds compare plans).
+        let settled = solved.as_ref().is_ok_and(|s| s.bound.is_none() || extra.is_some());
+        let plain = (!settled).then(|| {
+            let plain_off = off.without_choice();
+            let mut plain =
+                Problem::new(g, class, reads, problem.base.clone(), global.is_some(), &budgeted, &plain_off);
+            plain.extra = extra;
+            plain.hint_min_cut(class);
+            plain.limits.clone_from(&problem.limits);
+            plain.solve().ok()
+        });
+        problem.better(solved, plain.flatten()).map(Solved::known)
     } else {
         problem.solve_graded(true, early_bound, Some((scope, Arc::clone(&problem))))
     }
