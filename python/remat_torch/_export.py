@@ -5,9 +5,14 @@ names in FX order; placeholders are ``input``, ``param`` or ``tangent``; a node 
 iff it depends on a tangent; every tensor has ``shape`` and ``dtype``; ``flops`` is PyTorch's
 flop counter's formula where it has one (2mnk for matrix products, attention, convolutions), else
 the largest element count among inputs and output, 0 for views (``_unsafe_view`` is one);
-``flags`` are ``view``, ``compute_intensive``, ``random``; a forward random op on the CPU or a
-CUDA device carries ``rng_state_bytes`` (the generator state PyTorch saves to replay it; elsewhere
-it is ``not_recomputable``); ``region`` is PyTorch's
+``flags`` are ``view``, ``compute_intensive`` (matrix products, convolutions and attention in
+every variant — any op PyTorch's flop counter has a formula for — grouped matrix products, and a
+library's custom op, whose cost remat cannot know: the min-cut recomputes none of them without a
+tag), ``random``, ``not_recomputable``; a forward random op on the CPU or a CUDA device carries
+``rng_state_bytes`` (the generator state PyTorch saves to replay it; elsewhere it is
+``not_recomputable``); a forward routing op (top-k, sort, argmax, ... : its outputs select data,
+and a recompute may select other data) is ``not_recomputable`` unless its policy is
+``MUST_RECOMPUTE``; grouped matrix products have 2 × their multiply-adds as FLOPs; ``region`` is PyTorch's
 ``ac_graph_id`` renumbered from 0 and ``policy`` the node's ``CheckpointPolicy``; a multi-output
 op appears as its ``getitem`` users, each with the producer's op and the output's index
 (``aten.var_mean.correction[1]``), inputs and FLOPs; a primal the forward mutates (BatchNorm's
@@ -39,19 +44,45 @@ _DTYPES = {
 }
 
 _aten = torch.ops.aten
-_COMPUTE_INTENSIVE = {
-    _aten.mm,
-    _aten.addmm,
-    _aten.bmm,
-    _aten.baddbmm,
-    _aten._scaled_mm,
-    _aten.convolution,
-    _aten._scaled_dot_product_flash_attention,
-    _aten._scaled_dot_product_efficient_attention,
-    _aten._scaled_dot_product_cudnn_attention,
-    _aten._flash_attention_forward,
-    _aten._efficient_attention_forward,
-}
+
+
+def _ops(*names: str) -> set:
+    """The aten op packets of ``names`` this PyTorch has."""
+    return {op for op in (getattr(_aten, n, None) for n in names) if op is not None}
+
+
+# Matrix products, convolutions and attention in every variant: never recomputed by the min-cut
+# without a tag that asks (Inductor's rule). Any op PyTorch's flop counter has a formula for is
+# one too (``_compute_intensive``).
+_COMPUTE_INTENSIVE = _ops(
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "matmul",
+    "_scaled_mm", "_int_mm", "_weight_int8pack_mm", "_grouped_mm", "_scaled_grouped_mm",
+    "convolution", "_convolution", "convolution_overrideable", "cudnn_convolution", "mkldnn_convolution",
+    "_slow_conv2d_forward",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable", "_flash_attention_forward",
+    "_efficient_attention_forward", "_cudnn_attention_forward",
+)  # fmt: skip
+
+# Grouped matrix products (an MoE's experts) without a flop-counter formula in some PyTorch
+# versions, and the custom ops libraries run in their place (transformers'
+# ``grouped_mm_fallback``): FLOPs by ``_grouped_mm_flops``.
+_GROUPED_MM = _ops("_grouped_mm", "_scaled_grouped_mm")
+
+# Ops whose outputs select data — which experts a token goes to, an order, a position: recomputed,
+# a tie can choose differently (NeMo-Automodel #2635), so they are never recomputed unless a tag
+# asks for it (MUST_RECOMPUTE); torchtitan always saves routing too.
+_ROUTING = _ops(
+    "topk", "sort", "argsort", "argmax", "argmin", "kthvalue", "mode", "median", "nanmedian", "nonzero",
+    "_unique2", "unique_dim", "unique_consecutive", "bincount", "histc", "searchsorted", "bucketize",
+)  # fmt: skip
+# `max.dim` / `min.dim` return (values, indices): routing only through their `dim` overloads.
+_ROUTING_OVERLOADS = {o for o in (getattr(_aten.max, "dim", None), getattr(_aten.min, "dim", None)) if o is not None}
+
+# Namespaces of PyTorch's own ops; any other is a library's custom op.
+_TORCH_NAMESPACES = {"aten", "prims", "_c10d_functional", "c10d", "c10d_functional", "quantized", "higher_order"}
+
 
 _POLICIES = {
     "MUST_SAVE": "must_save",
@@ -118,14 +149,63 @@ def _numel(val: Any) -> int:
     return int(t.numel()) if t is not None else 0
 
 
+def _custom(target: Any) -> bool:
+    """Whether ``target`` is a library's own op (``transformers::grouped_mm_fallback``)."""
+    namespace = getattr(target, "namespace", None)
+    return namespace is not None and namespace not in _TORCH_NAMESPACES
+
+
+def _is_grouped_mm(target: Any) -> bool:
+    return _packet(target) in _GROUPED_MM or (_custom(target) and "grouped_mm" in str(target))
+
+
+def _grouped_mm_flops(a: Any, b: Any) -> int | None:
+    """2 × the multiply-adds of a grouped matrix product of ``a`` and ``b`` (each group's
+    rows times its columns times the shared dimension), in ``torch._grouped_mm``'s four forms;
+    ``None`` for shapes it does not take."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return None
+    match (a.dim(), b.dim()):
+        case (2, 3):  # tokens × k by groups × k × n: each token through its group's matrix
+            return 2 * a.shape[0] * a.shape[1] * b.shape[2]
+        case (3, 2):  # groups × m × k by k × (columns of every group)
+            return 2 * a.shape[1] * a.shape[2] * b.shape[1]
+        case (2, 2):  # m × (k of every group) by (k of every group) × n: a weight's gradient
+            return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+        case (3, 3):  # a batch of products
+            return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+    return None
+
+
+def _compute_intensive(target: Any) -> bool:
+    """Never recomputed by the min-cut without a tag that asks: a matrix product, convolution or
+    attention (any op PyTorch's flop counter has a formula for), and a library's custom op
+    without one, whose cost remat cannot know."""
+    from torch.utils.flop_counter import flop_registry
+
+    packet = _packet(target)
+    return packet in _COMPUTE_INTENSIVE or packet in flop_registry or _is_grouped_mm(target) or _custom(target)
+
+
+def _routing(target: Any) -> bool:
+    """Whether ``target``'s outputs select data (top-k, sort, argmax, ...): kept, not recomputed."""
+    return _packet(target) in _ROUTING or target in _ROUTING_OVERLOADS
+
+
 def _flops(producer: fx.Node, out_val: Any) -> int:
     """PyTorch's flop counter's formula where it has one (matrix products: 2mnk; attention;
-    convolutions), else the largest element count among inputs and output; 0 for views."""
+    convolutions), grouped matrix products by theirs, else the largest element count among inputs
+    and output; 0 for views."""
     target = producer.target
     if _is_view(target):
         return 0
     from torch.utils.flop_counter import flop_registry
 
+    if _is_grouped_mm(target):
+        args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in producer.args[:2]]
+        grouped = _grouped_mm_flops(*args) if len(args) == 2 else None
+        if grouped is not None:
+            return int(grouped)
     formula = flop_registry.get(_packet(target))
     if formula is not None:
         args, kwargs = fx.node.map_arg((producer.args, producer.kwargs), lambda n: n.meta.get("val"))
@@ -248,7 +328,7 @@ def joint_document(
             if not inputs:
                 raise ExportError(f"FX node {node.name!r} ({producer.target}): a view with no input")
             flags.append("view")
-        if _packet(producer.target) in _COMPUTE_INTENSIVE:
+        if _compute_intensive(producer.target):
             flags.append("compute_intensive")
         state_bytes = None
         if _is_rng_op(producer):
@@ -257,6 +337,9 @@ def joint_document(
             if state_bytes is None or backward[node]:
                 # Running it again would draw anew and no saved state can replay it here.
                 flags.append("not_recomputable")
+        elif not backward[node] and _routing(producer.target) and _policy_name(producer) != "MUST_RECOMPUTE":
+            # Routing is kept where the backward needs it, unless a tag asks to recompute it.
+            flags.append("not_recomputable")
         if flags:
             doc["flags"] = flags
         if state_bytes is not None and not backward[node]:
@@ -272,7 +355,7 @@ def joint_document(
                 doc["region"] = regions.setdefault(graph_id, len(regions))
             policy = producer.meta.get("recompute")
             if policy is not None:
-                name = getattr(policy, "name", str(policy))
+                name = _policy_name(producer)
                 if name not in _POLICIES:
                     raise ExportError(f"FX node {node.name!r}: unknown checkpoint policy {policy!r}")
                 doc["policy"] = _POLICIES[name]
@@ -291,6 +374,12 @@ def joint_document(
         "forward_outputs": fwd,
         "backward_outputs": bwd,
     }
+
+
+def _policy_name(node: fx.Node) -> str | None:
+    """The name of ``node``'s checkpoint policy (``MUST_SAVE``, ...), ``None`` without one."""
+    policy = node.meta.get("recompute")
+    return None if policy is None else getattr(policy, "name", str(policy))
 
 
 def _check_joint_arguments(joint: Any, num_fwd_outputs: Any, static_inputs: Any) -> None:

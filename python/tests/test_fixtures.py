@@ -220,8 +220,9 @@ def as_remat_torch_flags(fixture_node):
     without dropout included; remat_torch follows PyTorch's partitioner (`is_rng_op`: attention
     is random only with a nonzero dropout), since running it again draws nothing. The one
     deliberate difference."""
-    if fixture_node["op"].startswith("aten._scaled_dot_product") and fixture_node.get("flags") == ["random"]:
-        return {k: v for k, v in fixture_node.items() if k != "flags"}
+    flags = fixture_node.get("flags", [])
+    if fixture_node["op"].startswith("aten._scaled_dot_product") and "random" in flags:
+        return {**fixture_node, "flags": [f for f in flags if f != "random"]}
     return fixture_node
 
 
