@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from . import _remat
+from . import _policy, _remat
 from ._export import ExportError, joint_document
 from ._export import merge_common_subexpressions as _merge_common_subexpressions
 
@@ -30,6 +30,7 @@ __all__ = [
     "plan_joint",
     "export_joint",
     "joint_document",
+    "with_policy",
     "explain",
     "ExportError",
     "RematError",
@@ -180,6 +181,7 @@ def partition_fn(
     *,
     num_fwd_outputs: int,
     strategy: str = "mincut",
+    policy: str | None = None,
     **_kwargs: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """A ``partition_fn`` for ``aot_autograd``: remat chooses the saved values, PyTorch's
@@ -188,12 +190,17 @@ def partition_fn(
     ``torch._functorch.config.activation_memory_budget`` with its own meaning (1.0: min-cut;
     0.0: keep the fewest bytes; between: bytes in proportion). Under ``"peak=B"`` the two graphs'
     nodes are put in the order of remat's plan (:func:`plan_joint`), so that a compiler running
-    them node by node, freeing each value after its last use (``aot_eager``), runs remat's plan."""
+    them node by node, freeing each value after its last use (``aot_eager``), runs remat's plan.
+    ``policy`` (remat's words, ``"save(matmul, sdpa)"``) replaces PyTorch's tag on every op of
+    every checkpointed region (:func:`with_policy`)."""
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
 
     strategy = _compiled_strategy(strategy, None)
+    lists = None if policy is None else _policy.parse(policy)
     _merge_common_subexpressions(joint_module, num_fwd_outputs)
     doc = joint_document(joint_module, num_fwd_outputs, static_inputs=_kwargs.get("static_lifetime_input_indices"))
+    if lists is not None:
+        _policy.apply(doc, lists)
     if strategy == "torch":
         strategy = _torch_budget_strategy(doc) or "mincut"
     planned = plan_joint(doc, strategy) if strategy.startswith("peak=") else None
@@ -295,7 +302,13 @@ def _replay_random_ops(
 _COMPILERS = ("inductor", "aot_eager")
 
 
-def backend(strategy: str | None = None, *, budget: float | int | None = None, compiler: str = "inductor") -> Callable:
+def backend(
+    strategy: str | None = None,
+    *,
+    budget: float | int | None = None,
+    compiler: str = "inductor",
+    policy: str | None = None,
+) -> Callable:
     """A ``torch.compile`` backend that partitions with remat: ``strategy`` is ``"mincut"``
     (the default), ``"respect"``, ``"budget=B"`` or ``"torch"`` (PyTorch's
     ``activation_memory_budget``, see :func:`partition_fn`); ``budget`` (a fraction with a
@@ -305,13 +318,18 @@ def backend(strategy: str | None = None, *, budget: float | int | None = None, c
     op, as ``backend="aot_eager"`` runs them: bitwise what eager computes). ``"peak=B"`` (bytes,
     ``"64MiB"`` and the like) needs ``"aot_eager"``: remat plans the joint graph for a peak of at
     most B, in its own count (every value its bytes, inputs and parameters included), and the
-    graphs run in the plan's order (see :func:`partition_fn`); Inductor reorders and fuses."""
+    graphs run in the plan's order (see :func:`partition_fn`); Inductor reorders and fuses.
+    ``policy`` is remat's words for the ops of every region PyTorch marks as checkpointed
+    (``"save(matmul, sdpa)"``, the grammar of ``#[checkpoint(policy = ..)]``): selective
+    checkpointing for a model that cannot take a ``context_fn`` (see :func:`with_policy`)."""
     # Every argument is checked now, not at the first call of the compiled model.
     if not isinstance(compiler, str) or compiler not in _COMPILERS:
         raise ValueError(f"compiler {compiler!r}: expected one of {', '.join(map(repr, _COMPILERS))}")
     chosen = _compiled_strategy(strategy, budget, compiler)
+    if policy is not None:
+        _policy.parse(policy)
     if compiler == "inductor":
-        return _inductor_backend(chosen)
+        return _inductor_backend(chosen, policy)
 
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.backends.debugging import boxed_nop
@@ -322,18 +340,30 @@ def backend(strategy: str | None = None, *, budget: float | int | None = None, c
     return aot_autograd(
         fw_compiler=boxed_nop,
         bw_compiler=boxed_nop,
-        partition_fn=functools.partial(partition_fn, strategy=chosen),
+        partition_fn=functools.partial(partition_fn, strategy=chosen, policy=policy),
     )
 
 
-def _inductor_backend(strategy: str) -> Callable:
+def with_policy(doc: dict, policy: str) -> dict:
+    """``doc`` (a ``remat.joint`` document) with every forward op of every checkpointed region
+    (a node with a ``region``) under the policy remat's words give its kind: ``"save(matmul)"``
+    keeps each matrix product as ``#[checkpoint(policy = save(matmul))]`` does and gives every
+    other op the policy's default. Refused with remat's message where the policy does not parse
+    (an unknown kind with "did you mean"), where it offloads or names values, and where a kind it
+    names matches no op of the regions (the message lists the kinds they hold)."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"doc: expected a remat.joint document (a dict), got {type(doc).__name__}")
+    return _policy.apply(doc, _policy.parse(policy))
+
+
+def _inductor_backend(strategy: str, policy: str | None = None) -> Callable:
     """Inductor with remat's partition: Inductor's ``custom_partitioner_fn`` hook, set while
     the model compiles, so Inductor's decompositions and joint-graph passes run first and its
     code generation after."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
 
-    partitioner = _partitioner(strategy)
+    partitioner = _partitioner(strategy, policy)
 
     def compile_with_inductor(gm: fx.GraphModule, example_inputs: Any) -> Callable:
         with inductor_config.patch(custom_partitioner_fn=partitioner):
@@ -342,7 +372,7 @@ def _inductor_backend(strategy: str) -> Callable:
     return compile_with_inductor
 
 
-def _partitioner(strategy: str) -> Any:
+def _partitioner(strategy: str, policy: str | None = None) -> Any:
     """remat's partition as Inductor's ``CustomPartitionerFn``. Inductor pickles its config,
     this object included, into its cache keys, so the class lives at module level (a local
     class cannot be pickled, and Inductor then bypasses its caches)."""
@@ -354,25 +384,27 @@ def _partitioner(strategy: str) -> Any:
         class RematPartitioner(CustomPartitionerFn):  # type: ignore[no-redef]
             """remat's partition with ``strategy``, for Inductor."""
 
-            def __init__(self, strategy: str) -> None:
+            def __init__(self, strategy: str, policy: str | None) -> None:
                 self.strategy = strategy
+                self.policy = policy
 
             def __call__(
                 self, gm: fx.GraphModule, joint_inputs: Any, **kwargs: Any
             ) -> tuple[fx.GraphModule, fx.GraphModule]:
                 kwargs.pop("compiler", None)
-                return partition_fn(gm, joint_inputs, strategy=self.strategy, **kwargs)
+                return partition_fn(gm, joint_inputs, strategy=self.strategy, policy=self.policy, **kwargs)
 
             def uuid(self) -> Any:
                 # Inductor's caches key compiled graphs on this: the partitioner's code, the
-                # extension's version and the strategy decide the graphs.
-                export = os.path.join(os.path.dirname(__file__), "_export.py")
-                return (get_hash_for_files((__file__, export)), _remat.__version__, self.strategy)
+                # extension's version, the strategy and the policy decide the graphs.
+                here = os.path.dirname(__file__)
+                files = (__file__, os.path.join(here, "_export.py"), os.path.join(here, "_policy.py"))
+                return (get_hash_for_files(files), _remat.__version__, self.strategy, self.policy)
 
         # Pickled by this name: make it the module's attribute it is.
         RematPartitioner.__module__ = __name__
         RematPartitioner.__qualname__ = "RematPartitioner"
-    return RematPartitioner(strategy)
+    return RematPartitioner(strategy, policy)
 
 
 # The class of `_partitioner`'s objects, made on first use (it derives from an Inductor class,

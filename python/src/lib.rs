@@ -5,7 +5,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use remat_core::{CostModel, PGraph, Problem, Step, Strategy};
+use remat_core::{CostModel, OpKind, PGraph, Problem, RegionPolicy, Step, Strategy};
 
 /// Partitions `document` (JSON text) with `strategy` (`"respect"`, `"mincut"`, `"budget=0.5"`,
 /// `"budget=64MiB"`, `"peak=64MiB"`, ...) and returns remat's report as JSON text (`saved`,
@@ -81,11 +81,51 @@ fn py_partition(py: Python<'_>, document: &str, strategy: &str, text: bool) -> P
     py.detach(|| partition_report(document, strategy, text)).map_err(PyValueError::new_err)
 }
 
+/// What a policy written as in `#[checkpoint(policy = ..)]` (`"save(matmul, sdpa)"`) says, as
+/// JSON text: the op kinds under each policy (`"must_save": ["matmul"]`, ...), the value names
+/// to save and to offload, `default` (the policy of every other op), `budget`, and `kinds`: every
+/// op kind a policy may name. A policy that
+/// does not parse or resolve is the message the macro gives at compile time, with each problem
+/// underlined (an unknown op kind with "did you mean").
+pub fn policy_lists(text: &str) -> Result<String, String> {
+    let policy = RegionPolicy::parse(text).map_err(|e| e.to_string())?;
+    if policy.is_none() {
+        return Err(format!(
+            "policy {text:?}: `none` marks no region; to leave PyTorch's checkpointing as it is, give no policy"
+        ));
+    }
+    let t = policy.table();
+    let kinds = |list: &[OpKind]| list.iter().map(|k| k.name()).collect::<Vec<_>>();
+    Ok(serde_json::json!({
+        "must_save": kinds(t.must_save),
+        "prefer_save": kinds(t.prefer_save),
+        "must_recompute": kinds(t.must_recompute),
+        "prefer_recompute": kinds(t.prefer_recompute),
+        "must_offload": kinds(t.must_offload),
+        "prefer_offload": kinds(t.prefer_offload),
+        "save_names": t.save_names,
+        "offload_names": t.offload_names,
+        "default": t.default.name(),
+        "budget": policy.budget(),
+        "kinds": OpKind::all().filter(|k| k.info().public).map(OpKind::name).collect::<Vec<_>>(),
+    })
+    .to_string())
+}
+
+/// `policy_lists(text) -> str`: see [`policy_lists`]; a policy remat refuses raises `ValueError`
+/// with the macro's message.
+#[pyfunction]
+#[pyo3(name = "policy_lists")]
+fn py_policy_lists(text: &str) -> PyResult<String> {
+    policy_lists(text).map_err(PyValueError::new_err)
+}
+
 /// The extension module.
 #[pymodule]
 fn _remat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_partition, m)?)?;
     m.add_function(wrap_pyfunction!(py_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(py_policy_lists, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
