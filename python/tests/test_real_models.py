@@ -1,0 +1,178 @@
+"""Real architectures as PyTorch users meet them (issue 48, point 1): transformers and timm models
+built from tiny configs (no downloads), each without checkpointing, with the library's own
+checkpointing, and with a selective policy (HF's ``context_fn`` where the model takes one, remat's
+policy words where it cannot), compiled with ``remat_torch.backend("mincut")``. Each run is held
+against PyTorch's own backend with its min-cut partitioner: under ``aot_eager`` the loss and every
+gradient bit for bit; and the bytes kept for the backward, counted by PyTorch's
+``saved_tensors_hooks``, no more than PyTorch's.
+
+CI runs ``aot_eager``; ``REMAT_REAL_MODELS=all`` adds Inductor (1e-3 relative against PyTorch's
+Inductor), which compiles for minutes on two cores.
+"""
+
+import functools
+import os
+
+import pytest
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+import remat_torch
+
+transformers = pytest.importorskip("transformers")
+timm = pytest.importorskip("timm")
+
+TOKENS = (2, 16)
+IMAGES = (2, 3, 32, 32)
+
+
+def save_matmuls(ctx, op, *args, **kwargs):
+    matmuls = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
+    return CheckpointPolicy.MUST_SAVE if op in matmuls else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _hf(config_class, model_class, **config):
+    def make(checkpointing):
+        torch.manual_seed(0)
+        model = model_class(config_class(**config))
+        if checkpointing == "full":
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif checkpointing == "sac":
+            context = functools.partial(create_selective_checkpoint_contexts, save_matmuls)
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn": context}
+            )
+        return model
+
+    return make
+
+
+def _timm(name, **kwargs):
+    def make(checkpointing):
+        torch.manual_seed(0)
+        model = timm.create_model(name, pretrained=False, **kwargs)
+        if checkpointing in ("full", "sac"):
+            model.set_grad_checkpointing(True)
+        return model
+
+    return make
+
+
+T = transformers
+NO_DROPOUT = dict(attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+MODELS = {
+    "gpt2": (_hf(T.GPT2Config, T.GPT2LMHeadModel, n_layer=2, n_embd=64, n_head=4, vocab_size=128,
+                 n_positions=32, **NO_DROPOUT), "tokens"),
+    "llama_gqa": (_hf(T.LlamaConfig, T.LlamaForCausalLM, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=128), "tokens"),
+    "bert": (_hf(T.BertConfig, T.BertForMaskedLM, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=128, vocab_size=128, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0), "tokens"),
+    "t5": (_hf(T.T5Config, T.T5ForConditionalGeneration, d_model=64, d_ff=128, d_kv=16, num_layers=2,
+               num_heads=4, vocab_size=128, dropout_rate=0.0, decoder_start_token_id=0), "seq2seq"),
+    "mixtral": (_hf(T.MixtralConfig, T.MixtralForCausalLM, hidden_size=64, intermediate_size=128,
+                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                    num_experts_per_tok=2, vocab_size=128), "tokens"),
+    "vit": (_timm("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4,
+                  num_classes=10), "images"),
+    "resnet18": (_timm("resnet18", num_classes=10), "images"),
+}  # fmt: skip
+# timm's blocks cannot take a context_fn: remat's policy words give them a selective policy
+# (a ResNet's regions hold no matrix product: its convolutions are not a kind remat names).
+TIMM_POLICY = {"vit": "save(matmul)", "resnet18": "recompute(relu)"}
+
+# Where remat keeps more than PyTorch by the hooks, the bytes it may keep more and why (measured
+# 2026-12-06, aot_eager): a test fails if the excess grows past them.
+EXCESS = {
+    # Rotary embedding: remat's min-cut keeps the cos and sin products (1 024 B each) where
+    # PyTorch's keeps their concatenation, an rsqrt and the loss's weight (636 B less, of 45 KB).
+    "llama_gqa": (640, "rotary cos and sin kept apart"),
+    # The rotary difference above, and the routing remat never recomputes (top-k values and
+    # indices, the sort's order, the expert histogram: 2 592 B over 2 layers), which PyTorch
+    # recomputes (NeMo-Automodel #2635: a recompute can route differently).
+    "mixtral": (640 + 2592, "routing kept; rotary cos and sin kept apart"),
+    # Batch norm in training reads the running statistics the forward updates in place: remat
+    # never recomputes an op that reads a buffer the forward mutates (its normalised output, mean
+    # and inverse deviation are kept: 133 120 B over the checkpointed stages), where PyTorch
+    # recomputes it (its outputs but the updates do not depend on them).
+    "resnet18": (133120, "batch norm's outputs kept: it reads the mutated running statistics"),
+}
+
+
+def _batch(kind):
+    torch.manual_seed(1)
+    if kind == "images":
+        return (torch.randn(*IMAGES),), {}
+    ids = torch.randint(0, 128, TOKENS)
+    if kind == "seq2seq":
+        return (), {"input_ids": ids, "labels": torch.randint(0, 128, TOKENS)}
+    return (), {"input_ids": ids, "labels": ids}
+
+
+def _loss(model, args, kwargs):
+    out = model(*args, **kwargs)
+    if isinstance(out, torch.Tensor):
+        return out.float().square().mean()
+    return out.loss
+
+
+def _run(make, kind, checkpointing, backend):
+    """The loss, every gradient and the bytes kept for the backward of one step of the model
+    compiled with ``backend``, counted by PyTorch's saved-tensor hooks (each storage once,
+    parameters and inputs excluded: every partition holds them)."""
+    model = make(checkpointing)
+    model.train()
+    args, kwargs = _batch(kind)
+    compiled = torch.compile(model, backend=backend)
+    held = {p.data_ptr() for p in model.parameters()} | {b.data_ptr() for b in model.buffers()}
+    held |= {t.data_ptr() for t in list(args) + list(kwargs.values())}
+    seen, kept = set(), 0
+
+    def pack(t):
+        nonlocal kept
+        ptr = t.untyped_storage().data_ptr()
+        if t.data_ptr() not in held and ptr not in seen:
+            seen.add(ptr)
+            kept += t.untyped_storage().nbytes()
+        return t
+
+    torch._dynamo.reset()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = _loss(compiled, args, kwargs)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    torch._dynamo.reset()
+    return loss.detach(), grads, kept
+
+
+def _cases():
+    compilers = ["aot_eager", "inductor"] if os.environ.get("REMAT_REAL_MODELS") == "all" else ["aot_eager"]
+    for compiler in compilers:
+        for name in MODELS:
+            for checkpointing in ("none", "full", "sac"):
+                yield pytest.param(name, checkpointing, compiler, id=f"{name}-{checkpointing}-{compiler}")
+
+
+@pytest.mark.parametrize("name, checkpointing, compiler", list(_cases()))
+def test_a_real_model_compiles_matches_pytorch_and_keeps_no_more(name, checkpointing, compiler):
+    make, kind = MODELS[name]
+    policy = TIMM_POLICY.get(name) if checkpointing == "sac" else None
+    ours = remat_torch.backend("mincut", compiler=compiler, policy=policy)
+    loss, grads, kept = _run(make, kind, checkpointing, ours)
+    their_loss, their_grads, their_kept = _run(make, kind, checkpointing, compiler)
+    assert len(grads) == len(their_grads)
+    if compiler == "aot_eager":
+        assert torch.equal(loss, their_loss), (loss, their_loss)
+        for g, h in zip(grads, their_grads):
+            assert torch.equal(g, h)
+    else:
+        torch.testing.assert_close(loss, their_loss, rtol=1e-3, atol=1e-5)
+        for g, h in zip(grads, their_grads):
+            torch.testing.assert_close(g, h, rtol=1e-3, atol=1e-4)
+    if policy is None:
+        # (With remat's words the policy is not PyTorch's: nothing to hold the bytes against.)
+        allowed, why = EXCESS.get(name, (0, ""))
+        assert kept <= their_kept + allowed, (
+            f"{name} {checkpointing} {compiler}: remat keeps {kept} B, PyTorch {their_kept} B (allowed {allowed} B more: "
+            f"{why or 'none'})"
+        )
