@@ -95,12 +95,6 @@ fn build(program: &[Instr], tagged: bool) -> Graph {
     trace.finish(&loss).unwrap()
 }
 
-/// `default` cases, or `PROPTEST_CASES` when set (a literal count in a config overrides the
-/// variable, so the long runs it asks for would silently run the default).
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 /// A budget search: [`partition_with`] or the heuristic of very large graphs.
 type Search = fn(&PGraph, Strategy, &remat_core::CostModel) -> remat_core::Result<remat_core::Partition>;
 
@@ -154,7 +148,7 @@ fn bits(t: &remat_core::HostTensor) -> Vec<u32> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(96), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
     fn strategies_agree_bit_for_bit(program in proptest::collection::vec(instr(), 1..40)) {
@@ -382,7 +376,7 @@ fn refusal_names_the_least(reached: Option<u64>, least: u64, message: &str) -> R
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(48), max_global_rejects: 1 << 22, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, max_global_rejects: 1 << 22, ..ProptestConfig::default() })]
 
     /// `peak=B` on random tagged graphs against every plan (brute force): within B, never more
     /// recompute than the least of the plans within B, exactly that where the gap is 0, its
@@ -495,7 +489,7 @@ fn every_offload_plan(graph: &Graph, model: &remat_core::CostModel) -> Vec<(u64,
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(48), max_global_rejects: 1 << 22, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, max_global_rejects: 1 << 22, ..ProptestConfig::default() })]
 
     /// `peak+offload=B` on random graphs with every tag, offload tags included, against every
     /// decision (brute force): the device peak within B, the cost never below the least of the
