@@ -315,7 +315,8 @@ def backend(
     decimal point, else bytes) is ``"budget=B"``. ``compiler`` is what runs the two graphs:
     ``"inductor"`` (``torch.compile``'s default: its joint-graph passes, then remat's partition
     in place of its min-cut, then its code generation) or ``"aot_eager"`` (the graphs run op by
-    op, as ``backend="aot_eager"`` runs them: bitwise what eager computes). ``"peak=B"`` (bytes,
+    op, as ``backend="aot_eager"`` runs them: bit for bit what PyTorch's own ``aot_eager``
+    computes, which on some models differs from eager by rounding). ``"peak=B"`` (bytes,
     ``"64MiB"`` and the like) needs ``"aot_eager"``: remat plans the joint graph for a peak of at
     most B, in its own count (every value its bytes, inputs and parameters included), and the
     graphs run in the plan's order (see :func:`partition_fn`); Inductor reorders and fuses.
