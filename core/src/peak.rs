@@ -83,7 +83,7 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
     let Some(limit) = strategy.peak() else {
         return Err(Error::internal(format!("the peak search asked for {strategy}")));
     };
-    let asked = Asked { limit, offload: strategy.chooses_offload(), strategy };
+    let asked = Asked { limit, strategy };
     // Found over the graph in its planning order, whose errors name the graph's own nodes.
     let below = match schedule {
         Schedule::InOrder(g) => below_bound(*g, &asked)?,
@@ -93,7 +93,7 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
         return Err(refusal);
     }
     #[cfg(feature = "exact")]
-    let lower = match exact::solve(schedule, pg, limit, asked.offload, model)? {
+    let lower = match exact::solve(schedule, pg, limit, asked.offload(), model)? {
         exact::Outcome::Found(found) => {
             let exact::Found { mut partition, plan, lower } = *found;
             partition.strategy = strategy;
@@ -110,18 +110,22 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
     Ok((partition, plan))
 }
 
-/// What the search was asked: the device limit, and whether it may offload (`peak+offload=`).
+/// What the search was asked: `peak=` or `peak+offload=`, and its device limit.
 struct Asked {
     limit: u64,
-    offload: bool,
     /// The strategy the answer names.
     strategy: Strategy,
 }
 
 impl Asked {
+    /// Whether the search may offload (`peak+offload=`).
+    fn offload(&self) -> bool {
+        self.strategy.chooses_offload()
+    }
+
     /// `strategy` with the offload choice as asked.
     fn with_offload(&self, strategy: Strategy) -> Strategy {
-        strategy.with_offload(self.offload)
+        strategy.with_offload(self.offload())
     }
 }
 
@@ -169,7 +173,7 @@ fn refuse<S: Schedulable + ?Sized>(
     let start = std::time::Instant::now();
     while lo + 1 < lowest.peak() && start.elapsed() < LEAST_SEARCH {
         let mid = lo + (lowest.peak() - lo) / 2;
-        match exact::solve(schedule, pg, mid, asked.offload, model)? {
+        match exact::solve(schedule, pg, mid, asked.offload(), model)? {
             exact::Outcome::Found(found) => lowest = Candidate { partition: found.partition, plan: found.plan },
             exact::Outcome::Infeasible => lo = mid,
             exact::Outcome::Bound(_) => break,

@@ -22,7 +22,7 @@ mod amount;
 pub mod boundary;
 mod budget;
 #[cfg(feature = "exact")]
-pub(crate) use budget::{Extra, Term};
+pub(crate) use budget::{Choice, Extra, Term};
 mod check;
 mod classify;
 mod doc_id;

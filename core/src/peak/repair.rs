@@ -8,7 +8,7 @@
 
 use crate::error::Result;
 use crate::graph::NodeId;
-use crate::partition::{check, evaluate, exposed_times, offloading, CostModel, PGraph, Partition, Reason};
+use crate::partition::{check, evaluate, exposed_times, offloading, Choice, CostModel, PGraph, Partition, Reason};
 use crate::plan::{Plan, Schedulable, Schedule, Step};
 use crate::policy::Policy;
 use std::time::Instant;
@@ -19,13 +19,6 @@ type Score = (u8, f64);
 
 /// Changes tried before the repair gives up.
 const CHANGES: usize = 24;
-
-/// A decision the repair changes: per node, saved (on the device or offloaded) and offloaded.
-#[derive(Clone)]
-struct Choice {
-    saved: Vec<bool>,
-    offloaded: Vec<bool>,
-}
 
 /// How the repair scores: whether it may offload, the cost model, each value's exposed seconds
 /// if offloaded.
@@ -64,7 +57,7 @@ pub(super) fn repair<S: Schedulable + ?Sized>(
     let scoring = Scoring { offload, model, exposed };
     let forward =
         |per_node: &[bool]| -> Vec<bool> { (0..pg.len()).map(|i| per_node[i] && !pg.nodes[i].backward).collect() };
-    let mut choice = Choice { saved: forward(&partition.saved), offloaded: forward(&partition.offloaded) };
+    let mut choice = Choice { at_hand: forward(&partition.saved), offloaded: forward(&partition.offloaded) };
     let mut peak = plan.predicted_peak() as u64;
     let mut cost = scoring.cost(partition);
     let mut current = plan.clone();
@@ -114,10 +107,10 @@ fn changes(choice: &Choice, live: &[NodeId], pg: &PGraph, offload: bool) -> Vec<
             continue;
         }
         let mut flipped = choice.clone();
-        flipped.saved[i] = !flipped.saved[i];
+        flipped.at_hand[i] = !flipped.at_hand[i];
         flipped.offloaded[i] = false;
         out.push(flipped);
-        if offload && choice.saved[i] && !choice.offloaded[i] {
+        if offload && choice.at_hand[i] && !choice.offloaded[i] {
             let mut off = choice.clone();
             off.offloaded[i] = true;
             out.push(off);
@@ -133,7 +126,7 @@ fn scored<S: Schedulable + ?Sized>(
     choice: &Choice,
     scoring: &Scoring<'_>,
 ) -> Result<Option<(Partition, Plan)>> {
-    let ids: Vec<NodeId> = (0..pg.len()).filter(|&i| choice.saved[i]).map(NodeId::from_index).collect();
+    let ids: Vec<NodeId> = (0..pg.len()).filter(|&i| choice.at_hand[i]).map(NodeId::from_index).collect();
     let evaluation = evaluate(pg, &ids)?;
     if !evaluation.broken.is_empty() {
         return Ok(None);

@@ -69,7 +69,8 @@ pub(crate) struct Extra {
     pub(crate) gap: f64,
 }
 
-/// What a search decided per node, before views are settled on their bases.
+/// A decision per node: what is at hand and what of it is offloaded (a search's, before views
+/// are settled on their bases, or the peak repair's).
 #[derive(Clone, Debug, Default)]
 #[cfg_attr(not(feature = "exact"), allow(dead_code))]
 pub(crate) struct Choice {
