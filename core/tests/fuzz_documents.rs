@@ -245,8 +245,16 @@ fn mutate_value(rng: &mut Rng, doc: &mut Value) {
         }
         // Top-level fields.
         9 => {
-            let field =
-                *rng.pick(&["format", "version", "outputs", "forward_outputs", "backward_outputs", "nodes", "extra"]);
+            let field = *rng.pick(&[
+                "format",
+                "version",
+                "outputs",
+                "forward_outputs",
+                "released_outputs",
+                "backward_outputs",
+                "nodes",
+                "extra",
+            ]);
             let value = hostile_value(rng, doc);
             if let Some(obj) = doc.as_object_mut() {
                 if rng.chance(4) {

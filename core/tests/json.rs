@@ -653,3 +653,57 @@ fn a_large_document_reads_and_errors_like_a_small_one() {
     assert!(small.contains("veiw"), "{small}");
     assert_eq!(large, small.replace("relu_2", "relu_50000"));
 }
+
+/// A chain whose forward output `y` the backward reads: held by the caller (`forward_outputs`)
+/// it is kept for free; released (`released_outputs`) it is a value like any other.
+fn released_doc(lists: &str) -> String {
+    format!(
+        r#"{{"format": "remat.joint", "version": 1, "nodes": [
+        {{"id": "x", "op": "input", "phase": "forward", "bytes": 4096}},
+        {{"id": "h", "op": "sin", "inputs": ["x"], "phase": "forward", "bytes": 4096, "flops": 1024}},
+        {{"id": "y", "op": "exp", "inputs": ["h"], "phase": "forward", "bytes": 4096, "flops": 1024}},
+        {{"id": "dy", "op": "tangent", "phase": "backward", "bytes": 4096, "flags": ["tangent"]}},
+        {{"id": "dh", "op": "mul", "inputs": ["dy", "y"], "phase": "backward", "bytes": 4096}},
+        {{"id": "dx", "op": "cos_mul", "inputs": ["dh", "x"], "phase": "backward", "bytes": 4096}}
+    ], {lists}, "backward_outputs": ["dx"]}}"#
+    )
+}
+
+#[test]
+fn a_released_output_is_kept_at_its_bytes_or_recomputed() {
+    let held = remat_core::read_joint(&released_doc(r#""forward_outputs": ["y"]"#)).unwrap();
+    let released =
+        remat_core::read_joint(&released_doc(r#""forward_outputs": [], "released_outputs": ["y"]"#)).unwrap();
+    assert_eq!(released.released_outputs.len(), 1);
+    assert_eq!(remat_core::read_joint(&remat_core::write_joint(&released)).unwrap(), released);
+    let p = partition(&held, Strategy::MinCut).unwrap();
+    assert_eq!((p.saved_bytes, p.recompute_flops), (0, 0), "held: y is the caller's");
+    let p = partition(&released, Strategy::MinCut).unwrap();
+    assert_eq!((p.saved_bytes, p.recompute_flops), (0, 2048), "released: y is recomputed (h, then y) from x");
+    let p = partition(&released, Strategy::Budget(remat_core::Budget::Bytes(4096))).unwrap();
+    assert_eq!((p.saved_bytes, p.recompute_flops), (4096, 0), "released: keeping y costs its bytes");
+    // The forward holds a released output to its end, and frees it there unless it is saved.
+    let problem =
+        remat_core::Problem::read(&released_doc(r#""forward_outputs": [], "released_outputs": ["y"]"#)).unwrap();
+    let solved = problem.partition(Strategy::Budget(remat_core::Budget::Bytes(0)), &Default::default()).unwrap();
+    let forward = solved.plan().forward();
+    let y = released.released_outputs[0];
+    assert_eq!(forward.last(), Some(&remat_core::Step::Free(y)), "{forward:?}");
+}
+
+#[test]
+fn released_outputs_that_cannot_be_released_are_refused_by_name() {
+    let error =
+        |lists: &str| remat_core::read_joint(&released_doc(lists)).and_then(|g| g.validate()).unwrap_err().to_string();
+    assert_eq!(
+        error(r#""forward_outputs": [], "released_outputs": ["x"]"#),
+        r#""x" (input): listed in released_outputs, but it is an input or a parameter, which the caller holds anyway (list it in forward_outputs)"#
+    );
+    assert_eq!(
+        error(r#""forward_outputs": ["y"], "released_outputs": ["y"]"#),
+        r#""y" (exp): listed in released_outputs, but it is also in forward_outputs: an output is either held by the caller or released"#
+    );
+    assert!(error(r#""forward_outputs": [], "released_outputs": ["dh"]"#)
+        .contains("listed in released_outputs but it is a backward node"));
+    assert!(error(r#""forward_outputs": [], "released_outputs": ["zz"]"#).starts_with("released_outputs: "));
+}

@@ -292,6 +292,7 @@ fn partition_graphs_that_cannot_be_planned_are_refused_naming_the_node() {
         regions: Vec::new(),
         forward_outputs: vec![NodeId::new(2)],
         backward_outputs: vec![NodeId::new(3)],
+        ..PGraph::default()
     };
     let p = plan(&good, 3).unwrap();
     assert_eq!(p.resident(), &[NodeId::new(0)]);

@@ -545,6 +545,97 @@ proptest! {
     }
 }
 
+/// `pg` with the forward values `mask` picks (computed, not outputs) released: returned by the
+/// forward, which the caller may then free (PyTorch's logits).
+fn with_released(mut pg: PGraph, mask: u32) -> PGraph {
+    let open: Vec<usize> = (0..pg.len())
+        .filter(|&i| {
+            let node = &pg.nodes[i];
+            !node.backward && !node.flags.resident && !pg.forward_outputs.contains(&remat_core::NodeId::from_index(i))
+        })
+        .collect();
+    pg.released_outputs = open
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| mask & (1 << (k % 32)) != 0)
+        .map(|(_, &i)| remat_core::NodeId::from_index(i))
+        .collect();
+    pg
+}
+
+/// Whether `plan`'s forward computes every released output of `pg` and holds it to its last
+/// step: no `Free` of one before the last compute step.
+fn holds_released_to_the_forward_end(pg: &PGraph, plan: &remat_core::Plan) -> bool {
+    use remat_core::Step;
+    let forward = plan.forward();
+    let last_compute = forward.iter().rposition(|s| matches!(s, Step::Compute(_) | Step::Alias(_))).unwrap_or(0);
+    pg.released_outputs.iter().all(|&r| {
+        let computed = forward.iter().position(|s| matches!(s, Step::Compute(i) | Step::Alias(i) if *i == r));
+        let freed = forward.iter().position(|s| matches!(s, Step::Free(i) if *i == r));
+        computed.is_some() && freed.is_none_or(|f| f > last_compute)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, max_global_rejects: 1 << 22, ..ProptestConfig::default() })]
+
+    /// `peak=B` on random tagged partition graphs with released outputs (returned by the
+    /// forward, free to drop after it) against every plan (brute force over every saved set):
+    /// within B, exactly the least recompute where the gap is 0, refused exactly where no plan
+    /// fits. Every plan computes each released output in the forward and holds it to the
+    /// forward's end; a released output kept for the backward counts in the saved bytes.
+    #[test]
+    fn peak_with_released_outputs_matches_a_brute_force(
+        program in proptest::collection::vec(instr(), 1..20),
+        mask in any::<u32>(),
+    ) {
+        prop_assume!(!beyond_the_peak_brute_force(&program));
+        let graph = build(&program, true);
+        let pg = with_released(PGraph::from_joint(&JointGraph::new(&graph).unwrap()), mask);
+        prop_assume!(untagged_candidates(&pg).len() <= 10);
+        let n = pg.nodes.iter().filter(|node| !node.backward).count();
+        let text = remat_core::write_joint(&pg);
+        prop_assert_eq!(&remat_core::read_joint(&text).unwrap(), &pg, "released_outputs survive the document");
+        let problem = remat_core::Problem::read(&text).unwrap();
+        let mut plans = Vec::new();
+        for ev in every_saved_set(&pg, &[Policy::MustSave]).into_iter().filter(|ev| ev.broken.is_empty()) {
+            let plan = remat_core::Plan::with_offload(&pg, &ev.partition.saved[..n], &vec![false; n], &Default::default()).unwrap();
+            prop_assert!(holds_released_to_the_forward_end(&pg, &plan));
+            let released_saved: u64 = pg.released_outputs.iter().filter(|r| ev.partition.saved[r.index()] && !pg.nodes[r.index()].flags.view).map(|r| pg.nodes[r.index()].bytes).sum();
+            prop_assert!(ev.partition.saved_bytes >= released_saved, "a kept released output is not free");
+            plans.push((plan.predicted_peak() as u64, ev.partition.recompute_flops));
+        }
+        prop_assume!(!plans.is_empty());
+        let least = plans.iter().map(|p| p.0).min().unwrap();
+        let most = plans.iter().map(|p| p.0).max().unwrap();
+        let mut limits = vec![least - 1, least, least + (most - least) / 2, most];
+        limits.dedup();
+        for limit in limits {
+            let best = plans.iter().filter(|p| p.0 <= limit).map(|p| p.1).min();
+            match (problem.partition(Strategy::Peak(limit), &Default::default()), best) {
+                (Ok(solved), Some(best)) => {
+                    let p = solved.partition();
+                    remat_core::check(&pg, p).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+                    let plan = remat_core::Plan::with_offload(&pg, &p.saved[..n], &p.offloaded[..n], &Default::default()).unwrap();
+                    prop_assert_eq!(plan.predicted_peak(), solved.plan().predicted_peak());
+                    prop_assert!(plan.predicted_peak() as u64 <= limit);
+                    prop_assert!(holds_released_to_the_forward_end(&pg, &plan));
+                    prop_assert!(p.recompute_flops >= best);
+                    if p.optimality_gap == Some(0.0) {
+                        prop_assert_eq!(p.recompute_flops, best, "peak={}", limit);
+                    }
+                }
+                (Err(Error::Infeasible { what: Limit::Peak, least: reached, message, .. }), None) => {
+                    refusal_names_the_least(reached, least, &message)?;
+                }
+                (Err(Error::Conflict(_)), _) => return Ok(()),
+                (got, best) => prop_assert!(false, "peak={limit}: {:?} against the brute force's {best:?}",
+                    got.map(|p| p.partition().recompute_flops)),
+            }
+        }
+    }
+}
+
 /// Found by `peak_with_offload_matches_a_brute_force` at 20 000 cases (2026-12-06): node 7 (a
 /// `mul`) is the base of a transpose the backward reads; offloaded, it peaks at 328 bytes. The
 /// rows made on demand counted a saved value the backward does not read as held on the device

@@ -364,16 +364,33 @@ def joint_document(
     outs = list(output.args[0])
     # A multi-output node listed among the outputs is referred to by its getitems only.
     names = {d["id"] for d in out}
-    fwd = [n.name for n in outs[:num_fwd_outputs] if isinstance(n, fx.Node) and n.name in names]
+    fwd = [n for n in outs[:num_fwd_outputs] if isinstance(n, fx.Node) and n.name in names]
     bwd = [n.name for n in outs[num_fwd_outputs:] if isinstance(n, fx.Node) and n.name in names]
+    held = [n for n in dict.fromkeys(fwd) if _caller_holds(n)]
     return {
         "format": "remat.joint",
         "version": 1,
         "regions": [{"id": i, "name": f"ac_graph_{k}"} for k, i in regions.items()],
         "nodes": out,
-        "forward_outputs": fwd,
+        "forward_outputs": [n.name for n in held],
+        "released_outputs": [n.name for n in dict.fromkeys(fwd) if n not in held],
         "backward_outputs": bwd,
     }
+
+
+def _caller_holds(output: fx.Node) -> bool:
+    """Whether the caller of the compiled forward holds ``output`` through the backward whatever
+    it does with it: a primal or a view of one (the caller's own tensor), or a 0-dim value (the
+    loss ``backward()`` is called on). Any other output — logits, hidden states, a mutated input's
+    new value that PyTorch copies back — the caller may drop once the forward returns: remat keeps
+    it for the backward only at its bytes, as PyTorch's partitioner does."""
+    node = output
+    while node.op == "call_function" and _is_view(node.target) and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    if node.op in ("placeholder", "get_attr"):
+        return True
+    val = output.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dim() == 0
 
 
 def _policy_name(node: fx.Node) -> str | None:

@@ -83,7 +83,7 @@ def test_with_policy_tags_every_op_of_the_regions_by_kind():
     "policy, message",
     [
         ("save(matmull)", "did you mean `matmul`"),
-        ("save(matmul", "expected `,` or `\)`"),
+        ("save(matmul", r"expected `,` or `\)`"),
         ("offload(matmul)", "offloading needs remat's executor"),
         ("save_names(\"h\")", "value names"),
         ("save(matmul), budget = 0.5", "region budget"),

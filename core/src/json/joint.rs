@@ -12,7 +12,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// The top-level fields of a document.
-const TOP: [&str; 6] = ["format", "version", "regions", "nodes", "forward_outputs", "backward_outputs"];
+const TOP: [&str; 7] =
+    ["format", "version", "regions", "nodes", "forward_outputs", "released_outputs", "backward_outputs"];
 const FORMAT: &str = "remat.joint";
 
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +147,7 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
     let region_docs: Vec<RegionDoc> = top.get(FORMAT, "regions")?.unwrap_or_default();
     let raw_nodes: &'a str = top.need_raw(FORMAT, "nodes")?;
     let forward: Vec<IdRef<'a>> = top.need(FORMAT, "forward_outputs")?;
+    let released: Vec<IdRef<'a>> = top.get(FORMAT, "released_outputs")?.unwrap_or_default();
     let backward: Vec<IdRef<'a>> = top.get(FORMAT, "backward_outputs")?.unwrap_or_default();
     let mut regions = Regions::new(region_docs)?;
     let mut placed = Placed {
@@ -200,13 +202,14 @@ pub(super) fn read<'a>(top: &super::Top<'a>) -> Result<PGraph> {
         Ok(out)
     };
     let forward_outputs = outputs("forward_outputs", &forward, false)?;
+    let released_outputs = outputs("released_outputs", &released, false)?;
     let backward_outputs = outputs("backward_outputs", &backward, true)?;
     let regions = regions
         .parts
         .into_iter()
         .map(|r| PRegion { key: r.key, parent: r.parent, name: r.name, budget: r.budget })
         .collect();
-    Ok(PGraph { nodes, regions, forward_outputs, backward_outputs })
+    Ok(PGraph { nodes, regions, forward_outputs, released_outputs, backward_outputs })
 }
 
 /// The generator state a random node runs from: none, one the reader adds before it, or one an
@@ -518,6 +521,10 @@ pub(super) fn to_text(g: &PGraph) -> String {
     }
     lists.push(("nodes", nodes.collect()));
     let ids = |list: &[NodeId]| spaced(&list.iter().map(|&i| g.node(i).id.to_json()).collect::<Vec<_>>());
-    let tail = vec![("forward_outputs", ids(&g.forward_outputs)), ("backward_outputs", ids(&g.backward_outputs))];
+    let mut tail = vec![("forward_outputs", ids(&g.forward_outputs))];
+    if !g.released_outputs.is_empty() {
+        tail.push(("released_outputs", ids(&g.released_outputs)));
+    }
+    tail.push(("backward_outputs", ids(&g.backward_outputs)));
     super::layout(super::JOINT_FORMAT, lists, tail)
 }

@@ -174,6 +174,11 @@ pub struct PGraph {
     pub regions: Vec<PRegion>,
     /// Forward outputs (the caller holds them): never recomputed.
     pub forward_outputs: Vec<NodeId>,
+    /// Forward outputs the caller may free once the forward returns (PyTorch's logits, which
+    /// the caller drops after the loss): the forward computes them and holds them to its end;
+    /// past it they are forward values like any other, kept at their bytes or recomputed.
+    /// Forward nodes, neither resident nor among `forward_outputs` ([`PGraph::validate`]).
+    pub released_outputs: Vec<NodeId>,
     /// Backward outputs (gradients).
     pub backward_outputs: Vec<NodeId>,
 }
@@ -263,6 +268,7 @@ impl PGraph {
             nodes,
             regions,
             forward_outputs: joint.forward_outputs().to_vec(),
+            released_outputs: Vec::new(),
             backward_outputs: joint.grads().iter().map(|&(_, g)| g).collect(),
         }
     }
@@ -342,12 +348,31 @@ impl PGraph {
                 )));
             }
         }
-        for &o in self.forward_outputs.iter().chain(&self.backward_outputs) {
+        for &o in self.forward_outputs.iter().chain(&self.released_outputs).chain(&self.backward_outputs) {
             if o.index() >= self.len() {
                 return Err(Error::graph(format!("output {o} is not a node")));
             }
         }
+        self.check_released(&backward)?;
         Ok(Validated { offload_tags, must_recompute_tags, backward, bytes })
+    }
+
+    /// A released output is a forward node the caller could free: not an input or a parameter
+    /// (held anyway), not also a held output.
+    fn check_released(&self, backward: &[bool]) -> Result<()> {
+        for &o in &self.released_outputs {
+            let why = if backward[o.index()] {
+                "it is a backward node; released outputs are forward outputs"
+            } else if self.node(o).flags.resident {
+                "it is an input or a parameter, which the caller holds anyway (list it in forward_outputs)"
+            } else if self.forward_outputs.contains(&o) {
+                "it is also in forward_outputs: an output is either held by the caller or released"
+            } else {
+                continue;
+            };
+            return Err(Error::graph(format!("{}: listed in released_outputs, but {why}", self.describe(o))));
+        }
+        Ok(())
     }
 
     /// For each node, whether a backward node reads it while it is a forward node.

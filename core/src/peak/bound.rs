@@ -110,12 +110,12 @@ pub fn peak_lower_bound(graph: &(impl Schedulable + ?Sized)) -> Result<PeakBound
     Ok(best)
 }
 
-/// The nodes every plan computes: the forward nodes the forward outputs depend on (inputs and
+/// The nodes every plan computes: the forward nodes the forward outputs (released ones too) depend on (inputs and
 /// parameters aside), and the backward nodes the gradients depend on.
 fn computed_by_every_plan(graph: &(impl Schedulable + ?Sized), n_fwd: usize) -> Vec<bool> {
     let count = graph.node_count();
     let mut computed = vec![false; count];
-    for &o in graph.forward_outputs().iter().filter(|o| o.index() < n_fwd) {
+    for &o in graph.forward_outputs().iter().chain(graph.released_outputs()).filter(|o| o.index() < n_fwd) {
         computed[o.index()] = true;
     }
     for &g in graph.gradients().iter().filter(|g| g.index() >= n_fwd) {

@@ -6,9 +6,9 @@
 //! the peak, and a saved set within the rows whose plan peaks within the limit is optimal.
 //!
 //! What the planner does ([`crate::Plan`]) that the rows read:
-//! - the forward computes, in order, the ancestors of the forward outputs and of the saved
-//!   values; each value is live from its step to its last read (for ever, for an output), and a
-//!   saved one on into the backward;
+//! - the forward computes, in order, the ancestors of the forward outputs (released ones too)
+//!   and of the saved values; each value is live from its step to its last read (for ever, for
+//!   an output; to the forward's end, for a released one), and a saved one on into the backward;
 //! - the backward computes its nodes in order; a forward value it reads is at hand from before
 //!   its first reader to after its last — saved, or recomputed once and held — whatever is
 //!   saved; a saved value is live from the forward until its first reader at least;
@@ -181,6 +181,8 @@ pub(super) struct Facts<'g, G: ?Sized> {
     pub(super) n_fwd: usize,
     /// Per node, whether it is a forward output.
     output: Vec<bool>,
+    /// Per node, whether it is a released output: held to the forward's end, decided past it.
+    released: Vec<bool>,
     /// Bytes of the inputs and parameters.
     resident_bytes: u64,
 }
@@ -192,7 +194,11 @@ impl<'g, G: Schedulable + ?Sized> Facts<'g, G> {
         for o in graph.forward_outputs() {
             output[o.index()] = true;
         }
-        let mut facts = Facts { graph, n_fwd, output, resident_bytes: 0 };
+        let mut released = vec![false; graph.node_count()];
+        for o in graph.released_outputs() {
+            released[o.index()] = true;
+        }
+        let mut facts = Facts { graph, n_fwd, output, released, resident_bytes: 0 };
         facts.resident_bytes = (0..n_fwd).filter(|&i| facts.resident(i)).map(|i| facts.bytes(i)).sum();
         Ok(facts)
     }
@@ -237,7 +243,8 @@ impl<'g, G: Schedulable + ?Sized> Facts<'g, G> {
 fn forward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>, first_aux: usize) -> Rows {
     let (graph, n_fwd, output) = (f.graph, f.n_fwd, &f.output);
     let node = NodeId::from_index;
-    let always = crate::plan::ancestors(graph, graph.forward_outputs(), n_fwd);
+    let roots: Vec<NodeId> = graph.forward_outputs().iter().chain(graph.released_outputs()).copied().collect();
+    let always = crate::plan::ancestors(graph, &roots, n_fwd);
     let computed_step = |k: usize| !f.resident(k);
     let mut out = Rows { aux: first_aux, ..Rows::default() };
     // "Computed" columns for the steps not every plan takes.
@@ -291,7 +298,7 @@ fn forward_rows<G: Schedulable + ?Sized>(f: &Facts<'_, G>, first_aux: usize) -> 
             terms.push((Var::Aux(computed[k]), f.step_bytes(k)));
         }
         for v in (0..k).filter(|&v| computed_step(v)) {
-            if output[v] || (always[v] && last_always[v].is_some_and(|l| l >= k)) {
+            if output[v] || f.released[v] || (always[v] && last_always[v].is_some_and(|l| l >= k)) {
                 held += f.bytes(v);
                 continue;
             }

@@ -14,7 +14,8 @@ pub(super) fn free_after_last_read(graph: &(impl Schedulable + ?Sized), program:
     }
 }
 
-/// Turns a compute sequence into the two programs with a free after each value's last use.
+/// Turns a compute sequence into the two programs with a free after each value's last use (for
+/// a released output, no earlier than the forward's last step).
 /// A node computed twice (forward, then recomputed or fetched) is two values, each freed on its
 /// own; an offloaded value is copied out right after it is computed.
 pub(super) fn with_frees(
@@ -38,6 +39,19 @@ pub(super) fn with_frees(
         }
         current[id.index()] = pos;
         last_use.push(pos);
+    }
+    // A released output is returned by the forward: held to its end, whoever reads it.
+    let released = graph.released_outputs();
+    if !released.is_empty() && n_forward_steps > 0 {
+        let mut is_released = vec![false; graph.node_count()];
+        for &r in released {
+            is_released[r.index()] = true;
+        }
+        for (pos, &(id, _)) in seq[..n_forward_steps].iter().enumerate() {
+            if is_released[id.index()] {
+                last_use[pos] = last_use[pos].max(n_forward_steps - 1);
+            }
+        }
     }
     // What each step frees, grouped by step (CSR: `frees[start[pos]..start[pos + 1]]`, in
     // sequence order): one list per step would be a small allocation per step.

@@ -166,10 +166,11 @@ impl Plan {
             at_hand[i.index()] = true;
         }
 
-        // Forward: ancestors of the outputs and of the saved values.
+        // Forward: ancestors of the outputs (released ones too) and of the saved values.
         let roots: Vec<NodeId> = graph
             .forward_outputs()
             .iter()
+            .chain(graph.released_outputs())
             .copied()
             .chain((0..n_fwd as u32).map(NodeId::new).filter(|i| saved[i.index()]))
             .collect();

@@ -65,7 +65,7 @@ impl<S: Schedulable + ?Sized> Schedule<'_, S> {
 /// Invariant: `to_old` is a permutation of the graph's nodes; `to_old[..forward]` are its
 /// forward nodes and `to_old[forward..]` its backward ones, each in id order; every other field
 /// names nodes by their place in `to_old`: `inputs[starts[k]..starts[k + 1]]` are the inputs of
-/// new node `k`, `forward_outputs` and `gradients` the graph's.
+/// new node `k`, `forward_outputs`, `released_outputs` and `gradients` the graph's.
 #[derive(Debug)]
 pub(crate) struct Reorder {
     to_old: Vec<NodeId>,
@@ -73,6 +73,7 @@ pub(crate) struct Reorder {
     starts: Vec<usize>,
     inputs: Vec<NodeId>,
     forward_outputs: Vec<NodeId>,
+    released_outputs: Vec<NodeId>,
     gradients: Vec<NodeId>,
 }
 
@@ -102,7 +103,8 @@ impl Reorder {
         }
         let new = |of: &[NodeId]| of.iter().map(|o| to_new[o.index()]).collect();
         let (forward_outputs, gradients) = (new(&graph.forward_outputs), new(&graph.backward_outputs));
-        let order = Reorder { to_old, forward, starts, inputs, forward_outputs, gradients };
+        let released_outputs = new(&graph.released_outputs);
+        let order = Reorder { to_old, forward, starts, inputs, forward_outputs, released_outputs, gradients };
         debug_assert!(order.is_topological(), "forward-first order of a valid graph");
         Some(order)
     }
@@ -163,6 +165,10 @@ impl Schedulable for ForwardFirst<'_> {
 
     fn forward_outputs(&self) -> &[NodeId] {
         &self.order.forward_outputs
+    }
+
+    fn released_outputs(&self) -> &[NodeId] {
+        &self.order.released_outputs
     }
 
     fn gradients(&self) -> &[NodeId] {

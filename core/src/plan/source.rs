@@ -37,6 +37,12 @@ pub trait Schedulable {
     fn is_reshape(&self, id: NodeId) -> bool;
     /// The forward graph's outputs (the caller holds them).
     fn forward_outputs(&self) -> &[NodeId];
+    /// The forward outputs the caller may free once the forward returns
+    /// ([`PGraph::released_outputs`]): computed by the forward and held to its end, then kept
+    /// only where the plan saves them. None unless the graph says so.
+    fn released_outputs(&self) -> &[NodeId] {
+        &[]
+    }
     /// The gradient nodes (the backward's outputs).
     fn gradients(&self) -> &[NodeId];
     /// An error about node `id`, naming it as the graph's own errors do.
@@ -132,6 +138,10 @@ impl Schedulable for PGraph {
         &self.forward_outputs
     }
 
+    fn released_outputs(&self) -> &[NodeId] {
+        &self.released_outputs
+    }
+
     fn gradients(&self) -> &[NodeId] {
         &self.backward_outputs
     }
@@ -225,6 +235,10 @@ impl<S: Schedulable + ?Sized> Schedulable for Compact<'_, S> {
 
     fn forward_outputs(&self) -> &[NodeId] {
         self.graph.forward_outputs()
+    }
+
+    fn released_outputs(&self) -> &[NodeId] {
+        self.graph.released_outputs()
     }
 
     fn gradients(&self) -> &[NodeId] {
