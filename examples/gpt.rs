@@ -17,13 +17,11 @@ use remat::{Budget, Graph, Strategy};
 use remat_zoo::{self as zoo, BlockParams, GptConfig, Part};
 use std::time::Instant;
 
-#[path = "common/compare.rs"]
-mod compare;
 #[path = "common/data_parallel.rs"]
 mod data_parallel;
 #[path = "../cli/src/plot.rs"]
 mod plot;
-use compare::{compare, Row, Table};
+use remat::compare::{compare, Row, Table};
 
 // The model's sub-blocks are `zoo::attention` (its context named "attn_ctx") and
 // `zoo::feed_forward` (its pre-activation named "ffn_pre"); `zoo::block` joins them with layer
@@ -342,7 +340,7 @@ fn train_and_compare<B: Backend>(
     let timed_steps = if args.quick { 2 } else { u64::from(args.timed_steps) };
     let feeds = zoo::synthetic_tokens(cfg, 0)?;
     let rows = compare(choices, |&p| build(cfg, p, args.strategy), backend, &params, &feeds, timed_steps)?;
-    TABLE.print(&rows);
+    print!("{}", TABLE.render(&rows));
     if let Some(path) = &args.plot {
         plot(path, &rows)?;
         println!("frontier written to {}", path.display());

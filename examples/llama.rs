@@ -14,11 +14,9 @@ use remat::prelude::*;
 use remat::{AttnLayout, Budget, Graph, Strategy};
 use std::time::Instant;
 
-#[path = "common/compare.rs"]
-mod compare;
 #[path = "common/data_parallel.rs"]
 mod data_parallel;
-use compare::{compare, Row, Table};
+use remat::compare::{compare, Row, Table};
 
 /// Sizes of the model and its batches.
 #[derive(Clone, Copy, Debug)]
@@ -492,7 +490,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("held-out loss after training: {held:.4} ({:.3} bits per byte)", held / std::f64::consts::LN_2);
 
     let rows = compare_policies(&cfg, args, &params, &corpus)?;
-    TABLE.print(&rows);
+    print!("{}", TABLE.render(&rows));
 
     let n = if args.quick { 8 } else { args.generate };
     let prompt = corpus.held_out[..cfg.seq / 2].to_vec();

@@ -9,7 +9,7 @@
 //! ([`checkpoint`], [`policy!`], [`RegionPolicy`]), planning ([`Model`], [`Strategy`],
 //! [`Partition`], [`Plan`]), running and training ([`CpuBackend`], [`Params`], [`AdamW`]) — each
 //! by one path; `use remat::prelude::*` brings the common ones. Each module is the one path to
-//! what it holds: [`json`] (graph documents), [`partition`] (partitioning a joint graph directly,
+//! what it holds: [`json`] (graph documents), [`compare`] (policies side by side), [`partition`] (partitioning a joint graph directly,
 //! scoring a decision), [`region`] (regions entered by hand), [`report`] (text, JSON and DOT
 //! reports), [`backend`] (for backend authors), [`dist`] (data parallelism) and, with the `cuda`
 //! feature (on by default), `cuda`. Ready-made models (an MLP, a GPT) for trying remat are in the
@@ -50,6 +50,12 @@ pub use remat_core::{CollectiveKind, Error, Limit, Result};
 /// process, gradients reduced in buckets during the backward, ZeRO-1 (`docs/distributed.md`).
 pub mod dist {
     pub use remat_dist::*;
+}
+
+/// Comparing checkpointing policies on one model in one run, and the table of them (what every
+/// example ends with).
+pub mod compare {
+    pub use remat_core::compare::{compare, Row, Table};
 }
 
 /// Graph documents as JSON: `remat.graph` (a forward graph remat differentiates) and

@@ -14,6 +14,7 @@
 
 mod autodiff;
 mod backend;
+pub mod compare;
 mod concurrent;
 mod cpu_features;
 mod decode;

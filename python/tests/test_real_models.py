@@ -8,8 +8,8 @@ gradient bit for bit; the bytes kept for the backward, counted by PyTorch's
 PyTorch's ``FlopCounterMode``, at most 1.05× PyTorch's. ``REMAT_REAL_MODELS_TABLE=path`` writes
 each run's figures (both sides: bytes, backward FLOPs, compile CPU seconds, step milliseconds).
 
-CI runs ``aot_eager``; ``REMAT_REAL_MODELS=all`` adds Inductor (1e-3 relative against PyTorch's
-Inductor), which compiles for minutes on two cores.
+Under Inductor (1e-3 relative against PyTorch's Inductor), which compiles for minutes on two cores,
+CI runs three of the 21 runs (``INDUCTOR_IN_CI``); ``REMAT_REAL_MODELS=all`` runs every one.
 """
 
 import functools
@@ -85,21 +85,28 @@ MODELS = {
 # (a ResNet's regions hold no matrix product: its convolutions are not a kind remat names).
 TIMM_POLICY = {"vit": "save(matmul)", "resnet18": "recompute(relu)"}
 
-# Where remat keeps more than PyTorch by the hooks, the bytes it may keep more and why (measured
-# 2026-12-06, aot_eager): a test fails if the excess grows past them.
+# Where remat keeps more than PyTorch by the hooks, the bytes it may keep more under each compiler
+# and why (measured 2026-12-06): a test fails if the excess grows past them.
+ROTARY = (
+    "rotary cos and sin (1 024 B each) are inputs of every checkpointed layer, which remat keeps as eager "
+    "checkpointing does (DESIGN §4: a region's inputs are kept whatever made them); PyTorch's compiled "
+    "partitioner recomputes them — from their concatenation under aot_eager (1 024 B plus 388 B of row "
+    "statistics), from the position ids under Inductor (keeping 660 B of labels and statistics instead)"
+)
 EXCESS = {
-    # Rotary embedding: remat's min-cut keeps the cos and sin products (1 024 B each) where
-    # PyTorch's keeps their concatenation, an rsqrt and the loss's weight (636 B less, of 45 KB).
-    "llama_gqa": (640, "rotary cos and sin kept apart"),
+    "llama_gqa": ({"aot_eager": 636, "inductor": 1388}, ROTARY),
     # The rotary difference above, and the routing remat never recomputes (top-k values and
-    # indices, the sort's order, the expert histogram: 2 592 B over 2 layers), which PyTorch
+    # indices, the sort's order, the expert histogram: 2 080 B over 2 layers), which PyTorch
     # recomputes (NeMo-Automodel #2635: a recompute can route differently).
-    "mixtral": (640 + 2592, "routing kept; rotary cos and sin kept apart"),
+    "mixtral": ({"aot_eager": 636 + 2080, "inductor": 1388 + 2080}, "routing kept; " + ROTARY),
     # Batch norm in training reads the running statistics the forward updates in place: remat
     # never recomputes an op that reads a buffer the forward mutates (its normalised output, mean
     # and inverse deviation are kept: 133 120 B over the checkpointed stages), where PyTorch
     # recomputes it (its outputs but the updates do not depend on them).
-    "resnet18": (133120, "batch norm's outputs kept: it reads the mutated running statistics"),
+    "resnet18": (
+        {"aot_eager": 133120, "inductor": 133120},
+        "batch norm's outputs kept: it reads the mutated running statistics",
+    ),
 }
 
 
@@ -176,12 +183,17 @@ def _run(make, kind, checkpointing, backend):
     return Step(loss.detach(), grads, kept, counter.get_total_flops(), compile_cpu_s, step_ms)
 
 
+# Inductor compiles for minutes on two cores: CI runs these of its runs, REMAT_REAL_MODELS=all every one.
+INDUCTOR_IN_CI = {("gpt2", "none"), ("llama_gqa", "full"), ("mixtral", "sac")}
+
+
 def _cases():
-    compilers = ["aot_eager", "inductor"] if os.environ.get("REMAT_REAL_MODELS") == "all" else ["aot_eager"]
-    for compiler in compilers:
+    every = os.environ.get("REMAT_REAL_MODELS") == "all"
+    for compiler in ("aot_eager", "inductor"):
         for name in MODELS:
             for checkpointing in ("none", "full", "sac"):
-                yield pytest.param(name, checkpointing, compiler, id=f"{name}-{checkpointing}-{compiler}")
+                if compiler == "aot_eager" or every or (name, checkpointing) in INDUCTOR_IN_CI:
+                    yield pytest.param(name, checkpointing, compiler, id=f"{name}-{checkpointing}-{compiler}")
 
 
 @pytest.mark.parametrize("name, checkpointing, compiler", list(_cases()))
@@ -202,7 +214,8 @@ def test_a_real_model_compiles_matches_pytorch_and_keeps_no_more(name, checkpoin
             torch.testing.assert_close(g, h, rtol=1e-3, atol=1e-4)
     if policy is None:
         # (With remat's words the policy is not PyTorch's: nothing to hold the bytes against.)
-        allowed, why = EXCESS.get(name, (0, ""))
+        allowed, why = EXCESS.get(name, ({}, ""))
+        allowed = allowed.get(compiler, 0)
         assert ours.kept <= theirs.kept + allowed, (
             f"{name} {checkpointing} {compiler}: remat keeps {ours.kept} B, PyTorch {theirs.kept} B (allowed "
             f"{allowed} B more: {why or 'none'})"
