@@ -257,7 +257,7 @@ pub mod __private {
     #[diagnostic::on_unimplemented(
         message = "`#[save]` / `#[recompute]` / `#[offload]` apply to tensors, not to `{Self}`",
         label = "the value this statement binds is a `{Self}`",
-        note = "the statement must bind a `Tensor`, or a reference, tuple, array, slice, `Vec` or `Option` of them"
+        note = "the statement must bind a `Tensor`, or a reference, tuple (up to 12; nest tuples for more), array, slice, `Vec` or `Option` of them"
     )]
     pub trait StatementPolicy {
         /// Gives every tensor in `self` the policy (see [`Tensor::set_policy`]).
@@ -328,6 +328,12 @@ pub mod __private {
         (A 0, B 1, C 2, D 3)
         (A 0, B 1, C 2, D 3, E 4)
         (A 0, B 1, C 2, D 3, E 4, F 5)
+        (A 0, B 1, C 2, D 3, E 4, F 5, G 6)
+        (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7)
+        (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8)
+        (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9)
+        (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10)
+        (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11)
     }
 }
 

@@ -97,8 +97,12 @@ impl Tensor {
 
     /// Overrides the policy of this value's node, as `#[save]` / `#[recompute]` do.
     ///
-    /// The value must have been computed inside the open region (a statement attribute speaks
-    /// for the value its statement computes); otherwise the trace records an error.
+    /// The value must have been computed inside the open region or in a region it calls (a
+    /// nested region's output keeps its region and takes the policy); a value from outside —
+    /// an input, a parameter, the caller's — records an error naming it. With no region open (a
+    /// function whose policy is `none` runs unchecked) a value of a region it called takes the
+    /// policy, and any other is left alone: nothing here is checkpointed, as in code outside any
+    /// region.
     #[track_caller]
     pub fn set_policy(&self, policy: Policy) -> Tensor {
         let loc = SrcLoc::from_caller(std::panic::Location::caller());
@@ -107,16 +111,25 @@ impl Tensor {
             st.assert_live();
             let current = st.current_region().map(|(r, _)| r);
             let node = st.graph.node(id);
-            let op = node.op.name();
             match (node.tag, current) {
-                (Some(tag), Some(region)) if tag.region == region => {
+                (Some(tag), None) => {
+                    st.graph.node_mut(id).tag = Some(Tag { policy, source: PolicySource::Statement, ..tag })
+                }
+                (Some(tag), Some(region)) if st.graph.region_is_within(tag.region, region) => {
                     st.graph.node_mut(id).tag = Some(Tag { policy, source: PolicySource::Statement, ..tag });
                 }
-                _ => st.fail(
-                    op,
-                    loc,
-                    format!("`{policy}` applies to a value computed in this region, but {id} was computed outside it"),
-                ),
+                (None, None) => {}
+                (_, Some(_)) => {
+                    let op = node.op.name();
+                    let at = node.loc().map(|l| format!(" at {l}")).unwrap_or_default();
+                    let what = match node.op.is_resident() {
+                        true => format!("`{}`, an input or a parameter, is held anyway", node.name().unwrap_or(op)),
+                        false => format!("this `{op}` (computed{at}) was computed outside it, by its caller"),
+                    };
+                    let message =
+                        format!("`{policy}` applies to a value computed in this region or a region it calls; {what}");
+                    st.fail(op, loc, message);
+                }
             }
         }
         self.clone()

@@ -43,7 +43,9 @@ use proc_macro::TokenStream;
 /// Inside the function, `#[save] let v = ..;`, `#[recompute] let v = ..;` and
 /// `#[offload] let v = ..;` make the value the statement binds must_save / must_recompute /
 /// must_offload, whatever the region's policy and names say. They
-/// apply to a `Tensor`, or a reference, tuple, array, slice, `Vec` or `Option` of tensors, and
+/// apply to a `Tensor`, or a reference, tuple (up to 12 elements; nest tuples for more), array,
+/// slice, `Vec` or `Option` of tensors, computed by the function or by a checkpointed function it
+/// calls (under `policy = none` a value of its own ops is left alone: nothing is checkpointed), and
 /// are found in nested blocks (`if`, `match`, loops, closures), not in nested items. Outside a
 /// checkpointed function they are not attributes at all: the compiler cannot find `save`.
 ///

@@ -171,6 +171,18 @@ impl Graph {
         &self.regions[id.index()]
     }
 
+    /// Whether region instance `inner` is `outer` or nested in it (through its parents).
+    pub fn region_is_within(&self, inner: RegionId, outer: RegionId) -> bool {
+        let mut at = Some(inner);
+        while let Some(r) = at {
+            if r == outer {
+                return true;
+            }
+            at = self.regions[r.index()].parent;
+        }
+        false
+    }
+
     /// All regions, by id.
     pub fn regions(&self) -> &[Region] {
         &self.regions
