@@ -7,7 +7,9 @@ use half::{bf16, f16};
 /// Floating types compute in f32 on the CPU (f64 when the op's result is f64); narrower types
 /// are *storage* formats converted with round-to-nearest-even. fp8 conversions saturate: values
 /// beyond the format's largest finite value become that value (±448 for e4m3, ±57344 for e5m2),
-/// NaN stays NaN. `I64` holds integer ids and targets only.
+/// NaN stays NaN. `I64` holds integer ids and targets. A cast goes from every dtype to every
+/// dtype: to `I64` a float is truncated toward zero, saturating at the i64 range, NaN to 0; to
+/// `Bool` a nonzero value (NaN included) is true; a `Bool` is 0 or 1 as a number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     /// 32-bit IEEE float.
@@ -25,7 +27,7 @@ pub enum DType {
     /// 64-bit signed integers (ids, targets).
     I64,
     /// Booleans, one byte each: what comparisons produce and `where` consumes. Not arithmetic:
-    /// cast to a float dtype to compute with a mask.
+    /// cast to a number to compute with a mask.
     Bool,
 }
 

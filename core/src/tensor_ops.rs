@@ -263,7 +263,9 @@ impl Tensor {
         self.apply(Op::Embedding, &[ids])
     }
 
-    /// The values converted to `dtype` (round to nearest even; fp8 saturates).
+    /// The values converted to `dtype`: floats round to nearest even (fp8 saturates); to `I64`
+    /// truncated toward zero, saturating, NaN to 0; to `Bool`, nonzero is true. No gradient
+    /// flows through a cast to `I64` or `Bool`.
     #[track_caller]
     pub fn cast(&self, dtype: DType) -> Tensor {
         self.apply(Op::Cast { dtype }, &[])

@@ -244,6 +244,10 @@ fn cast() {
     // Through f32 the function is rounded, so the step must dwarf f32 rounding (the central
     // difference of a square is exact for any step) and only f32 accuracy can be asked.
     check_tol(&[n(&[3, 4])], 1e-5, 1e-2, |_, p| p[0].cast(DType::F32).square().cast(DType::F64));
+    // Through i64 or bool the value is piecewise constant: no gradient flows through the cast,
+    // and away from the steps (a 3·x far from integers for these draws) differences agree.
+    check(&[n(&[3, 4])], |_, p| &(&p[0] * 3.0).cast(DType::I64).cast(DType::F64) * &p[0]);
+    check(&[n(&[3, 4])], |_, p| &p[0].cast(DType::Bool).cast(DType::F64) * &p[0].exp());
 }
 
 #[test]

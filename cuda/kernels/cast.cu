@@ -1,6 +1,7 @@
 // Casts between any dtypes: every value is widened exactly to f64 (i64 to f64 rounds once,
 // like the CPU's `as f64`) and rounded once to the target, to nearest even, saturating for
-// fp8. i64 -> f32 rounds directly, as the CPU does.
+// fp8. i64 -> f32 rounds directly, as the CPU does. To i64: truncated toward zero, saturating
+// at the i64 range, NaN to 0 (Rust's `as i64`). To bool: nonzero, NaN included, is true.
 
 __device__ __forceinline__ double load_any(const void* p, int dt, u64 i) {
     switch (dt) {
@@ -23,7 +24,8 @@ __device__ __forceinline__ void store_any(void* p, int dt, u64 i, double v) {
         case 3: ((u16*)p)[i] = f64_to_f16(v); break;
         case 4: ((u8*)p)[i] = double_to_e4m3(v); break;
         case 5: ((u8*)p)[i] = double_to_e5m2(v); break;
-        case 6: ((i64*)p)[i] = (i64)v; break;  // from bool only: float -> i64 is refused
+        case 6: ((i64*)p)[i] = v != v ? 0 : v >= 9223372036854775807.0 ? (i64)9223372036854775807LL
+                                   : v <= -9223372036854775808.0 ? (i64)(-9223372036854775807LL - 1) : (i64)v; break;
         case 7: ((u8*)p)[i] = v != 0.0; break;
         default: break;
     }
@@ -48,7 +50,9 @@ extern "C" __global__ void cast(const void* x, int from, void* y, int to, u64 n)
             ((i64*)y)[i] = ((const i64*)x)[i];
         } else if (from == 6 && to == 0) {
             ((float*)y)[i] = __ll2float_rn(((const i64*)x)[i]);
-        } else if (from == 1 || to == 1 || from == 6 || from == 7 || to == 7) {
+        } else if (from == 6 && to == 7) {
+            ((u8*)y)[i] = ((const i64*)x)[i] != 0;
+        } else if (from == 1 || to == 1 || from == 6 || to == 6 || from == 7 || to == 7) {
             store_any(y, to, i, load_any(x, from, i));
         } else {
             store_from_f32(y, to, i, (float)load_any(x, from, i));

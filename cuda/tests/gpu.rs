@@ -304,6 +304,18 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             v.push(exact(Op::Cast { dtype: DType::F32 }, vec![ids(&[20], 1 << 40, 6)]));
             v.push(exact(Op::Cast { dtype: DType::BF16 }, vec![ids(&[20], 1 << 40, 6)]));
             v.push(exact(Op::Cast { dtype: dt }, vec![mask(&[33], 7)]));
+            // To integers and bools: truncation, saturation, NaN to 0; nonzero is true.
+            let edges = HostTensor::f64(
+                vec![9],
+                vec![-1.7, 1.7, -0.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e30, -0.0, 3.0],
+            )
+            .unwrap()
+            .to_dtype(dt);
+            for to in [DType::I64, DType::Bool] {
+                v.push(exact(Op::Cast { dtype: to }, vec![t(&[300], 4)]));
+                v.push(exact(Op::Cast { dtype: to }, vec![edges.clone()]));
+                v.push(exact(Op::Cast { dtype: to }, vec![ids(&[20], 1 << 40, 6)]));
+            }
             v
         }
         K::Dropout => vec![exact(Op::Dropout { p: 0.3, seed: 5, key: 9 }, vec![t(&[10_007], 1)])],

@@ -351,21 +351,24 @@ crate::cpu_features::wide_fn! {
     }
 }
 
-/// Any float to any float (through f64 when either side is f64, else f32), i64 to float, i64
-/// to i64. Each value is rounded once, to nearest even (saturating for fp8).
+/// Any dtype to any dtype ([`DType`]'s rules): float to float through f64 when either side is
+/// f64, else f32, each value rounded once to nearest even (saturating for fp8); i64 to float
+/// rounded once; float to i64 truncated toward zero, saturating at the i64 range, NaN to 0; to
+/// bool, nonzero (NaN included) is true; bool to a number, 0 or 1.
 pub(super) fn cast(call: &KernelCall<'_>, x: &HostTensor, dtype: DType) -> Result<HostTensor> {
     let data = match (x.data(), dtype) {
-        (HostData::Bool(v), DType::Bool) => HostData::Bool(v.clone()),
+        (d, _) if d.dtype() == dtype => d.clone(),
+        (HostData::Bool(v), DType::I64) => HostData::I64(v.iter().map(|&b| i64::from(b)).collect()),
         (HostData::Bool(v), _) => {
             HostData::from_f64(&v.iter().map(|&b| f64::from(u8::from(b))).collect::<Vec<_>>(), dtype)
         }
-        (_, DType::Bool) => return Err(node_err(call, "cannot cast to bool: compare instead")),
-        (HostData::I64(v), DType::I64) => HostData::I64(v.clone()),
+        (HostData::I64(v), DType::Bool) => HostData::Bool(v.iter().map(|&i| i != 0).collect()),
         // `as f32` rounds an i64 once; through f64 it could round twice.
         (HostData::I64(v), DType::F32) => HostData::F32(v.iter().map(|&i| i as f32).collect()),
         (HostData::I64(v), _) => HostData::from_f64(&v.iter().map(|&i| i as f64).collect::<Vec<_>>(), dtype),
-        (_, DType::I64) => return Err(node_err(call, "cannot cast floating values to i64")),
-        (d, _) if d.dtype() == dtype => d.clone(),
+        // Every float widens to f64 exactly; `as i64` truncates, saturates and maps NaN to 0.
+        (_, DType::I64) => HostData::I64(x.to_f64_vec().into_iter().map(|v| v as i64).collect()),
+        (_, DType::Bool) => HostData::Bool(x.to_f64_vec().into_iter().map(|v| v != 0.0).collect()),
         // Same shape; rounds once, through f64 when either side is f64.
         _ => return Ok(x.to_dtype(dtype)),
     };
@@ -490,6 +493,39 @@ mod tests {
         for (i, &v) in a.iter().enumerate() {
             assert_eq!(v != 0.0, rng::dropout_keeps(seed, 9, i as u64, 0.25), "element {i}");
         }
+    }
+
+    /// Every dtype casts to every other, by the rules of `cast`'s docs, checked against values
+    /// written out by hand.
+    #[test]
+    fn casts_to_integers_and_bools_truncate_saturate_and_test_nonzero() {
+        let x = HostTensor::f64(
+            [10],
+            vec![-1.7, 1.7, -0.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e30, -0.0, 9007199254740993.0, 3.0],
+        )
+        .unwrap();
+        let ints = run(&Op::Cast { dtype: DType::I64 }, &[&x]).unwrap();
+        assert_eq!(
+            ints.data(),
+            &HostData::I64(vec![-1, 1, 0, 0, i64::MAX, i64::MIN, i64::MAX, 0, 9007199254740992, 3])
+        );
+        let from_f32 = run(&Op::Cast { dtype: DType::I64 }, &[&run(&Op::Cast { dtype: DType::F32 }, &[&x]).unwrap()]);
+        assert_eq!(
+            from_f32.unwrap().data(),
+            &HostData::I64(vec![-1, 1, 0, 0, i64::MAX, i64::MIN, i64::MAX, 0, 9007199254740992, 3])
+        );
+        let bools = run(&Op::Cast { dtype: DType::Bool }, &[&x]).unwrap();
+        assert_eq!(bools.data(), &HostData::Bool(vec![true, true, true, true, true, true, true, false, true, true]));
+        let from_bf16 =
+            run(&Op::Cast { dtype: DType::Bool }, &[&run(&Op::Cast { dtype: DType::BF16 }, &[&x]).unwrap()]);
+        assert_eq!(from_bf16.unwrap().data(), bools.data());
+        let ints_to_bool = run(&Op::Cast { dtype: DType::Bool }, &[&ints]).unwrap();
+        assert_eq!(
+            ints_to_bool.data(),
+            &HostData::Bool(vec![true, true, false, false, true, true, true, false, true, true])
+        );
+        let back = run(&Op::Cast { dtype: DType::I64 }, &[&bools]).unwrap();
+        assert_eq!(back.data(), &HostData::I64(vec![1, 1, 1, 1, 1, 1, 1, 0, 1, 1]));
     }
 
     #[test]
