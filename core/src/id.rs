@@ -66,3 +66,12 @@ impl std::fmt::Display for RegionId {
         write!(f, "r{}", self.0)
     }
 }
+
+/// Per node of `nodes`, whether `ids` lists it.
+pub(crate) fn marked<'a>(nodes: usize, ids: impl IntoIterator<Item = &'a NodeId>) -> Vec<bool> {
+    let mut mark = vec![false; nodes];
+    for &i in ids {
+        mark[i.index()] = true;
+    }
+    mark
+}

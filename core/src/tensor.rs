@@ -112,14 +112,13 @@ impl Tensor {
             let current = st.current_region().map(|(r, _)| r);
             let node = st.graph.node(id);
             match (node.tag, current) {
-                (Some(tag), None) => {
-                    st.graph.node_mut(id).tag = Some(Tag { policy, source: PolicySource::Statement, ..tag })
-                }
-                (Some(tag), Some(region)) if st.graph.region_is_within(tag.region, region) => {
+                // Computed in the open region or one it called (with none open, any region).
+                (Some(tag), current) if current.is_none_or(|region| st.graph.region_is_within(tag.region, region)) => {
                     st.graph.node_mut(id).tag = Some(Tag { policy, source: PolicySource::Statement, ..tag });
                 }
                 (None, None) => {}
-                (_, Some(_)) => {
+                // From outside the open region (the guard above took every tagged value when none is open).
+                _ => {
                     let op = node.op.name();
                     let at = node.loc().map(|l| format!(" at {l}")).unwrap_or_default();
                     let what = match node.op.is_resident() {

@@ -255,9 +255,7 @@ def _written_placeholders(node: fx.Node) -> list[fx.Node]:
     for k, arg in enumerate(schema.arguments):
         if arg.alias_info is None or not arg.alias_info.is_write:
             continue
-        value = node.args[k] if k < len(node.args) else node.kwargs.get(arg.name)
-        while isinstance(value, fx.Node) and value.op == "call_function" and _is_view(value.target) and value.args:
-            value = value.args[0]
+        value = _through_views(node.args[k] if k < len(node.args) else node.kwargs.get(arg.name))
         if isinstance(value, fx.Node) and value.op == "placeholder":
             found.append(value)
     return found
@@ -366,14 +364,14 @@ def joint_document(
     names = {d["id"] for d in out}
     fwd = [n for n in outs[:num_fwd_outputs] if isinstance(n, fx.Node) and n.name in names]
     bwd = [n.name for n in outs[num_fwd_outputs:] if isinstance(n, fx.Node) and n.name in names]
-    held = [n for n in dict.fromkeys(fwd) if _caller_holds(n)]
+    fwd = list(dict.fromkeys(fwd))
     return {
         "format": "remat.joint",
         "version": 1,
         "regions": [{"id": i, "name": f"ac_graph_{k}"} for k, i in regions.items()],
         "nodes": out,
-        "forward_outputs": [n.name for n in held],
-        "released_outputs": [n.name for n in dict.fromkeys(fwd) if n not in held],
+        "forward_outputs": [n.name for n in fwd if _caller_holds(n)],
+        "released_outputs": [n.name for n in fwd if not _caller_holds(n)],
         "backward_outputs": bwd,
     }
 
@@ -384,13 +382,18 @@ def _caller_holds(output: fx.Node) -> bool:
     loss ``backward()`` is called on). Any other output — logits, hidden states, a mutated input's
     new value that PyTorch copies back — the caller may drop once the forward returns: remat keeps
     it for the backward only at its bytes, as PyTorch's partitioner does."""
-    node = output
-    while node.op == "call_function" and _is_view(node.target) and node.all_input_nodes:
-        node = node.all_input_nodes[0]
-    if node.op in ("placeholder", "get_attr"):
+    if _through_views(output).op in ("placeholder", "get_attr"):
         return True
     val = output.meta.get("val")
     return isinstance(val, torch.Tensor) and val.dim() == 0
+
+
+def _through_views(value: Any) -> Any:
+    """What ``value`` views: the first argument of each view op it is made by, followed back to a
+    value that is not a view (``value`` itself when it is none)."""
+    while isinstance(value, fx.Node) and value.op == "call_function" and _is_view(value.target) and value.args:
+        value = value.args[0]
+    return value
 
 
 def _policy_name(node: fx.Node) -> str | None:

@@ -127,10 +127,7 @@ impl<'a> Facts<'a> {
         for &r in &p.recomputed {
             recomputed[r.index()] = true;
         }
-        let mut output = vec![false; n];
-        for &o in &g.forward_outputs {
-            output[o.index()] = true;
-        }
+        let output = g.output_mask();
         let mut f = Facts {
             g,
             p,

@@ -432,11 +432,7 @@ impl PGraph {
 
     /// Which nodes are forward outputs (see [`PGraph::view_base`]).
     pub fn output_mask(&self) -> Vec<bool> {
-        let mut output = vec![false; self.nodes.len()];
-        for &o in &self.forward_outputs {
-            output[o.index()] = true;
-        }
-        output
+        crate::id::marked(self.nodes.len(), &self.forward_outputs)
     }
 
     /// What node `i` is kept through: itself, or for a view the first ancestor along first

@@ -190,14 +190,8 @@ pub(super) struct Facts<'g, G: ?Sized> {
 impl<'g, G: Schedulable + ?Sized> Facts<'g, G> {
     fn of(graph: &'g G) -> Result<Self> {
         let n_fwd = graph.forward_len()?;
-        let mut output = vec![false; graph.node_count()];
-        for o in graph.forward_outputs() {
-            output[o.index()] = true;
-        }
-        let mut released = vec![false; graph.node_count()];
-        for o in graph.released_outputs() {
-            released[o.index()] = true;
-        }
+        let output = crate::id::marked(graph.node_count(), graph.forward_outputs());
+        let released = crate::id::marked(graph.node_count(), graph.released_outputs());
         let mut facts = Facts { graph, n_fwd, output, released, resident_bytes: 0 };
         facts.resident_bytes = (0..n_fwd).filter(|&i| facts.resident(i)).map(|i| facts.bytes(i)).sum();
         Ok(facts)

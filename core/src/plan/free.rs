@@ -43,10 +43,7 @@ pub(super) fn with_frees(
     // A released output is returned by the forward: held to its end, whoever reads it.
     let released = graph.released_outputs();
     if !released.is_empty() && n_forward_steps > 0 {
-        let mut is_released = vec![false; graph.node_count()];
-        for &r in released {
-            is_released[r.index()] = true;
-        }
+        let is_released = crate::id::marked(graph.node_count(), released);
         for (pos, &(id, _)) in seq[..n_forward_steps].iter().enumerate() {
             if is_released[id.index()] {
                 last_use[pos] = last_use[pos].max(n_forward_steps - 1);

@@ -428,11 +428,7 @@ pub fn node_flops(graph: &Graph, id: NodeId) -> u64 {
 }
 
 fn at_hand_never_freed(nodes: usize, resident: &[NodeId], kept: &[NodeId]) -> Vec<bool> {
-    let mut never = vec![false; nodes];
-    for &i in resident.iter().chain(kept) {
-        never[i.index()] = true;
-    }
-    never
+    crate::id::marked(nodes, resident.iter().chain(kept))
 }
 
 /// Marks the ancestors of `roots` (roots included) among nodes `0..limit`.
