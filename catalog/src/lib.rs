@@ -7,7 +7,8 @@
 //! policy op names against [`lookup`] at compile time. There is no second list to drift.
 //!
 //! Kinds that share an arity, a shape rule and a kernel shape are declared in a *family*
-//! ([`UnaryOp`], [`UnaryGradOp`], [`BinaryOp`], [`CompareOp`], [`ReduceOp`]), like candle's
+//! ([`UnaryOp`], [`UnaryGradOp`], [`BinaryOp`], [`CompareOp`], [`LogicOp`], [`ArgReduceOp`],
+//! [`ReduceOp`]), like candle's
 //! `UnaryOpT` families: the runtime's `Op` has one variant per family holding the member. A unary
 //! op is four places: its row here (name, FLOPs per element, what its gradient reads, its domain),
 //! one CPU expression, one CUDA expression and one gradient rule. Its `Tensor` method is generated
@@ -60,6 +61,10 @@ pub struct OpInfo {
     pub compute_intensive: bool,
     /// Recorded at trace time only (`input`, `param`, `constant`): has no inputs and is resident.
     pub leaf: bool,
+    /// Its value selects data (routing): top-k indices, an argmax, a sort's order, a histogram.
+    /// Never recomputed unless a tag asks for it: recomputed under other numerics or with ties
+    /// broken another way, routing sends tokens elsewhere than the saved activations say.
+    pub selects: bool,
     /// Part of the user-facing DSL. Internal kinds only appear in derived backward graphs and
     /// cannot be named in a policy.
     pub public: bool,
@@ -120,6 +125,7 @@ macro_rules! catalog {
                 random: false,
                 compute_intensive: false,
                 leaf: false,
+                selects: false,
                 public: true,
             }, )*
             $( $( OpInfo {
@@ -130,6 +136,7 @@ macro_rules! catalog {
                 random: false,
                 compute_intensive: false,
                 leaf: false,
+                selects: catalog!(@has selects $($fflag)*),
                 public: !catalog!(@has internal $($fflag)*),
             }, )* )*
             $( OpInfo {
@@ -140,6 +147,7 @@ macro_rules! catalog {
                 random: catalog!(@has random $($flag)*),
                 compute_intensive: catalog!(@has compute $($flag)*),
                 leaf: catalog!(@has leaf $($flag)*),
+                selects: catalog!(@has selects $($flag)*),
                 public: !catalog!(@has internal $($flag)*),
             }, )*
         ];
@@ -245,6 +253,7 @@ macro_rules! catalog {
     (@has compute compute $($rest:ident)*) => { true };
     (@has leaf leaf $($rest:ident)*) => { true };
     (@has internal internal $($rest:ident)*) => { true };
+    (@has selects selects $($rest:ident)*) => { true };
     (@has $want:ident $other:ident $($rest:ident)*) => { catalog!(@has $want $($rest)*) };
 }
 
@@ -311,8 +320,13 @@ catalog! {
         Mul = "mul", flops 1, [];
         /// `a / b`, broadcasting.
         Div = "div", flops 1, [];
-        /// Elementwise maximum, broadcasting.
+        /// Elementwise maximum, broadcasting (NaN wins).
         Maximum = "maximum", flops 1, [];
+        /// Elementwise minimum, broadcasting (NaN wins).
+        Minimum = "minimum", flops 1, [];
+        /// Integer remainder with the sign of the divisor (Python's `%`, `torch.remainder`),
+        /// broadcasting; i64 only.
+        Rem = "rem", flops 1, [];
         /// Internal: 1 where `a > b`, 1/2 where equal, 0 elsewhere (gradient of `maximum`).
         MaximumMask = "maximum_mask", flops 1, [internal];
     }
@@ -329,6 +343,21 @@ catalog! {
         Gt = "gt", flops 1, [];
         /// `a >= b`, broadcasting; a `bool` result.
         Ge = "ge", flops 1, [];
+    }
+    family LogicOp(Fixed(2)) {
+        /// `a && b` on `bool` tensors, broadcasting.
+        And = "logical_and", flops 1, [];
+        /// `a || b` on `bool` tensors, broadcasting.
+        Or = "logical_or", flops 1, [];
+        /// `a != b` on `bool` tensors, broadcasting.
+        Xor = "logical_xor", flops 1, [];
+    }
+    family ArgReduceOp(Fixed(1)) {
+        /// The i64 index of the largest entry along one axis (the first of ties; NaN is largest).
+        Argmax = "argmax", flops 1, [selects];
+        /// The i64 index of the smallest entry along one axis (the first of ties; NaN is
+        /// smallest).
+        Argmin = "argmin", flops 1, [selects];
     }
     family ReduceOp(Fixed(1)) {
         /// Sum over axes.
@@ -389,6 +418,24 @@ catalog! {
         Gather = "gather", Fixed(2), [];
         /// `cond ? a : b` elementwise for a `bool` condition, broadcasting.
         Where = "where", Fixed(3), [];
+        /// `!x` on a `bool` tensor.
+        LogicalNot = "logical_not", Fixed(1), [];
+        /// The i64 indices of the `k` largest (or smallest) entries along one axis, in order
+        /// (ties: the lower index first; NaN is largest). The values are a `gather` of them.
+        Topk = "topk", Fixed(1), [selects];
+        /// The i64 indices that sort one axis, ascending or descending, stable.
+        Argsort = "argsort", Fixed(1), [selects];
+        /// Counts of each value `0..bins` among i64 ids: an i64 histogram (expert load).
+        Bincount = "bincount", Fixed(1), [selects];
+        /// i64 ids `[..]` to one-hot rows `[.., classes]` of a given dtype.
+        OneHot = "one_hot", Fixed(1), [];
+        /// Running sum along one axis (from either end), floats or i64.
+        Cumsum = "cumsum", Fixed(1), [];
+        /// `x` plus `src`'s slices added at i64 indices `[k]` along one axis (`index_add`).
+        IndexAdd = "index_add", Fixed(3), [];
+        /// `x` plus `src` added per position at i64 indices of `src`'s shape along one axis
+        /// (`scatter_add`).
+        ScatterAdd = "scatter_add", Fixed(3), [];
         /// RMS normalisation over the last axis (no gain: multiply by one), forward and backward
         /// fused.
         RmsNorm = "rms_norm", Fixed(1), [];
@@ -525,6 +572,8 @@ mod tests {
         assert!(!OpKind::ReluGrad.info().public);
         assert!(OpKind::Slice.info().view && OpKind::Slice.info().public);
         assert!(OpKind::Sdpa.info().compute_intensive && !OpKind::Silu.info().view);
+        let selects: Vec<&str> = CATALOG.iter().filter(|i| i.selects).map(|i| i.name).collect();
+        assert_eq!(selects, ["argmax", "argmin", "topk", "argsort", "bincount"]);
         assert_eq!(UnaryOp::from_kind(OpKind::Silu), Some(UnaryOp::Silu));
         assert_eq!(UnaryOp::Silu.kind().info().arity, Arity::Fixed(1));
         assert_eq!(CompareOp::from_kind(OpKind::Add), None);

@@ -189,6 +189,13 @@ impl Tensor {
         Tensor { state: state.clone(), id: None, guess: Some(Rc::new(guess)) }
     }
 
+    /// A 0-dim constant `value` of this tensor's dtype, recorded in its trace: what to compare
+    /// with or fill from (`x.gt(&x.scalar_like(0.0))`), broadcasting against any shape.
+    #[track_caller]
+    pub fn scalar_like(&self, value: f64) -> Tensor {
+        self.scalar(value)
+    }
+
     /// A scalar constant of this tensor's dtype (for `x * 0.5` and friends).
     #[track_caller]
     pub(crate) fn scalar(&self, value: f64) -> Tensor {

@@ -3,7 +3,7 @@
 //! Every method is `#[track_caller]`, so a shape or dtype error names the user's line.
 
 use crate::dtype::DType;
-use crate::op::{AttnLayout, BinaryOp, CompareOp, Op, ReduceOp, UnaryOp};
+use crate::op::{ArgReduceOp, AttnLayout, BinaryOp, CompareOp, LogicOp, Op, ReduceOp, UnaryOp};
 use crate::tensor::Tensor;
 
 /// One method per unary op of the catalog, named and documented by its row.
@@ -166,6 +166,133 @@ impl Tensor {
     #[track_caller]
     pub fn maximum(&self, other: &Tensor) -> Tensor {
         self.apply(Op::Binary(BinaryOp::Maximum), &[other])
+    }
+
+    /// Elementwise minimum, broadcasting.
+    #[track_caller]
+    pub fn minimum(&self, other: &Tensor) -> Tensor {
+        self.apply(Op::Binary(BinaryOp::Minimum), &[other])
+    }
+
+    /// `self && other` for `bool` tensors, broadcasting (also `&a & &b`).
+    #[track_caller]
+    pub fn logical_and(&self, other: &Tensor) -> Tensor {
+        self.apply(Op::Logic(LogicOp::And), &[other])
+    }
+
+    /// `self || other` for `bool` tensors, broadcasting (also `&a | &b`).
+    #[track_caller]
+    pub fn logical_or(&self, other: &Tensor) -> Tensor {
+        self.apply(Op::Logic(LogicOp::Or), &[other])
+    }
+
+    /// `self != other` for `bool` tensors, broadcasting (also `&a ^ &b`).
+    #[track_caller]
+    pub fn logical_xor(&self, other: &Tensor) -> Tensor {
+        self.apply(Op::Logic(LogicOp::Xor), &[other])
+    }
+
+    /// `!self` for a `bool` tensor (also `!&a`).
+    #[track_caller]
+    pub fn logical_not(&self) -> Tensor {
+        self.apply(Op::LogicalNot, &[])
+    }
+
+    /// The i64 position of the largest entry along `axis` (the first of ties, or the first NaN).
+    /// Routing: kept, never recomputed, unless a tag asks (docs/policies.md).
+    #[track_caller]
+    pub fn argmax(&self, axis: usize, keepdim: bool) -> Tensor {
+        self.apply(Op::ArgReduce { op: ArgReduceOp::Argmax, axis, keepdim }, &[])
+    }
+
+    /// The i64 position of the smallest entry along `axis` (the first of ties, or the first
+    /// NaN). Routing, like [`Tensor::argmax`].
+    #[track_caller]
+    pub fn argmin(&self, axis: usize, keepdim: bool) -> Tensor {
+        self.apply(Op::ArgReduce { op: ArgReduceOp::Argmin, axis, keepdim }, &[])
+    }
+
+    /// The `k` largest entries along `axis`, largest first, and their i64 positions (ties: the
+    /// lower position first; NaN ranks above every number). The values are a `gather` of the
+    /// positions, so gradients flow to the entries picked; the positions (`topk` in policies) are
+    /// routing: kept, never recomputed, unless a tag asks (docs/policies.md).
+    ///
+    /// ```
+    /// # use remat_core::{DType, Trace};
+    /// let trace = Trace::new();
+    /// let logits = trace.input("router", &[6, 8], DType::F32);
+    /// let (weights, experts) = logits.softmax().topk(2, 1);
+    /// assert_eq!((weights.shape(), experts.dtype()), (vec![6, 2], DType::I64));
+    /// ```
+    #[track_caller]
+    pub fn topk(&self, k: usize, axis: usize) -> (Tensor, Tensor) {
+        let positions = self.apply(Op::Topk { k, axis, largest: true }, &[]);
+        (self.gather(axis, &positions), positions)
+    }
+
+    /// The `k` smallest entries along `axis`, smallest first, and their positions: [`Tensor::topk`]
+    /// from the other end.
+    #[track_caller]
+    pub fn bottomk(&self, k: usize, axis: usize) -> (Tensor, Tensor) {
+        let positions = self.apply(Op::Topk { k, axis, largest: false }, &[]);
+        (self.gather(axis, &positions), positions)
+    }
+
+    /// The i64 positions that sort `axis` (stable: equal entries keep their order; NaN last
+    /// ascending, first descending). Routing, like [`Tensor::topk`].
+    #[track_caller]
+    pub fn argsort(&self, axis: usize, descending: bool) -> Tensor {
+        self.apply(Op::Argsort { axis, descending }, &[])
+    }
+
+    /// `axis` sorted, and the positions that sort it ([`Tensor::argsort`] and a `gather`).
+    #[track_caller]
+    pub fn sort(&self, axis: usize, descending: bool) -> (Tensor, Tensor) {
+        let positions = self.argsort(axis, descending);
+        (self.gather(axis, &positions), positions)
+    }
+
+    /// How many of these i64 ids equal each of `0..bins`: an i64 `[bins]` (an expert's load).
+    /// An id outside `0..bins` is an error naming it.
+    #[track_caller]
+    pub fn bincount(&self, bins: usize) -> Tensor {
+        self.apply(Op::Bincount { bins }, &[])
+    }
+
+    /// These i64 ids `[..]` as one-hot rows `[.., classes]` of `dtype`. An id outside
+    /// `0..classes` is an error naming it.
+    #[track_caller]
+    pub fn one_hot(&self, classes: usize, dtype: DType) -> Tensor {
+        self.apply(Op::OneHot { classes, dtype }, &[])
+    }
+
+    /// The running sum along `axis` (floats or i64; i64 wraps like PyTorch's).
+    #[track_caller]
+    pub fn cumsum(&self, axis: usize) -> Tensor {
+        self.apply(Op::Cumsum { axis, reverse: false }, &[])
+    }
+
+    /// The running sum along `axis` from its last entry back (`cumsum` of the reversed axis,
+    /// reversed): what `cumsum`'s gradient is.
+    #[track_caller]
+    pub fn reverse_cumsum(&self, axis: usize) -> Tensor {
+        self.apply(Op::Cumsum { axis, reverse: true }, &[])
+    }
+
+    /// `torch.index_add`: this tensor with `src`'s slices added at the i64 `indices` `[k]` of
+    /// `axis` (`src` is this shape with `axis` `k` long; repeated indices add up, in order).
+    /// Gradients flow to both: `g` to `self`, `g.index_select(axis, indices)` to `src`.
+    #[track_caller]
+    pub fn index_add(&self, axis: usize, indices: &Tensor, src: &Tensor) -> Tensor {
+        self.apply(Op::IndexAdd { axis }, &[indices, src])
+    }
+
+    /// `torch.scatter_add`: this tensor with each element of `src` added at `[.., indices[..], ..]`
+    /// along `axis` (i64 `indices` of `src`'s shape, which matches this one on every other axis).
+    /// Gradients flow to both: `g` to `self`, `g.gather(axis, indices)` to `src`.
+    #[track_caller]
+    pub fn scatter_add(&self, axis: usize, indices: &Tensor, src: &Tensor) -> Tensor {
+        self.apply(Op::ScatterAdd { axis }, &[indices, src])
     }
 
     /// `min(max(x, min), max)`.
@@ -338,6 +465,46 @@ binary_operator!(Add, add, Add);
 binary_operator!(Sub, sub, Sub);
 binary_operator!(Mul, mul, Mul);
 binary_operator!(Div, div, Div);
+binary_operator!(Rem, rem, Rem);
+
+macro_rules! logic_operator {
+    ($trait:ident, $method:ident, $op:ident) => {
+        impl std::ops::$trait<&Tensor> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor) -> Tensor {
+                self.apply(Op::Logic(LogicOp::$op), &[rhs])
+            }
+        }
+        impl std::ops::$trait<Tensor> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: Tensor) -> Tensor {
+                self.apply(Op::Logic(LogicOp::$op), &[&rhs])
+            }
+        }
+    };
+}
+
+logic_operator!(BitAnd, bitand, And);
+logic_operator!(BitOr, bitor, Or);
+logic_operator!(BitXor, bitxor, Xor);
+
+impl std::ops::Not for &Tensor {
+    type Output = Tensor;
+    #[track_caller]
+    fn not(self) -> Tensor {
+        self.apply(Op::LogicalNot, &[])
+    }
+}
+
+impl std::ops::Not for Tensor {
+    type Output = Tensor;
+    #[track_caller]
+    fn not(self) -> Tensor {
+        self.apply(Op::LogicalNot, &[])
+    }
+}
 
 impl std::ops::Neg for &Tensor {
     type Output = Tensor;

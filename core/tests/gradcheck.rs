@@ -112,6 +112,7 @@ binary_test!(sub, |a: &Tensor, b: &Tensor| a - b, n);
 binary_test!(mul, |a: &Tensor, b: &Tensor| a * b, n);
 binary_test!(div, |a: &Tensor, b: &Tensor| a / b, pos);
 binary_test!(maximum, |a: &Tensor, b: &Tensor| a.maximum(b), n);
+binary_test!(minimum, |a: &Tensor, b: &Tensor| a.minimum(b), n);
 
 /// Every op of the catalog's unary family, drawn from its declared domain: a new unary op is
 /// checked here without a line of its own.
@@ -322,6 +323,63 @@ fn index_select() {
     check(&[n(&[4, 2, 3])], |trace, p| {
         let idx = trace.constant_from("idx", HostTensor::i64([2], vec![3, 1]).unwrap());
         p[0].index_select(0, &idx)
+    });
+}
+
+#[test]
+fn cumsum() {
+    check(&[n(&[2, 5, 3])], |_, p| p[0].cumsum(1));
+    check(&[n(&[4, 3])], |_, p| p[0].reverse_cumsum(0));
+    check(&[n(&[6])], |_, p| p[0].cumsum(0).cumsum(0));
+}
+
+#[test]
+fn index_add() {
+    // Repeated indices add up: each src slice's gradient is the target's.
+    check(&[n(&[3, 4]), n(&[3, 5])], |trace, p| {
+        let idx = trace.constant_from("idx", HostTensor::i64([5], vec![2, 0, 2, 3, 2]).unwrap());
+        p[0].index_add(1, &idx, &p[1])
+    });
+    check(&[n(&[4, 2]), n(&[2, 2])], |trace, p| {
+        let idx = trace.constant_from("idx", HostTensor::i64([2], vec![3, 3]).unwrap());
+        p[0].index_add(0, &idx, &p[1]).square()
+    });
+}
+
+#[test]
+fn scatter_add() {
+    check(&[n(&[3, 4]), n(&[3, 2])], |trace, p| {
+        let idx = trace.constant_from("idx", HostTensor::i64([3, 2], vec![1, 1, 0, 3, 2, 0]).unwrap());
+        p[0].scatter_add(1, &idx, &p[1]).square()
+    });
+    check(&[n(&[2, 3]), n(&[4, 3])], |trace, p| {
+        let idx =
+            trace.constant_from("idx", HostTensor::i64([4, 3], vec![0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1]).unwrap());
+        p[0].scatter_add(0, &idx, &p[1])
+    });
+}
+
+#[test]
+fn topk_and_sort_values() {
+    // Gradients reach the picked entries through the values' gather; the positions carry none.
+    // Distinct random values: a small step does not reorder them.
+    check(&[n(&[3, 6])], |_, p| p[0].topk(2, 1).0);
+    check(&[n(&[5, 2])], |_, p| p[0].bottomk(3, 0).0.exp());
+    check(&[n(&[2, 5])], |_, p| p[0].sort(1, true).0);
+    check(&[n(&[4, 3])], |_, p| {
+        let (weights, experts) = p[0].softmax().topk(2, 1);
+        &weights * &experts.cast(DType::F64)
+    });
+}
+
+#[test]
+fn routing_carries_no_gradient() {
+    // The selected positions, their one-hot rows and counts depend on x only through
+    // comparisons: every path through them contributes nothing, and the rest is checked.
+    check(&[n(&[4, 5])], |_, p| {
+        let picked = p[0].argmax(1, false).one_hot(5, DType::F64);
+        let load = p[0].argmin(1, false).bincount(5).cast(DType::F64);
+        &(&p[0] * &picked) + &load
     });
 }
 

@@ -330,6 +330,20 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::CrossEntropyGrad => nn::cross_entropy_grad(dev, call.node, x[0], x[1], x[2], out),
         Op::Embedding => nn::embedding(dev, call.node, x[0], x[1], out),
         Op::EmbeddingGrad { .. } => nn::embedding_grad(dev, call.node, x[0], x[1], out),
+        Op::Logic(_)
+        | Op::LogicalNot
+        | Op::ArgReduce { .. }
+        | Op::Topk { .. }
+        | Op::Argsort { .. }
+        | Op::Bincount { .. }
+        | Op::OneHot { .. }
+        | Op::Cumsum { .. }
+        | Op::IndexAdd { .. }
+        | Op::ScatterAdd { .. } => Err(Error::Node {
+            node: call.node,
+            op: call.op.name(),
+            message: "not implemented on the CUDA backend yet: run this graph on the CPU".into(),
+        }),
     }
 }
 

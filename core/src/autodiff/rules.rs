@@ -20,6 +20,11 @@ pub(super) fn differentiable_inputs(op: &Op, arity: usize) -> SmallVec<[usize; 4
         Op::IndexSelect { .. } | Op::Gather { .. } => smallvec![0],
         Op::Where => smallvec![1, 2],
         Op::Compare(_) => smallvec![],
+        // Integer and boolean results (and one-hot rows of integer ids): nothing to differentiate.
+        Op::Logic(_) | Op::LogicalNot | Op::ArgReduce { .. } | Op::Topk { .. } | Op::Argsort { .. } => smallvec![],
+        Op::Bincount { .. } | Op::OneHot { .. } => smallvec![],
+        Op::Cumsum { .. } => smallvec![0],
+        Op::IndexAdd { .. } | Op::ScatterAdd { .. } => smallvec![0, 2],
         Op::ScaledMatmul => smallvec![0, 1],
         // Every input (listed: a new op is a compile error here until its gradient inputs are).
         Op::Unary(_) | Op::Binary(_) | Op::Reduce { .. } | Op::Clamp { .. } | Op::Pow { .. } | Op::Matmul => {
@@ -69,7 +74,23 @@ pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool])
     let mut out: SmallVec<[(usize, NodeId); 4]> = SmallVec::new();
     match &op {
         Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => {}
-        Op::Compare(_) => {}
+        Op::Compare(_) | Op::Logic(_) | Op::LogicalNot | Op::ArgReduce { .. } | Op::Topk { .. } => {}
+        Op::Argsort { .. } | Op::Bincount { .. } | Op::OneHot { .. } => {}
+        // Integer remainder: i64 operands never need a gradient.
+        Op::Binary(BinaryOp::Rem) => {}
+        Op::Cumsum { axis, reverse } => out.push((0, bw.op(Op::Cumsum { axis: *axis, reverse: !reverse }, &[g])?)),
+        Op::IndexAdd { axis } => {
+            out.push((0, g));
+            if wanted.contains(&2) {
+                out.push((2, bw.op(Op::IndexSelect { axis: *axis }, &[g, x[1]])?));
+            }
+        }
+        Op::ScatterAdd { axis } => {
+            out.push((0, g));
+            if wanted.contains(&2) {
+                out.push((2, bw.op(Op::Gather { axis: *axis }, &[g, x[1]])?));
+            }
+        }
         Op::Unary(u) => out.push((0, unary_grad(bw, *u, x[0], id, g)?)),
         Op::Pow { exponent } => {
             // d(x^p)/dx = p·x^(p−1).
@@ -153,6 +174,14 @@ pub(super) fn backprop(bw: &mut Backward, id: NodeId, g: NodeId, needs: &[bool])
         }
         Op::Binary(BinaryOp::Maximum) => {
             let mask = bw.op(Op::Binary(BinaryOp::MaximumMask), &[x[0], x[1]])?;
+            let ga = bw.op(Op::Binary(BinaryOp::Mul), &[g, mask])?;
+            let gb = bw.op(Op::Binary(BinaryOp::Sub), &[g, ga])?;
+            out.push((0, bw.unbroadcast(ga, &shape_of(0))?));
+            out.push((1, bw.unbroadcast(gb, &shape_of(1))?));
+        }
+        Op::Binary(BinaryOp::Minimum) => {
+            // min(a, b) = -max(-a, -b): `a` takes the gradient where b > a, half of it on ties.
+            let mask = bw.op(Op::Binary(BinaryOp::MaximumMask), &[x[1], x[0]])?;
             let ga = bw.op(Op::Binary(BinaryOp::Mul), &[g, mask])?;
             let gb = bw.op(Op::Binary(BinaryOp::Sub), &[g, ga])?;
             out.push((0, bw.unbroadcast(ga, &shape_of(0))?));

@@ -74,6 +74,11 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         Member::UnaryGradOp(u) => return a.finish(kind).map(|()| Op::UnaryGrad(u)),
         Member::BinaryOp(b) => return a.finish(kind).map(|()| Op::Binary(b)),
         Member::CompareOp(c) => return a.finish(kind).map(|()| Op::Compare(c)),
+        Member::LogicOp(l) => return a.finish(kind).map(|()| Op::Logic(l)),
+        Member::ArgReduceOp(op) => {
+            let op = Op::ArgReduce { op, axis: a.required("axis")?, keepdim: a.optional("keepdim")?.unwrap_or(false) };
+            return a.finish(kind).map(|()| op);
+        }
         Member::ReduceOp(op) => {
             let op = Op::Reduce { op, axes: a.required("axes")?, keepdim: a.optional("keepdim")?.unwrap_or(false) };
             return a.finish(kind).map(|()| op);
@@ -103,6 +108,19 @@ pub(super) fn read(kind: OpKind, map: &Map<String, Value>, id: u32) -> Res<Op> {
         K::CrossEntropy => Op::CrossEntropy,
         K::Embedding => Op::Embedding,
         K::Where => Op::Where,
+        K::LogicalNot => Op::LogicalNot,
+        K::Topk => {
+            Op::Topk { k: a.required("k")?, axis: a.required("axis")?, largest: a.optional("largest")?.unwrap_or(true) }
+        }
+        K::Argsort => Op::Argsort { axis: a.required("axis")?, descending: a.optional("descending")?.unwrap_or(false) },
+        K::Bincount => Op::Bincount { bins: a.required("bins")? },
+        K::OneHot => Op::OneHot {
+            classes: a.required("classes")?,
+            dtype: a.optional::<String>("dtype")?.map_or(Ok(DType::I64), |d| super::parse_dtype(&d))?,
+        },
+        K::Cumsum => Op::Cumsum { axis: a.required("axis")?, reverse: a.optional("reverse")?.unwrap_or(false) },
+        K::IndexAdd => Op::IndexAdd { axis: a.required("axis")? },
+        K::ScatterAdd => Op::ScatterAdd { axis: a.required("axis")? },
         K::Pow => Op::Pow { exponent: a.required("exponent")? },
         K::IndexSelect => Op::IndexSelect { axis: a.required("axis")? },
         K::Gather => Op::Gather { axis: a.required("axis")? },
@@ -165,6 +183,14 @@ fn init(v: &Value) -> Res<Init> {
     }
 }
 
+/// `attrs` with `key: value` added unless `value` is the default.
+fn with_flag(mut attrs: Value, key: &str, value: bool, default: bool) -> Value {
+    if value != default {
+        attrs[key] = json!(value);
+    }
+    attrs
+}
+
 /// A float as JSON; `null` for the unbounded ends of a clamp.
 fn bound(x: f64) -> Value {
     if x.is_finite() {
@@ -181,6 +207,8 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         | Op::Unary(_)
         | Op::Binary(_)
         | Op::Compare(_)
+        | Op::Logic(_)
+        | Op::LogicalNot
         | Op::Where
         | Op::UnaryGrad(_)
         | Op::SoftmaxGrad
@@ -196,6 +224,13 @@ pub(super) fn write(op: &Op, id: u32) -> Map<String, Value> {
         Op::Arange { start, step } => json!({"start": start, "step": step}),
         Op::Pow { exponent } => json!({ "exponent": exponent }),
         Op::IndexSelect { axis } | Op::Gather { axis } => json!({ "axis": axis }),
+        Op::IndexAdd { axis } | Op::ScatterAdd { axis } => json!({ "axis": axis }),
+        Op::ArgReduce { axis, keepdim, .. } => with_flag(json!({ "axis": axis }), "keepdim", *keepdim, false),
+        Op::Topk { k, axis, largest } => with_flag(json!({"k": k, "axis": axis}), "largest", *largest, true),
+        Op::Argsort { axis, descending } => with_flag(json!({ "axis": axis }), "descending", *descending, false),
+        Op::Cumsum { axis, reverse } => with_flag(json!({ "axis": axis }), "reverse", *reverse, false),
+        Op::Bincount { bins } => json!({ "bins": bins }),
+        Op::OneHot { classes, dtype } => json!({"classes": classes, "dtype": DType::name(*dtype)}),
         Op::IndexSelectGrad { axis, dim } | Op::GatherGrad { axis, dim } => json!({"axis": axis, "dim": dim}),
         Op::SliceGrad { axis, start, dim } => json!({"axis": axis, "start": start, "dim": dim}),
         Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => json!({ "eps": eps }),

@@ -17,6 +17,47 @@ fn float(what: &str, m: Meta<'_>) -> Result<(), String> {
     }
 }
 
+/// What each binary op computes on: every op on floats (but `rem`), and on i64 all but the
+/// internal mask.
+fn binary_dtype(op: BinaryOp, m: Meta<'_>) -> Result<(), String> {
+    match (op, m.1) {
+        (BinaryOp::Rem, DType::I64) => Ok(()),
+        (BinaryOp::Rem, d) if d.is_float() && !d.is_fp8() => {
+            Err(format!("operands are {d}: rem is integer remainder (i64); for floats use a - b * floor(a / b)"))
+        }
+        (BinaryOp::MaximumMask, _) => float("operands", m),
+        (_, DType::I64) => Ok(()),
+        (_, DType::Bool) => Err("operands are bool: use logical_and/or/xor, or cast to i64 or f32 first".into()),
+        _ => float("operands", m),
+    }
+}
+
+/// Logic needs `bool`.
+fn boolean(what: &str, m: Meta<'_>) -> Result<(), String> {
+    if m.1 == DType::Bool {
+        Ok(())
+    } else {
+        Err(format!("{what} must be bool (from a comparison or a cast), got {}", m.1))
+    }
+}
+
+/// Ordering, picking and sums need numbers: a float (not fp8) or i64.
+fn numbers(what: &str, m: Meta<'_>) -> Result<(), String> {
+    if m.1 == DType::I64 {
+        Ok(())
+    } else {
+        float(what, m)
+    }
+}
+
+fn axis_of(axis: usize, shape: &[usize]) -> Result<(), String> {
+    if axis < shape.len() {
+        Ok(())
+    } else {
+        Err(format!("axis {axis} out of range for rank {}", shape.len()))
+    }
+}
+
 fn same_dtype(a: Meta<'_>, b: Meta<'_>) -> Result<(), String> {
     if a.1 == b.1 {
         Ok(())
@@ -170,10 +211,99 @@ pub(super) fn infer(op: &Op, x: &[Meta<'_>]) -> Result<(Shape, DType), String> {
         Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::ConstantData { .. } | Op::Arange { .. } => {
             Err("leaf ops take their shape and dtype from the trace, not from inputs".into())
         }
-        Op::Binary(_) => {
-            float("operands", x[0])?;
+        Op::Binary(b) => {
+            binary_dtype(*b, x[0])?;
             same_dtype(x[0], x[1])?;
             Ok((broadcast_shape(x[0].0, x[1].0)?, x[0].1))
+        }
+        Op::Logic(_) => {
+            boolean("operands", x[0])?;
+            boolean("operands", x[1])?;
+            Ok((broadcast_shape(x[0].0, x[1].0)?, DType::Bool))
+        }
+        Op::LogicalNot => {
+            boolean("input", first)?;
+            Ok(same())
+        }
+        Op::ArgReduce { axis, keepdim, .. } => {
+            numbers("input", first)?;
+            axis_of(*axis, first.0)?;
+            if first.0[*axis] == 0 {
+                return Err(format!("axis {axis} is empty: no entry to pick"));
+            }
+            Ok((reduced(first.0, &[*axis], *keepdim), DType::I64))
+        }
+        Op::Topk { k, axis, .. } => {
+            numbers("input", first)?;
+            axis_of(*axis, first.0)?;
+            if *k > first.0[*axis] {
+                return Err(format!("k = {k} is more than the {} entries of axis {axis}", first.0[*axis]));
+            }
+            let mut out = Shape::from_slice(first.0);
+            out[*axis] = *k;
+            Ok((out, DType::I64))
+        }
+        Op::Argsort { axis, .. } => {
+            numbers("input", first)?;
+            axis_of(*axis, first.0)?;
+            Ok((Shape::from_slice(first.0), DType::I64))
+        }
+        Op::Bincount { bins } => {
+            ids(first)?;
+            Ok((smallvec::smallvec![*bins], DType::I64))
+        }
+        Op::OneHot { classes, dtype } => {
+            ids(first)?;
+            if dtype.is_fp8() {
+                return Err(format!("one_hot into {dtype}: use a wider dtype (and cast)"));
+            }
+            let mut out = Shape::from_slice(first.0);
+            out.push(*classes);
+            Ok((out, *dtype))
+        }
+        Op::Cumsum { axis, .. } => {
+            numbers("input", first)?;
+            axis_of(*axis, first.0)?;
+            Ok(same())
+        }
+        Op::IndexAdd { axis } => {
+            numbers("x", x[0])?;
+            same_dtype(x[0], x[2])?;
+            ids(x[1])?;
+            axis_of(*axis, x[0].0)?;
+            if x[1].0.len() != 1 {
+                return Err(format!("indices must be one axis [k], got {}", fmt_shape(x[1].0)));
+            }
+            let mut want = Shape::from_slice(x[0].0);
+            want[*axis] = x[1].0[0];
+            if x[2].0 != &want[..] {
+                return Err(format!(
+                    "src must be {} (x {} with axis {axis} as long as the {} indices), got {}",
+                    fmt_shape(&want),
+                    fmt_shape(x[0].0),
+                    x[1].0[0],
+                    fmt_shape(x[2].0)
+                ));
+            }
+            Ok((Shape::from_slice(x[0].0), x[0].1))
+        }
+        Op::ScatterAdd { axis } => {
+            numbers("x", x[0])?;
+            same_dtype(x[0], x[2])?;
+            ids(x[1])?;
+            let (xs, is, ss) = (x[0].0, x[1].0, x[2].0);
+            axis_of(*axis, xs)?;
+            if is != ss {
+                return Err(format!("indices {} and src {} must have one shape", fmt_shape(is), fmt_shape(ss)));
+            }
+            if is.len() != xs.len() || (0..xs.len()).any(|i| i != *axis && is[i] != xs[i]) {
+                return Err(format!(
+                    "indices {} must match x {} on every axis but {axis}",
+                    fmt_shape(is),
+                    fmt_shape(xs)
+                ));
+            }
+            Ok((Shape::from_slice(xs), x[0].1))
         }
         Op::Compare(_) => {
             if x[0].1.is_fp8() || x[0].1 == DType::Bool {

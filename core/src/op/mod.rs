@@ -9,8 +9,8 @@ use crate::dtype::DType;
 use crate::host::HostTensor;
 use crate::shape::{broadcast, broadcasts_to, fmt_shape, numel, reduced, Shape};
 pub use remat_catalog::{
-    Arity, BinaryOp, CompareOp, Domain, GradReads, Member, OpInfo, OpKind, OtherKind, ReduceOp, UnaryGradOp, UnaryOp,
-    CATALOG,
+    ArgReduceOp, Arity, BinaryOp, CompareOp, Domain, GradReads, LogicOp, Member, OpInfo, OpKind, OtherKind, ReduceOp,
+    UnaryGradOp, UnaryOp, CATALOG,
 };
 use std::sync::Arc;
 
@@ -95,6 +95,41 @@ pub enum Op {
     Binary(BinaryOp),
     /// Every member of the [`CompareOp`] family (two inputs of one dtype, broadcasting; `bool`).
     Compare(CompareOp),
+    /// Every member of the [`LogicOp`] family (two `bool` inputs, broadcasting; `bool`).
+    Logic(LogicOp),
+    LogicalNot,
+    /// Every member of the [`ArgReduceOp`] family: one axis to its i64 index.
+    ArgReduce {
+        op: ArgReduceOp,
+        axis: usize,
+        keepdim: bool,
+    },
+    Topk {
+        k: usize,
+        axis: usize,
+        largest: bool,
+    },
+    Argsort {
+        axis: usize,
+        descending: bool,
+    },
+    Bincount {
+        bins: usize,
+    },
+    OneHot {
+        classes: usize,
+        dtype: DType,
+    },
+    Cumsum {
+        axis: usize,
+        reverse: bool,
+    },
+    IndexAdd {
+        axis: usize,
+    },
+    ScatterAdd {
+        axis: usize,
+    },
     /// Every member of the [`ReduceOp`] family.
     Reduce {
         op: ReduceOp,
@@ -239,6 +274,16 @@ impl Op {
             Op::UnaryGrad(u) => u.kind(),
             Op::Binary(b) => b.kind(),
             Op::Compare(c) => c.kind(),
+            Op::Logic(l) => l.kind(),
+            Op::LogicalNot => K::LogicalNot,
+            Op::ArgReduce { op, .. } => op.kind(),
+            Op::Topk { .. } => K::Topk,
+            Op::Argsort { .. } => K::Argsort,
+            Op::Bincount { .. } => K::Bincount,
+            Op::OneHot { .. } => K::OneHot,
+            Op::Cumsum { .. } => K::Cumsum,
+            Op::IndexAdd { .. } => K::IndexAdd,
+            Op::ScatterAdd { .. } => K::ScatterAdd,
             Op::Reduce { op, .. } => op.kind(),
             Op::Clamp { .. } => K::Clamp,
             Op::Pow { .. } => K::Pow,
@@ -297,6 +342,17 @@ impl Op {
         matches!(self, Op::Binary(_))
     }
 
+    /// The inputs (by position) whose values are indices into another operand or a class count:
+    /// what a comparison feeding them selects (the routing rule of docs/policies.md).
+    pub fn index_inputs(&self) -> &'static [usize] {
+        match self {
+            Op::Embedding | Op::IndexSelect { .. } | Op::Gather { .. } | Op::CrossEntropy => &[1],
+            Op::IndexAdd { .. } | Op::ScatterAdd { .. } => &[1],
+            Op::OneHot { .. } | Op::Bincount { .. } => &[0],
+            _ => &[],
+        }
+    }
+
     /// Whether the value is resident (fed or held for the whole step, like inputs and
     /// parameters) rather than computed.
     pub fn is_resident(&self) -> bool {
@@ -316,6 +372,13 @@ impl Op {
             Op::Arange { start, step } => format!("start={start}, step={step}"),
             Op::Pow { exponent } => format!("exponent={exponent}"),
             Op::IndexSelect { axis } | Op::Gather { axis } => format!("axis={axis}"),
+            Op::IndexAdd { axis } | Op::ScatterAdd { axis } => format!("axis={axis}"),
+            Op::ArgReduce { axis, keepdim, .. } => format!("axis={axis}, keepdim={keepdim}"),
+            Op::Topk { k, axis, largest } => format!("k={k}, axis={axis}, largest={largest}"),
+            Op::Argsort { axis, descending } => format!("axis={axis}, descending={descending}"),
+            Op::Bincount { bins } => format!("bins={bins}"),
+            Op::OneHot { classes, dtype } => format!("classes={classes}, dtype={dtype}"),
+            Op::Cumsum { axis, reverse } => format!("axis={axis}, reverse={reverse}"),
             Op::IndexSelectGrad { axis, dim } | Op::GatherGrad { axis, dim } => format!("axis={axis}, dim={dim}"),
             Op::SliceGrad { axis, start, dim } => format!("axis={axis}, start={start}, dim={dim}"),
             Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => format!("eps={eps}"),
@@ -336,6 +399,7 @@ impl Op {
             Op::Param { .. } | Op::Input | Op::Unary(_) | Op::UnaryGrad(_) | Op::Binary(_) | Op::Compare(_) => {
                 String::new()
             }
+            Op::Logic(_) | Op::LogicalNot => String::new(),
             Op::Where | Op::Softmax | Op::LogSoftmax | Op::CrossEntropy | Op::Embedding | Op::ScaledMatmul => {
                 String::new()
             }
@@ -386,8 +450,9 @@ impl Op {
             }
         };
         let dtype = match self {
-            Op::Compare(_) => DType::Bool,
-            Op::Cast { dtype } => *dtype,
+            Op::Compare(_) | Op::Logic(_) | Op::LogicalNot => DType::Bool,
+            Op::ArgReduce { .. } | Op::Topk { .. } | Op::Argsort { .. } | Op::Bincount { .. } => DType::I64,
+            Op::Cast { dtype } | Op::OneHot { dtype, .. } => *dtype,
             Op::ScaledMatmul => DType::F32,
             _ => dtype,
         };
@@ -403,6 +468,16 @@ impl Op {
             Op::UnaryGrad(u) => u.flops_per_element() * n,
             Op::Binary(b) => b.flops_per_element() * n,
             Op::Compare(c) => c.flops_per_element() * n,
+            Op::Logic(l) => l.flops_per_element() * n,
+            Op::LogicalNot | Op::Cumsum { .. } | Op::OneHot { .. } => n,
+            Op::ArgReduce { op, .. } => op.flops_per_element() * in0,
+            // A comparison sort of every row.
+            Op::Topk { axis, .. } | Op::Argsort { axis, .. } => {
+                let len = inputs[0].0.get(*axis).copied().unwrap_or(1).max(2) as u64;
+                in0 * (64 - (len - 1).leading_zeros()) as u64
+            }
+            Op::Bincount { .. } => in0,
+            Op::IndexAdd { .. } | Op::ScatterAdd { .. } => n + inputs.get(2).map_or(0, |m| numel(m.0) as u64),
             Op::Reduce { op, .. } => op.flops_per_element() * in0,
             Op::Matmul | Op::ScaledMatmul => {
                 let k = inputs[0].0.last().copied().unwrap_or(1) as u64;
@@ -458,6 +533,8 @@ mod tests {
             Member::UnaryGradOp(u) => return Op::UnaryGrad(u),
             Member::BinaryOp(b) => return Op::Binary(b),
             Member::CompareOp(c) => return Op::Compare(c),
+            Member::LogicOp(l) => return Op::Logic(l),
+            Member::ArgReduceOp(op) => return Op::ArgReduce { op, axis: 0, keepdim: false },
             Member::ReduceOp(op) => return Op::Reduce { op, axes: vec![0], keepdim: false },
             Member::Other(other) => other,
         };
@@ -479,6 +556,14 @@ mod tests {
             K::Slice => Op::Slice { axis: 0, start: 0, len: 1 },
             K::IndexSelect => Op::IndexSelect { axis: 0 },
             K::Where => Op::Where,
+            K::LogicalNot => Op::LogicalNot,
+            K::Topk => Op::Topk { k: 1, axis: 0, largest: true },
+            K::Argsort => Op::Argsort { axis: 0, descending: false },
+            K::Bincount => Op::Bincount { bins: 4 },
+            K::OneHot => Op::OneHot { classes: 4, dtype: DType::F32 },
+            K::Cumsum => Op::Cumsum { axis: 0, reverse: false },
+            K::IndexAdd => Op::IndexAdd { axis: 0 },
+            K::ScatterAdd => Op::ScatterAdd { axis: 0 },
             K::Gather => Op::Gather { axis: 0 },
             K::GatherGrad => Op::GatherGrad { axis: 0, dim: 2 },
             K::Softmax => Op::Softmax,

@@ -33,6 +33,7 @@ mod mincut;
 pub mod offload;
 mod pgraph;
 mod reason;
+mod routing;
 mod storage_type;
 mod strategy;
 

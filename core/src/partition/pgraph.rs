@@ -218,6 +218,7 @@ impl PGraph {
     pub fn from_joint_with_ids(joint: &JointGraph, ids: &[DocId]) -> PGraph {
         let g = joint.graph();
         let label = Relabel::new(ids);
+        let routing = super::routing::routing_values(joint);
         let node = |shapes: &mut ShapeCache, id: NodeId| {
             let n = g.node(id);
             let info = n.op.info();
@@ -233,7 +234,7 @@ impl PGraph {
                     view: info.view,
                     random: info.random,
                     compute_intensive: info.compute_intensive,
-                    not_recomputable: false,
+                    not_recomputable: routing[id.index()],
                     resident: !backward && n.op.is_resident(),
                     tangent: false,
                     rng_state: false,

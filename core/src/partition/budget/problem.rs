@@ -299,7 +299,7 @@ impl<'a> Problem<'a> {
         } else {
             format!(
                 "a budget of {limit} bytes cannot be met: the smallest feasible budget is {least} bytes (must_save \
-                 values, region boundaries and other forced saves)"
+                 values, region boundaries, routing and other values that cannot be recomputed)"
             )
         };
         Error::Infeasible { what: Limit::Budget, asked: limit, least: Some(least), message }

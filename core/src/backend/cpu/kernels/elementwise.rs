@@ -76,7 +76,17 @@ fn maximum<T: Float>(a: T, b: T) -> T {
     }
 }
 
-/// `add sub mul div maximum maximum_mask`, broadcasting.
+/// NaN-propagating minimum (like `torch.minimum`).
+#[inline]
+fn minimum<T: Float>(a: T, b: T) -> T {
+    if a <= b || a.is_nan() {
+        a
+    } else {
+        b
+    }
+}
+
+/// `add sub mul div maximum minimum maximum_mask` on floats, broadcasting.
 pub(super) fn binary<T: Float>(
     call: &KernelCall<'_>,
     op: BinaryOp,
@@ -92,6 +102,8 @@ pub(super) fn binary<T: Float>(
         BinaryOp::Mul => broadcast_zip(call.out_shape, x, y, |p, q| p * q),
         BinaryOp::Div => broadcast_zip(call.out_shape, x, y, |p, q| p / q),
         BinaryOp::Maximum => broadcast_zip(call.out_shape, x, y, maximum),
+        BinaryOp::Minimum => broadcast_zip(call.out_shape, x, y, minimum),
+        BinaryOp::Rem => return Err(node_err(call, "rem is integer remainder: its operands must be i64")),
         BinaryOp::MaximumMask => broadcast_zip(call.out_shape, x, y, |p, q| {
             if p > q {
                 T::ONE

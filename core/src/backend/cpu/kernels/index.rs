@@ -20,9 +20,20 @@ pub(super) fn arange(call: &KernelCall<'_>, start: f64, step: f64) -> Result<Hos
     HostTensor::new(call.out_shape.to_vec(), data).map_err(|e| node_err(call, e.to_string()))
 }
 
-/// `a <op> b`, broadcasting, compared in f64 (exact for every dtype but very large i64), as
-/// `bool`.
+/// `a <op> b`, broadcasting, as `bool`: floats compared in f64, i64 as i64 (both exact).
 pub(super) fn compare(call: &KernelCall<'_>, op: CompareOp, a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
+    if a.dtype() == DType::I64 {
+        let f: fn(i64, i64) -> bool = match op {
+            CompareOp::Eq => |p, q| p == q,
+            CompareOp::Ne => |p, q| p != q,
+            CompareOp::Lt => |p, q| p < q,
+            CompareOp::Le => |p, q| p <= q,
+            CompareOp::Gt => |p, q| p > q,
+            CompareOp::Ge => |p, q| p >= q,
+        };
+        return super::integer::compare(call, f, a, b);
+    }
+    // Every float dtype is exact in f64.
     let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
     let f = |p: f64, q: f64| -> f64 {
         let r = match op {
@@ -106,7 +117,7 @@ pub(super) fn select_where(
 }
 
 /// Checked indices into an axis of length `dim`, naming the bad one.
-fn indices(call: &KernelCall<'_>, t: &HostTensor, dim: usize) -> Result<Vec<usize>> {
+pub(super) fn indices(call: &KernelCall<'_>, t: &HostTensor, dim: usize) -> Result<Vec<usize>> {
     ids(call, t)?
         .iter()
         .enumerate()

@@ -10,14 +10,17 @@
 //! rules; ops whose rule does not check everything (the internal gradient ops) check the rest
 //! themselves and answer with [`Error::Node`].
 
+mod accumulate;
 mod attention;
 mod elementwise;
 mod index;
+mod integer;
 mod layout;
 mod matmul;
 mod nn;
 mod norm;
 mod reduce;
+mod select;
 pub(crate) mod simd;
 mod split;
 mod strided;
@@ -364,7 +367,18 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
             HostTensor::full(call.out_shape.to_vec(), *value, call.out_dtype).map_err(|e| output_memory(call, e))
         }
         Op::Arange { start, step } => index::arange(call, *start, *step),
+        Op::Binary(b) if call.out_dtype == DType::I64 => integer::binary(call, *b, x[0], x[1]),
         Op::Binary(b) => per_float!(call, ew::binary, (call, *b, x[0], x[1])),
+        Op::Logic(l) => integer::logic(call, *l, x[0], x[1]),
+        Op::LogicalNot => integer::logical_not(call, x[0]),
+        Op::ArgReduce { op, axis, .. } => select::arg_reduce(call, *op, x[0], *axis),
+        Op::Topk { k, axis, largest } => select::topk(call, x[0], *k, *axis, *largest),
+        Op::Argsort { axis, descending } => select::argsort(call, x[0], *axis, *descending),
+        Op::Bincount { bins } => select::bincount(call, x[0], *bins),
+        Op::OneHot { classes, .. } => select::one_hot(call, x[0], *classes),
+        Op::Cumsum { axis, reverse } => accumulate::cumsum(call, x[0], *axis, *reverse),
+        Op::IndexAdd { axis } => accumulate::index_add(call, x[0], x[1], x[2], *axis),
+        Op::ScatterAdd { axis } => accumulate::scatter_add(call, x[0], x[1], x[2], *axis),
         Op::Compare(c) => index::compare(call, *c, x[0], x[1]),
         Op::Where => index::select_where(call, x[0], x[1], x[2]),
         Op::Unary(u) => per_float!(call, ew::unary, (call, x[0], *u)),

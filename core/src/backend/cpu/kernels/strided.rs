@@ -33,6 +33,30 @@ pub(super) fn row_offsets(shape: &[usize], strides: &[usize]) -> Vec<usize> {
     offsets
 }
 
+/// `f(a, b)` over `out_shape` with both operands broadcast to it, for elements of any type
+/// (integers, booleans; the float kernels have their own vectorised loop): row by row, serial.
+pub(super) fn broadcast_map<A: Copy, B: Copy, R>(
+    out_shape: &[usize],
+    (a_shape, a): (&[usize], &[A]),
+    (b_shape, b): (&[usize], &[B]),
+    f: impl Fn(A, B) -> R,
+) -> Vec<R> {
+    let n: usize = out_shape.iter().product();
+    if n == 0 {
+        return Vec::new();
+    }
+    let (sa, sb) =
+        (crate::shape::broadcast_strides(a_shape, out_shape), crate::shape::broadcast_strides(b_shape, out_shape));
+    let (shape, s) = coalesce(out_shape, &[&sa, &sb]);
+    let r = shape.len();
+    let (inner, ia, ib) = (shape[r - 1], s[0][r - 1], s[1][r - 1]);
+    let mut out = Vec::with_capacity(n);
+    for (oa, ob) in row_offsets(&shape, &s[0]).into_iter().zip(row_offsets(&shape, &s[1])) {
+        out.extend((0..inner).map(|j| f(a[oa + j * ia], b[ob + j * ib])));
+    }
+    out
+}
+
 /// Side of the tiles [`strided_copy`] transposes through, to keep both sides in cache.
 const TILE: usize = 32;
 
