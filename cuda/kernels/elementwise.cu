@@ -64,6 +64,9 @@ template <typename C> __device__ __forceinline__ C binary_op(int op, C p, C q) {
         case B_MUL: return p * q;
         case B_DIV: return p / q;
         case B_MAXIMUM: return (p >= q || p != p) ? p : q;
+        case B_MINIMUM: return (p <= q || p != p) ? p : q;
+        // Floored remainder, for completeness: the shape rule keeps `rem` to i64 (integer.cu).
+        case B_REM: return p - q * m_floor(p / q);
         case B_MAXIMUM_MASK: return p > q ? (C)1 : (p == q ? (C)0.5 : (C)0);
         default: return p;
     }
@@ -82,8 +85,6 @@ template <typename C> __device__ __forceinline__ C grad_op(int op, C v, C g, C l
         default: return g;
     }
 }
-
-#define GRID_STRIDE(i, n) for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
 
 template <typename T>
 __device__ void unary(const T* x, T* y, u64 n, int op, double lo_, double hi_) {

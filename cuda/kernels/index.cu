@@ -1,8 +1,6 @@
 // Indexing and masks: comparisons (to bool bytes), `where`, `arange`, `index_select` and its
 // deterministic scatter-add gradient.
 
-#define GRID_STRIDE(i, n) for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
-
 // Comparison op codes (must match `ops/index.rs`).
 #define C_EQ 0
 #define C_NE 1

@@ -16,9 +16,11 @@ typedef unsigned char u8;
 struct bf16 { u16 bits; };
 struct f16 { u16 bits; };
 
-// The compute type of a storage type: f64 for f64, f32 otherwise (as on the CPU).
+// The compute type of a storage type: f64 for f64, f32 otherwise (as on the CPU); i64 for i64
+// (the kernels instantiated for numbers, floats and i64 alike).
 template <typename T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
+template <> struct Acc<i64> { typedef i64 type; };
 
 __device__ __forceinline__ float f32_nan() { return __int_as_float(0x7fc00000); }
 __device__ __forceinline__ float f32_inf() { return __int_as_float(0x7f800000); }
@@ -38,6 +40,8 @@ __device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
+__device__ __forceinline__ float m_floor(float x) { return floorf(x); }
+__device__ __forceinline__ double m_floor(double x) { return floor(x); }
 __device__ __forceinline__ float neg_inf(float) { return -f32_inf(); }
 __device__ __forceinline__ double neg_inf(double) { return -(double)f32_inf(); }
 
@@ -141,6 +145,7 @@ __device__ __forceinline__ float ld(const float* p, u64 i) { return p[i]; }
 __device__ __forceinline__ double ld(const double* p, u64 i) { return p[i]; }
 __device__ __forceinline__ float ld(const bf16* p, u64 i) { return bf16_to_float(p[i].bits); }
 __device__ __forceinline__ float ld(const f16* p, u64 i) { return half_to_float(p[i].bits); }
+__device__ __forceinline__ i64 ld(const i64* p, u64 i) { return p[i]; }
 __device__ __forceinline__ float cv(float v) { return v; }
 __device__ __forceinline__ double cv(double v) { return v; }
 __device__ __forceinline__ float cv(bf16 v) { return bf16_to_float(v.bits); }
@@ -149,6 +154,7 @@ __device__ __forceinline__ void st(float* p, u64 i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(double* p, u64 i, double v) { p[i] = v; }
 __device__ __forceinline__ void st(bf16* p, u64 i, float v) { p[i].bits = float_to_bf16(v); }
 __device__ __forceinline__ void st(f16* p, u64 i, float v) { p[i].bits = float_to_half(v); }
+__device__ __forceinline__ void st(i64* p, u64 i, i64 v) { p[i] = v; }
 template <typename T> __device__ __forceinline__ T mk(typename Acc<T>::type v);
 template <> __device__ __forceinline__ float mk<float>(float v) { return v; }
 template <> __device__ __forceinline__ double mk<double>(double v) { return v; }
@@ -159,6 +165,9 @@ template <> __device__ __forceinline__ f16 mk<f16>(float v) { f16 r; r.bits = fl
 template <typename T> struct alignas(16) Pack { T v[16 / sizeof(T)]; };
 
 // ---- strided index arithmetic -------------------------------------------------------------------
+// `i` runs over `0..n` across the whole grid (any grid size).
+#define GRID_STRIDE(i, n) for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
+
 // A view: `rank` axes of `shape`, stepping `stride` elements per axis (row-major enumeration).
 struct Dims { u64 rank; u64 shape[MAXD]; u64 stride[MAXD]; };
 
@@ -208,15 +217,25 @@ __device__ __forceinline__ C block_reduce(C v, F f, C identity, C* smem) {
     return v;
 }
 
-// ---- errors found on the device (bad ids): first one wins ---------------------------------------
-// flag[0] = 1 when set, flag[1] = node id, flag[2] = position, flag[3] = the bad value.
-__device__ __forceinline__ void report_bad_id(u64* flag, u64 node, u64 pos, i64 value) {
-    if (atomicCAS(flag, 0ull, 1ull) == 0ull) {
+// ---- errors found on the device (bad ids, zero divisors): first one wins -------------------------
+// flag[0] = what was found (0 nothing; codes must match `device.rs`), flag[1] = the reporting
+// node (its id and op kind, packed by the host), flag[2] = position, flag[3] = the bad value.
+#define REPORT_BAD_ID 1
+#define REPORT_DIV_ZERO 2
+__device__ __forceinline__ void report(u64* flag, u64 what, u64 node, u64 pos, i64 value) {
+    if (atomicCAS(flag, 0ull, what) == 0ull) {
         flag[1] = node;
         flag[2] = pos;
         flag[3] = (u64)value;
         __threadfence();
     }
+}
+__device__ __forceinline__ void report_bad_id(u64* flag, u64 node, u64 pos, i64 value) {
+    report(flag, REPORT_BAD_ID, node, pos, value);
+}
+// An integer division (or remainder) by zero at output element `pos`.
+__device__ __forceinline__ void report_div_zero(u64* flag, u64 node, u64 pos) {
+    report(flag, REPORT_DIV_ZERO, node, pos, 0);
 }
 
 // ---- Philox4x32-10 (bit-identical to remat_core::rng) --------------------------------------------
@@ -234,3 +253,5 @@ __device__ __forceinline__ void philox4x32_10(u32 c[4], u32 k0, u32 k1) {
 // Instantiates `NAME_<suffix>` for every float storage type from a template `NAME<T>` wrapper
 // macro `INST(T, suffix)`.
 #define FOR_FLOATS(INST) INST(float, f32) INST(double, f64) INST(bf16, bf16) INST(f16, f16)
+// The same for every number type: the floats, then i64 (`NAME_i64`).
+#define FOR_NUMBERS(INST) FOR_FLOATS(INST) INST(i64, i64)

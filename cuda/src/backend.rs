@@ -1,22 +1,22 @@
 //! [`CudaBackend`]: the `Backend` trait on one GPU.
 
-use crate::device::{Device, Pinned};
+use crate::device::{Device, Origin, Pinned};
 use crate::kernels::compute_dtype;
-use crate::ops::{attention, elementwise as ew, index, layout, nn, reduce, Scratch, View};
+use crate::ops::{accumulate, attention, elementwise as ew, index, integer, layout, nn, reduce, select, Scratch, View};
 use crate::transfer::{host_bytes, host_from_bytes};
 use crate::{fp8, gemm};
 use cudarc::driver::{result, CudaEvent};
 use remat_core::fmt_shape;
-use remat_core::{Backend, DType, Error, HostTensor, KernelCall, MemoryStats, Op, ReduceOp, Result};
+use remat_core::{Backend, DType, Error, HostTensor, KernelCall, MemoryStats, Op, OpKind, ReduceOp, Result};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 /// The CUDA backend: one device, a compute stream, a copy stream each way, a metered memory pool.
 ///
 /// Kernels run asynchronously on the compute stream; [`Backend::download`] waits for them. Ids
-/// found out of range on the device (embedding, cross-entropy) are reported at the next download
-/// or [`CudaBackend::synchronize`], naming the node, since checking at launch would need a host
-/// round trip per op.
+/// found out of range on the device (embedding, cross-entropy, indexing, one_hot, bincount) and
+/// integer divisions by zero are reported at the next download or [`CudaBackend::synchronize`],
+/// naming the node and its op, since checking at launch would need a host round trip per op.
 ///
 /// **Offload.** [`Backend::offload`] copies a value into pinned host memory on the
 /// device-to-host stream, and [`Backend::fetch`] copies it back on the host-to-device stream;
@@ -157,7 +157,8 @@ impl CudaBackend {
         self.dev.cc
     }
 
-    /// Waits for all queued work and reports any id a kernel found out of range.
+    /// Waits for all queued work and reports any id a kernel found out of range, or any integer
+    /// division by zero.
     pub fn synchronize(&self) -> Result<()> {
         self.dev.sync_and_check()
     }
@@ -272,6 +273,7 @@ fn mixed(call: &KernelCall<'_>) -> bool {
 
 /// Runs one op from input views into `out`.
 fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Result<()> {
+    let at = Origin::of(call);
     match call.op {
         Op::Input | Op::Param { .. } => Err(Error::Node {
             node: call.node,
@@ -281,7 +283,10 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::Constant { value } => ew::constant(dev, *value, out),
         Op::ConstantData { value } => ew::upload_into(dev, value, out),
         Op::Arange { start, step } => index::arange(dev, *start, *step, out),
+        Op::Binary(b) if out.dtype == DType::I64 => integer::binary(dev, at, *b, x[0], x[1], out),
         Op::Binary(b) => ew::binary(dev, *b, x[0], x[1], out),
+        Op::Logic(l) => integer::logic(dev, l.kind(), x[0], x[1], out),
+        Op::LogicalNot => integer::logical_not(dev, x[0], out),
         Op::Compare(c) => index::compare(dev, *c, x[0], x[1], out),
         Op::Where => index::select_where(dev, x[0], x[1], x[2], out),
         Op::Unary(u) => ew::unary(dev, ew::UnaryCode::op(*u), x[0], out),
@@ -312,9 +317,9 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::Concat { axis } => layout::concat(dev, x, *axis, out),
         Op::Slice { axis, start, .. } => layout::slice(dev, x[0], *axis, *start, out),
         Op::SliceGrad { axis, start, .. } => layout::slice_grad(dev, x[0], *axis, *start, out),
-        Op::IndexSelect { axis } => index::index_select(dev, call.node, x[0], x[1], *axis, out),
+        Op::IndexSelect { axis } => index::index_select(dev, at, x[0], x[1], *axis, out),
         Op::IndexSelectGrad { axis, .. } => index::index_select_grad(dev, x[0], x[1], *axis, out),
-        Op::Gather { axis } => index::gather(dev, call.node, x[0], x[1], *axis, out),
+        Op::Gather { axis } => index::gather(dev, at, x[0], x[1], *axis, out),
         Op::GatherGrad { axis, .. } => index::gather_grad(dev, x[0], x[1], *axis, out),
         Op::RmsNorm { eps } => nn::rms_norm(dev, x[0], out, *eps),
         Op::RmsNormGrad { eps } => nn::rms_norm_grad(dev, x[0], x[1], out, *eps),
@@ -326,24 +331,18 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::LogSoftmaxGrad => nn::softmax_grad(dev, x[0], x[1], out, true),
         Op::LayerNorm { eps } => nn::layer_norm(dev, x[0], out, *eps),
         Op::LayerNormGrad { eps } => nn::layer_norm_grad(dev, x[0], x[1], out, *eps),
-        Op::CrossEntropy => nn::cross_entropy(dev, call.node, x[0], x[1], out),
-        Op::CrossEntropyGrad => nn::cross_entropy_grad(dev, call.node, x[0], x[1], x[2], out),
-        Op::Embedding => nn::embedding(dev, call.node, x[0], x[1], out),
-        Op::EmbeddingGrad { .. } => nn::embedding_grad(dev, call.node, x[0], x[1], out),
-        Op::Logic(_)
-        | Op::LogicalNot
-        | Op::ArgReduce { .. }
-        | Op::Topk { .. }
-        | Op::Argsort { .. }
-        | Op::Bincount { .. }
-        | Op::OneHot { .. }
-        | Op::Cumsum { .. }
-        | Op::IndexAdd { .. }
-        | Op::ScatterAdd { .. } => Err(Error::Node {
-            node: call.node,
-            op: call.op.name(),
-            message: "not implemented on the CUDA backend yet: run this graph on the CPU".into(),
-        }),
+        Op::CrossEntropy => nn::cross_entropy(dev, at, x[0], x[1], out),
+        Op::CrossEntropyGrad => nn::cross_entropy_grad(dev, at, x[0], x[1], x[2], out),
+        Op::Embedding => nn::embedding(dev, at, x[0], x[1], out),
+        Op::EmbeddingGrad { .. } => nn::embedding_grad(dev, at, x[0], x[1], out),
+        Op::ArgReduce { op, axis, .. } => select::arg_reduce(dev, x[0], *axis, op.kind() == OpKind::Argmax, out),
+        Op::Topk { k, axis, largest } => select::sorted(dev, x[0], *axis, *k, *largest, out),
+        Op::Argsort { axis, descending } => select::sorted(dev, x[0], *axis, x[0].shape[*axis], *descending, out),
+        Op::Bincount { .. } => select::bincount(dev, at, x[0], out),
+        Op::OneHot { classes, .. } => select::one_hot(dev, at, x[0], *classes, out),
+        Op::Cumsum { axis, reverse } => accumulate::cumsum(dev, x[0], *axis, *reverse, out),
+        Op::IndexAdd { axis } => accumulate::index_add(dev, at, (x[0], x[1], x[2]), *axis, out),
+        Op::ScatterAdd { axis } => accumulate::scatter_add(dev, at, (x[0], x[1], x[2]), *axis, out),
     }
 }
 

@@ -17,7 +17,7 @@ use crate::transfer::{Completion, HostCache, ReleaseQueue};
 use cudarc::cublas::sys as cublas_sys;
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
-use remat_core::{Error, Result};
+use remat_core::{Error, KernelCall, NodeId, Result, CATALOG};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -70,8 +70,38 @@ pub struct Device {
     /// cuBLASLt, created on the first fp8 product (only `scaled_matmul` needs the library).
     blas_lt: OnceCell<cudarc::cublaslt::sys::cublasLtHandle_t>,
     workspace: sys::CUdeviceptr,
-    /// 4 × u64 written by kernels that find a bad id: set, node, position, value.
+    /// 4 × u64 written by kernels that find a bad id or a zero divisor: what they found
+    /// (`REPORT_*`), the [`Origin`], position, value.
     pub(crate) flag: sys::CUdeviceptr,
+}
+
+/// `REPORT_BAD_ID` in the prelude: an id out of range.
+const REPORT_BAD_ID: u64 = 1;
+/// `REPORT_DIV_ZERO` in the prelude: an integer division by zero.
+const REPORT_DIV_ZERO: u64 = 2;
+
+/// Who a kernel's device-side report names: the node and its op kind, packed into the `u64 node`
+/// argument of every kernel that reports (`node | kind << 32`) and unpacked by
+/// [`Device::sync_and_check`], which runs long after the op's call is gone.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Origin(u64);
+
+impl Origin {
+    /// The node of `call` and its op.
+    pub(crate) fn of(call: &KernelCall<'_>) -> Origin {
+        Origin(u64::from(call.node.raw()) | ((call.op.kind() as u64) << 32))
+    }
+
+    /// The kernel argument.
+    pub(crate) fn arg(self) -> Arg {
+        Arg::U64(self.0)
+    }
+
+    /// The node and its op's name.
+    fn unpack(self) -> (NodeId, &'static str) {
+        let op = CATALOG.get((self.0 >> 32) as usize).map_or("unknown op", |i| i.name);
+        (NodeId::new(self.0 as u32), op)
+    }
 }
 
 impl std::fmt::Debug for Device {
@@ -459,7 +489,8 @@ impl Device {
     }
 
     /// Waits for the compute stream (and so for every fetch it has consumed), reclaims finished
-    /// pinned blocks, then reports the first bad id a kernel flagged (and clears it).
+    /// pinned blocks, then reports the first bad id or zero divisor a kernel flagged (and clears
+    /// it).
     pub(crate) fn sync_and_check(&self) -> Result<()> {
         self.stream.synchronize().map_err(|e| self.fail("stream synchronize", e))?;
         self.reclaim_pinned()?;
@@ -470,14 +501,14 @@ impl Device {
         if flag[0] != 0 {
             // SAFETY: as above.
             unsafe { result::memset_d8_sync(self.flag, 0, 32) }.map_err(|e| self.fail("memset", e))?;
-            return Err(remat_core::Error::Node {
-                node: remat_core::NodeId::new(flag[1] as u32),
-                op: "embedding/cross_entropy",
-                message: format!(
-                    "id {} at position {} is out of range (found on the GPU; reported at the next synchronisation)",
-                    flag[3] as i64, flag[2]
-                ),
-            });
+            let (node, op) = Origin(flag[1]).unpack();
+            let found = match flag[0] {
+                REPORT_DIV_ZERO => format!("integer division by zero at output element {}", flag[2]),
+                REPORT_BAD_ID => format!("id {} at position {} is out of range", flag[3] as i64, flag[2]),
+                other => format!("unknown device report {other} at position {}", flag[2]),
+            };
+            let message = format!("{found} (found on the GPU; reported at the next synchronisation)");
+            return Err(Error::Node { node, op, message });
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! whose variants are the C parameter types (`u64`, `int`, `double`, `Dims`, raw fill patterns):
 //! each launch site lists them beside the C signature it must match.
 
-use remat_core::{BinaryOp, DType, UnaryGradOp, UnaryOp};
+use remat_core::{BinaryOp, DType, Member, OpKind, UnaryGradOp, UnaryOp};
 use std::ffi::c_void;
 
 /// A kernel source file of this crate.
@@ -39,12 +39,22 @@ pub(crate) fn grad_code(op: UnaryGradOp) -> i32 {
     op as i32
 }
 
+/// The `L_*` code of a logic op (`logical_and`, ..): its place in its catalog family, reached
+/// through the kind since `remat_core` does not re-export the family's type. `None` for a kind
+/// of another family.
+pub(crate) fn logic_code(kind: OpKind) -> Option<i32> {
+    match kind.member() {
+        Member::LogicOp(l) => Some(l as i32),
+        _ => None,
+    }
+}
+
 /// The `G_*` code of `clamp_grad` in the pointwise-gradient kernel: after every [`UnaryGradOp`].
 pub(crate) const G_CLAMP_GRAD: i32 = UnaryGradOp::ALL.len() as i32;
 
 /// `#define U_<NAME> <code>` for every unary op (then `U_CLAMP`, `U_POW`), `B_<NAME>` for every
-/// binary op and `G_<NAME>` for every pointwise gradient op (then `G_CLAMP_GRAD`), generated
-/// from the catalog, so the kernels' `switch` and the launch sites cannot drift apart: a case
+/// binary op, `G_<NAME>` for every pointwise gradient op (then `G_CLAMP_GRAD`) and `L_<NAME>`
+/// for every logic op (`L_LOGICAL_AND`), generated from the catalog, so the kernels' `switch` and the launch sites cannot drift apart: a case
 /// label for an op the catalog lacks does not compile.
 pub(crate) fn op_codes() -> String {
     let define = |prefix: &str, name: &str, code: i32| format!("#define {prefix}_{} {code}\n", name.to_uppercase());
@@ -61,6 +71,11 @@ pub(crate) fn op_codes() -> String {
         out += &define("G", g.name(), grad_code(g));
     }
     out += &define("G", "clamp_grad", G_CLAMP_GRAD);
+    for kind in OpKind::all() {
+        if let Some(code) = logic_code(kind) {
+            out += &define("L", kind.name(), code);
+        }
+    }
     out
 }
 
@@ -79,10 +94,17 @@ pub const LAYOUT: Source = Source { name: "layout.cu", text: include_str!("../ke
 pub const INDEX: Source = Source { name: "index.cu", text: include_str!("../kernels/index.cu") };
 /// Fused scaled dot-product attention and its gradient.
 pub const ATTENTION: Source = Source { name: "attention.cu", text: include_str!("../kernels/attention.cu") };
+/// i64 arithmetic and bool logic.
+pub const INTEGER: Source = Source { name: "integer.cu", text: include_str!("../kernels/integer.cu") };
+/// Argmax/argmin, topk and argsort, bincount, one_hot and the id check.
+pub const SELECT: Source = Source { name: "select.cu", text: include_str!("../kernels/select.cu") };
+/// Cumsum, index_add and scatter_add.
+pub const ACCUMULATE: Source = Source { name: "accumulate.cu", text: include_str!("../kernels/accumulate.cu") };
 
 /// Every kernel source, in a fixed order (the NVRTC test compiles each).
 #[cfg_attr(not(test), allow(dead_code))]
-pub const SOURCES: [Source; 7] = [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT, INDEX, ATTENTION];
+pub const SOURCES: [Source; 10] =
+    [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT, INDEX, ATTENTION, INTEGER, SELECT, ACCUMULATE];
 
 /// Most axes a [`Dims`] view holds (`MAXD` in the prelude).
 pub const MAXD: usize = 8;
@@ -207,10 +229,17 @@ mod op_code_tests {
             .collect()
     }
 
+    /// The logic kinds, in catalog order.
+    fn logic_kinds() -> Vec<OpKind> {
+        OpKind::all().filter(|&k| logic_code(k).is_some()).collect()
+    }
+
     #[test]
     fn every_catalog_op_has_one_distinct_code() {
         let d = defines();
-        assert_eq!(d.len(), UnaryOp::ALL.len() + 2 + BinaryOp::ALL.len() + UnaryGradOp::ALL.len() + 1);
+        let logic = logic_kinds();
+        assert_eq!(logic.len(), 3, "logical_and, logical_or, logical_xor");
+        assert_eq!(d.len(), UnaryOp::ALL.len() + 2 + BinaryOp::ALL.len() + UnaryGradOp::ALL.len() + 1 + logic.len());
         let unary: HashSet<i32> = d.iter().filter(|(k, _)| k.starts_with("U_")).map(|(_, &v)| v).collect();
         assert_eq!(unary.len(), UnaryOp::ALL.len() + 2, "unary codes are distinct");
         for &u in UnaryOp::ALL {
@@ -222,25 +251,53 @@ mod op_code_tests {
         for &g in UnaryGradOp::ALL {
             assert_eq!(d[&format!("G_{}", g.name().to_uppercase())], grad_code(g), "{}", g.name());
         }
+        for (i, &l) in logic.iter().enumerate() {
+            assert_eq!(d[&format!("L_{}", l.name().to_uppercase())], i as i32, "{}", l.name());
+        }
         assert_eq!((d["U_CLAMP"], d["U_POW"], d["G_CLAMP_GRAD"]), (U_CLAMP, U_POW, G_CLAMP_GRAD));
+    }
+
+    /// The generated codes `source`'s `case` labels name, each checked to be a generated code
+    /// and to label one case only.
+    fn case_labels<'a>(source: &'a Source, d: &HashMap<String, i32>) -> HashSet<&'a str> {
+        let mut labels = HashSet::new();
+        for line in source.text.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix("case ") else { continue };
+            let label = rest.split(':').next().unwrap();
+            if ["U_", "B_", "G_", "L_"].iter().any(|p| label.starts_with(p)) {
+                assert!(d.contains_key(label), "{}: `case {label}` has no generated code", source.name);
+                assert!(labels.insert(label), "{}: `case {label}` twice", source.name);
+            }
+        }
+        labels
+    }
+
+    /// The generated codes starting with one of `prefixes` (but `except`) that `source` has no
+    /// case for, sorted.
+    fn missing(source: &Source, prefixes: &[&str], except: &[&str]) -> Vec<String> {
+        let d = defines();
+        let labels = case_labels(source, &d);
+        let mut missing: Vec<String> = d
+            .into_keys()
+            .filter(|k| prefixes.iter().any(|p| k.starts_with(p)) && !except.contains(&k.as_str()))
+            .filter(|k| !labels.contains(k.as_str()))
+            .collect();
+        missing.sort();
+        missing
     }
 
     #[test]
     fn every_case_label_of_the_elementwise_kernels_is_a_generated_code() {
-        let d = defines();
-        let mut labels = HashSet::new();
-        for line in ELEMENTWISE.text.lines().map(str::trim) {
-            let Some(rest) = line.strip_prefix("case ") else { continue };
-            let label = rest.split(':').next().unwrap();
-            if ["U_", "B_", "G_"].iter().any(|p| label.starts_with(p)) {
-                assert!(d.contains_key(label), "elementwise.cu: `case {label}` has no generated code");
-                assert!(labels.insert(label), "elementwise.cu: `case {label}` twice");
-            }
-        }
         // Every unary op, clamp and pow, every binary op, every pointwise gradient and clamp's
         // has its case.
-        let mut missing: Vec<&String> = d.keys().filter(|k| !labels.contains(k.as_str())).collect();
-        missing.sort();
+        let missing = missing(&ELEMENTWISE, &["U_", "B_", "G_"], &[]);
         assert!(missing.is_empty(), "elementwise.cu has no case for {missing:?} (add one to its switch)");
+    }
+
+    #[test]
+    fn every_case_label_of_the_integer_kernels_is_a_generated_code() {
+        // Every logic op, and every binary op but the float gradient mask, has its i64 case.
+        let missing = missing(&INTEGER, &["B_", "L_"], &["B_MAXIMUM_MASK"]);
+        assert!(missing.is_empty(), "integer.cu has no case for {missing:?} (add one to its switch)");
     }
 }

@@ -23,7 +23,7 @@ fn nvrtc() -> Option<(i32, i32)> {
         }
     }
 }
-use crate::kernels::{Source, SOURCES};
+use crate::kernels::{Source, ACCUMULATE, INTEGER, SELECT, SOURCES};
 
 #[test]
 fn every_kernel_source_compiles_for_sm80_and_sm90() {
@@ -96,4 +96,17 @@ fn cubins_for_sm90_and_expected_entries() {
     }
     let cubin = compile(&SOURCES[3], Target::Cubin(90)).unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
+    let expected = [
+        (INTEGER, &["binary_i64", "logic", "logical_not"][..]),
+        (SELECT, &["arg_reduce_bf16", "arg_reduce_i64", "rank_sort_f32", "rank_sort_i64", "check_ids", "bincount"]),
+        (SELECT, &["one_hot_1", "one_hot_2", "one_hot_8"]),
+        (ACCUMULATE, &["cumsum_f16", "cumsum_i64", "index_add_f64", "index_add_i64", "scatter_add_bf16"]),
+        (ACCUMULATE, &["scatter_add_i64"]),
+    ];
+    for (source, names) in expected {
+        let ptx = compile(&source, Target::Ptx(90)).unwrap();
+        for name in names {
+            assert!(String::from_utf8_lossy(&ptx).contains(&format!(".entry {name}(")), "{name} missing");
+        }
+    }
 }

@@ -56,6 +56,50 @@ fn ids(shape: &[usize], below: i64, seed: u64) -> HostTensor {
     HostTensor::i64(shape.to_vec(), v).unwrap()
 }
 
+/// i64 values of every sign and magnitude, up to the limits (sums and products wrap); with
+/// `nonzero`, 1 in place of 0 so that they can divide.
+fn ints(shape: &[usize], seed: u64, nonzero: bool) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<i64> = (0..n as u64)
+        .map(|i| {
+            let (hi, lo) = (remat_core::uniform_u32(seed, 6, i), remat_core::uniform_u32(seed, 7, i));
+            let v = ((u64::from(hi) << 32 | u64::from(lo)) as i64) >> (lo % 64);
+            if nonzero && v == 0 {
+                1
+            } else {
+                v
+            }
+        })
+        .collect();
+    HostTensor::i64(shape.to_vec(), v).unwrap()
+}
+
+/// `[11, 1]` and `[10]` i64 operands at and near the limits (no zero among the second), which
+/// broadcast to every pair: `i64::MIN / -1`, `MIN % -1`, remainders of either sign.
+fn int_edges() -> [HostTensor; 2] {
+    let (min, max) = (i64::MIN, i64::MAX);
+    [
+        HostTensor::i64(vec![11, 1], vec![min, min + 1, -7, -3, -1, 0, 1, 3, 7, max - 1, max]).unwrap(),
+        HostTensor::i64(vec![10], vec![min, -7, -3, -2, -1, 1, 2, 3, 7, max]).unwrap(),
+    ]
+}
+
+/// `[4, 70]` rows for the ordering ops in `dt`: ties everywhere (small integers), then row 0
+/// without NaN (and -0.0 tied with 0.0 as its maximum), row 1 NaN first, row 2 two NaNs
+/// inside, row 3 NaN last.
+fn ranked(dt: DType, seed: u64) -> HostTensor {
+    let mut v = small_ints(&[4, 70], DType::F64, seed).to_f64_vec();
+    for x in &mut v[..70] {
+        *x = -x.abs() - 1.0;
+    }
+    v[5] = -0.0;
+    v[6] = 0.0;
+    for at in [70, 140 + 37, 140 + 50, 210 + 69] {
+        v[at] = f64::NAN;
+    }
+    HostTensor::f64(vec![4, 70], v).unwrap().to_dtype(dt)
+}
+
 /// (rtol, atol) for results of `dtype`; `loose` for long reductions and products.
 fn tolerance(dtype: DType, loose: bool) -> (f64, f64) {
     match dtype {
@@ -79,16 +123,26 @@ fn compare(gpu: &HostTensor, cpu: &HostTensor, exact: bool, loose: bool) -> Resu
         let close = if exact { a.to_bits() == b.to_bits() } else { a == b || (a - b).abs() <= atol + rtol * b.abs() };
         close || (a.is_nan() && b.is_nan())
     };
-    let (g, c) = (gpu.to_f64_vec(), cpu.to_f64_vec());
-    let bad: Vec<usize> = (0..g.len()).filter(|&i| !same(g[i], c[i])).collect();
+    let bad: Vec<usize> = match (gpu.data(), cpu.data()) {
+        // i64 as i64: through f64, values above 2⁵³ that differ in their low bits look equal.
+        (HostData::I64(g), HostData::I64(c)) => (0..g.len()).filter(|&i| g[i] != c[i]).collect(),
+        _ => {
+            let (g, c) = (gpu.to_f64_vec(), cpu.to_f64_vec());
+            (0..g.len()).filter(|&i| !same(g[i], c[i])).collect()
+        }
+    };
+    let element = |t: &HostTensor, i: usize| match t.data() {
+        HostData::I64(v) => v[i].to_string(),
+        _ => t.to_f64_vec()[i].to_string(),
+    };
     match bad.first() {
         None => Ok(()),
         Some(&i) => Err(format!(
             "{} of {} elements differ, first at {i}: gpu {} cpu {} ({})",
             bad.len(),
-            g.len(),
-            g[i],
-            c[i],
+            cpu.numel(),
+            element(gpu, i),
+            element(cpu, i),
             if exact { "bitwise".to_string() } else { format!("rtol {rtol}, atol {atol}") }
         )),
     }
@@ -150,9 +204,12 @@ fn check_all(g: &mut CudaBackend, kinds: impl Iterator<Item = OpKind>, dt: DType
     covered
 }
 
+/// One case: (op, inputs, exact, loose).
+type Case = (Op, Vec<HostTensor>, bool, bool);
+
 /// Cases for every op kind: (op, inputs, exact, loose). The match is exhaustive so a new kind
 /// cannot go untested.
-fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
+fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
     let t = |s: &[usize], seed| tensor(s, dt, seed);
     let f = |op: Op, inputs: Vec<HostTensor>| (op, inputs, false, false);
     let loose = |op: Op, inputs: Vec<HostTensor>| (op, inputs, false, true);
@@ -167,8 +224,18 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
             f(op, vec![t(&[], 5), t(&[6, 7], 6)]),
         ]
     };
+    // Cases whose inputs do not depend on `dt` (i64, bool): checked once, in the f32 run.
+    let once = |v: Vec<Case>| if dt == DType::F32 { v } else { vec![] };
+    let int_binary = |op: Op| {
+        vec![
+            exact(op.clone(), int_edges().to_vec()),
+            exact(op.clone(), vec![ints(&[4, 33], 1, false), ints(&[4, 33], 2, true)]),
+            exact(op.clone(), vec![ints(&[2, 1, 5], 3, false), ints(&[4, 1], 4, true)]),
+            exact(op, vec![ints(&[], 5, false), ints(&[6, 7], 6, true)]),
+        ]
+    };
     let axes_sets = [vec![], vec![0], vec![1], vec![2], vec![0, 2], vec![1, 2], vec![0, 1, 2]];
-    let reduce = |mk: &dyn Fn(Vec<usize>, bool) -> Op| -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
+    let reduce = |mk: &dyn Fn(Vec<usize>, bool) -> Op| -> Vec<Case> {
         let mut v = Vec::new();
         for axes in &axes_sets {
             v.push(loose(mk(axes.clone(), false), vec![t(&[5, 70, 130], 7)]));
@@ -189,15 +256,52 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
                 f(Op::Binary(BinaryOp::MaximumMask), vec![t(&[8, 8], 1), t(&[8], 2)]),
             ];
         }
-        Member::BinaryOp(b) => return binary(Op::Binary(b)),
+        // Integer remainder only: floats are refused by the shape rule.
+        Member::BinaryOp(BinaryOp::Rem) => return once(int_binary(Op::Binary(BinaryOp::Rem))),
+        Member::BinaryOp(b) => {
+            let op = Op::Binary(b);
+            let mut v = binary(op.clone());
+            if matches!(b, BinaryOp::Maximum | BinaryOp::Minimum) {
+                let r = ranked(dt, 1);
+                v.push(exact(op.clone(), vec![r.clone(), t(&[4, 70], 2)]));
+                v.push(exact(op.clone(), vec![t(&[70], 3), r]));
+            }
+            v.extend(once(int_binary(op)));
+            return v;
+        }
         Member::CompareOp(c) => {
             let op = Op::Compare(c);
             let a = t(&[4, 33], 1);
             return vec![
                 exact(op.clone(), vec![a.clone(), a.clone()]),
                 exact(op.clone(), vec![a, t(&[33], 2)]),
-                exact(op, vec![ids(&[5, 1], 4, 3), ids(&[6], 4, 4)]),
+                exact(op.clone(), vec![ids(&[5, 1], 4, 3), ids(&[6], 4, 4)]),
+                exact(op, int_edges().to_vec()),
             ];
+        }
+        Member::LogicOp(l) => {
+            let op = Op::Logic(l);
+            return once(vec![
+                exact(op.clone(), vec![mask(&[4, 33], 1), mask(&[4, 33], 2)]),
+                exact(op.clone(), vec![mask(&[5, 1], 3), mask(&[6], 4)]),
+                exact(op, vec![mask(&[], 5), mask(&[3, 4], 6)]),
+            ]);
+        }
+        Member::ArgReduceOp(op) => {
+            let arg = |axis, keepdim| Op::ArgReduce { op, axis, keepdim };
+            let mut v = vec![
+                exact(arg(1, false), vec![t(&[6, 1000], 1)]),
+                exact(arg(0, true), vec![t(&[37, 5], 2)]),
+                exact(arg(1, false), vec![small_ints(&[4, 50, 3], dt, 3)]),
+                exact(arg(1, true), vec![ranked(dt, 4)]),
+                exact(arg(0, false), vec![ranked(dt, 5)]),
+            ];
+            v.extend(once(vec![
+                exact(arg(1, false), vec![ints(&[5, 40], 6, false)]),
+                exact(arg(0, false), vec![ids(&[300, 3], 4, 7)]),
+                exact(arg(0, true), vec![int_edges()[0].clone()]),
+            ]));
+            return v;
         }
         Member::ReduceOp(op) => return reduce(&|axes, keepdim| Op::Reduce { op, axes, keepdim }),
         Member::Other(other) => other,
@@ -205,6 +309,95 @@ fn cases(kind: OpKind, dt: DType) -> Vec<(Op, Vec<HostTensor>, bool, bool)> {
     use OtherKind as K;
     match other {
         K::Input | K::Param => vec![],
+        K::LogicalNot => once(vec![exact(Op::LogicalNot, vec![mask(&[4, 33], 1)])]),
+        K::Topk => {
+            let topk = |k, axis, largest| Op::Topk { k, axis, largest };
+            let mut v = vec![
+                // Routing: 64 tokens, 8 experts, top 2.
+                exact(topk(2, 1, true), vec![t(&[64, 8], 1)]),
+                exact(topk(5, 0, false), vec![t(&[20, 3], 2)]),
+                exact(topk(70, 1, true), vec![ranked(dt, 3)]),
+                exact(topk(10, 1, false), vec![ranked(dt, 4)]),
+                exact(topk(3, 0, true), vec![ranked(dt, 5)]),
+            ];
+            v.extend(once(vec![
+                exact(topk(4, 1, true), vec![ints(&[8, 16], 6, false)]),
+                exact(topk(7, 1, false), vec![ids(&[10, 30], 5, 7)]),
+                exact(topk(11, 0, true), vec![int_edges()[0].clone()]),
+            ]));
+            v
+        }
+        K::Argsort => {
+            let argsort = |axis, descending| Op::Argsort { axis, descending };
+            let mut v = vec![
+                exact(argsort(1, true), vec![t(&[6, 50], 1)]),
+                exact(argsort(0, false), vec![t(&[30, 4], 2)]),
+                exact(argsort(1, true), vec![ranked(dt, 3)]),
+                exact(argsort(1, false), vec![ranked(dt, 4)]),
+                exact(argsort(0, true), vec![ranked(dt, 5)]),
+            ];
+            v.extend(once(vec![
+                exact(argsort(1, false), vec![ints(&[8, 16], 6, false)]),
+                exact(argsort(1, true), vec![ids(&[10, 30], 5, 7)]),
+            ]));
+            v
+        }
+        K::Bincount => once(vec![
+            exact(Op::Bincount { bins: 8 }, vec![ids(&[64, 2], 8, 1)]),
+            // Bins no id falls in.
+            exact(Op::Bincount { bins: 40 }, vec![ids(&[1000], 37, 2)]),
+        ]),
+        K::OneHot => {
+            let hot = |dtype| Op::OneHot { classes: 10, dtype };
+            let mut v = vec![exact(hot(dt), vec![ids(&[3, 7], 10, 1)])];
+            v.extend(once(vec![
+                exact(hot(DType::I64), vec![ids(&[5], 10, 2)]),
+                exact(hot(DType::Bool), vec![ids(&[2, 3], 10, 3)]),
+            ]));
+            v
+        }
+        // Sums in the CPU's order, in the compute type: bit for bit.
+        K::Cumsum => {
+            let cumsum = |axis, reverse| Op::Cumsum { axis, reverse };
+            let lead = HostTensor::f64(vec![2, 4], vec![-0.0, 1.0, -1.0, 2.5, 3.0, f64::NAN, 1.0, -0.0]).unwrap();
+            let mut v = vec![
+                exact(cumsum(1, false), vec![t(&[4, 300], 1)]),
+                exact(cumsum(1, true), vec![t(&[4, 300], 1)]),
+                exact(cumsum(0, false), vec![t(&[50, 3], 2)]),
+                exact(cumsum(0, true), vec![t(&[50, 3], 2)]),
+                exact(cumsum(1, false), vec![lead.to_dtype(dt)]),
+                exact(cumsum(1, true), vec![lead.to_dtype(dt)]),
+            ];
+            v.extend(once(vec![
+                exact(cumsum(1, false), vec![ints(&[5, 40], 3, false)]),
+                exact(cumsum(0, true), vec![ints(&[40, 5], 4, false)]),
+            ]));
+            v
+        }
+        // Repeated indices (more indices than entries), summed in index order.
+        K::IndexAdd => {
+            let mut v = vec![
+                exact(Op::IndexAdd { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[17], 10, 2), t(&[3, 17, 4], 3)]),
+                exact(Op::IndexAdd { axis: 0 }, vec![t(&[6, 5], 4), ids(&[9], 6, 5), t(&[9, 5], 6)]),
+            ];
+            v.extend(once(vec![exact(
+                Op::IndexAdd { axis: 0 },
+                vec![ints(&[6, 5], 7, false), ids(&[9], 6, 8), ints(&[9, 5], 9, false)],
+            )]));
+            v
+        }
+        K::ScatterAdd => {
+            let mut v = vec![
+                exact(Op::ScatterAdd { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[3, 17, 4], 10, 2), t(&[3, 17, 4], 3)]),
+                exact(Op::ScatterAdd { axis: 0 }, vec![t(&[6, 5], 4), ids(&[9, 5], 6, 5), t(&[9, 5], 6)]),
+                exact(Op::ScatterAdd { axis: 1 }, vec![t(&[6, 5], 7), ids(&[6, 2], 5, 8), t(&[6, 2], 9)]),
+            ];
+            v.extend(once(vec![exact(
+                Op::ScatterAdd { axis: 1 },
+                vec![ints(&[4, 6], 10, false), ids(&[4, 11], 6, 11), ints(&[4, 11], 12, false)],
+            )]));
+            v
+        }
         K::Constant => vec![exact(Op::Constant { value: 2.7 }, vec![])],
         K::Clamp => unary(Op::Clamp { min: -0.5, max: 0.75 }),
         K::AmaxGrad => {
@@ -497,6 +690,50 @@ fn dropout_masks_are_bit_identical_to_the_cpu() {
     }
 }
 
+/// Ops whose inputs are wrong in a way only their values show, and what the error says on
+/// either backend: integer division by zero, ids out of range.
+fn value_errors() -> Vec<(Op, Vec<HostTensor>, &'static str)> {
+    let i = |shape: Vec<usize>, v: Vec<i64>| HostTensor::i64(shape, v).unwrap();
+    let bad = i(vec![3], vec![1, 9, 0]);
+    let x = tensor(&[4, 3], DType::F32, 1);
+    let div = "integer division by zero at output element 1";
+    let id = "9 at position 1 ";
+    vec![
+        (Op::Binary(BinaryOp::Div), vec![i(vec![3], vec![1, 2, 3]), i(vec![3], vec![1, 0, 1])], div),
+        (Op::Binary(BinaryOp::Rem), vec![i(vec![1], vec![5]), i(vec![3], vec![1, 0, 1])], div),
+        (Op::Bincount { bins: 4 }, vec![bad.clone()], id),
+        (Op::OneHot { classes: 4, dtype: DType::F32 }, vec![bad.clone()], id),
+        (Op::IndexAdd { axis: 0 }, vec![x.clone(), bad, tensor(&[3, 3], DType::F32, 2)], id),
+        (
+            Op::ScatterAdd { axis: 1 },
+            vec![x, i(vec![4, 2], vec![0, 9, 1, 2, 0, 0, 1, 1]), tensor(&[4, 2], DType::F32, 3)],
+            id,
+        ),
+    ]
+}
+
+/// The value errors are errors on the CPU, saying what the GPU's say (checked without a GPU).
+#[test]
+fn value_errors_name_the_node_on_the_cpu() {
+    for (op, inputs, says) in value_errors() {
+        let err = run_op(&mut CpuBackend::new(), &op, &inputs, 42, 0).unwrap_err().to_string();
+        assert!(err.contains("%42") && err.contains(op.name()) && err.contains(says), "{err}");
+    }
+}
+
+/// Found on the device, reported at the download naming the node and its op; the backend
+/// stays usable.
+#[test]
+fn value_errors_name_the_node_and_op_on_the_gpu() {
+    let Some(mut g) = gpu() else { return };
+    for (op, inputs, says) in value_errors() {
+        let err = run_op(&mut g, &op, &inputs, 42, 0).unwrap_err().to_string();
+        assert!(err.contains("%42") && err.contains(op.name()) && err.contains(says), "{err}");
+    }
+    let (a, b) = (tensor(&[4], DType::F32, 1), tensor(&[4], DType::F32, 2));
+    check_op(&mut g, &Op::Binary(BinaryOp::Add), &[a, b], false, false).unwrap_or_else(|e| panic!("{e}"));
+}
+
 #[test]
 fn bad_ids_are_errors_naming_the_node() {
     let Some(mut g) = gpu() else { return };
@@ -629,6 +866,15 @@ fn compare_reports_differences() {
     assert!(err.contains("2 of 4 elements differ, first at 1: gpu 2.5 cpu 2"), "{err}");
     let other = HostTensor::f32(vec![2, 2], vec![1.0; 4]).unwrap();
     assert!(compare(&other, &a, false, false).unwrap_err().contains("[2, 2]"));
+    // i64 exactly, even where f64 cannot tell the values apart.
+    let big = HostTensor::i64(vec![2], vec![7, i64::MAX]).unwrap();
+    let below = HostTensor::i64(vec![2], vec![7, i64::MAX - 1]).unwrap();
+    assert!(compare(&big, &big, true, false).is_ok());
+    let err = compare(&below, &big, true, false).unwrap_err();
+    assert!(
+        err.contains(&format!("1 of 2 elements differ, first at 1: gpu {} cpu {}", i64::MAX - 1, i64::MAX)),
+        "{err}"
+    );
 }
 
 /// Copies that cost next to nothing: at `Budget::Fraction(0.0)` the solver offloads every value

@@ -4,7 +4,7 @@ use super::{coalesce, dims, fname, View};
 use crate::device::Device;
 use crate::kernels::{self, dtype_code, elem_suffix, Arg, CAST, ELEMENTWISE};
 use remat_core::broadcast_strides;
-use remat_core::{drop_threshold, stream_seed, BinaryOp, HostTensor, Result, UnaryGradOp, UnaryOp};
+use remat_core::{drop_threshold, stream_seed, BinaryOp, DType, HostTensor, Result, UnaryGradOp, UnaryOp};
 
 /// A launch of the unary kernel: the op's `U_*` code and its two constants (clamp's bounds,
 /// `pow`'s exponent, else unused).
@@ -124,20 +124,25 @@ pub(crate) fn copy(dev: &Device, src: u64, dst: u64, bytes: usize) -> Result<()>
         .map_err(|e| dev.fail(format!("device copy of {bytes} bytes"), e))
 }
 
-/// Every element of `out` = `value` rounded to its dtype (the CPU's `HostTensor::full`).
-/// `fill_N(E* y, u64 n, E v)` with the element's raw bits.
-pub(crate) fn constant(dev: &Device, value: f64, out: View<'_>) -> Result<()> {
-    let one = HostTensor::full(vec![1], value, out.dtype)?;
+/// `value` rounded to `dtype` (the CPU's `HostTensor::full`), as the raw bits of one element:
+/// the `E v` argument of the raw-element kernels (`fill_N`, `one_hot_N`).
+pub(crate) fn pattern(dev: &Device, value: f64, dtype: DType) -> Result<Arg> {
+    let one = HostTensor::full(vec![1], value, dtype)?;
     let bytes = crate::transfer::host_bytes(&one);
-    let pattern = match bytes.len() {
+    Ok(match bytes.len() {
         1 => Arg::U8(bytes[0]),
         2 => Arg::U16(u16::from_ne_bytes([bytes[0], bytes[1]])),
         4 => Arg::U32(u32::from_ne_bytes(bytes[..4].try_into().map_err(|_| dev.err("fill pattern"))?)),
         _ => Arg::U64(u64::from_ne_bytes(bytes[..8].try_into().map_err(|_| dev.err("fill pattern"))?)),
-    };
+    })
+}
+
+/// Every element of `out` = `value` rounded to its dtype (the CPU's `HostTensor::full`).
+/// `fill_N(E* y, u64 n, E v)` with the element's raw bits.
+pub(crate) fn constant(dev: &Device, value: f64, out: View<'_>) -> Result<()> {
     let n = out.numel();
     let name = format!("fill_{}", elem_suffix(out.dtype.size()));
-    dev.launch_1d(&ELEMENTWISE, &name, n, &[out.arg(), Arg::U64(n as u64), pattern])
+    dev.launch_1d(&ELEMENTWISE, &name, n, &[out.arg(), Arg::U64(n as u64), pattern(dev, value, out.dtype)?])
 }
 
 /// `out` = a host tensor's bytes (a `constant_data` op computed rather than held resident).

@@ -1,10 +1,10 @@
 //! Comparisons, `where`, `arange`, `index_select` and its gradient (`index.cu`).
 
-use super::{coalesce, dims, fname, View};
-use crate::device::Device;
+use super::{coalesce, dims, fname, num_fname, View};
+use crate::device::{Device, Origin};
 use crate::kernels::{compute_dtype, elem_suffix, Arg, INDEX};
 use remat_core::broadcast_strides;
-use remat_core::{CompareOp, DType, NodeId, Result};
+use remat_core::{CompareOp, Result};
 
 /// `compare_T(const T* a, const T* b, u8* y, u64 n, int op, Dims da, Dims db)` (`T` a float type
 /// or i64).
@@ -20,7 +20,7 @@ pub(crate) fn compare(dev: &Device, op: CompareOp, a: View<'_>, b: View<'_>, out
     let n = out.numel();
     let (sa, sb) = (broadcast_strides(a.shape, out.shape), broadcast_strides(b.shape, out.shape));
     let (shape, s) = coalesce(out.shape, &[&sa, &sb]);
-    let name = if a.dtype == DType::I64 { "compare_i64".to_string() } else { fname(dev, "compare", a.dtype)? };
+    let name = num_fname(dev, "compare", a.dtype)?;
     let args = [
         a.arg(),
         b.arg(),
@@ -54,7 +54,7 @@ pub(crate) fn select_where(dev: &Device, c: View<'_>, a: View<'_>, b: View<'_>, 
 /// `arange_T(T* y, u64 n, double start, double step)`.
 pub(crate) fn arange(dev: &Device, start: f64, step: f64, out: View<'_>) -> Result<()> {
     let n = out.numel();
-    let name = if out.dtype == DType::I64 { "arange_i64".to_string() } else { fname(dev, "arange", out.dtype)? };
+    let name = num_fname(dev, "arange", out.dtype)?;
     dev.launch_1d(&INDEX, &name, n, &[out.arg(), Arg::U64(n as u64), Arg::F64(start), Arg::F64(step)])
 }
 
@@ -62,7 +62,7 @@ pub(crate) fn arange(dev: &Device, start: f64, step: f64, out: View<'_>) -> Resu
 /// flag, u64 node)`: raw elements; a bad index is reported at the next synchronisation.
 pub(crate) fn index_select(
     dev: &Device,
-    node: NodeId,
+    at: Origin,
     x: View<'_>,
     idx: View<'_>,
     axis: usize,
@@ -80,14 +80,14 @@ pub(crate) fn index_select(
         Arg::U64(dim as u64),
         Arg::U64(inner as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.raw() as u64),
+        at.arg(),
     ];
     dev.launch_1d(&INDEX, &format!("index_select_{}", elem_suffix(x.dtype.size())), outer * count * inner, &args)
 }
 
 /// `gather_N(const E* x, const i64* idx, E* y, u64 outer, u64 count, u64 dim, u64 inner, u64* flag,
 /// u64 node)`: raw elements; a bad index is reported at the next synchronisation.
-pub(crate) fn gather(dev: &Device, node: NodeId, x: View<'_>, idx: View<'_>, axis: usize, out: View<'_>) -> Result<()> {
+pub(crate) fn gather(dev: &Device, at: Origin, x: View<'_>, idx: View<'_>, axis: usize, out: View<'_>) -> Result<()> {
     let outer: usize = x.shape[..axis].iter().product();
     let inner: usize = x.shape[axis + 1..].iter().product();
     let (dim, count) = (x.shape[axis], idx.shape[axis]);
@@ -100,7 +100,7 @@ pub(crate) fn gather(dev: &Device, node: NodeId, x: View<'_>, idx: View<'_>, axi
         Arg::U64(dim as u64),
         Arg::U64(inner as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.raw() as u64),
+        at.arg(),
     ];
     dev.launch_1d(&INDEX, &format!("gather_{}", elem_suffix(x.dtype.size())), outer * count * inner, &args)
 }

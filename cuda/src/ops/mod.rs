@@ -3,12 +3,15 @@
 //! Everything works on [`View`]s (a device pointer, a shape, a dtype); the output is allocated
 //! by the caller. Temporary device memory is a [`Scratch`], freed stream-ordered on drop.
 
+pub(crate) mod accumulate;
 pub(crate) mod attention;
 pub(crate) mod elementwise;
 pub(crate) mod index;
+pub(crate) mod integer;
 pub(crate) mod layout;
 pub(crate) mod nn;
 pub(crate) mod reduce;
+pub(crate) mod select;
 
 use crate::device::Device;
 use crate::kernels::{Arg, Dims};
@@ -66,4 +69,18 @@ pub(crate) fn fname(dev: &Device, base: &str, d: DType) -> Result<String> {
     crate::kernels::float_suffix(d)
         .map(|s| format!("{base}_{s}"))
         .ok_or_else(|| dev.err(format!("{base} has no kernel for {d}")))
+}
+
+/// The kernel name of a number dtype: [`fname`] for floats, `base_i64` for i64 (`FOR_NUMBERS`).
+pub(crate) fn num_fname(dev: &Device, base: &str, d: DType) -> Result<String> {
+    if d == DType::I64 {
+        Ok(format!("{base}_i64"))
+    } else {
+        fname(dev, base, d)
+    }
+}
+
+/// `(outer, dim, inner)`: the extents of `shape` before, at and after `axis`.
+pub(crate) fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
 }

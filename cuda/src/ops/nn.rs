@@ -1,9 +1,9 @@
 //! Row-wise ops over the last axis and the embedding (`nn.cu`): one block per row.
 
 use super::{fname, Scratch, View};
-use crate::device::Device;
+use crate::device::{Device, Origin};
 use crate::kernels::{compute_dtype, elem_suffix, Arg, NN};
-use remat_core::{NodeId, Result};
+use remat_core::Result;
 
 /// Rows and row length of a `[.., d]` tensor.
 fn rows(shape: &[usize]) -> (usize, usize) {
@@ -68,7 +68,7 @@ pub(crate) fn rms_norm_grad(dev: &Device, x: View<'_>, g: View<'_>, out: View<'_
 /// flag, u64 node)` then `mean_finish_T(const C* partial, T* out, u64 rows)`.
 pub(crate) fn cross_entropy(
     dev: &Device,
-    node: NodeId,
+    at: Origin,
     logits: View<'_>,
     targets: View<'_>,
     out: View<'_>,
@@ -84,7 +84,7 @@ pub(crate) fn cross_entropy(
         Arg::U64(r as u64),
         Arg::U64(c as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.raw() as u64),
+        at.arg(),
     ];
     row_launch(dev, &fname(dev, "cross_entropy_rows", logits.dtype)?, r, c, &args)?;
     let args = [Arg::U64(partial.ptr), out.arg(), Arg::U64(r as u64)];
@@ -95,7 +95,7 @@ pub(crate) fn cross_entropy(
 /// u64* flag, u64 node)`.
 pub(crate) fn cross_entropy_grad(
     dev: &Device,
-    node: NodeId,
+    at: Origin,
     logits: View<'_>,
     targets: View<'_>,
     g: View<'_>,
@@ -110,14 +110,14 @@ pub(crate) fn cross_entropy_grad(
         Arg::U64(r as u64),
         Arg::U64(c as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.raw() as u64),
+        at.arg(),
     ];
     row_launch(dev, &fname(dev, "cross_entropy_grad", out.dtype)?, r, c, &args)
 }
 
 /// `embedding_N(const E* table, const i64* ids, E* out, u64 n_ids, u64 d, u64 rows, u64* flag,
 /// u64 node)`: raw elements of N bytes.
-pub(crate) fn embedding(dev: &Device, node: NodeId, table: View<'_>, ids: View<'_>, out: View<'_>) -> Result<()> {
+pub(crate) fn embedding(dev: &Device, at: Origin, table: View<'_>, ids: View<'_>, out: View<'_>) -> Result<()> {
     let (rows, d) = (table.shape[0], table.shape[1]);
     let n_ids = ids.numel();
     let name = format!("embedding_{}", elem_suffix(table.dtype.size()));
@@ -129,7 +129,7 @@ pub(crate) fn embedding(dev: &Device, node: NodeId, table: View<'_>, ids: View<'
         Arg::U64(d as u64),
         Arg::U64(rows as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.raw() as u64),
+        at.arg(),
     ];
     dev.launch_1d(&NN, &name, n_ids * d, &args)
 }
@@ -140,7 +140,7 @@ const ROWS_PER_BLOCK: usize = 16;
 /// `embedding_grad_T(const i64* ids, const T* g, C* acc, u64 n_ids, u64 d, u64 rows, u64
 /// per_block, u64* flag, u64 node)` into `out` directly when it is f32/f64, else into f32
 /// scratch cast once to `out`'s dtype (the CPU also accumulates in f32 and rounds once).
-pub(crate) fn embedding_grad(dev: &Device, node: NodeId, ids: View<'_>, g: View<'_>, out: View<'_>) -> Result<()> {
+pub(crate) fn embedding_grad(dev: &Device, at: Origin, ids: View<'_>, g: View<'_>, out: View<'_>) -> Result<()> {
     let (rows, d) = (out.shape[0], out.shape[1]);
     let c = compute_dtype(out.dtype);
     let scratch = if c == out.dtype { None } else { Some(Scratch::new(dev, rows * d * c.size())?) };
@@ -156,7 +156,7 @@ pub(crate) fn embedding_grad(dev: &Device, node: NodeId, ids: View<'_>, g: View<
         Arg::U64(rows as u64),
         Arg::U64(ROWS_PER_BLOCK as u64),
         Arg::U64(dev.flag),
-        Arg::U64(node.raw() as u64),
+        at.arg(),
     ];
     dev.launch(&NN, &fname(dev, "embedding_grad", g.dtype)?, (blocks, 1, 1), (threads, 1, 1), &args)?;
     if let Some(s) = &scratch {
