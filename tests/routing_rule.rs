@@ -1,8 +1,9 @@
 //! Routing is never recomputed by default (issue 50, point 2; docs/policies.md, "Routing"): the
-//! values that select data — top-k expert ids, an argmax, a sort's order, a comparison feeding
-//! an index, and integer values computed from them — are kept by every strategy under every
-//! policy, unless a tag says `must_recompute`. Checked on what the plans really do (the
-//! backward program's steps), with gradients bitwise equal across strategies.
+//! values that select data — top-k expert ids, an argmax, a sort's order, a comparison of floats
+//! feeding an index — are kept by every strategy under every policy, unless a tag says
+//! `must_recompute`; integer values computed from them are recomputed exactly like any value.
+//! Checked on what the plans really do (the backward program's steps), with gradients bitwise
+//! equal across strategies.
 
 use remat::prelude::*;
 use remat::{Budget, Graph, HostTensor, Strategy};
@@ -76,9 +77,10 @@ fn routing_is_kept_under_recompute_all_by_every_strategy() {
     let runs = run(&traced(recompute_everything));
     for (s, model, out) in &runs {
         let recomputed = recomputed_names(model);
-        // The backward reads the ids (index_select's and gather's gradients): kept, as are the
-        // comparison that cuts them and the ids it forms.
-        for routing in ["ids", "keep", "sent", "topk"] {
+        // The backward reads the ids (index_select's and gather's gradients) and what the cut
+        // forms from them: the ids and the cut are kept; `sent`, an integer `where` of the two,
+        // is exact to recompute from them.
+        for routing in ["ids", "keep", "topk"] {
             assert!(!recomputed.iter().any(|r| r == routing), "{s}: {routing} recomputed ({recomputed:?})");
         }
         // Everything else is recomputed where the policy asks: the region still checkpoints.

@@ -10,9 +10,11 @@ every variant — any op PyTorch's flop counter has a formula for — grouped ma
 library's custom op, whose cost remat cannot know: the min-cut recomputes none of them without a
 tag), ``random``, ``not_recomputable``; a forward random op on the CPU or a CUDA device carries
 ``rng_state_bytes`` (the generator state PyTorch saves to replay it; elsewhere it is
-``not_recomputable``); a forward routing op (top-k, sort, argmax, ... : its outputs select data,
-and a recompute may select other data) is ``not_recomputable`` unless its policy is
-``MUST_RECOMPUTE``; grouped matrix products have 2 × their multiply-adds as FLOPs; ``region`` is PyTorch's
+``not_recomputable``); a forward routing value (a top-k, sort, argmax, ... : its outputs select
+data, and a recompute may select other data; an integer or bool value taken from floats — a
+comparison, a cast — that reaches an index through integer and bool values) is
+``not_recomputable`` unless its policy is ``MUST_RECOMPUTE`` (a view is not flagged, its base
+is); grouped matrix products have 2 × their multiply-adds as FLOPs; ``region`` is PyTorch's
 ``ac_graph_id`` renumbered from 0 and ``policy`` the node's ``CheckpointPolicy``; a multi-output
 op appears as its ``getitem`` users, each with the producer's op and the output's index
 (``aten.var_mean.correction[1]``), inputs and FLOPs; a primal the forward mutates (BatchNorm's
@@ -77,6 +79,20 @@ _ROUTING = _ops(
     "topk", "sort", "argsort", "argmax", "argmin", "kthvalue", "mode", "median", "nanmedian", "nonzero",
     "_unique2", "unique_dim", "unique_consecutive", "bincount", "histc", "searchsorted", "bucketize",
 )  # fmt: skip
+# The argument of each op that indexes another operand (a tensor, or a list of them for
+# ``index``/``index_put``): what a comparison feeding it selects.
+_INDEX_ARGS = {
+    op: k
+    for names, k in (
+        (("index", "index_put", "index_put_", "_index_put_impl_"), 1),
+        (("index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy"), 2),
+        (("index_fill",), 2),
+        (("embedding", "nll_loss_forward", "nll_loss2d_forward", "take", "take_along_dim"), 1),
+        (("masked_select", "masked_scatter"), 1),
+        (("one_hot", "bincount"), 0),
+    )
+    for op in _ops(*names)
+}
 # `max.dim` / `min.dim` return (values, indices): routing only through their `dim` overloads.
 _ROUTING_OVERLOADS = {o for o in (getattr(_aten.max, "dim", None), getattr(_aten.min, "dim", None)) if o is not None}
 
@@ -192,6 +208,48 @@ def _routing(target: Any) -> bool:
     return _packet(target) in _ROUTING or target in _ROUTING_OVERLOADS
 
 
+def _discrete(node: fx.Node) -> bool:
+    """Whether ``node``'s value is an integer or bool tensor."""
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and not (val.dtype.is_floating_point or val.dtype.is_complex)
+
+
+def _index_operands(node: fx.Node) -> list[fx.Node]:
+    """The nodes ``node`` uses as indices into another operand (``_INDEX_ARGS``)."""
+    k = _INDEX_ARGS.get(_packet(node.target))
+    if k is None or k >= len(node.args):
+        return []
+    arg = node.args[k]
+    items = arg if isinstance(arg, (list, tuple)) else [arg]
+    return [a for a in items if isinstance(a, fx.Node)]
+
+
+def _feeding_an_index(nodes: list[fx.Node]) -> set[fx.Node]:
+    """The nodes whose value reaches an index operand through integer and bool values only."""
+    feeds: set[fx.Node] = set()
+    for node in reversed(nodes):
+        if node.op != "call_function":
+            continue
+        feeds.update(_index_operands(node))
+        if node in feeds and _discrete(node):
+            feeds.update(i for i in node.all_input_nodes if _discrete(i))
+    return feeds
+
+
+def _is_routing(node: fx.Node, producer: fx.Node, feeds_index: set[fx.Node]) -> bool:
+    """The routing rule of docs/policies.md, the same as the Rust DSL's: a forward value is routing
+    (kept, never recomputed) unless its policy is ``MUST_RECOMPUTE`` when its op selects (top-k,
+    sort, argmax, ...), or when it is an integer or bool value taken from floats (a comparison, a
+    cast) that reaches an index through integer and bool values only. What is computed from kept
+    routing by integer ops is exact, and recomputed like any value."""
+    if _policy_name(producer) == "MUST_RECOMPUTE":
+        return False
+    if _routing(producer.target):
+        return True
+    floats_in = any(isinstance(i.meta.get("val"), torch.Tensor) and not _discrete(i) for i in producer.all_input_nodes)
+    return _discrete(node) and floats_in and node in feeds_index
+
+
 def _flops(producer: fx.Node, out_val: Any) -> int:
     """PyTorch's flop counter's formula where it has one (matrix products: 2mnk; attention;
     convolutions), grouped matrix products by theirs, else the largest element count among inputs
@@ -276,6 +334,7 @@ def joint_document(
     primal = 0
     regions: dict[Any, int] = {}
     out: list[dict] = []
+    feeds_index = _feeding_an_index(nodes)
     for node in nodes:
         if node.op == "output":
             continue
@@ -335,7 +394,7 @@ def joint_document(
             if state_bytes is None or backward[node]:
                 # Running it again would draw anew and no saved state can replay it here.
                 flags.append("not_recomputable")
-        elif not backward[node] and _routing(producer.target) and _policy_name(producer) != "MUST_RECOMPUTE":
+        elif not backward[node] and "view" not in flags and _is_routing(node, producer, feeds_index):
             # Routing is kept where the backward needs it, unless a tag asks to recompute it.
             flags.append("not_recomputable")
         if flags:

@@ -184,3 +184,42 @@ def test_routing_kept_runs_as_eager_does():
     model(a).square().sum().backward()
     compiled(b).square().sum().backward()
     torch.testing.assert_close(b.grad, a.grad)
+
+
+class CappedRouter(Router):
+    """A capacity cut on top of Router: a second choice whose weight is below a threshold goes to
+    expert 0 (a comparison feeding the dispatch), and a ReLU-like gate (a comparison that
+    selects no index)."""
+
+    def route(self, x):
+        weights, chosen = torch.topk(self.gate(x).softmax(-1), 2, dim=-1)
+        keep = weights > 0.3
+        sent = torch.where(keep, chosen, torch.zeros_like(chosen))
+        out = torch.zeros_like(x)
+        for k in range(2):
+            expert = self.experts[sent[:, k]]
+            y = torch.bmm(x.unsqueeze(1), expert).squeeze(1)
+            gate = y > 0
+            out = out + weights[:, k : k + 1] * torch.where(gate, y, torch.zeros_like(y))
+        return out
+
+
+def test_the_routing_rule_is_the_rust_dsls():
+    # docs/policies.md, "Routing": a comparison of floats reaching an index through integer and
+    # bool values is routing too; what integer ops compute from routing is exact to recompute,
+    # and a comparison that only gates values selects nothing.
+    torch.manual_seed(0)
+    x = torch.randn(24, 32, requires_grad=True)
+    (doc,) = remat_torch.export_joint(CappedRouter(), x)
+    flagged = lambda n: "not_recomputable" in n.get("flags", [])  # noqa: E731
+    cut = [n for n in _nodes(doc, "aten.gt") if n["dtype"] == "bool" and n["shape"] == [24, 2]]
+    gates = [n for n in _nodes(doc, "aten.gt") if n["shape"] == [24, 32]]
+    sent = [n for n in _nodes(doc, "aten.where") if n["dtype"] == "i64"]
+    assert cut and sent and gates, [n["op"] for n in doc["nodes"]]
+    assert all(flagged(n) for n in cut), cut
+    assert not any(flagged(n) for n in sent + gates), sent + gates
+    # Views of routing are not flagged (their base is kept); the document is read as exported.
+    assert not any(flagged(n) and "view" in n.get("flags", []) for n in doc["nodes"])
+    for strategy in ("mincut", "respect", "budget=0.0"):
+        report = remat_torch.partition_joint(doc, strategy)
+        assert not {n["id"] for n in cut} & set(report["recomputed"]), (strategy, report["recomputed"])
