@@ -7,8 +7,9 @@ use half::{bf16, f16};
 /// Floating types compute in f32 on the CPU (f64 when the op's result is f64); narrower types
 /// are *storage* formats converted with round-to-nearest-even. fp8 conversions saturate: values
 /// beyond the format's largest finite value become that value (±448 for e4m3, ±57344 for e5m2),
-/// NaN stays NaN. `I64` holds integer ids and targets. A cast goes from every dtype to every
-/// dtype: to `I64` a float is truncated toward zero, saturating at the i64 range, NaN to 0; to
+/// NaN stays NaN. `I64` holds integer ids and targets, `I32` 32-bit integers. A cast goes from
+/// every dtype to every dtype: to an integer a float is truncated toward zero, saturating at the
+/// integer's range, NaN to 0; an i64 to `I32` saturates too; to
 /// `Bool` a nonzero value (NaN included) is true; a `Bool` is 0 or 1 as a number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -26,6 +27,8 @@ pub enum DType {
     F8E5M2,
     /// 64-bit signed integers (ids, targets).
     I64,
+    /// 32-bit signed integers (counts, positions: half the memory of i64).
+    I32,
     /// Booleans, one byte each: what comparisons produce and `where` consumes. Not arithmetic:
     /// cast to a number to compute with a mask.
     Bool,
@@ -33,14 +36,23 @@ pub enum DType {
 
 impl DType {
     /// All dtypes, in a fixed order.
-    pub const ALL: [DType; 8] =
-        [DType::F32, DType::F64, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::I64, DType::Bool];
+    pub const ALL: [DType; 9] = [
+        DType::F32,
+        DType::F64,
+        DType::BF16,
+        DType::F16,
+        DType::F8E4M3,
+        DType::F8E5M2,
+        DType::I64,
+        DType::I32,
+        DType::Bool,
+    ];
 
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             DType::F64 | DType::I64 => 8,
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
             DType::BF16 | DType::F16 => 2,
             DType::F8E4M3 | DType::F8E5M2 | DType::Bool => 1,
         }
@@ -48,7 +60,12 @@ impl DType {
 
     /// Whether values of this type are floating point (and so differentiable).
     pub fn is_float(self) -> bool {
-        !matches!(self, DType::I64 | DType::Bool)
+        !matches!(self, DType::I64 | DType::I32 | DType::Bool)
+    }
+
+    /// Whether this is an integer dtype (`I64`, `I32`).
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I64 | DType::I32)
     }
 
     /// Whether this is one of the fp8 formats.
@@ -66,6 +83,7 @@ impl DType {
             DType::F8E4M3 => "f8e4m3",
             DType::F8E5M2 => "f8e5m2",
             DType::I64 => "i64",
+            DType::I32 => "i32",
             DType::Bool => "bool",
         }
     }
@@ -96,6 +114,7 @@ impl DType {
             DType::F8E4M3 => 448.0,
             DType::F8E5M2 => 57344.0,
             DType::I64 => i64::MAX as f64,
+            DType::I32 => i32::MAX as f64,
             DType::Bool => 1.0,
         }
     }

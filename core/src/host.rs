@@ -16,6 +16,7 @@ pub enum HostData {
     F8E4M3(Vec<u8>),
     F8E5M2(Vec<u8>),
     I64(Vec<i64>),
+    I32(Vec<i32>),
     Bool(Vec<bool>),
 }
 
@@ -30,6 +31,7 @@ pub enum HostValuesMut<'a> {
     F8E4M3(&'a mut [u8]),
     F8E5M2(&'a mut [u8]),
     I64(&'a mut [i64]),
+    I32(&'a mut [i32]),
     Bool(&'a mut [bool]),
 }
 
@@ -55,6 +57,7 @@ impl HostData {
             HostData::F8E4M3(_) => DType::F8E4M3,
             HostData::F8E5M2(_) => DType::F8E5M2,
             HostData::I64(_) => DType::I64,
+            HostData::I32(_) => DType::I32,
             HostData::Bool(_) => DType::Bool,
         }
     }
@@ -68,6 +71,7 @@ impl HostData {
             HostData::F16(v) => v.len(),
             HostData::F8E4M3(v) | HostData::F8E5M2(v) => v.len(),
             HostData::I64(v) => v.len(),
+            HostData::I32(v) => v.len(),
             HostData::Bool(v) => v.len(),
         }
     }
@@ -87,6 +91,7 @@ impl HostData {
             HostData::F8E4M3(v) => v.iter().map(|&b| dtype::e4m3_to_f32(b) as f64).collect(),
             HostData::F8E5M2(v) => v.iter().map(|&b| dtype::e5m2_to_f32(b) as f64).collect(),
             HostData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            HostData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
             HostData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
         }
     }
@@ -113,6 +118,7 @@ impl HostData {
             DType::F8E4M3 => HostData::F8E4M3(values.iter().map(|&x| dtype::f32_to_e4m3(x)).collect()),
             DType::F8E5M2 => HostData::F8E5M2(values.iter().map(|&x| dtype::f32_to_e5m2(x)).collect()),
             DType::I64 => HostData::I64(values.iter().map(|&x| x as i64).collect()),
+            DType::I32 => HostData::I32(values.iter().map(|&x| x as i32).collect()),
             DType::Bool => HostData::Bool(values.iter().map(|&x| x != 0.0).collect()),
         }
     }
@@ -138,6 +144,7 @@ impl HostData {
             DType::F8E4M3 => HostData::F8E4M3(fill(n, dtype, |i| dtype::f64_to_e4m3(value(i)))?),
             DType::F8E5M2 => HostData::F8E5M2(fill(n, dtype, |i| dtype::f64_to_e5m2(value(i)))?),
             DType::I64 => HostData::I64(fill(n, dtype, |i| value(i) as i64)?),
+            DType::I32 => HostData::I32(fill(n, dtype, |i| value(i) as i32)?),
             DType::Bool => HostData::Bool(fill(n, dtype, |i| value(i) != 0.0)?),
         })
     }
@@ -150,6 +157,7 @@ impl HostData {
             DType::F8E4M3 => HostData::F8E4M3(values.iter().map(|&x| dtype::f64_to_e4m3(x)).collect()),
             DType::F8E5M2 => HostData::F8E5M2(values.iter().map(|&x| dtype::f64_to_e5m2(x)).collect()),
             DType::I64 => HostData::I64(values.iter().map(|&x| x as i64).collect()),
+            DType::I32 => HostData::I32(values.iter().map(|&x| x as i32).collect()),
             DType::BF16 => HostData::BF16(values.iter().map(|&x| bf16::from_f64(x)).collect()),
             DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f64(x)).collect()),
             DType::Bool => HostData::Bool(values.iter().map(|&x| x != 0.0).collect()),
@@ -206,6 +214,11 @@ impl HostTensor {
     /// An i64 tensor (ids, targets).
     pub fn i64(shape: impl Into<Vec<usize>>, values: Vec<i64>) -> Result<Self> {
         Self::new(shape, HostData::I64(values))
+    }
+
+    /// An i32 tensor.
+    pub fn i32(shape: impl Into<Vec<usize>>, values: Vec<i32>) -> Result<Self> {
+        Self::new(shape, HostData::I32(values))
     }
 
     /// A bool tensor (masks).
@@ -268,6 +281,7 @@ impl HostTensor {
             HostData::F8E4M3(v) => HostValuesMut::F8E4M3(v),
             HostData::F8E5M2(v) => HostValuesMut::F8E5M2(v),
             HostData::I64(v) => HostValuesMut::I64(v),
+            HostData::I32(v) => HostValuesMut::I32(v),
             HostData::Bool(v) => HostValuesMut::Bool(v),
         }
     }

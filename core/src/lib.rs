@@ -60,8 +60,8 @@ pub use autodiff::JointGraph;
 pub use graph::{Graph, Inputs, Label, Node, Region, Shape, SrcLoc, Tag};
 pub use id::{NodeId, RegionId};
 pub use op::{
-    Arity, AttnDims, BinaryOp, CompareOp, Domain, GradReads, Member, Meta, Op, OpInfo, OpKind, OtherKind, ReduceOp,
-    UnaryGradOp, UnaryOp, CATALOG,
+    ArgReduceOp, Arity, AttnDims, BinaryOp, CompareOp, Domain, GradReads, LogicOp, Member, Meta, Op, OpInfo, OpKind,
+    OtherKind, ReduceOp, UnaryGradOp, UnaryOp, CATALOG,
 };
 // Partitioning.
 pub use partition::{

@@ -17,16 +17,16 @@ fn float(what: &str, m: Meta<'_>) -> Result<(), String> {
     }
 }
 
-/// What each binary op computes on: every op on floats (but `rem`), and on i64 all but the
+/// What each binary op computes on: every op on floats (but `rem`), and on integers all but the
 /// internal mask.
 fn binary_dtype(op: BinaryOp, m: Meta<'_>) -> Result<(), String> {
     match (op, m.1) {
-        (BinaryOp::Rem, DType::I64) => Ok(()),
-        (BinaryOp::Rem, d) if d.is_float() && !d.is_fp8() => {
-            Err(format!("operands are {d}: rem is integer remainder (i64); for floats use a - b * floor(a / b)"))
-        }
+        (BinaryOp::Rem, d) if d.is_int() => Ok(()),
+        (BinaryOp::Rem, d) if d.is_float() && !d.is_fp8() => Err(format!(
+            "operands are {d}: rem is integer remainder (i64, i32); for floats use a - b * floor(a / b)"
+        )),
         (BinaryOp::MaximumMask, _) => float("operands", m),
-        (_, DType::I64) => Ok(()),
+        (_, d) if d.is_int() => Ok(()),
         (_, DType::Bool) => Err("operands are bool: use logical_and/or/xor, or cast to i64 or f32 first".into()),
         _ => float("operands", m),
     }
@@ -41,9 +41,9 @@ fn boolean(what: &str, m: Meta<'_>) -> Result<(), String> {
     }
 }
 
-/// Ordering, picking and sums need numbers: a float (not fp8) or i64.
+/// Ordering, picking and sums need numbers: a float (not fp8) or an integer.
 fn numbers(what: &str, m: Meta<'_>) -> Result<(), String> {
-    if m.1 == DType::I64 {
+    if m.1.is_int() {
         Ok(())
     } else {
         float(what, m)

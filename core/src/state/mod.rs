@@ -180,6 +180,7 @@ fn st_dtype(d: DType) -> StDtype {
         DType::F8E4M3 => StDtype::F8_E4M3,
         DType::F8E5M2 => StDtype::F8_E5M2,
         DType::I64 => StDtype::I64,
+        DType::I32 => StDtype::I32,
         DType::Bool => StDtype::BOOL,
     }
 }
@@ -192,6 +193,7 @@ fn to_bytes(data: &HostData) -> Vec<u8> {
         HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         HostData::F8E4M3(v) | HostData::F8E5M2(v) => v.clone(),
         HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         HostData::Bool(v) => v.iter().map(|&b| u8::from(b)).collect(),
     }
 }
@@ -208,6 +210,7 @@ fn from_bytes(bytes: &[u8], dtype: DType) -> HostData {
         DType::F8E4M3 => HostData::F8E4M3(bytes.to_vec()),
         DType::F8E5M2 => HostData::F8E5M2(bytes.to_vec()),
         DType::I64 => HostData::I64(chunks(bytes, i64::from_le_bytes)),
+        DType::I32 => HostData::I32(chunks(bytes, i32::from_le_bytes)),
         DType::Bool => HostData::Bool(bytes.iter().map(|&b| b != 0).collect()),
     }
 }

@@ -1,5 +1,5 @@
 //! Sums that run along an axis or into positions: `cumsum`, `index_add`, `scatter_add`, on
-//! floats (in the compute type, f32 or f64) and on i64 (wrapping). Each sums in one fixed order —
+//! floats (in the compute type, f32 or f64) and on i64 and i32 (wrapping). Each sums in one fixed order —
 //! along the axis, then in index order — so results are the same run to run and thread count to
 //! thread count.
 
@@ -32,13 +32,23 @@ impl Sum for i64 {
     }
 }
 
+impl Sum for i32 {
+    fn plus(self, other: Self) -> Self {
+        self.wrapping_add(other)
+    }
+}
+
 /// Runs `$body` with `$v` bound to each named tensor's values as the sum type of the call (i64,
-/// or the float compute type) and `$done` the matching finisher.
+/// i32, or the float compute type) and `$done` the matching finisher.
 macro_rules! per_sum {
     ($call:expr, |$done:ident| $body:expr, $($v:ident = $t:expr),+) => {
         if $call.out_dtype == DType::I64 {
             $( let $v: &[i64] = <i64 as Elem>::slice($t.data()).ok_or_else(|| node_err($call, "expected i64"))?; )+
             let $done = |v: Vec<i64>| finish_raw($call, v);
+            $body
+        } else if $call.out_dtype == DType::I32 {
+            $( let $v: &[i32] = <i32 as Elem>::slice($t.data()).ok_or_else(|| node_err($call, "expected i32"))?; )+
+            let $done = |v: Vec<i32>| finish_raw($call, v);
             $body
         } else if $call.out_dtype == DType::F64 {
             $( let $v = &*<f64 as Float>::read($t.data()); )+

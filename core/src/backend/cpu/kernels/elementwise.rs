@@ -371,15 +371,25 @@ pub(super) fn cast(call: &KernelCall<'_>, x: &HostTensor, dtype: DType) -> Resul
     let data = match (x.data(), dtype) {
         (d, _) if d.dtype() == dtype => d.clone(),
         (HostData::Bool(v), DType::I64) => HostData::I64(v.iter().map(|&b| i64::from(b)).collect()),
+        (HostData::Bool(v), DType::I32) => HostData::I32(v.iter().map(|&b| i32::from(b)).collect()),
         (HostData::Bool(v), _) => {
             HostData::from_f64(&v.iter().map(|&b| f64::from(u8::from(b))).collect::<Vec<_>>(), dtype)
         }
         (HostData::I64(v), DType::Bool) => HostData::Bool(v.iter().map(|&i| i != 0).collect()),
+        // Saturating, as from a float (PyTorch wraps instead).
+        (HostData::I64(v), DType::I32) => {
+            HostData::I32(v.iter().map(|&i| i.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32).collect())
+        }
+        (HostData::I32(v), DType::I64) => HostData::I64(v.iter().map(|&i| i64::from(i)).collect()),
+        (HostData::I32(v), DType::Bool) => HostData::Bool(v.iter().map(|&i| i != 0).collect()),
+        (HostData::I32(v), DType::F32) => HostData::F32(v.iter().map(|&i| i as f32).collect()),
+        (HostData::I32(v), _) => HostData::from_f64(&v.iter().map(|&i| f64::from(i)).collect::<Vec<_>>(), dtype),
         // `as f32` rounds an i64 once; through f64 it could round twice.
         (HostData::I64(v), DType::F32) => HostData::F32(v.iter().map(|&i| i as f32).collect()),
         (HostData::I64(v), _) => HostData::from_f64(&v.iter().map(|&i| i as f64).collect::<Vec<_>>(), dtype),
         // Every float widens to f64 exactly; `as i64` truncates, saturates and maps NaN to 0.
         (_, DType::I64) => HostData::I64(x.to_f64_vec().into_iter().map(|v| v as i64).collect()),
+        (_, DType::I32) => HostData::I32(x.to_f64_vec().into_iter().map(|v| v as i32).collect()),
         (_, DType::Bool) => HostData::Bool(x.to_f64_vec().into_iter().map(|v| v != 0.0).collect()),
         // Same shape; rounds once, through f64 when either side is f64.
         _ => return Ok(x.to_dtype(dtype)),

@@ -9,12 +9,13 @@ use crate::host::{HostData, HostTensor};
 use crate::op::CompareOp;
 use crate::shape::{broadcast_strides, numel};
 
-/// `start + i·step` for each element, in the output dtype (i64 values are rounded).
+/// `start + i·step` for each element, in the output dtype (integers are rounded).
 pub(super) fn arange(call: &KernelCall<'_>, start: f64, step: f64) -> Result<HostTensor> {
     let n = numel(call.out_shape);
     let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
     let data = match call.out_dtype {
         DType::I64 => HostData::I64(values.iter().map(|&v| v.round() as i64).collect()),
+        DType::I32 => HostData::I32(values.iter().map(|&v| v.round() as i32).collect()),
         d => HostData::from_f64(&values, d),
     };
     HostTensor::new(call.out_shape.to_vec(), data).map_err(|e| node_err(call, e.to_string()))

@@ -214,6 +214,7 @@ impl_elem!(f64, F64);
 impl_elem!(bf16, BF16);
 impl_elem!(f16, F16);
 impl_elem!(i64, I64);
+impl_elem!(i32, I32);
 impl_elem!(bool, Bool);
 impl_elem!(u8, F8E4M3, F8E5M2);
 
@@ -227,6 +228,7 @@ macro_rules! per_elem {
             DType::F16 => $f::<half::f16>($($args),*),
             DType::F8E4M3 | DType::F8E5M2 => $f::<u8>($($args),*),
             DType::I64 => $f::<i64>($($args),*),
+            DType::I32 => $f::<i32>($($args),*),
             DType::Bool => $f::<bool>($($args),*),
         }
     };
@@ -367,7 +369,7 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
             HostTensor::full(call.out_shape.to_vec(), *value, call.out_dtype).map_err(|e| output_memory(call, e))
         }
         Op::Arange { start, step } => index::arange(call, *start, *step),
-        Op::Binary(b) if call.out_dtype == DType::I64 => integer::binary(call, *b, x[0], x[1]),
+        Op::Binary(b) if call.out_dtype.is_int() => integer::binary(call, *b, x[0], x[1]),
         Op::Binary(b) => per_float!(call, ew::binary, (call, *b, x[0], x[1])),
         Op::Logic(l) => integer::logic(call, *l, x[0], x[1]),
         Op::LogicalNot => integer::logical_not(call, x[0]),
