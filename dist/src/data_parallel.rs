@@ -449,6 +449,7 @@ fn slice_data(data: &HostData, range: Range<usize>) -> HostData {
         HostData::F8E4M3(v) => HostData::F8E4M3(v[range].to_vec()),
         HostData::F8E5M2(v) => HostData::F8E5M2(v[range].to_vec()),
         HostData::I64(v) => HostData::I64(v[range].to_vec()),
+        HostData::I32(v) => HostData::I32(v[range].to_vec()),
         HostData::Bool(v) => HostData::Bool(v[range].to_vec()),
     }
 }
