@@ -248,6 +248,7 @@ fn cast() {
     // Through i64 or bool the value is piecewise constant: no gradient flows through the cast,
     // and away from the steps (a 3·x far from integers for these draws) differences agree.
     check(&[n(&[3, 4])], |_, p| &(&p[0] * 3.0).cast(DType::I64).cast(DType::F64) * &p[0]);
+    check(&[n(&[3, 4])], |_, p| &(&p[0] * 3.0).cast(DType::I32).cast(DType::F64) * &p[0]);
     check(&[n(&[3, 4])], |_, p| &p[0].cast(DType::Bool).cast(DType::F64) * &p[0].exp());
 }
 

@@ -32,6 +32,13 @@ fn i64s(t: &HostTensor) -> Vec<i64> {
     }
 }
 
+fn i32s(t: &HostTensor) -> Vec<i32> {
+    match t.data() {
+        HostData::I32(v) => v.clone(),
+        other => panic!("expected i32, got {:?}", other.dtype()),
+    }
+}
+
 fn bools(t: &HostTensor) -> Vec<bool> {
     match t.data() {
         HostData::Bool(v) => v.clone(),
@@ -85,6 +92,20 @@ fn int_value() -> impl Strategy<Value = i64> {
         -4i64..=4,
         any::<i64>(),
     ]
+}
+
+/// The same for i32.
+fn int32_value() -> impl Strategy<Value = i32> {
+    prop_oneof![
+        prop::sample::select(vec![i32::MIN, i32::MIN + 1, -2, -1, 0, 1, 2, i32::MAX - 1, i32::MAX]),
+        -4i32..=4,
+        any::<i32>(),
+    ]
+}
+
+fn ints32(shape: Vec<usize>) -> impl Strategy<Value = HostTensor> {
+    let n: usize = shape.iter().product();
+    prop::collection::vec(int32_value(), n).prop_map(move |v| HostTensor::i32(shape.clone(), v).unwrap())
 }
 
 /// A float, NaN and infinities included, often repeated.
@@ -231,6 +252,71 @@ proptest! {
             let got = bools(&eval(&[&a, &b], build).unwrap());
             prop_assert_eq!(got, pairs.iter().map(|&(p, q)| f(p, q)).collect::<Vec<_>>());
         }
+    }
+
+    /// i32 arithmetic wraps at 32 bits (not at 64: a product computed in i64 and narrowed would
+    /// agree, a sum of two i32 limits would not).
+    #[test]
+    fn i32_arithmetic_matches_brute_force(
+        (a, b) in broadcast_pair().prop_flat_map(|(sa, sb)| (ints32(sa), ints32(sb))),
+    ) {
+        let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
+        let out = broadcast(&sa, &sb).unwrap();
+        let (av, bv) = (i32s(&a), i32s(&b));
+        let n: usize = out.iter().product();
+        let pairs: Vec<(i32, i32)> = (0..n)
+            .map(|p| {
+                let idx = unravel(p, &out);
+                (broadcast_read(&av, &sa, &idx), broadcast_read(&bv, &sb, &idx))
+            })
+            .collect();
+        type Build = fn(&[Tensor]) -> Tensor;
+        let narrow = |x: i128| x.rem_euclid(1 << 32) as u32 as i32;
+        let cases: [(&str, Build, &dyn Fn(i32, i32) -> Option<i32>); 7] = [
+            ("add", |x| &x[0] + &x[1], &|p, q| Some(narrow(i128::from(p) + i128::from(q)))),
+            ("sub", |x| &x[0] - &x[1], &|p, q| Some(narrow(i128::from(p) - i128::from(q)))),
+            ("mul", |x| &x[0] * &x[1], &|p, q| Some(narrow(i128::from(p) * i128::from(q)))),
+            ("div", |x| &x[0] / &x[1], &|p, q| py_divmod(p.into(), q.into()).map(|d| narrow(d.0.into()))),
+            ("rem", |x| &x[0] % &x[1], &|p, q| py_divmod(p.into(), q.into()).map(|d| d.1 as i32)),
+            ("maximum", |x| x[0].maximum(&x[1]), &|p, q| Some(p.max(q))),
+            ("minimum", |x| x[0].minimum(&x[1]), &|p, q| Some(p.min(q))),
+        ];
+        for (name, build, f) in cases {
+            let want: Option<Vec<i32>> = pairs.iter().map(|&(p, q)| f(p, q)).collect();
+            match (eval(&[&a, &b], build), want) {
+                (Ok(got), Some(want)) => prop_assert_eq!(i32s(&got), want, "{}", name),
+                (Err(e), None) => prop_assert!(e.to_string().contains("division by zero"), "{}: {}", name, e),
+                (got, want) => prop_assert!(false, "{}: got {:?}, want {:?}", name, got.map(|t| i32s(&t)), want),
+            }
+        }
+        let lt = bools(&eval(&[&a, &b], |x| x[0].lt(&x[1])).unwrap());
+        prop_assert_eq!(lt, pairs.iter().map(|&(p, q)| p < q).collect::<Vec<_>>());
+        // Sums, orders and casts of i32 as the i64 ones, narrowed.
+        let sums = i32s(&eval(&[&a], |x| x[0].cumsum(0)).unwrap());
+        let wide = i64s(&eval(&[&a], |x| x[0].cast(DType::I64).cumsum(0)).unwrap());
+        prop_assert_eq!(sums, wide.iter().map(|&v| narrow(v.into())).collect::<Vec<_>>());
+        if sa[0] > 0 {
+            let top = i64s(&eval(&[&a], |x| x[0].argmax(0, false)).unwrap());
+            let top_wide = i64s(&eval(&[&a], |x| x[0].cast(DType::I64).argmax(0, false)).unwrap());
+            prop_assert_eq!(top, top_wide);
+        }
+    }
+
+    /// Casts into i32 from every dtype: floats truncated toward zero and saturating, NaN to 0;
+    /// i64 saturating; bool 0 or 1; and back out exactly.
+    #[test]
+    fn casts_to_i32_truncate_and_saturate(f in prop::collection::vec(float_value(), 1..20), i in prop::collection::vec(int_value(), 1..20)) {
+        let floats = HostTensor::f64([f.len()], f.clone()).unwrap();
+        let got = i32s(&eval(&[&floats], |x| x[0].cast(DType::I32)).unwrap());
+        let want: Vec<i32> = f.iter().map(|&v| if v.is_nan() { 0 } else { v.trunc().clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32 }).collect();
+        prop_assert_eq!(&got, &want);
+        let back = eval(&[&floats], |x| x[0].cast(DType::I32).cast(DType::F64)).unwrap().to_f64_vec();
+        prop_assert_eq!(back, want.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+        let longs = HostTensor::i64([i.len()], i.clone()).unwrap();
+        let got = i32s(&eval(&[&longs], |x| x[0].cast(DType::I32)).unwrap());
+        prop_assert_eq!(got, i.iter().map(|&v| v.clamp(i32::MIN.into(), i32::MAX.into()) as i32).collect::<Vec<_>>());
+        let masks = eval(&[&longs], |x| x[0].cast(DType::I32).cast(DType::Bool).cast(DType::I32)).unwrap();
+        prop_assert_eq!(i32s(&masks), i.iter().map(|&v| i32::from(v != 0)).collect::<Vec<_>>());
     }
 
     /// `bool` logic, broadcasting.
@@ -406,7 +492,7 @@ proptest! {
 fn shape_and_dtype_errors_name_the_op_and_the_line() {
     type Misuse = fn(&Tensor, &Tensor, &Tensor) -> Tensor;
     let cases: [(Misuse, &str, &str); 10] = [
-        (|f, _, _| f % f, "rem", "integer remainder (i64)"),
+        (|f, _, _| f % f, "rem", "integer remainder (i64, i32)"),
         (|_, _, b| b.maximum(b), "maximum", "operands are bool"),
         (|f, _, b| f.logical_and(b), "logical_and", "must be bool"),
         (|_, i, _| i.topk(5, 1).1, "topk", "k = 5 is more than the 4 entries of axis 1"),
