@@ -1,7 +1,7 @@
 // Sums that run along an axis or into positions: cumsum, index_add, scatter_add, on floats (in
-// the compute type, rounded once at the store) and on i64 (wrapping). Each sums in the CPU's
-// order — along the axis, then in index order — without atomics, so float results agree with
-// the CPU bit for bit.
+// the compute type, rounded once at the store) and on i64 and i32 (wrapping). Each sums in the
+// CPU's order — along the axis, then in index order — without atomics, so float results agree
+// with the CPU bit for bit.
 //
 // Tensors are `outer × dim × inner` around the axis; the added ones `outer × count × inner`.
 
@@ -9,6 +9,7 @@ __device__ __forceinline__ float plus(float a, float b) { return a + b; }
 __device__ __forceinline__ double plus(double a, double b) { return a + b; }
 // Signed overflow is undefined in C++; unsigned arithmetic wraps, as the CPU's does.
 __device__ __forceinline__ i64 plus(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
+__device__ __forceinline__ i32 plus(i32 a, i32 b) { return (i32)((u32)a + (u32)b); }
 
 // One thread per row, in order from the first entry (the last for `reverse`). The running sum
 // starts from that entry itself, not from 0 + it, which would turn a leading -0.0 into +0.0.

@@ -26,17 +26,32 @@ __device__ void compare(const T* a, const T* b, u8* y, u64 n, int op, Dims da, D
     GRID_STRIDE(i, n) { y[i] = compare_op(op, ld(a, offset_of(da, i)), ld(b, offset_of(db, i))); }
 }
 
-extern "C" __global__ void compare_i64(const i64* a, const i64* b, u8* y, u64 n, int op, Dims da, Dims db) {
-    GRID_STRIDE(i, n) { y[i] = compare_op(op, a[offset_of(da, i)], b[offset_of(db, i)]); }
+// `start + i * step` in f64 as the CPU computes it: rounded after the product and after the sum
+// (no fused multiply-add, which `--fmad=true` would otherwise allow).
+__device__ __forceinline__ double arange_at(double start, double step, u64 i) {
+    return __dadd_rn(start, __dmul_rn((double)i, step));
 }
 
 template <typename T> __device__ void arange(T* y, u64 n, double start, double step) {
-    GRID_STRIDE(i, n) { st(y, i, (typename Acc<T>::type)(start + (double)i * step)); }
+    GRID_STRIDE(i, n) { st(y, i, (typename Acc<T>::type)arange_at(start, step, i)); }
 }
 
+// Integer values are rounded half away from zero, then saturated (NaN to 0): the CPU's
+// `v.round() as i64` / `as i32`.
 extern "C" __global__ void arange_i64(i64* y, u64 n, double start, double step) {
-    GRID_STRIDE(i, n) { y[i] = (i64)llrint(start + (double)i * step); }
+    GRID_STRIDE(i, n) { y[i] = f64_to_i64_sat(round(arange_at(start, step, i))); }
 }
+extern "C" __global__ void arange_i32(i32* y, u64 n, double start, double step) {
+    GRID_STRIDE(i, n) { y[i] = f64_to_i32_sat(round(arange_at(start, step, i))); }
+}
+
+// Integers compare exactly as themselves (through f64, two i64 values could compare equal).
+#define INST(T, s)                                                                                             \
+    extern "C" __global__ void compare_##s(const T* a, const T* b, u8* y, u64 n, int op, Dims da, Dims db) {  \
+        GRID_STRIDE(i, n) { y[i] = compare_op(op, a[offset_of(da, i)], b[offset_of(db, i)]); }                \
+    }
+FOR_INTS(INST)
+#undef INST
 
 // `cond ? a : b` on raw elements of N bytes, each operand viewed over the output shape.
 #define WHERE(E, suffix)                                                                                       \

@@ -1,33 +1,45 @@
-// Integer and boolean elementwise kernels, broadcasting: i64 arithmetic exactly as the CPU's
-// (wrapping; division floors and remainders take the divisor's sign, like Python's) and bool
-// logic. `B_*` (binary) and `L_*` (logic) codes are generated from the op catalog
+// Integer and boolean elementwise kernels, broadcasting: i64 and i32 arithmetic exactly as the
+// CPU's (wrapping; division floors and remainders take the divisor's sign, like Python's) and
+// bool logic. `B_*` (binary) and `L_*` (logic) codes are generated from the op catalog
 // (`cuda/src/kernels.rs`, `op_codes`); every operand is viewed over the (coalesced) output shape.
 
 // Signed overflow is undefined in C++; unsigned arithmetic wraps, as the CPU's `wrapping_*` do.
-__device__ __forceinline__ i64 wrap_add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
-__device__ __forceinline__ i64 wrap_sub(i64 a, i64 b) { return (i64)((u64)a - (u64)b); }
-__device__ __forceinline__ i64 wrap_mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
+template <typename T> struct Unsigned;
+template <> struct Unsigned<i64> { typedef u64 type; };
+template <> struct Unsigned<i32> { typedef u32 type; };
+template <typename T> __device__ __forceinline__ T wrap_add(T a, T b) {
+    typedef typename Unsigned<T>::type U;
+    return (T)((U)a + (U)b);
+}
+template <typename T> __device__ __forceinline__ T wrap_sub(T a, T b) {
+    typedef typename Unsigned<T>::type U;
+    return (T)((U)a - (U)b);
+}
+template <typename T> __device__ __forceinline__ T wrap_mul(T a, T b) {
+    typedef typename Unsigned<T>::type U;
+    return (T)((U)a * (U)b);
+}
 
-// `a ⌊/⌋ b` for `b != 0`. A divisor of -1 negates (wrapping: i64::MIN stays i64::MIN) without
-// dividing, which keeps the hardware division away from its one overflowing case.
-__device__ __forceinline__ i64 floor_div(i64 a, i64 b) {
-    if (b == -1) return wrap_sub(0, a);
-    i64 q = a / b;
+// `a ⌊/⌋ b` for `b != 0`. A divisor of -1 negates (wrapping: MIN stays MIN) without dividing,
+// which keeps the hardware division away from its one overflowing case.
+template <typename T> __device__ __forceinline__ T floor_div(T a, T b) {
+    if (b == -1) return wrap_sub((T)0, a);
+    T q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
-// `a mod b` with the sign of `b`, for `b != 0` (every remainder by -1 is 0, i64::MIN's too).
-__device__ __forceinline__ i64 floor_rem(i64 a, i64 b) {
+// `a mod b` with the sign of `b`, for `b != 0` (every remainder by -1 is 0, MIN's too).
+template <typename T> __device__ __forceinline__ T floor_rem(T a, T b) {
     if (b == -1) return 0;
-    i64 r = a % b;
+    T r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 
 // A zero divisor is reported (naming the output element) and gives 0.
-extern "C" __global__ void binary_i64(const i64* a, const i64* b, i64* y, u64 n, int op, Dims da, Dims db,
-                                      u64* flag, u64 node) {
+template <typename T>
+__device__ void binary_int(const T* a, const T* b, T* y, u64 n, int op, Dims da, Dims db, u64* flag, u64 node) {
     GRID_STRIDE(i, n) {
-        i64 p = a[offset_of(da, i)], q = b[offset_of(db, i)], r = 0;
+        T p = a[offset_of(da, i)], q = b[offset_of(db, i)], r = 0;
         switch (op) {
             case B_ADD: r = wrap_add(p, q); break;
             case B_SUB: r = wrap_sub(p, q); break;
@@ -39,11 +51,19 @@ extern "C" __global__ void binary_i64(const i64* a, const i64* b, i64* y, u64 n,
                 if (q == 0) report_div_zero(flag, node, i);
                 else r = op == B_DIV ? floor_div(p, q) : floor_rem(p, q);
                 break;
-            default: break;  // maximum_mask is a float gradient mask: the shape rule refuses i64
+            default: break;  // maximum_mask is a float gradient mask: the shape rule refuses integers
         }
         y[i] = r;
     }
 }
+
+#define INST(T, s)                                                                                             \
+    extern "C" __global__ void binary_##s(const T* a, const T* b, T* y, u64 n, int op, Dims da, Dims db,      \
+                                          u64* flag, u64 node) {                                              \
+        binary_int<T>(a, b, y, n, op, da, db, flag, node);                                                    \
+    }
+FOR_INTS(INST)
+#undef INST
 
 // Bools are bytes 0 or 1 (as on the CPU); any nonzero byte reads as true.
 extern "C" __global__ void logic(const u8* a, const u8* b, u8* y, u64 n, int op, Dims da, Dims db) {

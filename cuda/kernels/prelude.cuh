@@ -2,10 +2,12 @@
 //
 // No system headers (NVRTC has none): fixed-width types, storage types and their exact
 // conversions, strided index arithmetic, warp/block reductions and the Philox generator.
-// Dtype codes (must match `kernels.rs`): 0 f32, 1 f64, 2 bf16, 3 f16, 4 f8e4m3, 5 f8e5m2, 6 i64.
+// Dtype codes (must match `kernels.rs`): 0 f32, 1 f64, 2 bf16, 3 f16, 4 f8e4m3, 5 f8e5m2, 6 i64,
+// 7 bool, 8 i32.
 
 typedef unsigned long long u64;
 typedef long long i64;
+typedef int i32;
 typedef unsigned int u32;
 typedef unsigned short u16;
 typedef unsigned char u8;
@@ -17,10 +19,22 @@ struct bf16 { u16 bits; };
 struct f16 { u16 bits; };
 
 // The compute type of a storage type: f64 for f64, f32 otherwise (as on the CPU); i64 for i64
-// (the kernels instantiated for numbers, floats and i64 alike).
+// and i32 for i32 (the kernels instantiated for numbers, floats and integers alike).
 template <typename T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
 template <> struct Acc<i64> { typedef i64 type; };
+template <> struct Acc<i32> { typedef i32 type; };
+
+// Rust's `as i64` / `as i32` from f64: truncated toward zero, saturating at the range, NaN to 0.
+__device__ __forceinline__ i64 f64_to_i64_sat(double v) {
+    return v != v ? 0
+           : v >= 9223372036854775807.0 ? (i64)9223372036854775807LL
+           : v <= -9223372036854775808.0 ? (i64)(-9223372036854775807LL - 1)
+           : (i64)v;
+}
+__device__ __forceinline__ i32 f64_to_i32_sat(double v) {
+    return v != v ? 0 : v >= 2147483647.0 ? 2147483647 : v <= -2147483648.0 ? (i32)(-2147483647 - 1) : (i32)v;
+}
 
 __device__ __forceinline__ float f32_nan() { return __int_as_float(0x7fc00000); }
 __device__ __forceinline__ float f32_inf() { return __int_as_float(0x7f800000); }
@@ -146,6 +160,7 @@ __device__ __forceinline__ double ld(const double* p, u64 i) { return p[i]; }
 __device__ __forceinline__ float ld(const bf16* p, u64 i) { return bf16_to_float(p[i].bits); }
 __device__ __forceinline__ float ld(const f16* p, u64 i) { return half_to_float(p[i].bits); }
 __device__ __forceinline__ i64 ld(const i64* p, u64 i) { return p[i]; }
+__device__ __forceinline__ i32 ld(const i32* p, u64 i) { return p[i]; }
 __device__ __forceinline__ float cv(float v) { return v; }
 __device__ __forceinline__ double cv(double v) { return v; }
 __device__ __forceinline__ float cv(bf16 v) { return bf16_to_float(v.bits); }
@@ -155,6 +170,7 @@ __device__ __forceinline__ void st(double* p, u64 i, double v) { p[i] = v; }
 __device__ __forceinline__ void st(bf16* p, u64 i, float v) { p[i].bits = float_to_bf16(v); }
 __device__ __forceinline__ void st(f16* p, u64 i, float v) { p[i].bits = float_to_half(v); }
 __device__ __forceinline__ void st(i64* p, u64 i, i64 v) { p[i] = v; }
+__device__ __forceinline__ void st(i32* p, u64 i, i32 v) { p[i] = v; }
 template <typename T> __device__ __forceinline__ T mk(typename Acc<T>::type v);
 template <> __device__ __forceinline__ float mk<float>(float v) { return v; }
 template <> __device__ __forceinline__ double mk<double>(double v) { return v; }
@@ -253,5 +269,7 @@ __device__ __forceinline__ void philox4x32_10(u32 c[4], u32 k0, u32 k1) {
 // Instantiates `NAME_<suffix>` for every float storage type from a template `NAME<T>` wrapper
 // macro `INST(T, suffix)`.
 #define FOR_FLOATS(INST) INST(float, f32) INST(double, f64) INST(bf16, bf16) INST(f16, f16)
-// The same for every number type: the floats, then i64 (`NAME_i64`).
-#define FOR_NUMBERS(INST) FOR_FLOATS(INST) INST(i64, i64)
+// The integer storage types (`NAME_i64`, `NAME_i32`).
+#define FOR_INTS(INST) INST(i64, i64) INST(i32, i32)
+// The same for every number type: the floats, then the integers.
+#define FOR_NUMBERS(INST) FOR_FLOATS(INST) FOR_INTS(INST)

@@ -268,7 +268,7 @@ fn mixed(call: &KernelCall<'_>) -> bool {
             | Op::AmaxGrad { .. }
             | Op::CrossEntropyGrad
     );
-    uniform_family && call.inputs.iter().any(|m| m.1 != DType::I64 && m.1 != call.out_dtype)
+    uniform_family && call.inputs.iter().any(|m| !m.1.is_int() && m.1 != call.out_dtype)
 }
 
 /// Runs one op from input views into `out`.
@@ -283,7 +283,7 @@ fn run(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'_>) -> Re
         Op::Constant { value } => ew::constant(dev, *value, out),
         Op::ConstantData { value } => ew::upload_into(dev, value, out),
         Op::Arange { start, step } => index::arange(dev, *start, *step, out),
-        Op::Binary(b) if out.dtype == DType::I64 => integer::binary(dev, at, *b, x[0], x[1], out),
+        Op::Binary(b) if out.dtype.is_int() => integer::binary(dev, at, *b, x[0], x[1], out),
         Op::Binary(b) => ew::binary(dev, *b, x[0], x[1], out),
         Op::Logic(l) => integer::logic(dev, l.kind(), x[0], x[1], out),
         Op::LogicalNot => integer::logical_not(dev, x[0], out),
@@ -352,7 +352,7 @@ fn run_promoted(dev: &Device, call: &KernelCall<'_>, x: &[View<'_>], out: View<'
     let mut scratch = Vec::new();
     let mut views = Vec::with_capacity(x.len());
     for v in x {
-        if v.dtype == DType::I64 || v.dtype == DType::Bool || v.dtype == c {
+        if v.dtype.is_int() || v.dtype == DType::Bool || v.dtype == c {
             views.push(*v);
         } else {
             let s = Scratch::new(dev, v.numel() * c.size())?;

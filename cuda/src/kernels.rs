@@ -94,7 +94,7 @@ pub const LAYOUT: Source = Source { name: "layout.cu", text: include_str!("../ke
 pub const INDEX: Source = Source { name: "index.cu", text: include_str!("../kernels/index.cu") };
 /// Fused scaled dot-product attention and its gradient.
 pub const ATTENTION: Source = Source { name: "attention.cu", text: include_str!("../kernels/attention.cu") };
-/// i64 arithmetic and bool logic.
+/// i64 and i32 arithmetic and bool logic.
 pub const INTEGER: Source = Source { name: "integer.cu", text: include_str!("../kernels/integer.cu") };
 /// Argmax/argmin, topk and argsort, bincount, one_hot and the id check.
 pub const SELECT: Source = Source { name: "select.cu", text: include_str!("../kernels/select.cu") };
@@ -181,6 +181,7 @@ pub fn dtype_code(d: DType) -> i32 {
         DType::F8E5M2 => 5,
         DType::I64 => 6,
         DType::Bool => 7,
+        DType::I32 => 8,
     }
 }
 
@@ -191,7 +192,16 @@ pub fn float_suffix(d: DType) -> Option<&'static str> {
         DType::F64 => Some("f64"),
         DType::BF16 => Some("bf16"),
         DType::F16 => Some("f16"),
-        DType::F8E4M3 | DType::F8E5M2 | DType::I64 | DType::Bool => None,
+        DType::F8E4M3 | DType::F8E5M2 | DType::I64 | DType::I32 | DType::Bool => None,
+    }
+}
+
+/// The suffix of a kernel instantiated for integer storage dtype `d` (`FOR_INTS`), if any.
+pub fn int_suffix(d: DType) -> Option<&'static str> {
+    match d {
+        DType::I64 => Some("i64"),
+        DType::I32 => Some("i32"),
+        _ => None,
     }
 }
 

@@ -76,9 +76,11 @@ fn cubins_for_sm90_and_expected_entries() {
     for name in [
         "compare_f32",
         "compare_i64",
+        "compare_i32",
         "where_1",
         "where_8",
         "arange_i64",
+        "arange_i32",
         "index_select_4",
         "index_select_grad_bf16",
         "gather_2",

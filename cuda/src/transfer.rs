@@ -142,7 +142,7 @@ impl<T> HostCache<T> {
 /// The raw little-endian bytes of a host tensor's elements.
 pub(crate) fn host_bytes(t: &HostTensor) -> &[u8] {
     fn raw<T>(v: &[T]) -> &[u8] {
-        // SAFETY: f32/f64/i64/u8/bf16/f16 are plain old data without padding; the byte slice
+        // SAFETY: f32/f64/i64/i32/u8/bf16/f16 are plain old data without padding; the byte slice
         // covers exactly the elements and borrows them.
         unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
     }
@@ -153,6 +153,7 @@ pub(crate) fn host_bytes(t: &HostTensor) -> &[u8] {
         HostData::F16(v) => raw(v),
         HostData::F8E4M3(v) | HostData::F8E5M2(v) => raw(v),
         HostData::I64(v) => raw(v),
+        HostData::I32(v) => raw(v),
         HostData::Bool(v) => raw(v),
     }
 }
@@ -170,6 +171,7 @@ pub(crate) fn host_from_bytes(shape: &[usize], dtype: DType, bytes: &[u8]) -> re
         DType::F8E4M3 => HostData::F8E4M3(bytes.to_vec()),
         DType::F8E5M2 => HostData::F8E5M2(bytes.to_vec()),
         DType::I64 => HostData::I64(elems(bytes, i64::from_ne_bytes)),
+        DType::I32 => HostData::I32(elems(bytes, i32::from_ne_bytes)),
         DType::Bool => HostData::Bool(bytes.iter().map(|&b| b != 0).collect()),
     };
     HostTensor::new(shape.to_vec(), data)

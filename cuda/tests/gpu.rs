@@ -84,6 +84,41 @@ fn int_edges() -> [HostTensor; 2] {
     ]
 }
 
+/// i32 values of every sign and magnitude (the high half of [`ints`]' draws, shifted), with
+/// `nonzero` as there.
+fn ints32(shape: &[usize], seed: u64, nonzero: bool) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<i32> = (0..n as u64)
+        .map(|i| {
+            let (hi, lo) = (remat_core::uniform_u32(seed, 6, i), remat_core::uniform_u32(seed, 7, i));
+            let v = (hi as i32) >> (lo % 32);
+            if nonzero && v == 0 {
+                1
+            } else {
+                v
+            }
+        })
+        .collect();
+    HostTensor::i32(shape.to_vec(), v).unwrap()
+}
+
+/// [`int_edges`] in i32: `i32::MIN / -1`, `MIN % -1`, remainders of either sign.
+fn int32_edges() -> [HostTensor; 2] {
+    let (min, max) = (i32::MIN, i32::MAX);
+    [
+        HostTensor::i32(vec![11, 1], vec![min, min + 1, -7, -3, -1, 0, 1, 3, 7, max - 1, max]).unwrap(),
+        HostTensor::i32(vec![10], vec![min, -7, -3, -2, -1, 1, 2, 3, 7, max]).unwrap(),
+    ]
+}
+
+/// i64 values at and beyond the i32 range (casts to i32 saturate) and around 2^24 (casts to f32
+/// round).
+fn i64_around_i32() -> HostTensor {
+    let (min, max) = (i64::from(i32::MIN), i64::from(i32::MAX));
+    let v = vec![i64::MIN, min - 1, min, min + 1, -1, 0, 1, (1 << 24) + 1, max - 1, max, max + 1, 1 << 40, i64::MAX];
+    HostTensor::i64(vec![v.len()], v).unwrap()
+}
+
 /// `[4, 70]` rows for the ordering ops in `dt`: ties everywhere (small integers), then row 0
 /// without NaN (and -0.0 tied with 0.0 as its maximum), row 1 NaN first, row 2 two NaNs
 /// inside, row 3 NaN last.
@@ -108,7 +143,7 @@ fn tolerance(dtype: DType, loose: bool) -> (f64, f64) {
         DType::F32 => (1e-5, 1e-6),
         DType::BF16 => (1e-2, 1e-2),
         DType::F16 => (2e-3, 2e-3),
-        DType::F8E4M3 | DType::F8E5M2 | DType::I64 | DType::Bool => (0.0, 0.0),
+        DType::F8E4M3 | DType::F8E5M2 | DType::I64 | DType::I32 | DType::Bool => (0.0, 0.0),
     }
 }
 
@@ -149,7 +184,8 @@ fn compare(gpu: &HostTensor, cpu: &HostTensor, exact: bool, loose: bool) -> Resu
 }
 
 /// Runs `op` on `inputs` as node `node` of a run seeded `run_seed` on `backend`: upload,
-/// execute, download. Constants, which have no inputs to infer from, produce `[3, 5]` bf16.
+/// execute, download. Constants, which have no inputs to infer from, produce `[3, 5]` of the
+/// first input's dtype (bf16 without one); the input itself is dropped.
 fn run_op<B: Backend>(
     backend: &mut B,
     op: &Op,
@@ -158,10 +194,11 @@ fn run_op<B: Backend>(
     run_seed: u64,
 ) -> remat_core::Result<HostTensor> {
     let arange_dtype = inputs.first().map_or(DType::F32, |t| t.dtype());
-    let inputs = if matches!(op, Op::Arange { .. }) { &[][..] } else { inputs };
+    let constant_dtype = inputs.first().map_or(DType::BF16, |t| t.dtype());
+    let inputs = if matches!(op, Op::Arange { .. } | Op::Constant { .. }) { &[][..] } else { inputs };
     let metas: Vec<_> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
     let (shape, dtype) = match op {
-        Op::Constant { .. } => (vec![3, 5], DType::BF16),
+        Op::Constant { .. } => (vec![3, 5], constant_dtype),
         Op::Arange { .. } => (vec![37], arange_dtype),
         Op::ConstantData { value } => (value.shape().to_vec(), value.dtype()),
         _ => op.infer(&metas).map(|(s, d)| (s.into_vec(), d)).map_err(remat_core::Error::internal)?,
@@ -231,7 +268,11 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
             exact(op.clone(), int_edges().to_vec()),
             exact(op.clone(), vec![ints(&[4, 33], 1, false), ints(&[4, 33], 2, true)]),
             exact(op.clone(), vec![ints(&[2, 1, 5], 3, false), ints(&[4, 1], 4, true)]),
-            exact(op, vec![ints(&[], 5, false), ints(&[6, 7], 6, true)]),
+            exact(op.clone(), vec![ints(&[], 5, false), ints(&[6, 7], 6, true)]),
+            exact(op.clone(), int32_edges().to_vec()),
+            exact(op.clone(), vec![ints32(&[4, 33], 1, false), ints32(&[4, 33], 2, true)]),
+            exact(op.clone(), vec![ints32(&[2, 1, 5], 3, false), ints32(&[4, 1], 4, true)]),
+            exact(op, vec![ints32(&[], 5, false), ints32(&[6, 7], 6, true)]),
         ]
     };
     let axes_sets = [vec![], vec![0], vec![1], vec![2], vec![0, 2], vec![1, 2], vec![0, 1, 2]];
@@ -276,7 +317,8 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
                 exact(op.clone(), vec![a.clone(), a.clone()]),
                 exact(op.clone(), vec![a, t(&[33], 2)]),
                 exact(op.clone(), vec![ids(&[5, 1], 4, 3), ids(&[6], 4, 4)]),
-                exact(op, int_edges().to_vec()),
+                exact(op.clone(), int_edges().to_vec()),
+                exact(op, int32_edges().to_vec()),
             ];
         }
         Member::LogicOp(l) => {
@@ -300,6 +342,8 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
                 exact(arg(1, false), vec![ints(&[5, 40], 6, false)]),
                 exact(arg(0, false), vec![ids(&[300, 3], 4, 7)]),
                 exact(arg(0, true), vec![int_edges()[0].clone()]),
+                exact(arg(1, false), vec![ints32(&[5, 40], 6, false)]),
+                exact(arg(0, true), vec![int32_edges()[0].clone()]),
             ]));
             return v;
         }
@@ -324,6 +368,8 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
                 exact(topk(4, 1, true), vec![ints(&[8, 16], 6, false)]),
                 exact(topk(7, 1, false), vec![ids(&[10, 30], 5, 7)]),
                 exact(topk(11, 0, true), vec![int_edges()[0].clone()]),
+                exact(topk(4, 1, true), vec![ints32(&[8, 16], 6, false)]),
+                exact(topk(11, 0, false), vec![int32_edges()[0].clone()]),
             ]));
             v
         }
@@ -339,6 +385,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
             v.extend(once(vec![
                 exact(argsort(1, false), vec![ints(&[8, 16], 6, false)]),
                 exact(argsort(1, true), vec![ids(&[10, 30], 5, 7)]),
+                exact(argsort(1, false), vec![ints32(&[8, 16], 7, false)]),
             ]));
             v
         }
@@ -353,6 +400,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
             v.extend(once(vec![
                 exact(hot(DType::I64), vec![ids(&[5], 10, 2)]),
                 exact(hot(DType::Bool), vec![ids(&[2, 3], 10, 3)]),
+                exact(hot(DType::I32), vec![ids(&[4, 2], 10, 4)]),
             ]));
             v
         }
@@ -371,6 +419,8 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
             v.extend(once(vec![
                 exact(cumsum(1, false), vec![ints(&[5, 40], 3, false)]),
                 exact(cumsum(0, true), vec![ints(&[40, 5], 4, false)]),
+                exact(cumsum(1, false), vec![ints32(&[5, 40], 3, false)]),
+                exact(cumsum(0, true), vec![ints32(&[40, 5], 4, false)]),
             ]));
             v
         }
@@ -380,10 +430,16 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
                 exact(Op::IndexAdd { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[17], 10, 2), t(&[3, 17, 4], 3)]),
                 exact(Op::IndexAdd { axis: 0 }, vec![t(&[6, 5], 4), ids(&[9], 6, 5), t(&[9, 5], 6)]),
             ];
-            v.extend(once(vec![exact(
-                Op::IndexAdd { axis: 0 },
-                vec![ints(&[6, 5], 7, false), ids(&[9], 6, 8), ints(&[9, 5], 9, false)],
-            )]));
+            v.extend(once(vec![
+                exact(
+                    Op::IndexAdd { axis: 0 },
+                    vec![ints(&[6, 5], 7, false), ids(&[9], 6, 8), ints(&[9, 5], 9, false)],
+                ),
+                exact(
+                    Op::IndexAdd { axis: 1 },
+                    vec![ints32(&[5, 6], 7, false), ids(&[9], 6, 8), ints32(&[5, 9], 9, false)],
+                ),
+            ]));
             v
         }
         K::ScatterAdd => {
@@ -392,13 +448,27 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
                 exact(Op::ScatterAdd { axis: 0 }, vec![t(&[6, 5], 4), ids(&[9, 5], 6, 5), t(&[9, 5], 6)]),
                 exact(Op::ScatterAdd { axis: 1 }, vec![t(&[6, 5], 7), ids(&[6, 2], 5, 8), t(&[6, 2], 9)]),
             ];
-            v.extend(once(vec![exact(
-                Op::ScatterAdd { axis: 1 },
-                vec![ints(&[4, 6], 10, false), ids(&[4, 11], 6, 11), ints(&[4, 11], 12, false)],
-            )]));
+            v.extend(once(vec![
+                exact(
+                    Op::ScatterAdd { axis: 1 },
+                    vec![ints(&[4, 6], 10, false), ids(&[4, 11], 6, 11), ints(&[4, 11], 12, false)],
+                ),
+                exact(
+                    Op::ScatterAdd { axis: 0 },
+                    vec![ints32(&[6, 4], 10, false), ids(&[11, 4], 6, 11), ints32(&[11, 4], 12, false)],
+                ),
+            ]));
             v
         }
-        K::Constant => vec![exact(Op::Constant { value: 2.7 }, vec![])],
+        K::Constant => {
+            let mut v = vec![exact(Op::Constant { value: 2.7 }, vec![])];
+            // Integer fills: truncated and saturated as a cast would.
+            let one = HostTensor::full(vec![1], 0.0, DType::I32).unwrap();
+            for value in [2.7, -2.7, 1e10, -1e10] {
+                v.extend(once(vec![exact(Op::Constant { value }, vec![one.clone()])]));
+            }
+            v
+        }
         K::Clamp => unary(Op::Clamp { min: -0.5, max: 0.75 }),
         K::AmaxGrad => {
             let x = HostTensor::from_f32(vec![2, 3], &[1., 5., 5., 7., 2., 3.], dt).unwrap();
@@ -462,6 +532,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
         K::Concat => vec![
             exact(Op::Concat { axis: 1 }, vec![t(&[2, 3], 1), t(&[2, 1], 2), t(&[2, 3], 3)]),
             exact(Op::Concat { axis: 0 }, vec![t(&[2, 3], 1), t(&[4, 3], 2)]),
+            exact(Op::Concat { axis: 1 }, vec![ints32(&[2, 3], 1, false), ints32(&[2, 5], 2, false)]),
         ],
         K::Slice => vec![
             exact(Op::Slice { axis: 1, start: 1, len: 2 }, vec![t(&[2, 3, 4], 1)]),
@@ -484,7 +555,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
         K::Cast => {
             let mut v = Vec::new();
             for to in DType::ALL {
-                if to != DType::I64 && to != DType::Bool {
+                if !to.is_int() && to != DType::Bool {
                     // `half` may round f64 -> f16 through f32 (F16C) on the CPU: allow that one ulp.
                     let mk = if dt == DType::F64 && to == DType::F16 { f } else { exact };
                     v.push(mk(Op::Cast { dtype: to }, vec![t(&[300], 4)]));
@@ -504,11 +575,35 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
             )
             .unwrap()
             .to_dtype(dt);
-            for to in [DType::I64, DType::Bool] {
+            for to in [DType::I64, DType::I32, DType::Bool] {
                 v.push(exact(Op::Cast { dtype: to }, vec![t(&[300], 4)]));
                 v.push(exact(Op::Cast { dtype: to }, vec![edges.clone()]));
                 v.push(exact(Op::Cast { dtype: to }, vec![ids(&[20], 1 << 40, 6)]));
             }
+            // To i32 at its boundaries: ±2^31 and the values beside them, in f64 (exact) and in
+            // `dt` (rounded there first).
+            let p31 = 2147483648.0;
+            let bounds = HostTensor::f64(
+                vec![10],
+                vec![p31, p31 - 1.0, p31 - 0.5, p31 + 1.0, -p31, -p31 + 0.5, -p31 - 1.0, -p31 - 0.5, 1e10, -1e10],
+            )
+            .unwrap();
+            v.push(exact(Op::Cast { dtype: DType::I32 }, vec![bounds.to_dtype(dt)]));
+            v.extend(once(vec![exact(Op::Cast { dtype: DType::I32 }, vec![bounds])]));
+            // From i32 to every dtype (rounded once), and between the integers (i64 -> i32
+            // saturates).
+            for to in DType::ALL {
+                v.extend(once(vec![
+                    exact(Op::Cast { dtype: to }, vec![ints32(&[300], 8, false)]),
+                    exact(Op::Cast { dtype: to }, vec![int32_edges()[0].clone()]),
+                ]));
+            }
+            v.extend(once(vec![
+                exact(Op::Cast { dtype: DType::I32 }, vec![i64_around_i32()]),
+                exact(Op::Cast { dtype: DType::I32 }, vec![mask(&[33], 7)]),
+                exact(Op::Cast { dtype: DType::I32 }, vec![tensor(&[300], DType::F8E4M3, 5)]),
+                exact(Op::Cast { dtype: DType::I32 }, vec![tensor(&[300], DType::F8E5M2, 5)]),
+            ]));
             v
         }
         K::Dropout => vec![exact(Op::Dropout { p: 0.3, seed: 5, key: 9 }, vec![t(&[10_007], 1)])],
@@ -519,14 +614,35 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
         ],
         K::ConstantData => vec![exact(Op::ConstantData { value: std::sync::Arc::new(t(&[4, 9], 3)) }, vec![])],
         // The run helper gives arange 37 elements of the first input's dtype (the input itself is dropped).
-        K::Arange => vec![exact(Op::Arange { start: -3.0, step: 0.5 }, vec![t(&[1], 1)])],
-        K::Where => vec![
-            exact(Op::Where, vec![mask(&[4, 33], 1), t(&[4, 33], 2), t(&[4, 33], 3)]),
-            exact(Op::Where, vec![mask(&[5, 1], 2), t(&[5, 7], 4), t(&[], 5)]),
-        ],
+        K::Arange => {
+            let mut v = vec![exact(Op::Arange { start: -3.0, step: 0.5 }, vec![t(&[1], 1)])];
+            // Integers round half away from zero (-2.5 to -3), then saturate.
+            for int in [DType::I64, DType::I32] {
+                let one = HostTensor::full(vec![1], 0.0, int).unwrap();
+                v.extend(once(vec![
+                    exact(Op::Arange { start: -3.0, step: 0.5 }, vec![one.clone()]),
+                    exact(Op::Arange { start: -9.25, step: 0.75 }, vec![one.clone()]),
+                    exact(Op::Arange { start: 2147483600.0, step: 3.0 }, vec![one.clone()]),
+                    exact(Op::Arange { start: -2147483600.0, step: -3.0 }, vec![one]),
+                ]));
+            }
+            v
+        }
+        K::Where => {
+            let mut v = vec![
+                exact(Op::Where, vec![mask(&[4, 33], 1), t(&[4, 33], 2), t(&[4, 33], 3)]),
+                exact(Op::Where, vec![mask(&[5, 1], 2), t(&[5, 7], 4), t(&[], 5)]),
+            ];
+            v.extend(once(vec![exact(
+                Op::Where,
+                vec![mask(&[5, 1], 3), ints32(&[5, 7], 4, false), ints32(&[], 5, false)],
+            )]));
+            v
+        }
         K::IndexSelect => vec![
             exact(Op::IndexSelect { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[17], 10, 2)]),
             exact(Op::IndexSelect { axis: 0 }, vec![ids(&[12, 3], 99, 3), ids(&[5], 12, 4)]),
+            exact(Op::IndexSelect { axis: 1 }, vec![ints32(&[3, 12], 3, false), ids(&[5], 12, 4)]),
         ],
         K::IndexSelectGrad => {
             vec![loose(Op::IndexSelectGrad { axis: 1, dim: 10 }, vec![ids(&[17], 10, 2), t(&[3, 17, 4], 1)])]
@@ -534,6 +650,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
         K::Gather => vec![
             exact(Op::Gather { axis: 1 }, vec![t(&[3, 10, 4], 1), ids(&[3, 6, 4], 10, 2)]),
             exact(Op::Gather { axis: 0 }, vec![ids(&[12, 3], 99, 3), ids(&[5, 3], 12, 4)]),
+            exact(Op::Gather { axis: 0 }, vec![ints32(&[12, 3], 3, false), ids(&[5, 3], 12, 4)]),
         ],
         K::GatherGrad => {
             vec![loose(Op::GatherGrad { axis: 1, dim: 10 }, vec![ids(&[3, 17, 4], 10, 2), t(&[3, 17, 4], 1)])]

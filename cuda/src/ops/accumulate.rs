@@ -1,5 +1,5 @@
 //! `cumsum`, `index_add` and `scatter_add` (`accumulate.cu`): floats in their compute type
-//! (every float dtype has its kernel, so nothing goes through scratch) or i64, wrapping; each
+//! (every float dtype has its kernel, so nothing goes through scratch) or i64/i32, wrapping; each
 //! sums in the CPU's order, so results agree with it bit for bit.
 
 use super::select::check_ids;

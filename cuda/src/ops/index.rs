@@ -6,8 +6,8 @@ use crate::kernels::{compute_dtype, elem_suffix, Arg, INDEX};
 use remat_core::broadcast_strides;
 use remat_core::{CompareOp, Result};
 
-/// `compare_T(const T* a, const T* b, u8* y, u64 n, int op, Dims da, Dims db)` (`T` a float type
-/// or i64).
+/// `compare_T(const T* a, const T* b, u8* y, u64 n, int op, Dims da, Dims db)` (`T` a float type,
+/// i64 or i32).
 pub(crate) fn compare(dev: &Device, op: CompareOp, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
     let code = match op {
         CompareOp::Eq => 0,

@@ -1,4 +1,4 @@
-//! i64 arithmetic and bool logic (`integer.cu`), broadcasting like the float binary kernels.
+//! i64 and i32 arithmetic and bool logic (`integer.cu`), broadcasting like the float binary kernels.
 
 use super::{coalesce, dims, View};
 use crate::device::{Device, Origin};
@@ -12,8 +12,9 @@ fn operands(dev: &Device, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<[Ar
     Ok([dims(dev, &shape, &s[0])?, dims(dev, &shape, &s[1])?])
 }
 
-/// `binary_i64(const i64* a, const i64* b, i64* y, u64 n, int op, Dims da, Dims db, u64* flag,
-/// u64 node)`: a zero divisor of `div` or `rem` is reported at the next synchronisation.
+/// `binary_T(const T* a, const T* b, T* y, u64 n, int op, Dims da, Dims db, u64* flag, u64
+/// node)` for `T` i64 or i32: a zero divisor of `div` or `rem` is reported at the next
+/// synchronisation.
 pub(crate) fn binary(dev: &Device, at: Origin, op: BinaryOp, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<()> {
     let n = out.numel();
     let [da, db] = operands(dev, a, b, out)?;
@@ -28,7 +29,9 @@ pub(crate) fn binary(dev: &Device, at: Origin, op: BinaryOp, a: View<'_>, b: Vie
         Arg::U64(dev.flag),
         at.arg(),
     ];
-    dev.launch_1d(&INTEGER, "binary_i64", n, &args)
+    let suffix =
+        kernels::int_suffix(out.dtype).ok_or_else(|| dev.err(format!("no integer kernel for {}", out.dtype)))?;
+    dev.launch_1d(&INTEGER, &format!("binary_{suffix}"), n, &args)
 }
 
 /// `logic(const u8* a, const u8* b, u8* y, u64 n, int op, Dims da, Dims db)` for the logic op

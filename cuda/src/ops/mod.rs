@@ -71,12 +71,12 @@ pub(crate) fn fname(dev: &Device, base: &str, d: DType) -> Result<String> {
         .ok_or_else(|| dev.err(format!("{base} has no kernel for {d}")))
 }
 
-/// The kernel name of a number dtype: [`fname`] for floats, `base_i64` for i64 (`FOR_NUMBERS`).
+/// The kernel name of a number dtype: [`fname`] for floats, `base_i64` or `base_i32` for the
+/// integers (`FOR_NUMBERS`).
 pub(crate) fn num_fname(dev: &Device, base: &str, d: DType) -> Result<String> {
-    if d == DType::I64 {
-        Ok(format!("{base}_i64"))
-    } else {
-        fname(dev, base, d)
+    match crate::kernels::int_suffix(d) {
+        Some(s) => Ok(format!("{base}_{s}")),
+        None => fname(dev, base, d),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Routing ops (`select.cu`): argmax/argmin, topk and argsort, bincount, one_hot, and the id
-//! check of the ops that write at ids. Inputs are floats or i64; results are i64 positions that
+//! check of the ops that write at ids. Inputs are floats, i64 or i32; results are i64 positions that
 //! match the CPU's exactly (the same total, stable order).
 
 use super::elementwise::{pattern, zero};
