@@ -27,7 +27,7 @@ pub use remat_core::{AttnLayout, DType, Init, Tensor, Trace};
 // Policies.
 pub use remat_core::{Policy, PolicyError, PolicySource, RegionPolicy};
 // Graphs and ops.
-pub use remat_core::{BinaryOp, CompareOp, Op, OpKind, ReduceOp, UnaryGradOp, UnaryOp};
+pub use remat_core::{ArgReduceOp, BinaryOp, CompareOp, LogicOp, Op, OpKind, ReduceOp, UnaryGradOp, UnaryOp};
 pub use remat_core::{Graph, JointGraph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 // Planning.
 pub use remat_core::{

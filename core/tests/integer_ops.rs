@@ -46,6 +46,15 @@ fn bools(t: &HostTensor) -> Vec<bool> {
     }
 }
 
+/// How a case builds its value from the inputs.
+type Build = fn(&[Tensor]) -> Tensor;
+/// A case and its elementwise reference.
+type Case<T, R> = (Build, fn(T, T) -> R);
+/// A named case and its reference (`None`: a zero divisor).
+type NamedFn<T> = (&'static str, Build, fn(T, T) -> Option<T>);
+/// The same with a capturing reference.
+type Named<'a, T> = (&'static str, Build, &'a dyn Fn(T, T) -> Option<T>);
+
 /// The multi-index of flat position `p` in `shape`.
 fn unravel(mut p: usize, shape: &[usize]) -> Vec<usize> {
     let mut idx = vec![0; shape.len()];
@@ -219,8 +228,7 @@ proptest! {
                 (broadcast_read(&av, &sa, &idx), broadcast_read(&bv, &sb, &idx))
             })
             .collect();
-        type Build = fn(&[Tensor]) -> Tensor;
-        let cases: [(&str, Build, fn(i64, i64) -> Option<i64>); 7] = [
+        let cases: [NamedFn<i64>; 7] = [
             ("add", |x| &x[0] + &x[1], |p, q| Some(p.wrapping_add(q))),
             ("sub", |x| &x[0] - &x[1], |p, q| Some(p.wrapping_sub(q))),
             ("mul", |x| &x[0] * &x[1], |p, q| Some((i128::from(p) * i128::from(q)) as i64)),
@@ -240,7 +248,7 @@ proptest! {
                 (got, want) => prop_assert!(false, "{}: got {:?}, want {:?}", name, got.map(|t| i64s(&t)), want),
             }
         }
-        let compares: [(Build, fn(i64, i64) -> bool); 6] = [
+        let compares: [Case<i64, bool>; 6] = [
             (|x| x[0].eq(&x[1]), |p, q| p == q),
             (|x| x[0].ne(&x[1]), |p, q| p != q),
             (|x| x[0].lt(&x[1]), |p, q| p < q),
@@ -270,9 +278,8 @@ proptest! {
                 (broadcast_read(&av, &sa, &idx), broadcast_read(&bv, &sb, &idx))
             })
             .collect();
-        type Build = fn(&[Tensor]) -> Tensor;
         let narrow = |x: i128| x.rem_euclid(1 << 32) as u32 as i32;
-        let cases: [(&str, Build, &dyn Fn(i32, i32) -> Option<i32>); 7] = [
+        let cases: [Named<'_, i32>; 7] = [
             ("add", |x| &x[0] + &x[1], &|p, q| Some(narrow(i128::from(p) + i128::from(q)))),
             ("sub", |x| &x[0] - &x[1], &|p, q| Some(narrow(i128::from(p) - i128::from(q)))),
             ("mul", |x| &x[0] * &x[1], &|p, q| Some(narrow(i128::from(p) * i128::from(q)))),
@@ -336,8 +343,7 @@ proptest! {
                 (broadcast_read(&av, &sa, &idx), broadcast_read(&bv, &sb, &idx))
             })
             .collect();
-        type Build = fn(&[Tensor]) -> Tensor;
-        let cases: [(Build, fn(bool, bool) -> bool); 4] = [
+        let cases: [Case<bool, bool>; 4] = [
             (|x| &x[0] & &x[1], |p, q| p && q),
             (|x| &x[0] | &x[1], |p, q| p || q),
             (|x| &x[0] ^ &x[1], |p, q| p != q),
@@ -465,11 +471,11 @@ proptest! {
         let got = i64s(&eval(&[&x, &idx, &src], |t| t[0].index_add(axis, &t[1], &t[2])).unwrap());
         let mut want = xv.clone();
         let sv = i64s(&src);
-        for p in 0..n_src {
+        for (p, &v) in sv.iter().enumerate() {
             let mut at = unravel(p, &src_shape);
             at[axis] = pick(at[axis]);
             let q = ravel(&at, &shape);
-            want[q] = want[q].wrapping_add(sv[p]);
+            want[q] = want[q].wrapping_add(v);
         }
         prop_assert_eq!(got, want);
         // scatter_add: indices of src's shape.
@@ -477,11 +483,11 @@ proptest! {
         let got = i64s(&eval(&[&x, &sidx, &src], |t| t[0].scatter_add(axis, &t[1], &t[2])).unwrap());
         let mut want = xv.clone();
         let siv = i64s(&sidx);
-        for p in 0..n_src {
+        for (p, (&v, &i)) in sv.iter().zip(&siv).enumerate() {
             let mut at = unravel(p, &src_shape);
-            at[axis] = siv[p] as usize;
+            at[axis] = i as usize;
             let q = ravel(&at, &shape);
-            want[q] = want[q].wrapping_add(sv[p]);
+            want[q] = want[q].wrapping_add(v);
         }
         prop_assert_eq!(got, want);
     }

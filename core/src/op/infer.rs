@@ -22,9 +22,9 @@ fn float(what: &str, m: Meta<'_>) -> Result<(), String> {
 fn binary_dtype(op: BinaryOp, m: Meta<'_>) -> Result<(), String> {
     match (op, m.1) {
         (BinaryOp::Rem, d) if d.is_int() => Ok(()),
-        (BinaryOp::Rem, d) if d.is_float() && !d.is_fp8() => Err(format!(
-            "operands are {d}: rem is integer remainder (i64, i32); for floats use a - b * floor(a / b)"
-        )),
+        (BinaryOp::Rem, d) if d.is_float() && !d.is_fp8() => {
+            Err(format!("operands are {d}: rem is integer remainder (i64, i32); for floats use a - b * floor(a / b)"))
+        }
         (BinaryOp::MaximumMask, _) => float("operands", m),
         (_, d) if d.is_int() => Ok(()),
         (_, DType::Bool) => Err("operands are bool: use logical_and/or/xor, or cast to i64 or f32 first".into()),

@@ -128,7 +128,8 @@ mod tests {
     #[test]
     fn floor_division_matches_its_definition() {
         let (lo, hi) = (i64::from(i32::MIN), i64::from(i32::MAX));
-        let edge = [i64::MIN, i64::MIN + 1, lo, lo + 1, -7, -3, -2, -1, 0, 1, 2, 3, 7, hi - 1, hi, i64::MAX - 1, i64::MAX];
+        let edge =
+            [i64::MIN, i64::MIN + 1, lo, lo + 1, -7, -3, -2, -1, 0, 1, 2, 3, 7, hi - 1, hi, i64::MAX - 1, i64::MAX];
         for &a in &edge {
             for &b in &edge {
                 if b == 0 {
