@@ -38,7 +38,7 @@ fn recompute_everything(x: &Tensor, router: &Tensor, experts: &Tensor) -> Tensor
     route(x, router, experts)
 }
 
-#[checkpoint(policy = rules(must_recompute = [topk, gt], default = prefer_recompute))]
+#[checkpoint(policy = rules(must_recompute = [topk, gt, where], default = prefer_recompute))]
 fn recompute_routing_too(x: &Tensor, router: &Tensor, experts: &Tensor) -> Tensor {
     route(x, router, experts)
 }

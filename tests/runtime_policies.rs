@@ -79,6 +79,9 @@ fn a_policy_chosen_at_run_time_tags_exactly_as_the_same_form_written_in_the_attr
     }
     // `policy!` is the same value as the parsed text.
     assert_eq!(policy!(save(matmul)), "save(matmul)".parse::<RegionPolicy>().unwrap());
+    // `where`, a Rust keyword, is an op name like any other (raw or not).
+    assert_eq!(policy!(recompute(where, gt)), "recompute(where, gt)".parse::<RegionPolicy>().unwrap());
+    assert_eq!(policy!(save(r#where)), "save(where)".parse::<RegionPolicy>().unwrap());
     assert_eq!(policy!(recompute(gelu), budget = 0.5), RegionPolicy::parse("recompute(gelu), budget = 0.5").unwrap());
 }
 

@@ -10,6 +10,7 @@ use crate::kw;
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use remat_catalog::forms::{self, Diagnostics, Expr as Form, Resolved, Spec};
+use syn::ext::IdentExt;
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, Ident, Lit, Meta, Token, UnOp};
 
@@ -39,9 +40,28 @@ pub enum PolicyArg {
     Arg(Ident),
 }
 
+/// `tokens` with every op name that is a Rust keyword (`where`) made a raw identifier, so that
+/// `save(where)` parses as an expression; [`lower`] reads `r#where` back as `where`.
+fn raw_op_keywords(tokens: TokenStream) -> TokenStream {
+    use proc_macro2::{Group, TokenTree};
+    tokens
+        .into_iter()
+        .map(|tree| match tree {
+            TokenTree::Ident(ident) if ident == "where" => TokenTree::Ident(Ident::new_raw("where", ident.span())),
+            TokenTree::Group(g) => {
+                let mut inner = Group::new(g.delimiter(), raw_op_keywords(g.stream()));
+                inner.set_span(g.span());
+                TokenTree::Group(inner)
+            }
+            other => other,
+        })
+        .collect()
+}
+
 /// Parses the attribute's arguments, reporting every problem into `errors`.
 pub fn parse(args: TokenStream, errors: &mut Errors) -> Args {
     let mut parsed = Args::default();
+    let args = raw_op_keywords(args);
     let metas = match syn::parse::Parser::parse2(Punctuated::<Meta, Token![,]>::parse_terminated, args) {
         Ok(metas) => metas,
         Err(error) => {
@@ -140,6 +160,7 @@ pub struct PolicyMacro {
 
 /// Parses and resolves `policy!(<form>, budget = .., crate = "..")`.
 pub fn parse_policy_macro(input: TokenStream, errors: &mut Errors) -> PolicyMacro {
+    let input = raw_op_keywords(input);
     let items = match syn::parse::Parser::parse2(Punctuated::<Expr, Token![,]>::parse_terminated, input.clone()) {
         Ok(items) => items,
         Err(error) => {
@@ -184,7 +205,7 @@ fn lower(expr: &Expr) -> Form<TokenStream> {
     let tokens = expr.to_token_stream();
     match expr {
         Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
-            Form::Ident(p.path.get_ident().unwrap().to_string(), tokens)
+            Form::Ident(p.path.get_ident().unwrap().unraw().to_string(), tokens)
         }
         Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Form::Str(s.value(), tokens),
         Expr::Lit(ExprLit { lit, .. }) => number(lit).map_or(Form::Other(tokens.clone()), |n| Form::Number(n, tokens)),
