@@ -42,6 +42,8 @@ _ALIASES = {
     "transpose": ("permute", "t"),
     "concat": ("cat",),
     "cross_entropy": ("nll_loss_forward",),
+    "argsort": ("sort", "argsort"),
+    "rem": ("remainder",),
 }  # fmt: skip
 _KIND_OF = {aten: kind for kind, names in _ALIASES.items() for aten in names}
 
@@ -89,6 +91,33 @@ def kind_of(op: str) -> str | None:
     return _KIND_OF.get(name, name)
 
 
+def _routing_under(node: dict) -> None:
+    """The routing rule (docs/policies.md) under the node's new policy: ``must_recompute`` lifts the
+    exporter's ``not_recomputable`` from a routing value (a random op keeps its own); another
+    policy puts it back on a selecting op a PyTorch ``MUST_RECOMPUTE`` tag had left recomputable.
+    (A comparison feeding an index is recognised from the FX graph only, so the words cannot put
+    its flag back; they can lift it.)"""
+    flags = node.setdefault("flags", [])
+    if node["policy"] == "must_recompute":
+        if "random" not in flags and "not_recomputable" in flags:
+            flags.remove("not_recomputable")
+    elif _selects(node["op"]) and "not_recomputable" not in flags and "view" not in flags:
+        flags.append("not_recomputable")
+    if not flags:
+        del node["flags"]
+
+
+def _selects(op: str) -> bool:
+    """Whether a document op is one of the exporter's selecting ops (top-k, sort, argmax, ...)."""
+    from ._export import _ROUTING
+
+    match = re.match(r"^aten\.([A-Za-z0-9_]+)\.([A-Za-z0-9_]+)", op)
+    if match is None:
+        return False
+    name, overload = match.groups()
+    return name in {p.__name__ for p in _ROUTING} or (name in ("max", "min") and overload == "dim")
+
+
 def apply(doc: dict, lists: dict) -> dict:
     """``doc`` with every forward node of a checkpointed region (one with a ``region``) under the
     policy ``lists`` gives its kind — PyTorch's tag replaced. A kind the policy names that no
@@ -102,6 +131,7 @@ def apply(doc: dict, lists: dict) -> dict:
         if kind in lists["kinds"]:
             held.add(kind)
         node["policy"] = listed.get(kind, lists["default"])
+        _routing_under(node)
     missing = sorted(set(listed) - held)
     if missing:
         holds = ", ".join(sorted(held)) or "no op of a kind remat names"

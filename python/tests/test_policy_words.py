@@ -100,3 +100,28 @@ def test_a_kind_that_matches_nothing_lists_what_the_regions_hold():
     with pytest.raises(ValueError, match=r"sdpa matches no op .*they hold .*matmul") as caught:
         with_policy(_doc(), "save(sdpa)")
     assert "gelu" in str(caught.value)
+
+
+def test_policy_words_follow_the_routing_rule():
+    # recompute(topk) asks for the routing to be recomputed: the exporter's flag is lifted and the
+    # checkpoint recomputes it; words that do not ask put the flag back on a top-k a PyTorch
+    # MUST_RECOMPUTE tag had left recomputable.
+    from test_costs import Router, recompute_topk
+
+    x = torch.randn(24, 32, requires_grad=True)
+    topk = lambda d: [n for n in d["nodes"] if "aten.topk" in n["op"]]  # noqa: E731
+    flagged = lambda n: "not_recomputable" in n.get("flags", [])  # noqa: E731
+    torch.manual_seed(0)
+    (doc,) = remat_torch.export_joint(Router(), x)
+    assert all(flagged(n) for n in topk(doc))
+    recomputing = with_policy(doc, "recompute(topk)")
+    assert topk(recomputing) and not any(flagged(n) for n in topk(recomputing))
+    report = remat_torch.partition_joint(recomputing, "respect")
+    assert {n["id"] for n in topk(recomputing)} & set(report["recomputed"]), report["recomputed"]
+    torch.manual_seed(0)
+    (tagged,) = remat_torch.export_joint(Router(policy=recompute_topk), x)
+    assert not any(flagged(n) for n in topk(tagged))
+    kept = with_policy(tagged, "save(matmul)")
+    assert all(flagged(n) for n in topk(kept))
+    report = remat_torch.partition_joint(kept, "respect")
+    assert not {n["id"] for n in topk(kept)} & set(report["recomputed"]), report["recomputed"]
