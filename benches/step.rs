@@ -15,14 +15,7 @@ fn gemm(c: &mut Criterion) {
         let b = cpu.upload(&HostTensor::full([n, n], 0.25, DType::F32).unwrap()).unwrap();
         let metas = [(&[n, n][..], DType::F32), (&[n, n][..], DType::F32)];
         let out_shape = [n, n];
-        let call = KernelCall {
-            node: NodeId::new(0),
-            op: &Op::Matmul,
-            inputs: &metas,
-            out_shape: &out_shape,
-            out_dtype: DType::F32,
-            run_seed: 0,
-        };
+        let call = KernelCall::new(NodeId::new(0), &Op::Matmul, &metas, &out_shape, DType::F32, 0);
         group.throughput(Throughput::Elements(2 * (n * n * n) as u64));
         group.bench_function(format!("f32 {n}x{n}x{n} (elements = flops)"), |bench| {
             bench.iter(|| black_box(cpu.execute(&call, &[&a, &b]).unwrap()))

@@ -295,7 +295,7 @@ fn compute<B: Backend>(
         inputs.push(slots[i.index()].as_ref().ok_or_else(|| missing(graph, i))?.buffer());
         metas.push(graph.node(i).meta());
     }
-    let call = KernelCall { op, ..KernelCall::for_node(graph, id, &metas, run_seed) };
+    let call = KernelCall::for_node(graph, id, &metas, run_seed).with_op(op);
     backend.execute(&call, &inputs).map_err(|e| match (e, node.loc()) {
         // Name the user's line that recorded the op, so a bad id points at its embedding call.
         (Error::Node { node, op, message }, Some(loc)) => {

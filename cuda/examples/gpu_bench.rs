@@ -61,14 +61,7 @@ fn time(g: &mut CudaBackend, reps: usize, mut f: impl FnMut(&mut CudaBackend) ->
 fn exec(g: &mut CudaBackend, op: &Op, inputs: &[&CudaBuffer], seed: u64) -> Result<CudaBuffer> {
     let metas: Vec<_> = inputs.iter().map(|b| (b.shape(), b.dtype())).collect();
     let (shape, dtype) = op.infer(&metas).map_err(remat_core::Error::internal)?;
-    let call = KernelCall {
-        node: remat_core::NodeId::new(0),
-        op,
-        inputs: &metas,
-        out_shape: &shape,
-        out_dtype: dtype,
-        run_seed: seed,
-    };
+    let call = KernelCall::new(remat_core::NodeId::new(0), op, &metas, &shape, dtype, seed);
     g.execute(&call, inputs)
 }
 

@@ -225,20 +225,7 @@ impl CudaBackend {
                 return Err(node_err(format!("input {i} lives on another CUDA backend")));
             }
         }
-        if call.op.info().leaf {
-            return Ok(());
-        }
-        let (shape, dtype) = call.op.infer(call.inputs).map_err(node_err)?;
-        if shape[..] != call.out_shape[..] || dtype != call.out_dtype {
-            return Err(node_err(format!(
-                "the call asks for {} {} but the op produces {} {}",
-                fmt_shape(call.out_shape),
-                call.out_dtype,
-                fmt_shape(&shape),
-                dtype
-            )));
-        }
-        Ok(())
+        call.check_rule()
     }
 }
 

@@ -203,8 +203,7 @@ fn run_op<B: Backend>(
         Op::ConstantData { value } => (value.shape().to_vec(), value.dtype()),
         _ => op.infer(&metas).map(|(s, d)| (s.into_vec(), d)).map_err(remat_core::Error::internal)?,
     };
-    let call =
-        KernelCall { node: NodeId::new(node), op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed };
+    let call = KernelCall::new(NodeId::new(node), op, &metas, &shape, dtype, run_seed);
     let buffers = inputs.iter().map(|t| backend.upload(t)).collect::<remat_core::Result<Vec<_>>>()?;
     let out = backend.execute(&call, &buffers.iter().collect::<Vec<_>>())?;
     backend.download(&out)
@@ -478,8 +477,7 @@ fn cases(kind: OpKind, dt: DType) -> Vec<Case> {
             let m = [(x2.shape(), dt)];
             let op = Op::Reduce { op: ReduceOp::Amax, axes: vec![1], keepdim: true };
             let (s, d) = op.infer(&m).unwrap();
-            let call =
-                KernelCall { node: NodeId::new(0), op: &op, inputs: &m, out_shape: &s, out_dtype: d, run_seed: 0 };
+            let call = KernelCall::new(NodeId::new(0), &op, &m, &s, d, 0);
             let xb = cpu.upload(&x2).unwrap();
             let yb = cpu.execute(&call, &[&xb]).unwrap();
             let y2 = cpu.download(&yb).unwrap();
@@ -857,14 +855,7 @@ fn bad_ids_are_errors_naming_the_node() {
     let table = tensor(&[4, 3], DType::F32, 1);
     let bad = HostTensor::i64(vec![2], vec![1, 9]).unwrap();
     let metas = [(table.shape(), table.dtype()), (bad.shape(), bad.dtype())];
-    let call = KernelCall {
-        node: NodeId::new(42),
-        op: &Op::Embedding,
-        inputs: &metas,
-        out_shape: &[2, 3],
-        out_dtype: DType::F32,
-        run_seed: 0,
-    };
+    let call = KernelCall::new(NodeId::new(42), &Op::Embedding, &metas, &[2, 3], DType::F32, 0);
     let (t, i) = (g.upload(&table).unwrap(), g.upload(&bad).unwrap());
     let out = g.execute(&call, &[&t, &i]).unwrap();
     let err = g.download(&out).unwrap_err().to_string();
@@ -1100,8 +1091,8 @@ fn offload_keeps_gradients_bitwise_and_both_peaks_exact_on_the_gpu() {
 /// Fills `[n]` f32 on the device with `value` (a kernel on the compute stream).
 fn filled(g: &mut CudaBackend, n: usize, value: f64) -> remat_cuda::CudaBuffer {
     let op = Op::Constant { value };
-    let call =
-        KernelCall { node: NodeId::new(0), op: &op, inputs: &[], out_shape: &[n], out_dtype: DType::F32, run_seed: 0 };
+    let shape = [n];
+    let call = KernelCall::new(NodeId::new(0), &op, &[], &shape, DType::F32, 0);
     g.execute(&call, &[]).unwrap()
 }
 
@@ -1122,14 +1113,8 @@ fn asynchronous_copies_survive_early_frees_memory_reuse_and_unused_fetches() {
     assert_eq!(g.host_memory().live_bytes, 0, "the host copy leaves the meter at fetch, as on the CPU");
     let neg = Op::Unary(UnaryOp::Neg);
     let metas = [(&[n][..], DType::F32)];
-    let call = KernelCall {
-        node: NodeId::new(1),
-        op: &neg,
-        inputs: &metas,
-        out_shape: &[n],
-        out_dtype: DType::F32,
-        run_seed: 0,
-    };
+    let shape = [n];
+    let call = KernelCall::new(NodeId::new(1), &neg, &metas, &shape, DType::F32, 0);
     let c = g.execute(&call, &[&b]).unwrap();
     let negated: Vec<f64> = want.to_f64_vec().iter().map(|v| -v).collect();
     assert_eq!(g.download(&c).unwrap().to_f64_vec(), negated, "a kernel reads the fetched bytes");

@@ -102,14 +102,16 @@ impl JointGraph {
         }
         let grads: Vec<(NodeId, NodeId)> = grads.into_iter().map(|(p, g)| (p, remap[g.index()])).collect();
         graph.set_outputs(outputs.iter().map(|o| remap[o.index()]).collect());
-        debug_assert!(graph.validate().is_ok(), "joint graph violates its invariants");
+        // The forward was validated and every backward node added with its op's shape rule.
+        graph.assume_valid();
         Ok(JointGraph { graph, n_forward, grads, grad_of })
     }
 
     /// `forward` with no backward pass, for forward-only programs over a graph that has no
     /// loss (a decoder's step: its outputs are logits and updated caches).
-    pub(crate) fn without_backward(forward: Graph) -> Result<JointGraph> {
+    pub(crate) fn without_backward(mut forward: Graph) -> Result<JointGraph> {
         forward.validate()?;
+        forward.assume_valid();
         let n = forward.len();
         Ok(JointGraph { graph: forward, n_forward: n, grads: Vec::new(), grad_of: vec![None; n] })
     }

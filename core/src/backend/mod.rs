@@ -14,6 +14,10 @@ use crate::op::{Meta, Op};
 
 /// One op to compute: the op, the node it belongs to (for errors), the shapes and dtypes of its
 /// inputs and output, and the run's seed for random ops.
+///
+/// Built by [`KernelCall::new`], or by [`KernelCall::for_node`] from a graph known to hold its
+/// invariants: the op's shape rule was checked when that graph was made, so the call is not
+/// checked again ([`KernelCall::check_rule`] returns at once) — a plan's shapes are static.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelCall<'a> {
     /// The graph node being computed (named in errors).
@@ -28,13 +32,66 @@ pub struct KernelCall<'a> {
     pub out_dtype: DType,
     /// The run's seed, mixed into random ops' own seeds ([`crate::rng::stream_seed`]).
     pub run_seed: u64,
+    /// Whether the op's shape rule is known to give `out_shape` and `out_dtype` from `inputs`.
+    checked: bool,
 }
 
 impl<'a> KernelCall<'a> {
-    /// The call computing node `id` of `graph`, whose inputs' metas are `inputs`.
+    /// A call whose shapes nothing has checked yet: the backend checks the op's shape rule
+    /// before running it.
+    pub fn new(
+        node: NodeId,
+        op: &'a Op,
+        inputs: &'a [Meta<'a>],
+        out_shape: &'a [usize],
+        out_dtype: DType,
+        run_seed: u64,
+    ) -> KernelCall<'a> {
+        KernelCall { node, op, inputs, out_shape, out_dtype, run_seed, checked: false }
+    }
+
+    /// The call computing node `id` of `graph`, whose inputs' metas are `inputs`. Checked already
+    /// where the graph is known to hold its invariants (a model's joint graph, a decoder's step:
+    /// each node's shape is its op's rule applied to its inputs') and `inputs` are its inputs'.
     pub fn for_node(graph: &'a Graph, id: NodeId, inputs: &'a [Meta<'a>], run_seed: u64) -> KernelCall<'a> {
         let node = graph.node(id);
-        KernelCall { node: id, op: &node.op, inputs, out_shape: &node.shape, out_dtype: node.dtype, run_seed }
+        let as_graph = inputs.len() == node.inputs.len()
+            && node.inputs.iter().zip(inputs).all(|(&i, m)| graph.node(i).meta() == *m);
+        let checked = as_graph && graph.is_known_valid();
+        KernelCall { node: id, op: &node.op, inputs, out_shape: &node.shape, out_dtype: node.dtype, run_seed, checked }
+    }
+
+    /// This call with `op` in place of its own, an op of the same shape rule (a dropout run
+    /// with `p = 0` in evaluation).
+    pub(crate) fn with_op(self, op: &'a Op) -> KernelCall<'a> {
+        debug_assert_eq!(op.infer(self.inputs).ok(), self.op.infer(self.inputs).ok(), "{op:?} has another shape rule");
+        KernelCall { op, ..self }
+    }
+
+    /// The shape check every backend makes before a kernel runs: the op's shape rule applied to
+    /// the inputs' metas gives the call's output shape and dtype (so kernels may index by the
+    /// shapes). Free for a call made from a checked graph ([`KernelCall::for_node`]).
+    pub fn check_rule(&self) -> Result<()> {
+        if self.checked || self.op.info().leaf {
+            return Ok(());
+        }
+        let error = |message: String| crate::Error::Node { node: self.node, op: self.op.name(), message };
+        let (shape, dtype) = self.op.infer(self.inputs).map_err(error)?;
+        if shape[..] != self.out_shape[..] || dtype != self.out_dtype {
+            return Err(error(format!(
+                "the call asks for {} {} but the op produces {} {}",
+                crate::shape::fmt_shape(self.out_shape),
+                self.out_dtype,
+                crate::shape::fmt_shape(&shape),
+                dtype
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether [`KernelCall::check_rule`] is known to hold without running it.
+    pub fn is_checked(&self) -> bool {
+        self.checked
     }
 }
 

@@ -328,6 +328,19 @@ impl Graph {
     /// node shows: regions' parents, outputs. A reader that checks each node as it reads it
     /// calls this instead of `validate`, which would check them all again; debug builds check
     /// every node anyway.
+    /// Whether the graph is known to hold [`Graph::validate`]'s invariants without checking them
+    /// again (a reader checked each node, or the graph was built so: a joint graph).
+    pub fn is_known_valid(&self) -> bool {
+        self.valid
+    }
+
+    /// Marks a graph built to hold the invariants (every node added by [`Graph::push_op`] or
+    /// copied from a valid graph) as known to; debug builds check.
+    pub(crate) fn assume_valid(&mut self) {
+        debug_assert!(self.validate().is_ok(), "a graph assumed valid is not");
+        self.valid = true;
+    }
+
     pub(crate) fn mark_valid(&mut self) -> Result<()> {
         self.validate_regions_and_outputs()?;
         debug_assert!(self.validate().is_ok(), "a reader marked an invalid graph valid");

@@ -586,14 +586,7 @@ mod tests {
         use super::super::execute;
         use crate::backend::KernelCall;
         use crate::graph::NodeId;
-        let call = KernelCall {
-            node: NodeId::new(0),
-            op: &Op::Constant { value: 2.5 },
-            inputs: &[],
-            out_shape: &[2, 2],
-            out_dtype: DType::BF16,
-            run_seed: 0,
-        };
+        let call = KernelCall::new(NodeId::new(0), &Op::Constant { value: 2.5 }, &[], &[2, 2], DType::BF16, 0);
         let c = execute(&call, &[]).unwrap();
         assert_eq!(c.data(), &HostData::BF16(vec![bf16::from_f32(2.5); 4]));
         let leaf = KernelCall { op: &Op::Param { init: crate::op::Init::Auto }, ..call };

@@ -305,23 +305,7 @@ fn check(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<()> {
             ));
         }
     }
-    if call.op.info().leaf {
-        return Ok(());
-    }
-    let (shape, dtype) = call.op.infer(call.inputs).map_err(|m| node_err(call, m))?;
-    if shape[..] != call.out_shape[..] || dtype != call.out_dtype {
-        return Err(node_err(
-            call,
-            format!(
-                "the call asks for {} {} but the op produces {} {}",
-                fmt_shape(call.out_shape),
-                call.out_dtype,
-                fmt_shape(&shape),
-                dtype
-            ),
-        ));
-    }
-    Ok(())
+    call.check_rule()
 }
 
 /// Outputs from this many bytes up are reserved before their kernel runs (and released again),
@@ -461,14 +445,7 @@ mod tests {
     fn calls_that_disagree_with_the_shape_rule_are_errors() {
         let x = t32(&[2, 3], &[0.0; 6]);
         let metas = [(x.shape(), x.dtype())];
-        let call = KernelCall {
-            node: NodeId::new(7),
-            op: &Op::Unary(UnaryOp::Exp),
-            inputs: &metas,
-            out_shape: &[3, 2],
-            out_dtype: DType::F32,
-            run_seed: 0,
-        };
+        let call = KernelCall::new(NodeId::new(7), &Op::Unary(UnaryOp::Exp), &metas, &[3, 2], DType::F32, 0);
         let err = execute(&call, &[&x]).unwrap_err().to_string();
         assert!(err.contains("node") && err.contains("exp") && err.contains("[3, 2]"), "{err}");
         let err = execute(&call, &[]).unwrap_err().to_string();
@@ -482,19 +459,46 @@ mod tests {
         assert!(err.to_string().contains("floating point"), "{err}");
     }
 
+    /// A call made from a graph known to hold its invariants is not checked again; one made from
+    /// a graph nothing checked, or with metas other than the graph's, is.
+    #[test]
+    fn the_shape_rule_is_checked_once_per_graph() {
+        use crate::graph::{Graph, Node};
+        use crate::{JointGraph, Trace};
+        let trace = Trace::new();
+        let w = trace.param("w", &[2, 3], DType::F32);
+        let joint = JointGraph::new(&trace.finish(&w.exp().sum_all()).unwrap()).unwrap();
+        let g = joint.graph();
+        let exp = g.ids().find(|&i| matches!(g.node(i).op, Op::Unary(UnaryOp::Exp))).unwrap();
+        let metas = [g.node(g.node(exp).inputs[0]).meta()];
+        assert!(KernelCall::for_node(g, exp, &metas, 0).is_checked());
+        let other = [(&[3usize, 2][..], DType::F32)];
+        assert!(!KernelCall::for_node(g, exp, &other, 0).is_checked(), "metas that are not the graph's");
+        // A graph built by hand with a wrong shape: nothing vouches for it, so the backend checks.
+        let mut bad = Graph::default();
+        let node = |op, inputs: &[NodeId], shape: &[usize]| Node {
+            op,
+            inputs: inputs.iter().copied().collect(),
+            shape: shape.iter().copied().collect(),
+            dtype: DType::F32,
+            tag: None,
+            label: None,
+        };
+        let x = bad.push(node(Op::Input, &[], &[2, 3]));
+        let y = bad.push(node(Op::Unary(UnaryOp::Exp), &[x], &[6]));
+        let metas = [bad.node(x).meta()];
+        let call = KernelCall::for_node(&bad, y, &metas, 0);
+        assert!(!call.is_checked());
+        let err = execute(&call, &[&t32(&[2, 3], &[0.0; 6])]).unwrap_err().to_string();
+        assert!(err.contains("asks for [6] f32 but the op produces [2, 3] f32"), "{err}");
+    }
+
     #[test]
     fn the_backend_meters_kernel_results() {
         let mut cpu = CpuBackend::new();
         let a = cpu.upload(&t64(&[2, 2], &[1.0, 2.0, 3.0, 4.0])).unwrap();
         let metas = [(&[2usize, 2][..], DType::F64), (&[2usize, 2][..], DType::F64)];
-        let call = KernelCall {
-            node: NodeId::new(1),
-            op: &Op::Matmul,
-            inputs: &metas,
-            out_shape: &[2, 2],
-            out_dtype: DType::F64,
-            run_seed: 0,
-        };
+        let call = KernelCall::new(NodeId::new(1), &Op::Matmul, &metas, &[2, 2], DType::F64, 0);
         let c = cpu.execute(&call, &[&a, &a]).unwrap();
         assert_eq!(cpu.download(&c).unwrap().to_f64_vec(), [7.0, 10.0, 15.0, 22.0]);
         assert_eq!(cpu.memory().live_bytes, 64);

@@ -16,7 +16,7 @@ pub(crate) fn run(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor> {
 pub(crate) fn run_seeded(op: &Op, inputs: &[&HostTensor], run_seed: u64) -> Result<HostTensor> {
     let metas: Vec<Meta<'_>> = inputs.iter().map(|t| (t.shape(), t.dtype())).collect();
     let (shape, dtype) = op.infer(&metas).map_err(Error::internal)?;
-    let call = KernelCall { node: NodeId::new(0), op, inputs: &metas, out_shape: &shape, out_dtype: dtype, run_seed };
+    let call = KernelCall::new(NodeId::new(0), op, &metas, &shape, dtype, run_seed);
     execute(&call, inputs)
 }
 
