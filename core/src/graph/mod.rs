@@ -322,12 +322,6 @@ impl Graph {
         self.validate()
     }
 
-    /// Records that every node was checked as [`Graph::validate`] checks it when it was added
-    /// (inputs before it, region known, bytes countable, shape and dtype those its op infers)
-    /// and the names of inputs and parameters with [`LeafNames`], then checks what no single
-    /// node shows: regions' parents, outputs. A reader that checks each node as it reads it
-    /// calls this instead of `validate`, which would check them all again; debug builds check
-    /// every node anyway.
     /// Whether the graph is known to hold [`Graph::validate`]'s invariants without checking them
     /// again (a reader checked each node, or the graph was built so: a joint graph).
     pub fn is_known_valid(&self) -> bool {
@@ -341,6 +335,12 @@ impl Graph {
         self.valid = true;
     }
 
+    /// Records that every node was checked as [`Graph::validate`] checks it when it was added
+    /// (inputs before it, region known, bytes countable, shape and dtype those its op infers)
+    /// and the names of inputs and parameters with [`LeafNames`], then checks what no single
+    /// node shows: regions' parents, outputs. A reader that checks each node as it reads it
+    /// calls this instead of `validate`, which would check them all again; debug builds check
+    /// every node anyway.
     pub(crate) fn mark_valid(&mut self) -> Result<()> {
         self.validate_regions_and_outputs()?;
         debug_assert!(self.validate().is_ok(), "a reader marked an invalid graph valid");
