@@ -87,7 +87,9 @@ pub mod report {
 /// For backend authors: the trait a device implements, what a kernel call carries, and the
 /// executor that drives a backend through a plan.
 pub mod backend {
-    pub use remat_core::{run, run_inference, Backend, CpuBuffer, CpuHostBuffer, KernelCall, MemoryStats, RunOutput};
+    pub use remat_core::{
+        run, run_inference, Backend, CpuBuffer, CpuHostBuffer, KernelCall, MemoryStats, RunOutput, TransferStats,
+    };
     pub use remat_core::{Arity, AttnDims, Domain, GradReads, Member, Meta, OpInfo, OtherKind, CATALOG};
 }
 

@@ -1,7 +1,7 @@
 //! The executor: runs a plan's programs on a backend and measures the memory it used.
 
 use crate::autodiff::JointGraph;
-use crate::backend::{Backend, KernelCall};
+use crate::backend::{Backend, KernelCall, TransferStats};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
@@ -19,6 +19,8 @@ pub struct RunOutput {
     pub measured_peak: usize,
     /// The most bytes of host memory (offloaded copies) the backend held at once.
     pub measured_host_peak: usize,
+    /// Bytes the run copied to the device and back, by the backend's own counters.
+    pub transfers: TransferStats,
 }
 
 /// Runs `plan` over `joint` on `backend`. `resident` gives the value of every input and
@@ -162,6 +164,7 @@ fn run_steps_with<B: Backend>(
     for (&id, &value) in plan.resident().iter().zip(resident) {
         check_feed(graph, id, value)?;
     }
+    let before = backend.transfers();
     let resident = resident.iter().map(|&v| Resident::Host(v)).collect();
     let Finished { mut slots, measured_peak, measured_host_peak } =
         run_program_with(backend, graph, plan, resident, run_seed, mode, notify)?;
@@ -182,7 +185,7 @@ fn run_steps_with<B: Backend>(
             }
         }
     }
-    Ok(RunOutput { kept, measured_peak, measured_host_peak })
+    Ok(RunOutput { kept, measured_peak, measured_host_peak, transfers: backend.transfers().since(before) })
 }
 
 /// Runs `plan`'s programs over `graph` from the resident values (in [`Plan::resident`] order),

@@ -87,7 +87,7 @@ pub use report::{dot, fmt_bytes, reason_code, Report};
 pub use text::one_line;
 // Running and training.
 pub use backend::cpu::{keep_freed_memory, release_freed_memory, CpuBackend, CpuBuffer, CpuHostBuffer};
-pub use backend::{Backend, KernelCall, MemoryStats};
+pub use backend::{Backend, KernelCall, MemoryStats, TransferStats};
 pub use exec::{run, run_inference, RunOutput};
 pub use host::{HostData, HostTensor, HostValuesMut};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};

@@ -75,6 +75,9 @@ pub struct StepOutput {
     pub predicted_host_peak: usize,
     /// The peak host bytes the backend measured during the step.
     pub measured_host_peak: usize,
+    /// Bytes the step copied to the device (parameters, the batch, the graph's constants) and
+    /// back (the loss, further outputs, gradients), by the backend's counters.
+    pub transfers: crate::TransferStats,
 }
 
 impl Model {
@@ -281,6 +284,7 @@ impl Model {
             measured_peak: out.measured_peak,
             predicted_host_peak: self.plan.predicted_host_peak(),
             measured_host_peak: out.measured_host_peak,
+            transfers: out.transfers,
         })
     }
 

@@ -275,6 +275,10 @@ impl Backend for Copying {
     fn host_memory(&self) -> remat_core::MemoryStats {
         self.0.host_memory()
     }
+
+    fn transfers(&self) -> remat_core::TransferStats {
+        self.0.transfers()
+    }
 }
 
 #[test]

@@ -46,6 +46,10 @@ impl Backend for Limited {
         self.inner.host_memory()
     }
 
+    fn transfers(&self) -> remat_core::TransferStats {
+        self.inner.transfers()
+    }
+
     fn name(&self) -> String {
         format!("cpu (limited to {} bytes)", self.limit)
     }

@@ -7,7 +7,9 @@ use crate::transfer::{host_bytes, host_from_bytes};
 use crate::{fp8, gemm};
 use cudarc::driver::{result, CudaEvent};
 use remat_core::fmt_shape;
-use remat_core::{Backend, DType, Error, HostTensor, KernelCall, MemoryStats, Op, OpKind, ReduceOp, Result};
+use remat_core::{
+    Backend, DType, Error, HostTensor, KernelCall, MemoryStats, Op, OpKind, ReduceOp, Result, TransferStats,
+};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -45,6 +47,8 @@ use std::rc::Rc;
 #[derive(Debug)]
 pub struct CudaBackend {
     dev: Rc<Device>,
+    /// Bytes copied in and out ([`Backend::transfers`]).
+    transfers: TransferStats,
 }
 
 /// A tensor in device memory; its bytes count as live until it is dropped.
@@ -133,7 +137,7 @@ impl CudaBackend {
     /// Opens device `ordinal`. On a machine without a usable GPU this is an error saying what is
     /// missing (the driver library, a device, NVRTC or cuBLAS) — never a panic.
     pub fn new(ordinal: usize) -> Result<CudaBackend> {
-        Ok(CudaBackend { dev: Rc::new(Device::open(ordinal)?) })
+        Ok(CudaBackend { dev: Rc::new(Device::open(ordinal)?), transfers: TransferStats::default() })
     }
 
     /// Why no GPU backend can be opened here, or `None` when device 0 is usable.
@@ -367,6 +371,7 @@ impl Backend for CudaBackend {
     fn offload(&mut self, buffer: &CudaBuffer) -> Result<CudaHostBuffer> {
         let dev = &self.dev;
         let bytes = buffer.bytes();
+        self.transfers.to_host_bytes += bytes as u64;
         // A fetched buffer offloaded again: its bytes must have arrived first.
         dev.wait_ready(&buffer.ready)?;
         let block = dev.pinned_alloc(bytes)?;
@@ -411,6 +416,7 @@ impl Backend for CudaBackend {
     /// now, as on the CPU; its pinned block is reused once the copy back has completed.
     fn fetch(&mut self, mut host: CudaHostBuffer) -> Result<CudaBuffer> {
         let buf = self.alloc(&host.shape, host.dtype)?;
+        self.transfers.to_device_bytes += host.bytes() as u64;
         let dev = &self.dev;
         let bytes = host.bytes();
         if bytes > 0 {
@@ -449,6 +455,10 @@ impl Backend for CudaBackend {
         MemoryStats { live_bytes: self.dev.host_meter.live.get(), peak_bytes: self.dev.host_meter.peak.get() }
     }
 
+    fn transfers(&self) -> TransferStats {
+        self.transfers
+    }
+
     fn name(&self) -> String {
         format!("cuda:{}", self.dev.ordinal)
     }
@@ -456,6 +466,7 @@ impl Backend for CudaBackend {
     fn upload(&mut self, tensor: &HostTensor) -> Result<CudaBuffer> {
         let buf = self.alloc(tensor.shape(), tensor.dtype())?;
         let bytes = host_bytes(tensor);
+        self.transfers.to_device_bytes += bytes.len() as u64;
         if !bytes.is_empty() {
             // SAFETY: `buf` holds exactly `bytes.len()` bytes; the stream is synchronised below,
             // before `bytes` can be dropped or changed.
@@ -469,6 +480,7 @@ impl Backend for CudaBackend {
     fn download(&mut self, buffer: &CudaBuffer) -> Result<HostTensor> {
         self.dev.wait_ready(&buffer.ready)?;
         let mut bytes = vec![0u8; buffer.bytes()];
+        self.transfers.to_host_bytes += bytes.len() as u64;
         if !bytes.is_empty() {
             // SAFETY: `bytes` has room for the whole buffer; synchronised below.
             unsafe { result::memcpy_dtoh_async(&mut bytes[..], buffer.ptr, self.dev.stream.cu_stream()) }
@@ -492,6 +504,10 @@ impl Backend for CudaBackend {
             run(&self.dev, call, &views, out.view())
         };
         result.map_err(|e| at_node(e, call))?;
+        if let Op::ConstantData { value } = call.op {
+            // The graph's host data, copied in as an upload is.
+            self.transfers.to_device_bytes += value.bytes() as u64;
+        }
         Ok(out)
     }
 

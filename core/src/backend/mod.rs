@@ -104,6 +104,28 @@ pub struct MemoryStats {
     pub peak_bytes: usize,
 }
 
+/// Bytes a backend has copied across its boundary with host memory since it was made: what a
+/// training step moves over PCIe on a GPU (parameters up, gradients down, ...). On the CPU the
+/// same crossings are counted, as copies between the caller's tensors and the backend's buffers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Bytes copied to the device: uploads, fetches of offloaded values, constants the graph
+    /// carries.
+    pub to_device_bytes: u64,
+    /// Bytes copied to host memory: downloads (results handed back) and offloads.
+    pub to_host_bytes: u64,
+}
+
+impl TransferStats {
+    /// The bytes moved since `earlier` (a reading of the same backend).
+    pub fn since(self, earlier: TransferStats) -> TransferStats {
+        TransferStats {
+            to_device_bytes: self.to_device_bytes.saturating_sub(earlier.to_device_bytes),
+            to_host_bytes: self.to_host_bytes.saturating_sub(earlier.to_host_bytes),
+        }
+    }
+}
+
 /// A device that can hold tensors and compute catalog ops.
 pub trait Backend {
     /// A tensor's storage on this device; dropping it frees the memory.
@@ -156,4 +178,7 @@ pub trait Backend {
 
     /// Live and peak bytes of the host copies this backend holds.
     fn host_memory(&self) -> MemoryStats;
+
+    /// Bytes copied to and from the device since the backend was made.
+    fn transfers(&self) -> TransferStats;
 }

@@ -13,7 +13,7 @@ pub(crate) mod threads;
 
 pub use heap::{keep_freed_memory, release_freed_memory};
 
-use super::{Backend, KernelCall, MemoryStats};
+use super::{Backend, KernelCall, MemoryStats, TransferStats};
 use crate::error::Result;
 use crate::host::HostTensor;
 use std::cell::Cell;
@@ -98,6 +98,8 @@ pub struct CpuBackend {
     host: Rc<Meter>,
     /// The kernels' threads: a rayon pool of this backend's own.
     pool: threads::Pool,
+    /// Bytes copied in and out ([`Backend::transfers`]).
+    transfers: TransferStats,
 }
 
 impl Default for CpuBackend {
@@ -124,7 +126,12 @@ impl CpuBackend {
     }
 
     fn with_pool(threads: usize) -> Self {
-        CpuBackend { meter: Rc::default(), host: Rc::default(), pool: threads::Pool::new(threads) }
+        CpuBackend {
+            meter: Rc::default(),
+            host: Rc::default(),
+            pool: threads::Pool::new(threads),
+            transfers: TransferStats::default(),
+        }
     }
 
     /// The threads this backend's kernels may use: a pool of its own (started at its first
@@ -157,10 +164,12 @@ impl Backend for CpuBackend {
     }
 
     fn upload(&mut self, tensor: &HostTensor) -> Result<CpuBuffer> {
+        self.transfers.to_device_bytes += tensor.bytes() as u64;
         Ok(self.hold(tensor.clone()))
     }
 
     fn download(&mut self, buffer: &CpuBuffer) -> Result<HostTensor> {
+        self.transfers.to_host_bytes += buffer.tensor.bytes() as u64;
         Ok(buffer.tensor.clone())
     }
 
@@ -172,12 +181,17 @@ impl Backend for CpuBackend {
 
     /// The buffer's tensor itself: it is host memory already.
     fn move_to_host(&mut self, buffer: CpuBuffer) -> Result<HostTensor> {
+        self.transfers.to_host_bytes += buffer.tensor.bytes() as u64;
         Ok(buffer.into_tensor())
     }
 
     fn execute(&mut self, call: &KernelCall<'_>, inputs: &[&CpuBuffer]) -> Result<CpuBuffer> {
         let tensors: Vec<&HostTensor> = inputs.iter().map(|b| &b.tensor).collect();
         let out = self.pool.enter(|| kernels::execute(call, &tensors))?;
+        if matches!(call.op, crate::op::Op::ConstantData { .. }) {
+            // The graph's host data, copied in as an upload would be.
+            self.transfers.to_device_bytes += out.bytes() as u64;
+        }
         debug_assert_eq!(out.shape(), call.out_shape, "{} produced the wrong shape", call.op.name());
         debug_assert_eq!(out.dtype(), call.out_dtype, "{} produced the wrong dtype", call.op.name());
         Ok(self.hold(out))
@@ -194,6 +208,7 @@ impl Backend for CpuBackend {
 
     fn offload(&mut self, buffer: &CpuBuffer) -> Result<CpuHostBuffer> {
         let tensor = buffer.tensor.clone();
+        self.transfers.to_host_bytes += tensor.bytes() as u64;
         self.host.add(tensor.bytes());
         Ok(CpuHostBuffer { tensor, meter: self.host.clone() })
     }
@@ -202,10 +217,15 @@ impl Backend for CpuBackend {
         // The host copy leaves the host meter as it is dropped, and its tensor moves to the device
         // meter (on the CPU both tiers are host memory: nothing is copied).
         let tensor = host.into_tensor();
+        self.transfers.to_device_bytes += tensor.bytes() as u64;
         Ok(self.hold(tensor))
     }
 
     fn host_memory(&self) -> MemoryStats {
         MemoryStats { live_bytes: self.host.live.get(), peak_bytes: self.host.peak.get() }
+    }
+
+    fn transfers(&self) -> TransferStats {
+        self.transfers
     }
 }
