@@ -12,6 +12,7 @@
 
 mod accumulate;
 mod attention;
+mod cast;
 mod elementwise;
 mod index;
 mod integer;
@@ -375,7 +376,7 @@ pub(crate) fn execute(call: &KernelCall<'_>, inputs: &[&HostTensor]) -> Result<H
         Op::Dropout { p, seed, key } => {
             per_float!(call, ew::dropout, (call, x[0], *p, *seed, *key))
         }
-        Op::Cast { dtype } => ew::cast(call, x[0], *dtype),
+        Op::Cast { dtype } => cast::cast(call, x[0], *dtype),
         Op::Reduce { op: ReduceOp::Sum, axes, keepdim } => {
             per_float!(call, reduce::sum, (call, x[0], axes, *keepdim, false))
         }

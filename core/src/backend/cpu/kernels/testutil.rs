@@ -46,6 +46,11 @@ pub(crate) fn ti64(shape: &[usize], values: &[i64]) -> HostTensor {
     HostTensor::i64(shape.to_vec(), values.to_vec()).expect("test tensor")
 }
 
+/// An i32 tensor.
+pub(crate) fn ti32(shape: &[usize], values: &[i32]) -> HostTensor {
+    HostTensor::i32(shape.to_vec(), values.to_vec()).expect("test tensor")
+}
+
 /// Deterministic pseudo-random values in [-2, 2).
 pub(crate) fn values(n: usize, salt: u64) -> Vec<f64> {
     (0..n as u64).map(|i| crate::rng::uniform_f64(salt, 99, i) * 4.0 - 2.0).collect()
