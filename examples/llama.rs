@@ -14,6 +14,13 @@ use remat::prelude::*;
 use remat::{AttnLayout, Budget, Graph, Strategy};
 use std::time::Instant;
 
+#[path = "common/corpus.rs"]
+mod corpus;
+use corpus::Corpus;
+
+/// The stream of remat's generator this example's batches draw their offsets from.
+const BATCH_STREAM: u64 = 3;
+
 #[path = "common/data_parallel.rs"]
 mod data_parallel;
 use remat::compare::{compare, Row, Table};
@@ -292,38 +299,6 @@ fn synthetic_corpus() -> Vec<u8> {
     text.into_bytes()
 }
 
-/// A byte corpus split into training (the first 90 %) and held-out text.
-struct Corpus {
-    train: Vec<u8>,
-    held_out: Vec<u8>,
-}
-
-impl Corpus {
-    fn new(bytes: Vec<u8>, seq: usize) -> Result<Corpus, String> {
-        let split = bytes.len() * 9 / 10;
-        if split <= seq + 1 || bytes.len() - split <= seq + 1 {
-            return Err(format!("the text has {} bytes: too short for sequences of {seq}", bytes.len()));
-        }
-        Ok(Corpus { held_out: bytes[split..].to_vec(), train: bytes[..split].to_vec() })
-    }
-
-    /// Batch `step` of `text`: `batch` windows at pseudo-random offsets; targets are the inputs
-    /// shifted by one byte.
-    fn batch(text: &[u8], cfg: &Config, step: u64) -> Result<Feeds, remat::Error> {
-        let (b, t) = (cfg.batch, cfg.seq);
-        let (mut tokens, mut targets) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
-        for row in 0..b as u64 {
-            // remat's counter-based generator (a sibling crate's helper, not the facade's API).
-            let start = remat_core::uniform_u32(3, step, row) as usize % (text.len() - t - 1);
-            tokens.extend(text[start..start + t].iter().map(|&c| c as i64));
-            targets.extend(text[start + 1..start + t + 1].iter().map(|&c| c as i64));
-        }
-        Ok(Feeds::new()
-            .with("tokens", HostTensor::i64([b, t], tokens)?)
-            .with("targets", HostTensor::i64([b, t], targets)?))
-    }
-}
-
 // ---- Command line ----
 
 /// Train a Llama-style byte-level language model with activation checkpointing.
@@ -415,25 +390,30 @@ fn held_out_loss(
     let mut cpu = CpuBackend::new();
     let mut total = 0.0;
     for i in 0..batches {
-        total += model.step(&mut cpu, params, &Corpus::batch(&corpus.held_out, cfg, 1_000_000 + i)?)?.loss;
+        total += model
+            .step(
+                &mut cpu,
+                params,
+                &Corpus::batch(&corpus.held_out, (cfg.batch, cfg.seq), BATCH_STREAM, 1_000_000 + i)?,
+            )?
+            .loss;
     }
     Ok(total / batches as f64)
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = config(args)?;
-    let (bytes, source) = match &args.text {
-        Some(path) => {
-            (std::fs::read(path).map_err(|e| format!("--text {}: {e}", path.display()))?, path.display().to_string())
-        }
-        None => (synthetic_corpus(), "built-in synthetic corpus".to_string()),
-    };
-    let corpus = Corpus::new(bytes, cfg.seq)?;
+    let corpus = Corpus::read(args.text.as_deref(), synthetic_corpus, cfg.seq)?;
     let steps = if args.quick { args.steps.min(6) } else { args.steps };
     if args.dp.data_parallel {
         let opts = args.dp.options(steps, args.seed, cfg.batch, args.lr);
         let build_shard = |batch| build(&Config { batch, ..cfg }, args.policy, args.strategy);
-        return data_parallel::train("llama", &build_shard, &|step| Corpus::batch(&corpus.train, &cfg, step), &opts);
+        return data_parallel::train(
+            "llama",
+            &build_shard,
+            &|step| Corpus::batch(&corpus.train, (cfg.batch, cfg.seq), BATCH_STREAM, step),
+            &opts,
+        );
     }
     println!(
         "llama: {} layers, d_model {}, {} heads, SwiGLU {}, seq {}, batch {} — policy {}; text: {} ({} train / {} held-out bytes)",
@@ -444,7 +424,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         cfg.seq,
         cfg.batch,
         args.policy,
-        source,
+        corpus.source,
         corpus.train.len(),
         corpus.held_out.len()
     );
@@ -471,7 +451,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let report_every = (steps / 6).max(1);
     let mut recent = Vec::new();
     for step in 0..steps {
-        let out = model.step(&mut cpu, &params, &Corpus::batch(&corpus.train, &cfg, step)?)?;
+        let out =
+            model.step(&mut cpu, &params, &Corpus::batch(&corpus.train, (cfg.batch, cfg.seq), BATCH_STREAM, step)?)?;
         opt.step(&mut params, &out.grads)?;
         recent.push(out.loss);
         if (step + 1) % report_every == 0 || step + 1 == steps {
@@ -516,7 +497,7 @@ fn compare_policies(
         PolicyChoice::Budget(Budget::Fraction(0.5)),
     ];
     let timed_steps = if args.quick { 1 } else { 5 };
-    let feeds = Corpus::batch(&corpus.train, cfg, 0)?;
+    let feeds = Corpus::batch(&corpus.train, (cfg.batch, cfg.seq), BATCH_STREAM, 0)?;
     // The model has no random ops: the seeds the timed steps get change nothing.
     let model = |&p: &PolicyChoice| build(cfg, p, args.strategy);
     Ok(compare(choices, model, &mut || Ok(CpuBackend::new()), params, &feeds, timed_steps)?)
@@ -579,8 +560,8 @@ mod tests {
     #[test]
     fn policies_give_bitwise_identical_gradients_and_exact_peaks() {
         let cfg = Config { batch: 2, seq: 8, d_model: 8, heads: 2, layers: 2, hidden: 16 };
-        let corpus = Corpus::new(synthetic_corpus(), cfg.seq).unwrap();
-        let feeds = Corpus::batch(&corpus.train, &cfg, 0).unwrap();
+        let corpus = Corpus::read(None, synthetic_corpus, cfg.seq).unwrap();
+        let feeds = Corpus::batch(&corpus.train, (cfg.batch, cfg.seq), BATCH_STREAM, 0).unwrap();
         let mut reference: Option<Vec<HostTensor>> = None;
         for policy in [PolicyChoice::None, PolicyChoice::Full, PolicyChoice::SaveAttention, PolicyChoice::SaveMatmuls] {
             for strategy in [Strategy::Respect, Strategy::MinCut] {

@@ -26,6 +26,13 @@ use remat::prelude::*;
 use remat::{AttnLayout, Budget, Graph, Strategy};
 use std::time::Instant;
 
+#[path = "common/corpus.rs"]
+mod corpus;
+use corpus::Corpus;
+
+/// The stream of remat's generator this example's batches draw their offsets from.
+const BATCH_STREAM: u64 = 5;
+
 const VOCAB: usize = 256;
 const EPS: f64 = 1e-5;
 /// Experts per token.
@@ -354,36 +361,6 @@ fn synthetic_corpus() -> Vec<u8> {
     text.into_bytes()
 }
 
-/// A byte corpus split into training (the first 90 %) and held-out text.
-struct Corpus {
-    train: Vec<u8>,
-    held_out: Vec<u8>,
-}
-
-impl Corpus {
-    fn new(bytes: Vec<u8>, seq: usize) -> Result<Corpus, String> {
-        let split = bytes.len() * 9 / 10;
-        if split <= seq + 1 || bytes.len() - split <= seq + 1 {
-            return Err(format!("the text has {} bytes: too short for sequences of {seq}", bytes.len()));
-        }
-        Ok(Corpus { held_out: bytes[split..].to_vec(), train: bytes[..split].to_vec() })
-    }
-
-    /// Batch `step` of `text`: windows at pseudo-random offsets, targets shifted by one byte.
-    fn batch(text: &[u8], cfg: &Config, step: u64) -> Result<Feeds, remat::Error> {
-        let (b, t) = (cfg.batch, cfg.seq);
-        let (mut tokens, mut targets) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
-        for row in 0..b as u64 {
-            let start = remat_core::uniform_u32(5, step, row) as usize % (text.len() - t - 1);
-            tokens.extend(text[start..start + t].iter().map(|&c| c as i64));
-            targets.extend(text[start + 1..start + t + 1].iter().map(|&c| c as i64));
-        }
-        Ok(Feeds::new()
-            .with("tokens", HostTensor::i64([b, t], tokens)?)
-            .with("targets", HostTensor::i64([b, t], targets)?))
-    }
-}
-
 // ---- Command line ----
 
 /// Train a mixture-of-experts byte-level language model with activation checkpointing.
@@ -483,7 +460,11 @@ fn held_out_loss(
     let mut cpu = CpuBackend::new();
     let mut total = 0.0;
     for i in 0..batches {
-        let out = infer.run(&mut cpu, params, &Corpus::batch(&corpus.held_out, cfg, 1_000_000 + i)?)?;
+        let out = infer.run(
+            &mut cpu,
+            params,
+            &Corpus::batch(&corpus.held_out, (cfg.batch, cfg.seq), BATCH_STREAM, 1_000_000 + i)?,
+        )?;
         total += out.values[0].scalar()?;
     }
     Ok(total / batches as f64)
@@ -491,19 +472,13 @@ fn held_out_loss(
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = config(args)?;
-    let (bytes, source) = match &args.text {
-        Some(path) => {
-            (std::fs::read(path).map_err(|e| format!("--text {}: {e}", path.display()))?, path.display().to_string())
-        }
-        None => (synthetic_corpus(), "built-in synthetic corpus".to_string()),
-    };
-    let corpus = Corpus::new(bytes, cfg.seq)?;
+    let corpus = Corpus::read(args.text.as_deref(), synthetic_corpus, cfg.seq)?;
     let steps = if args.quick { args.steps.min(6) } else { args.steps };
     let run_cfg = Run { policy: args.policy, capacity: args.capacity, routing: args.routing };
     let slots = args.capacity.slots(cfg.batch * cfg.seq, cfg.experts);
     println!(
         "moe: {} layers, d_model {}, {} heads, top-{TOP} of {} experts (hidden {}, capacity {slots} per expert of {} tokens), {:?} routing — policy {}; text: {} ({} train / {} held-out bytes)",
-        cfg.layers, cfg.d_model, cfg.heads, cfg.experts, cfg.hidden, cfg.batch * cfg.seq, args.routing, args.policy, source, corpus.train.len(), corpus.held_out.len()
+        cfg.layers, cfg.d_model, cfg.heads, cfg.experts, cfg.hidden, cfg.batch * cfg.seq, args.routing, args.policy, corpus.source, corpus.train.len(), corpus.held_out.len()
     );
     let model = build(&cfg, run_cfg, args.strategy)?;
     let partition = model.partition().expect("with_strategy partitions");
@@ -524,7 +499,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let report_every = (steps / 6).max(1);
     let mut recent = Vec::new();
     for step in 0..steps {
-        let out = model.step(&mut cpu, &params, &Corpus::batch(&corpus.train, &cfg, step)?)?;
+        let out =
+            model.step(&mut cpu, &params, &Corpus::batch(&corpus.train, (cfg.batch, cfg.seq), BATCH_STREAM, step)?)?;
         opt.step(&mut params, &out.grads)?;
         recent.push(out.loss);
         if (step + 1) % report_every == 0 || step + 1 == steps {
@@ -542,7 +518,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("held-out loss after training: {held:.4} ({:.3} bits per byte)", held / std::f64::consts::LN_2);
 
     let timed_steps = if args.quick { 1 } else { 3 };
-    let feeds = Corpus::batch(&corpus.train, &cfg, 0)?;
+    let feeds = Corpus::batch(&corpus.train, (cfg.batch, cfg.seq), BATCH_STREAM, 0)?;
     let choices = [
         PolicyChoice::None,
         PolicyChoice::Full,
@@ -612,8 +588,8 @@ mod tests {
 
     #[test]
     fn policies_give_bitwise_identical_gradients_and_exact_peaks() {
-        let corpus = Corpus::new(synthetic_corpus(), SMALL.seq).unwrap();
-        let feeds = Corpus::batch(&corpus.train, &SMALL, 0).unwrap();
+        let corpus = Corpus::read(None, synthetic_corpus, SMALL.seq).unwrap();
+        let feeds = Corpus::batch(&corpus.train, (SMALL.batch, SMALL.seq), BATCH_STREAM, 0).unwrap();
         let mut reference: Option<Vec<HostTensor>> = None;
         let policies = [
             PolicyChoice::None,
@@ -637,8 +613,8 @@ mod tests {
 
     #[test]
     fn index_and_one_hot_routing_compute_the_same_model() {
-        let corpus = Corpus::new(synthetic_corpus(), SMALL.seq).unwrap();
-        let feeds = Corpus::batch(&corpus.train, &SMALL, 2).unwrap();
+        let corpus = Corpus::read(None, synthetic_corpus, SMALL.seq).unwrap();
+        let feeds = Corpus::batch(&corpus.train, (SMALL.batch, SMALL.seq), BATCH_STREAM, 2).unwrap();
         // A tight capacity, so that assignments are dropped.
         // One block: past it, the two orders of summation (a product with a one-hot matrix sums
         // zeros too) can round a near tie of the next router the other way, and route elsewhere.
