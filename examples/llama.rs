@@ -439,8 +439,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let mut cpu = CpuBackend::new();
-    let mut params = model.init_params(args.seed)?;
-    let mut opt = AdamW::new(args.lr);
+    // Weights and AdamW's moments stay in the backend's buffers; the moments in f64, as the host
+    // optimizer kept them when docs/ops.md's figures were measured, so they stay reproducible.
+    let options = TrainOptions::from(&AdamW::new(args.lr)).state_dtype(DType::F64);
+    let mut state = TrainState::new(&mut cpu, &model, &model.init_params(args.seed)?, options)?;
+    let params = state.params(&mut cpu)?;
     let eval_batches = if args.quick { 1 } else { 8 };
     println!(
         "held-out loss before training: {:.4} (uniform bytes: {:.4})",
@@ -451,9 +454,12 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let report_every = (steps / 6).max(1);
     let mut recent = Vec::new();
     for step in 0..steps {
-        let out =
-            model.step(&mut cpu, &params, &Corpus::batch(&corpus.train, (cfg.batch, cfg.seq), BATCH_STREAM, step)?)?;
-        opt.step(&mut params, &out.grads)?;
+        let out = state.step(
+            &mut cpu,
+            &model,
+            &Corpus::batch(&corpus.train, (cfg.batch, cfg.seq), BATCH_STREAM, step)?,
+            0,
+        )?;
         recent.push(out.loss);
         if (step + 1) % report_every == 0 || step + 1 == steps {
             let mean = recent.iter().sum::<f64>() / recent.len() as f64;
@@ -467,6 +473,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             recent.clear();
         }
     }
+    let params = state.params(&mut cpu)?;
     let held = held_out_loss(&model, &params, &corpus, &cfg, eval_batches)?;
     println!("held-out loss after training: {held:.4} ({:.3} bits per byte)", held / std::f64::consts::LN_2);
 

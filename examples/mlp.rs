@@ -17,11 +17,11 @@ fn main() -> Result<(), remat::Error> {
     let w2 = trace.param("w2", &[64, 4], DType::F32);
     let loss = hidden(&x, &w1, &b1).matmul(&w2).cross_entropy(&y);
     let model = Model::new(trace.finish(&loss)?)?;
-    let (mut params, mut opt, mut cpu) = (model.init_params(0)?, AdamW::new(1e-2), CpuBackend::new());
+    let mut cpu = CpuBackend::new();
+    let mut state = TrainState::new(&mut cpu, &model, &model.init_params(0)?, (&AdamW::new(1e-2)).into())?;
     let feeds = remat_zoo::mlp_feeds(&remat_zoo::MlpConfig { batch: 64, widths: vec![16, 4] }, 0)?;
     for step in 0..100 {
-        let out = model.step(&mut cpu, &params, &feeds)?;
-        opt.step(&mut params, &out.grads)?;
+        let out = state.step(&mut cpu, &model, &feeds, step)?; // weights and AdamW's moments stay on the device
         if step % 25 == 0 || step == 99 {
             println!(
                 "step {step:3}  loss {:.4}  peak {} B (predicted {} B)",

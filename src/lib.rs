@@ -36,6 +36,10 @@ pub use remat_core::{
 // A graph document or a traced graph to its partition, plan and report, in one pipeline.
 pub use remat_core::{Evaluated, Partitioned, Problem};
 // Running and training.
+pub use remat_core::{
+    clip_factor, host_sum_squares, host_update, Coefficients, RuleKind, TrainOptions, TrainState, TrainStepOutput,
+    UpdateCall, UpdateRule,
+};
 pub use remat_core::{keep_freed_memory, release_freed_memory};
 pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
 pub use remat_core::{
@@ -245,6 +249,7 @@ pub mod prelude {
     pub use remat_core::{AdamW, CpuBackend, DType, Feeds, HostTensor, Init, Model, Optimizer, Params, Sgd};
     pub use remat_core::{Budget, Policy, RegionPolicy, Strategy, Tensor, Trace};
     pub use remat_core::{DecodeStep, DecoderBuilder, Sampling};
+    pub use remat_core::{TrainOptions, TrainState};
     pub use remat_macros::{checkpoint, policy};
 }
 

@@ -316,7 +316,7 @@ impl Model {
 /// Every feed names an input of `graph` and fits its declaration, whether the plan reads it or
 /// not: an unused input fed a wrong value is a mistake the next model change would turn into a
 /// wrong result, so it is refused like a used one.
-fn check_feeds(graph: &Graph, feeds: &Feeds) -> Result<()> {
+pub(crate) fn check_feeds(graph: &Graph, feeds: &Feeds) -> Result<()> {
     let inputs: Vec<(NodeId, String)> = graph.inputs().iter().map(|&i| (i, graph.leaf_name(i))).collect();
     for (name, value) in &feeds.values {
         match inputs.iter().find(|(_, declared)| declared == name) {
@@ -373,9 +373,9 @@ impl Inference<'_> {
 /// The values of a graph's parameters, in the graph's parameter order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Params {
-    ids: Vec<NodeId>,
-    names: Vec<String>,
-    values: Vec<HostTensor>,
+    pub(crate) ids: Vec<NodeId>,
+    pub(crate) names: Vec<String>,
+    pub(crate) values: Vec<HostTensor>,
 }
 
 impl Params {

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::host::{HostData, HostTensor, HostValuesMut};
 use crate::model::Params;
 use crate::shape::fmt_shape;
+use crate::train::UpdateRule;
 
 /// Something that updates parameters from gradients.
 pub trait Optimizer {
@@ -101,9 +102,7 @@ impl Sgd {
     }
 
     fn validate(&self) -> Result<()> {
-        check_setting("lr", self.lr, self.lr.is_finite() && self.lr >= 0.0, "finite and >= 0")?;
-        check_setting("momentum", self.momentum, (0.0..=1.0).contains(&self.momentum), "in [0, 1]")?;
-        check_setting("weight_decay", self.weight_decay, self.weight_decay.is_finite(), "finite")
+        UpdateRule::from(self).validate()
     }
 }
 
@@ -112,11 +111,12 @@ impl Optimizer for Sgd {
         self.validate()?;
         check(params, grads)?;
         bind(&mut self.layout, &mut [&mut self.velocity], params, "the SGD state")?;
-        let (lr, momentum, decay) = (self.lr, self.momentum, self.weight_decay);
+        let c = UpdateRule::from(&*self).coefficients(1);
         for ((p, g), v) in params.values_mut().iter_mut().zip(grads).zip(&mut self.velocity) {
+            // The velocity is kept even without momentum (then it is the gradient).
             update(p, g, v.iter_mut(), |w, g, v| {
-                *v = momentum * *v + g;
-                w - lr * (*v + decay * w)
+                *v = c.beta1 * *v + g;
+                c.sgd(w, *v, None)
             })?;
         }
         Ok(())
@@ -199,20 +199,7 @@ impl AdamW {
     /// Checks the hyperparameters: `lr`, `eps` and `weight_decay` finite (`lr` and
     /// `weight_decay` at least 0, `eps` above 0), `beta1` and `beta2` in [0, 1).
     pub fn validate(&self) -> Result<()> {
-        check_setting("lr", self.lr, self.lr.is_finite() && self.lr >= 0.0, "finite and >= 0")?;
-        check_setting("beta1", self.beta1, (0.0..1.0).contains(&self.beta1), "in [0, 1)")?;
-        check_setting("beta2", self.beta2, (0.0..1.0).contains(&self.beta2), "in [0, 1)")?;
-        check_setting("eps", self.eps, self.eps.is_finite() && self.eps > 0.0, "finite and > 0")?;
-        check_setting("weight_decay", self.weight_decay, self.weight_decay.is_finite(), "finite")
-    }
-}
-
-/// `1 - beta^t`: `powi` while `t` fits its exponent (the results of every run so far), `powf`
-/// past it (where `beta^t` is 0 anyway), never a wrapped exponent.
-fn bias_correction(beta: f64, t: u64) -> f64 {
-    match i32::try_from(t) {
-        Ok(t) => 1.0 - beta.powi(t),
-        Err(_) => 1.0 - beta.powf(t as f64),
+        UpdateRule::from(self).validate()
     }
 }
 
@@ -239,15 +226,8 @@ impl AdamW {
     /// The update of one element at step `t` (1 for the first): new weight from the old one, its
     /// gradient and its moments (updated in place).
     fn rule(&self, t: u64) -> impl Fn(f64, f64, (&mut f64, &mut f64)) -> f64 {
-        let bias1 = bias_correction(self.beta1, t);
-        let bias2 = bias_correction(self.beta2, t);
-        let (lr, beta1, beta2, eps, decay) = (self.lr, self.beta1, self.beta2, self.eps, self.weight_decay);
-        move |w, g, (m, v)| {
-            *m = beta1 * *m + (1.0 - beta1) * g;
-            *v = beta2 * *v + (1.0 - beta2) * g * g;
-            let step = (*m / bias1) / ((*v / bias2).sqrt() + eps);
-            w - lr * (step + decay * w)
-        }
+        let c = UpdateRule::from(self).coefficients(t);
+        move |w, g, (m, v)| c.adamw(w, g, m, v)
     }
 
     /// Step `t` (1 for the first) of AdamW on a run of elements: `w` (the weights, in f64;

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Meta, Op};
+use crate::train::UpdateCall;
 
 /// One op to compute: the op, the node it belongs to (for errors), the shapes and dtypes of its
 /// inputs and output, and the run's seed for random ops.
@@ -181,4 +182,48 @@ pub trait Backend {
 
     /// Bytes copied to and from the device since the backend was made.
     fn transfers(&self) -> TransferStats;
+
+    /// Σ x² over every element of the float buffers `tensors`, in f64, as a one-element f64
+    /// buffer (shape `[]`) on the device: what global-norm clipping reads
+    /// ([`UpdateCall::max_norm`]). The default sums downloaded copies on the host and uploads
+    /// the sum (correct on any backend, but it moves every gradient: the CPU and CUDA backends
+    /// compute it where the buffers are).
+    fn sum_squares(&mut self, tensors: &[&Self::Buffer]) -> Result<Self::Buffer> {
+        let host = tensors.iter().map(|&b| self.download(b)).collect::<Result<Vec<_>>>()?;
+        let sum = crate::train::host_sum_squares(&host.iter().collect::<Vec<_>>())?;
+        self.upload(&HostTensor::f64(Vec::new(), vec![sum])?)
+    }
+
+    /// One optimizer step of one parameter, in place: `param` updated from `grad` by the call's
+    /// rule, its `state` buffers (f32 or f64, the parameter's shape) updated with it;
+    /// `sum_squares` is [`Backend::sum_squares`] of every gradient when the call clips. Every
+    /// element is computed in f64 and rounded once to its buffer's dtype
+    /// ([`crate::host_update`] is the reference). The default runs that reference on
+    /// downloaded copies and uploads the results (correct on any backend, but it moves the
+    /// parameter and its state: the CPU and CUDA backends update in place).
+    fn update(
+        &mut self,
+        call: &UpdateCall<'_>,
+        param: &mut Self::Buffer,
+        grad: &Self::Buffer,
+        state: &mut [Self::Buffer],
+        sum_squares: Option<&Self::Buffer>,
+    ) -> Result<()> {
+        let mut host_param = self.download(param)?;
+        let host_grad = self.download(grad)?;
+        let mut host_state = state.iter().map(|s| self.download(s)).collect::<Result<Vec<_>>>()?;
+        let sum = sum_squares.map(|s| self.download(s)?.scalar()).transpose()?;
+        crate::train::host_update(
+            call,
+            &mut host_param,
+            &host_grad,
+            &mut host_state.iter_mut().collect::<Vec<_>>(),
+            sum,
+        )?;
+        *param = self.upload(&host_param)?;
+        for (buffer, value) in state.iter_mut().zip(&host_state) {
+            *buffer = self.upload(value)?;
+        }
+        Ok(())
+    }
 }

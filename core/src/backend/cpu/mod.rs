@@ -16,6 +16,7 @@ pub use heap::{keep_freed_memory, release_freed_memory};
 use super::{Backend, KernelCall, MemoryStats, TransferStats};
 use crate::error::Result;
 use crate::host::HostTensor;
+use crate::train::UpdateCall;
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -227,5 +228,25 @@ impl Backend for CpuBackend {
 
     fn transfers(&self) -> TransferStats {
         self.transfers
+    }
+
+    fn sum_squares(&mut self, tensors: &[&CpuBuffer]) -> Result<CpuBuffer> {
+        let tensors: Vec<&HostTensor> = tensors.iter().map(|b| &b.tensor).collect();
+        let sum = crate::train::host_sum_squares(&tensors)?;
+        Ok(self.hold(HostTensor::f64(Vec::new(), vec![sum])?))
+    }
+
+    /// In place: the buffers keep their sizes, so the meter does not move.
+    fn update(
+        &mut self,
+        call: &UpdateCall<'_>,
+        param: &mut CpuBuffer,
+        grad: &CpuBuffer,
+        state: &mut [CpuBuffer],
+        sum_squares: Option<&CpuBuffer>,
+    ) -> Result<()> {
+        let sum = sum_squares.map(|s| s.tensor.scalar()).transpose()?;
+        let mut tensors: Vec<&mut HostTensor> = state.iter_mut().map(|s| &mut s.tensor).collect();
+        crate::train::host_update(call, &mut param.tensor, &grad.tensor, &mut tensors, sum)
     }
 }

@@ -1,0 +1,430 @@
+//! The update rules a resident optimizer applies, element by element, and the host reference of
+//! the two optimizer kernels every backend runs ([`crate::Backend::update`] and
+//! [`crate::Backend::sum_squares`]).
+//!
+//! One definition of the arithmetic serves the host optimizers ([`crate::AdamW`],
+//! [`crate::Sgd`]), the CPU backend's kernels and the CUDA kernels (which take the same
+//! [`Coefficients`], computed here on the host): every update is computed in f64 from the
+//! stored values and rounded once to each buffer's dtype, so an f64 optimizer state on the
+//! device follows the host optimizer bit for bit.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::host::{HostTensor, HostValuesMut};
+use crate::optim::check_setting;
+use crate::shape::fmt_shape;
+use half::{bf16, f16};
+
+/// How each parameter is updated from its gradient: the optimizer and its hyperparameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UpdateRule {
+    /// SGD with momentum and decoupled weight decay, as [`crate::Sgd`]: `v = momentum·v + g`,
+    /// `w -= lr·(v + weight_decay·w)`. With `momentum` 0 no state is kept.
+    Sgd {
+        /// Learning rate.
+        lr: f64,
+        /// Momentum (0 for plain SGD).
+        momentum: f64,
+        /// Decoupled weight decay.
+        weight_decay: f64,
+    },
+    /// AdamW, as [`crate::AdamW`] (and `torch.optim.AdamW`): two moments per element, bias
+    /// corrected, decoupled weight decay.
+    AdamW {
+        /// Learning rate.
+        lr: f64,
+        /// First-moment decay.
+        beta1: f64,
+        /// Second-moment decay.
+        beta2: f64,
+        /// Denominator epsilon.
+        eps: f64,
+        /// Decoupled weight decay.
+        weight_decay: f64,
+    },
+}
+
+impl UpdateRule {
+    /// State buffers kept per parameter: AdamW's two moments, SGD's velocity (none without
+    /// momentum).
+    pub fn state_count(&self) -> usize {
+        match *self {
+            UpdateRule::Sgd { momentum, .. } => usize::from(momentum != 0.0),
+            UpdateRule::AdamW { .. } => 2,
+        }
+    }
+
+    /// The names of the state buffers, in order (`m`, `v` for AdamW; `velocity` for SGD).
+    pub fn state_names(&self) -> &'static [&'static str] {
+        match self {
+            UpdateRule::Sgd { .. } => &["velocity"][..self.state_count()],
+            UpdateRule::AdamW { .. } => &["m", "v"],
+        }
+    }
+
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        match *self {
+            UpdateRule::Sgd { lr, .. } | UpdateRule::AdamW { lr, .. } => lr,
+        }
+    }
+
+    /// This rule with learning rate `lr` (a schedule changes it between steps).
+    pub fn with_lr(mut self, new: f64) -> UpdateRule {
+        match &mut self {
+            UpdateRule::Sgd { lr, .. } | UpdateRule::AdamW { lr, .. } => *lr = new,
+        }
+        self
+    }
+
+    /// Checks the hyperparameters, naming the first no update can use.
+    pub fn validate(&self) -> Result<()> {
+        match *self {
+            UpdateRule::Sgd { lr, momentum, weight_decay } => {
+                check_setting("lr", lr, lr.is_finite() && lr >= 0.0, "finite and >= 0")?;
+                check_setting("momentum", momentum, (0.0..=1.0).contains(&momentum), "in [0, 1]")?;
+                check_setting("weight_decay", weight_decay, weight_decay.is_finite(), "finite")
+            }
+            UpdateRule::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+                check_setting("lr", lr, lr.is_finite() && lr >= 0.0, "finite and >= 0")?;
+                check_setting("beta1", beta1, (0.0..1.0).contains(&beta1), "in [0, 1)")?;
+                check_setting("beta2", beta2, (0.0..1.0).contains(&beta2), "in [0, 1)")?;
+                check_setting("eps", eps, eps.is_finite() && eps > 0.0, "finite and > 0")?;
+                check_setting("weight_decay", weight_decay, weight_decay.is_finite(), "finite")
+            }
+        }
+    }
+
+    /// The scalars of step `t` (1 for the first).
+    pub fn coefficients(&self, t: u64) -> Coefficients {
+        match *self {
+            UpdateRule::Sgd { lr, momentum, weight_decay } => Coefficients {
+                kind: RuleKind::Sgd,
+                lr,
+                beta1: momentum,
+                beta2: 0.0,
+                eps: 0.0,
+                weight_decay,
+                bias1: 1.0,
+                bias2: 1.0,
+            },
+            UpdateRule::AdamW { lr, beta1, beta2, eps, weight_decay } => Coefficients {
+                kind: RuleKind::AdamW,
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                bias1: bias_correction(beta1, t),
+                bias2: bias_correction(beta2, t),
+            },
+        }
+    }
+}
+
+impl From<&crate::AdamW> for UpdateRule {
+    fn from(a: &crate::AdamW) -> UpdateRule {
+        UpdateRule::AdamW { lr: a.lr, beta1: a.beta1, beta2: a.beta2, eps: a.eps, weight_decay: a.weight_decay }
+    }
+}
+
+impl From<&crate::Sgd> for UpdateRule {
+    fn from(s: &crate::Sgd) -> UpdateRule {
+        UpdateRule::Sgd { lr: s.lr, momentum: s.momentum, weight_decay: s.weight_decay }
+    }
+}
+
+/// Which arithmetic [`Coefficients`] drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleKind {
+    /// [`UpdateRule::Sgd`]: `beta1` is the momentum.
+    Sgd,
+    /// [`UpdateRule::AdamW`].
+    AdamW,
+}
+
+/// The scalars of one step of an [`UpdateRule`], computed once on the host (so every backend
+/// uses the same bias corrections): what a kernel needs besides the buffers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Coefficients {
+    /// The rule.
+    pub kind: RuleKind,
+    /// Learning rate.
+    pub lr: f64,
+    /// AdamW's first-moment decay; SGD's momentum.
+    pub beta1: f64,
+    /// AdamW's second-moment decay (0 for SGD).
+    pub beta2: f64,
+    /// AdamW's epsilon (0 for SGD).
+    pub eps: f64,
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+    /// `1 − beta1^t` (1 for SGD).
+    pub bias1: f64,
+    /// `1 − beta2^t` (1 for SGD).
+    pub bias2: f64,
+}
+
+impl Coefficients {
+    /// AdamW's update of one element: the new weight from the old `w`, its gradient `g` and its
+    /// moments (updated in place).
+    #[inline]
+    pub fn adamw(&self, w: f64, g: f64, m: &mut f64, v: &mut f64) -> f64 {
+        *m = self.beta1 * *m + (1.0 - self.beta1) * g;
+        *v = self.beta2 * *v + (1.0 - self.beta2) * g * g;
+        let step = (*m / self.bias1) / ((*v / self.bias2).sqrt() + self.eps);
+        w - self.lr * (step + self.weight_decay * w)
+    }
+
+    /// SGD's update of one element; `velocity` is updated in place (`None` without momentum:
+    /// the step is the gradient).
+    #[inline]
+    pub fn sgd(&self, w: f64, g: f64, velocity: Option<&mut f64>) -> f64 {
+        let step = match velocity {
+            Some(v) => {
+                *v = self.beta1 * *v + g;
+                *v
+            }
+            None => g,
+        };
+        w - self.lr * (step + self.weight_decay * w)
+    }
+}
+
+/// `1 - beta^t`: `powi` while `t` fits its exponent, `powf` past it (where `beta^t` is 0
+/// anyway), never a wrapped exponent.
+pub(crate) fn bias_correction(beta: f64, t: u64) -> f64 {
+    match i32::try_from(t) {
+        Ok(t) => 1.0 - beta.powi(t),
+        Err(_) => 1.0 - beta.powf(t as f64),
+    }
+}
+
+/// The factor global-norm clipping scales every gradient by, from the sum of their squares:
+/// `min(1, max_norm / (‖g‖ + 1e-6))`, as `torch.nn.utils.clip_grad_norm_`. A non-finite norm
+/// gives a non-finite factor, so the update spreads the NaN rather than hiding it.
+#[inline]
+pub fn clip_factor(max_norm: f64, sum_squares: f64) -> f64 {
+    (max_norm / (sum_squares.sqrt() + 1e-6)).min(1.0)
+}
+
+/// One optimizer step of one parameter, as a backend runs it.
+#[derive(Clone, Copy, Debug)]
+pub struct UpdateCall<'a> {
+    /// The parameter's name (for errors).
+    pub name: &'a str,
+    /// The step's scalars.
+    pub coefficients: Coefficients,
+    /// Global-norm clipping: the largest norm. The sum of the squares of every gradient is
+    /// handed beside the call ([`crate::Backend::sum_squares`]).
+    pub max_norm: Option<f64>,
+}
+
+impl UpdateCall<'_> {
+    /// The checks every backend makes before updating: gradient and state of the parameter's
+    /// shape, the gradient of its dtype, the state in f32 or f64 and as many buffers as the
+    /// rule keeps, a float parameter, and the sum of squares there exactly when clipping.
+    pub fn check(&self, param: Meta<'_>, grad: Meta<'_>, state: &[Meta<'_>], clipping: bool) -> Result<()> {
+        let error = |message: String| Error::Feed { what: "param", name: self.name.to_string(), message };
+        if !param.1.is_float() {
+            return Err(error(format!("an optimizer updates float parameters, this one is {}", param.1)));
+        }
+        if grad != param {
+            return Err(error(format!(
+                "its gradient is {} {}, the parameter {} {}",
+                fmt_shape(grad.0),
+                grad.1,
+                fmt_shape(param.0),
+                param.1
+            )));
+        }
+        let wanted = match self.coefficients.kind {
+            RuleKind::AdamW => 2,
+            RuleKind::Sgd => usize::from(self.coefficients.beta1 != 0.0),
+        };
+        if state.len() != wanted {
+            return Err(error(format!("the rule keeps {wanted} state buffers per parameter, {} given", state.len())));
+        }
+        for s in state {
+            if s.0 != param.0 || !matches!(s.1, DType::F32 | DType::F64) {
+                return Err(error(format!(
+                    "an optimizer state buffer is {} {}; it must be {} in f32 or f64",
+                    fmt_shape(s.0),
+                    s.1,
+                    fmt_shape(param.0)
+                )));
+            }
+        }
+        if clipping != self.max_norm.is_some() {
+            return Err(Error::internal(format!(
+                "update of `{}`: a sum of squares {} without clipping",
+                self.name,
+                if clipping { "given" } else { "missing" }
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A buffer's shape and dtype, as [`UpdateCall::check`] compares them.
+pub type Meta<'a> = (&'a [usize], DType);
+
+/// A tensor's [`Meta`].
+pub fn meta(t: &HostTensor) -> Meta<'_> {
+    (t.shape(), t.dtype())
+}
+
+/// Σ x² over every element of `tensors`, in f64, in order: the CPU's [`crate::Backend::sum_squares`].
+pub fn host_sum_squares(tensors: &[&HostTensor]) -> Result<f64> {
+    let mut sum = 0f64;
+    for t in tensors {
+        if !t.dtype().is_float() {
+            return Err(Error::config("gradients", format!("a sum of squares of a {} tensor", t.dtype())));
+        }
+        sum = with_f64(t, sum, |sum, x| sum + x * x);
+    }
+    Ok(sum)
+}
+
+/// Folds `f` over the elements of `t` as f64, without a converted copy.
+fn with_f64(t: &HostTensor, init: f64, f: impl Fn(f64, f64) -> f64) -> f64 {
+    use crate::host::HostData as D;
+    match t.data() {
+        D::F32(v) => v.iter().fold(init, |a, &x| f(a, x as f64)),
+        D::F64(v) => v.iter().fold(init, |a, &x| f(a, x)),
+        D::BF16(v) => v.iter().fold(init, |a, x| f(a, x.to_f64())),
+        D::F16(v) => v.iter().fold(init, |a, x| f(a, x.to_f64())),
+        _ => t.to_f64_vec().into_iter().fold(init, f),
+    }
+}
+
+/// The CPU's [`crate::Backend::update`]: one step of `call` on `param` in place, from `grad`,
+/// updating `state`; `sum_squares` is every gradient's (when clipping).
+pub fn host_update(
+    call: &UpdateCall<'_>,
+    param: &mut HostTensor,
+    grad: &HostTensor,
+    state: &mut [&mut HostTensor],
+    sum_squares: Option<f64>,
+) -> Result<()> {
+    let metas: Vec<Meta<'_>> = state.iter().map(|s| meta(s)).collect();
+    call.check(meta(param), meta(grad), &metas, sum_squares.is_some())?;
+    let scale = match (call.max_norm, sum_squares) {
+        (Some(max), Some(sum)) => clip_factor(max, sum),
+        _ => 1.0,
+    };
+    let c = call.coefficients;
+    let grads = Values::of(grad);
+    let g = |i: usize| grads.get(i) * scale;
+    let (first, rest) = match state.split_first_mut() {
+        Some((first, rest)) => (Some(first), rest.first_mut()),
+        None => (None, None),
+    };
+    let mut first = first.map(|t| StateSlice::of(t));
+    let mut second = rest.map(|t| StateSlice::of(t));
+    let update = |i: usize, w: f64| match c.kind {
+        RuleKind::AdamW => {
+            let (m, v) =
+                (first.as_mut().expect("checked: two buffers"), second.as_mut().expect("checked: two buffers"));
+            let (mut mi, mut vi) = (m.get(i), v.get(i));
+            let new = c.adamw(w, g(i), &mut mi, &mut vi);
+            m.set(i, mi);
+            v.set(i, vi);
+            new
+        }
+        RuleKind::Sgd => match first.as_mut() {
+            Some(vel) => {
+                let mut vi = vel.get(i);
+                let new = c.sgd(w, g(i), Some(&mut vi));
+                vel.set(i, vi);
+                new
+            }
+            None => c.sgd(w, g(i), None),
+        },
+    };
+    for_each_weight(param, update);
+    Ok(())
+}
+
+/// Calls `f(index, old)` for each weight of `param` and stores what it returns, rounded once
+/// to the parameter's dtype.
+fn for_each_weight(param: &mut HostTensor, mut f: impl FnMut(usize, f64) -> f64) {
+    match param.values_mut() {
+        HostValuesMut::F32(w) => w.iter_mut().enumerate().for_each(|(i, x)| *x = f(i, *x as f64) as f32),
+        HostValuesMut::F64(w) => w.iter_mut().enumerate().for_each(|(i, x)| *x = f(i, *x)),
+        HostValuesMut::BF16(w) => w.iter_mut().enumerate().for_each(|(i, x)| *x = bf16::from_f64(f(i, x.to_f64()))),
+        HostValuesMut::F16(w) => w.iter_mut().enumerate().for_each(|(i, x)| *x = f16::from_f64(f(i, x.to_f64()))),
+        // Checked: only float parameters, and fp8 ones go through f64 copies.
+        _ => {
+            let dtype = param.dtype();
+            let new: Vec<f64> = param.to_f64_vec().into_iter().enumerate().map(|(i, x)| f(i, x)).collect();
+            param.set_data(crate::host::HostData::from_f64(&new, dtype)).expect("as many values as before");
+        }
+    }
+}
+
+/// An f32 or f64 state buffer's elements, read and written as f64.
+enum StateSlice<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+}
+
+impl<'a> StateSlice<'a> {
+    /// Checked to be f32 or f64 ([`UpdateCall::check`]).
+    fn of(t: &'a mut HostTensor) -> StateSlice<'a> {
+        match t.values_mut() {
+            HostValuesMut::F32(v) => StateSlice::F32(v),
+            HostValuesMut::F64(v) => StateSlice::F64(v),
+            _ => unreachable!("optimizer state checked to be f32 or f64"),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> f64 {
+        match self {
+            StateSlice::F32(v) => v[i] as f64,
+            StateSlice::F64(v) => v[i],
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, i: usize, x: f64) {
+        match self {
+            StateSlice::F32(v) => v[i] = x as f32,
+            StateSlice::F64(v) => v[i] = x,
+        }
+    }
+}
+
+/// A float tensor's elements, read as f64 (fp8 through a converted copy).
+enum Values<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    BF16(&'a [bf16]),
+    F16(&'a [f16]),
+    Copied(Vec<f64>),
+}
+
+impl<'a> Values<'a> {
+    fn of(t: &'a HostTensor) -> Values<'a> {
+        use crate::host::HostData as D;
+        match t.data() {
+            D::F32(v) => Values::F32(v),
+            D::F64(v) => Values::F64(v),
+            D::BF16(v) => Values::BF16(v),
+            D::F16(v) => Values::F16(v),
+            _ => Values::Copied(t.to_f64_vec()),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> f64 {
+        match self {
+            Values::F32(v) => v[i] as f64,
+            Values::F64(v) => v[i],
+            Values::BF16(v) => v[i].to_f64(),
+            Values::F16(v) => v[i].to_f64(),
+            Values::Copied(v) => v[i],
+        }
+    }
+}
