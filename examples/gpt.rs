@@ -332,7 +332,7 @@ fn train_and_compare<B: Backend>(
         return profile(&model, &params, cfg, args.profile_shapes);
     }
     if args.generate > 0 {
-        generate(&params, &mut device, cfg, args)?;
+        generate(&state, &mut device, cfg, args)?;
     }
 
     let choices = [
@@ -488,14 +488,16 @@ const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz.,;:!?";
 /// table has `seq` rows, so when the caches are full the last half-window of text becomes the
 /// prompt of a fresh pass (`generate_sliding`).
 fn generate<B: Backend>(
-    params: &Params,
+    state: &TrainState<B>,
     device: &mut B,
     cfg: &GptConfig,
     args: &Args,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let n = args.generate;
     let one = GptConfig { batch: 1, ..*cfg };
-    let mut decoder = DecoderBuilder::new(1, cfg.seq).build(device, params, |step| zoo::gpt_step(&one, step))?;
+    // The decoder reads the trained parameters where they are: no copy.
+    let mut decoder =
+        DecoderBuilder::new(1, cfg.seq).build_from_state(device, state, |step| zoo::gpt_step(&one, step))?;
     let sampling = match args.temperature {
         t if t > 0.0 => Sampling::temperature(t, args.sample_seed),
         _ => Sampling::greedy(),

@@ -326,19 +326,19 @@ fn missing(graph: &Graph, id: NodeId) -> Error {
 }
 
 pub(crate) fn check_feed(graph: &Graph, id: NodeId, value: &HostTensor) -> Result<()> {
+    check_meta(graph, id, value.shape(), value.dtype())
+}
+
+/// A value of `shape` and `dtype` for node `id` (an input or parameter): an error naming it and
+/// both metas where they differ.
+pub(crate) fn check_meta(graph: &Graph, id: NodeId, shape: &[usize], dtype: crate::DType) -> Result<()> {
     let node = graph.node(id);
-    if value.shape() == node.shape.as_slice() && value.dtype() == node.dtype {
+    if shape == node.shape.as_slice() && dtype == node.dtype {
         return Ok(());
     }
     Err(Error::Feed {
         what: node.op.name(),
         name: graph.leaf_name(id),
-        message: format!(
-            "declared {} {}, got {} {}",
-            fmt_shape(&node.shape),
-            node.dtype,
-            fmt_shape(value.shape()),
-            value.dtype()
-        ),
+        message: format!("declared {} {}, got {} {}", fmt_shape(&node.shape), node.dtype, fmt_shape(shape), dtype),
     })
 }

@@ -3,8 +3,8 @@
 //! exact peaks, and errors that name what is wrong.
 
 use remat_core::{
-    AttnLayout, CpuBackend, DType, DecodeStep, Decoder, DecoderBuilder, Error, Feeds, HostTensor, Init, Model, Params,
-    Sampling, Tensor, Trace,
+    AdamW, AttnLayout, Backend, CpuBackend, DType, DecodeStep, Decoder, DecoderBuilder, Error, Feeds, HostTensor, Init,
+    Model, Params, Sampling, Tensor, Trace, TrainOptions, TrainState,
 };
 use remat_zoo::{self as zoo, GptConfig};
 
@@ -117,6 +117,56 @@ fn greedy_generation_equals_the_cache_free_loop() {
     let param_bytes: usize = params.values().iter().map(HostTensor::bytes).sum();
     assert_eq!(decoder.held_bytes(), cache_bytes + param_bytes);
     assert!(generated.predicted_peak > decoder.held_bytes());
+}
+
+/// A decoder built from a training state reads the state's buffers: building it moves no
+/// parameter and allocates only the caches, and it generates what a decoder given the same
+/// parameters from the host generates, with the same exact peak.
+#[test]
+fn a_decoder_from_a_training_state_borrows_its_parameters() {
+    let cfg = gpt_config(2);
+    let (model, _) = trained_gpt(&cfg);
+    let mut cpu = CpuBackend::new();
+    let options = TrainOptions::from(&AdamW::new(1e-2));
+    let mut state = TrainState::new(&mut cpu, &model, &model.init_params(3).unwrap(), options).unwrap();
+    for step in 0..2 {
+        state.step(&mut cpu, &model, &zoo::synthetic_tokens(&cfg, step).unwrap(), step).unwrap();
+    }
+    let host_params = state.params(&mut cpu).unwrap();
+    let prompts = tokens(2, 3, cfg.vocab, 4);
+    let n = cfg.seq - 3 + 1;
+    let mut other = CpuBackend::new();
+    let mut from_host =
+        DecoderBuilder::new(2, cfg.seq).build(&mut other, &host_params, |s| zoo::gpt_step(&cfg, s)).unwrap();
+    let want = from_host.generate(&prompts, n, &Sampling::greedy()).unwrap();
+
+    // Building from the host uploads the parameters, the constants and the zeroed caches; from
+    // the state, all but the parameters.
+    let build_moves = |cpu: &mut CpuBackend, from_state: bool| {
+        let before = cpu.transfers();
+        let built = match from_state {
+            true => DecoderBuilder::new(2, cfg.seq).build_from_state(cpu, &state, |s| zoo::gpt_step(&cfg, s)),
+            false => DecoderBuilder::new(2, cfg.seq).build(cpu, &host_params, |s| zoo::gpt_step(&cfg, s)),
+        };
+        drop(built.unwrap());
+        cpu.transfers().since(before).to_device_bytes as usize
+    };
+    assert_eq!(build_moves(&mut cpu, true), build_moves(&mut cpu, false) - state.param_bytes());
+    let live = cpu.memory().live_bytes;
+    let mut decoder =
+        DecoderBuilder::new(2, cfg.seq).build_from_state(&mut cpu, &state, |s| zoo::gpt_step(&cfg, s)).unwrap();
+    let got = decoder.generate(&prompts, n, &Sampling::greedy()).unwrap();
+    assert_eq!(got.tokens, want.tokens);
+    assert_eq!((got.measured_peak, got.predicted_peak), (want.measured_peak, want.predicted_peak));
+    assert_eq!(decoder.held_bytes(), from_host.held_bytes());
+    drop(decoder);
+    // Dropped, the decoder freed its caches and constants and left the state's buffers alone.
+    assert_eq!(cpu.memory().live_bytes, live);
+    // A decoder whose parameter the state lacks names it.
+    let wider = GptConfig { d_model: 32, ..cfg.clone() };
+    let err =
+        DecoderBuilder::new(2, cfg.seq).build_from_state(&mut cpu, &state, |s| zoo::gpt_step(&wider, s)).err().unwrap();
+    assert!(err.to_string().contains("[32") || err.to_string().contains("32]"), "{err}");
 }
 
 #[test]

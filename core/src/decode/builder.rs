@@ -4,8 +4,9 @@
 use super::step::{Context, POSITION, TOKENS};
 use super::{DecodeStep, Decoder, DecoderBuilder, Program, Role};
 use crate::backend::Backend;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::exec;
+use crate::exec::{self, Slot};
 use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::model::Params;
@@ -13,6 +14,7 @@ use crate::op::Op;
 use crate::shape::fmt_shape;
 use crate::tensor::Tensor;
 use crate::trace::Trace;
+use crate::train::TrainState;
 use std::collections::BTreeMap;
 
 impl DecoderBuilder {
@@ -43,6 +45,27 @@ impl DecoderBuilder {
         self,
         backend: &'b mut B,
         params: &Params,
+        step: impl FnOnce(&DecodeStep) -> Tensor,
+    ) -> Result<Decoder<'b, B>> {
+        self.build_with(backend, Trained::Host(params), step)
+    }
+
+    /// [`DecoderBuilder::build`] from the parameters of a training state on the same backend,
+    /// without copying them: the decoder reads the state's buffers (so the state cannot step
+    /// while the decoder lives), and only constants and caches are allocated.
+    pub fn build_from_state<'b, B: Backend>(
+        self,
+        backend: &'b mut B,
+        state: &'b TrainState<B>,
+        step: impl FnOnce(&DecodeStep) -> Tensor,
+    ) -> Result<Decoder<'b, B>> {
+        self.build_with(backend, Trained::Resident(state), step)
+    }
+
+    fn build_with<'b, B: Backend>(
+        self,
+        backend: &'b mut B,
+        trained: Trained<'_, 'b, B>,
         step: impl FnOnce(&DecodeStep) -> Tensor,
     ) -> Result<Decoder<'b, B>> {
         let (batch, max_len) = (self.batch, self.max_len);
@@ -82,7 +105,7 @@ impl DecoderBuilder {
             param_bytes: 0,
             measured_peak: 0,
         };
-        decoder.upload_held(params)?;
+        decoder.upload_held(trained)?;
         decoder.zero_caches()?;
         Ok(decoder)
     }
@@ -128,8 +151,9 @@ fn check_logits(logits: &Tensor, batch: usize) -> Result<usize> {
 }
 
 impl<'b, B: Backend> Decoder<'b, B> {
-    /// Uploads the parameters and constants both programs read, once.
-    fn upload_held(&mut self, params: &Params) -> Result<()> {
+    /// Uploads the parameters (or borrows them from a training state) and constants both
+    /// programs read, once.
+    fn upload_held(&mut self, trained: Trained<'_, 'b, B>) -> Result<()> {
         let programs = [(true, Some(&self.step)), (false, self.encoder.as_ref())];
         for (is_step, program) in programs {
             let Some(program) = program else { continue };
@@ -137,9 +161,21 @@ impl<'b, B: Backend> Decoder<'b, B> {
             for (&id, role) in program.plan.resident().iter().zip(&program.roles) {
                 match role {
                     Role::Param(name) if !self.params.contains_key(name) => {
-                        let value = trained_value(params, graph, id, name)?;
-                        self.params.insert(name.clone(), self.backend.upload(value)?);
-                        self.param_bytes += value.bytes();
+                        let held = match trained {
+                            Trained::Host(params) => {
+                                let value = params.get(name);
+                                trained_value(params.names(), value.map(|v| (v.shape(), v.dtype())), graph, id, name)?;
+                                value.map(|v| self.backend.upload(v)).transpose()?.map(Slot::Owned)
+                            }
+                            Trained::Resident(state) => {
+                                trained_value(state.names(), state.meta(name), graph, id, name)?;
+                                state.buffer(name).map(Slot::Borrowed)
+                            }
+                        };
+                        let held =
+                            held.ok_or_else(|| Error::internal(format!("parameter `{name}` checked but absent")))?;
+                        self.param_bytes += graph.node(id).bytes();
+                        self.params.insert(name.clone(), held);
                     }
                     Role::Constant(id) => {
                         let Op::ConstantData { value } = &graph.node(*id).op else { continue };
@@ -169,28 +205,42 @@ impl<'b, B: Backend> Decoder<'b, B> {
     }
 }
 
-/// The trained value of parameter `name` (node `id` of `graph`), which must match its
-/// declaration there.
-fn trained_value<'p>(params: &'p Params, graph: &Graph, id: NodeId, name: &str) -> Result<&'p HostTensor> {
+/// Checks that the trained parameters (of names `names`) hold `name` as node `id` of `graph`
+/// declares it: `found` is its shape and dtype there, if any.
+fn trained_value(
+    names: &[String],
+    found: Option<(&[usize], DType)>,
+    graph: &Graph,
+    id: NodeId,
+    name: &str,
+) -> Result<()> {
     let node = graph.node(id);
-    let value = params.get(name).ok_or_else(|| Error::Feed {
+    let (shape, dtype) = found.ok_or_else(|| Error::Feed {
         what: "param",
         name: name.to_string(),
         message: format!(
             "declared by the decoder at {}, but the trained parameters have none of that name{} (they have: {})",
             node.loc().map_or("?".to_string(), |l| l.to_string()),
-            remat_catalog::closest(name, params.names().iter().map(String::as_str))
+            remat_catalog::closest(name, names.iter().map(String::as_str))
                 .map_or(String::new(), |c| format!("; did you mean `{c}`?")),
-            crate::text::short_list(params.names().iter().map(String::as_str), 6)
+            crate::text::short_list(names.iter().map(String::as_str), 6)
         ),
     })?;
-    exec::check_feed(graph, id, value).map_err(|e| match e {
+    exec::check_meta(graph, id, shape, dtype).map_err(|e| match e {
         Error::Feed { what, name, message } => Error::Feed {
             what,
             name,
             message: format!("{message} (the trained value; the decoder's declaration must match)"),
         },
         other => other,
-    })?;
-    Ok(value)
+    })
+}
+
+/// Where a decoder's parameters come from.
+#[derive(Clone, Copy)]
+enum Trained<'p, 'b, B: Backend> {
+    /// Host values, uploaded once.
+    Host(&'p Params),
+    /// A training state's buffers on the decoder's backend, borrowed.
+    Resident(&'b TrainState<B>),
 }

@@ -78,7 +78,9 @@ pub struct Decoder<'b, B: Backend> {
     backend: &'b mut B,
     step: Program,
     encoder: Option<Program>,
-    params: BTreeMap<String, B::Buffer>,
+    /// The parameters both programs read: uploaded from host values, or borrowed from a
+    /// training state ([`DecoderBuilder::build_from_state`]).
+    params: BTreeMap<String, crate::exec::Slot<'b, B>>,
     /// Constants of the step (then of the encoder), by program and node.
     constants: BTreeMap<(bool, NodeId), B::Buffer>,
     /// One per cache the step reads, in [`Role::Cache`] order; `None` while a step runs (and

@@ -20,7 +20,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
         let mut resident = Vec::with_capacity(encoder.roles.len());
         for (&id, role) in encoder.plan.resident().iter().zip(&encoder.roles) {
             resident.push(match role {
-                Role::Param(name) => Resident::Borrowed(&self.params[name]),
+                Role::Param(name) => Resident::Borrowed(self.params[name].buffer()),
                 Role::Constant(id) => Resident::Borrowed(&self.constants[&(false, *id)]),
                 Role::Feed(name) => {
                     let value = feeds.get(name).ok_or_else(|| Error::Feed {
@@ -85,7 +85,7 @@ impl<'b, B: Backend> Decoder<'b, B> {
         let mut resident = Vec::with_capacity(program.roles.len());
         for role in &program.roles {
             resident.push(match role {
-                Role::Param(name) => Resident::Borrowed(&self.params[name]),
+                Role::Param(name) => Resident::Borrowed(self.params[name].buffer()),
                 Role::Constant(id) => Resident::Borrowed(&self.constants[&(true, *id)]),
                 Role::Tokens => Resident::Host(&token_values),
                 Role::Position => Resident::Host(&position_value),

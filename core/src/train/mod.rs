@@ -248,6 +248,11 @@ impl<B: Backend> TrainState<B> {
         self.names.iter().position(|n| n == name).map(|k| &self.params[k])
     }
 
+    /// The shape and dtype of parameter `name`.
+    pub fn meta(&self, name: &str) -> Option<(&[usize], DType)> {
+        self.names.iter().position(|n| n == name).map(|k| (&self.metas[k].0[..], self.metas[k].1))
+    }
+
     /// Bytes of the parameters on the backend.
     pub fn param_bytes(&self) -> usize {
         self.param_bytes
