@@ -36,15 +36,12 @@ pub use remat_core::{
 // A graph document or a traced graph to its partition, plan and report, in one pipeline.
 pub use remat_core::{Evaluated, Partitioned, Problem};
 // Running and training.
-pub use remat_core::{
-    clip_factor, host_sum_squares, host_update, Coefficients, RuleKind, TrainOptions, TrainState, TrainStepOutput,
-    UpdateCall, UpdateRule,
-};
 pub use remat_core::{keep_freed_memory, release_freed_memory};
 pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
 pub use remat_core::{
     CpuBackend, Feeds, HostData, HostTensor, HostValuesMut, Inference, InferenceOutput, Params, StepOutput,
 };
+pub use remat_core::{TrainOptions, TrainState, TrainStepOutput, UpdateRule};
 // Generation.
 pub use remat_core::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 // Errors.
@@ -91,6 +88,7 @@ pub mod report {
 /// For backend authors: the trait a device implements, what a kernel call carries, and the
 /// executor that drives a backend through a plan.
 pub mod backend {
+    pub use remat_core::{clip_factor, host_sum_squares, host_update, Coefficients, RuleKind, UpdateCall};
     pub use remat_core::{
         run, run_inference, Backend, CpuBuffer, CpuHostBuffer, KernelCall, MemoryStats, RunOutput, TransferStats,
     };

@@ -45,6 +45,7 @@ mod tensor_ops;
 mod text;
 mod trace;
 mod train;
+mod update;
 mod warning;
 
 // Tracing a model.
@@ -94,10 +95,8 @@ pub use host::{HostData, HostTensor, HostValuesMut};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
 pub use optim::{AdamW, Optimizer, Sgd};
 pub use state::{load_state, save_state, Progress};
-pub use train::{
-    clip_factor, host_sum_squares, host_update, Coefficients, RuleKind, TrainOptions, TrainState, TrainStepOutput,
-    UpdateCall, UpdateRule,
-};
+pub use train::{TrainOptions, TrainState, TrainStepOutput};
+pub use update::{clip_factor, host_sum_squares, host_update, Coefficients, RuleKind, UpdateCall, UpdateRule};
 // Generation.
 pub use decode::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 // For backends: shapes' strides and the random streams every device draws alike.

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::host::{HostData, HostTensor, HostValuesMut};
 use crate::model::Params;
 use crate::shape::fmt_shape;
-use crate::train::UpdateRule;
+use crate::update::UpdateRule;
 
 /// Something that updates parameters from gradients.
 pub trait Optimizer {
@@ -63,16 +63,6 @@ impl Layout {
             }
         }
         Ok(())
-    }
-}
-
-/// `Ok` when `ok` holds for `value` and it is not NaN; else an error naming the setting and what
-/// it must be.
-pub(crate) fn check_setting(name: &str, value: f64, ok: bool, expected: &str) -> Result<()> {
-    if ok && !value.is_nan() {
-        Ok(())
-    } else {
-        Err(Error::config(name, format!("optimizer setting `{name}` is {value}; it must be {expected}")))
     }
 }
 
@@ -321,6 +311,18 @@ fn update<S>(
         }
     }
     Ok(())
+}
+
+impl From<&AdamW> for UpdateRule {
+    fn from(a: &AdamW) -> UpdateRule {
+        UpdateRule::AdamW { lr: a.lr, beta1: a.beta1, beta2: a.beta2, eps: a.eps, weight_decay: a.weight_decay }
+    }
+}
+
+impl From<&Sgd> for UpdateRule {
+    fn from(s: &Sgd) -> UpdateRule {
+        UpdateRule::Sgd { lr: s.lr, momentum: s.momentum, weight_decay: s.weight_decay }
+    }
 }
 
 #[cfg(test)]

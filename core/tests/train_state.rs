@@ -96,6 +96,56 @@ fn adamw_with_f32_state_matches_the_textbook_update_with_f32_moments() {
     }
 }
 
+/// Mixed precision: a bf16 model with f32 master weights. The oracle keeps f32 masters and f32
+/// moments itself, takes each step's gradients from `Model::step` on the masters rounded to
+/// bf16, and applies the textbook AdamW to the masters: the state's bf16 weights are the
+/// oracle's masters rounded, bit for bit, at every step.
+#[test]
+fn bf16_compute_with_f32_master_weights_matches_the_textbook_update_of_the_masters() {
+    let model = mlp(DType::BF16, Strategy::MinCut);
+    let start = model.init_params(6).unwrap();
+    let mut cpu = CpuBackend::new();
+    let (lr, b1, b2, eps, wd) = (0.01, 0.9, 0.999, 1e-8, 0.01);
+    let options = TrainOptions::from(&AdamW::new(lr)).master_weights(DType::F32);
+    let mut state = TrainState::new(&mut cpu, &model, &start, options).unwrap();
+    assert_eq!(state.master_bytes(), start.values().iter().map(|p| p.numel() * 4).sum::<usize>());
+    let mut masters: Vec<Vec<f32>> = start.values().iter().map(HostTensor::to_f32_vec).collect();
+    let mut m: Vec<Vec<f32>> = masters.iter().map(|w| vec![0.0; w.len()]).collect();
+    let mut v = m.clone();
+    let rounded = |masters: &[Vec<f32>]| {
+        let mut p = start.clone();
+        for (value, w) in p.values_mut().iter_mut().zip(masters) {
+            *value = HostTensor::from_f32(value.shape().to_vec(), w, DType::BF16).unwrap();
+        }
+        p
+    };
+    for step in 1..=4u64 {
+        let grads = model.step_seeded(&mut CpuBackend::new(), &rounded(&masters), &feeds(step), step).unwrap().grads;
+        let out = state.step(&mut cpu, &model, &feeds(step), step).unwrap();
+        assert_eq!(out.measured_peak, out.predicted_peak);
+        for (k, w) in masters.iter_mut().enumerate() {
+            let g = grads[k].to_f64_vec();
+            for j in 0..w.len() {
+                let (gj, wj) = (g[j], w[j] as f64);
+                let mj = b1 * m[k][j] as f64 + (1.0 - b1) * gj;
+                let vj = b2 * v[k][j] as f64 + (1.0 - b2) * gj * gj;
+                (m[k][j], v[k][j]) = (mj as f32, vj as f32);
+                let s = (mj / (1.0 - b1.powi(step as i32))) / ((vj / (1.0 - b2.powi(step as i32))).sqrt() + eps);
+                w[j] = (wj - lr * (s + wd * wj)) as f32;
+            }
+        }
+        assert_eq!(bits(&state.params(&mut cpu).unwrap()), bits(&rounded(&masters)), "step {step}");
+    }
+    // The updates are finer than bf16's spacing: the masters moved where the weights alone
+    // would have rounded back.
+    let moved: usize = masters
+        .iter()
+        .zip(start.values())
+        .map(|(w, p)| w.iter().zip(p.to_f32_vec()).filter(|(a, b)| *a != b).count())
+        .sum();
+    assert!(moved > 0);
+}
+
 /// SGD (with and without momentum) under global-norm clipping, against the formula of
 /// `torch.nn.utils.clip_grad_norm_` (`min(1, max / (‖g‖ + 1e-6))`) over the host gradients.
 #[test]
@@ -169,6 +219,8 @@ fn the_measured_peak_of_a_step_equals_the_prediction() {
         TrainOptions::from(&AdamW::new(1e-2)).clip_grad_norm(0.5).state_dtype(DType::F64),
         TrainOptions::from(&Sgd::new(0.1)),
         TrainOptions::from(&Sgd::new(0.1).with_momentum(0.9)).clip_grad_norm(2.0),
+        TrainOptions::from(&AdamW::new(1e-2)).master_weights(DType::F32).clip_grad_norm(1.0),
+        TrainOptions::from(&Sgd::new(0.1)).master_weights(DType::F64),
     ];
     for strategy in strategies {
         for options in rules {
@@ -208,21 +260,25 @@ fn the_measured_peak_of_a_step_equals_the_prediction() {
 
 #[test]
 fn every_strategy_trains_to_the_same_bits() {
-    let run = |strategy| {
-        let model = mlp(DType::F32, strategy);
-        let mut cpu = CpuBackend::new();
-        let options = TrainOptions::from(&AdamW::new(1e-2)).clip_grad_norm(0.1);
-        let mut state = TrainState::new(&mut cpu, &model, &model.init_params(4).unwrap(), options).unwrap();
-        for step in 0..3 {
-            state.step(&mut cpu, &model, &feeds(step), step).unwrap();
+    // In f32, and in bf16 with f32 master weights.
+    for (dtype, masters) in [(DType::F32, None), (DType::BF16, Some(DType::F32))] {
+        let run = |strategy| {
+            let model = mlp(dtype, strategy);
+            let mut cpu = CpuBackend::new();
+            let mut options = TrainOptions::from(&AdamW::new(1e-2)).clip_grad_norm(0.1);
+            options.master_dtype = masters;
+            let mut state = TrainState::new(&mut cpu, &model, &model.init_params(4).unwrap(), options).unwrap();
+            for step in 0..3 {
+                state.step(&mut cpu, &model, &feeds(step), step).unwrap();
+            }
+            bits(&state.params(&mut cpu).unwrap())
+        };
+        let reference = run(Strategy::Respect);
+        let others =
+            [Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.0)), Strategy::BudgetOffload(Budget::Fraction(0.0))];
+        for strategy in others {
+            assert_eq!(run(strategy), reference, "{dtype} {strategy:?}");
         }
-        bits(&state.params(&mut cpu).unwrap())
-    };
-    let reference = run(Strategy::Respect);
-    for strategy in
-        [Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.0)), Strategy::BudgetOffload(Budget::Fraction(0.0))]
-    {
-        assert_eq!(run(strategy), reference, "{strategy:?}");
     }
 }
 
@@ -264,6 +320,7 @@ fn misuse_is_an_error_that_names_the_setting_or_the_value_and_changes_nothing() 
         (TrainOptions::from(&AdamW::new(f64::NAN)), "lr"),
         (TrainOptions::from(&AdamW::new(1e-3)).clip_grad_norm(0.0), "max_grad_norm"),
         (TrainOptions::from(&AdamW::new(1e-3)).state_dtype(DType::BF16), "f32 or f64"),
+        (TrainOptions::from(&AdamW::new(1e-3)).master_weights(DType::F16), "master"),
         (TrainOptions::new(UpdateRule::Sgd { lr: 0.1, momentum: 1.5, weight_decay: 0.0 }), "momentum"),
     ];
     for (options, named) in bad {

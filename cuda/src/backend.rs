@@ -2,13 +2,15 @@
 
 use crate::device::{Device, Origin, Pinned};
 use crate::kernels::compute_dtype;
-use crate::ops::{accumulate, attention, elementwise as ew, index, integer, layout, nn, reduce, select, Scratch, View};
+use crate::ops::{
+    accumulate, attention, elementwise as ew, index, integer, layout, nn, optim, reduce, select, Scratch, View,
+};
 use crate::transfer::{host_bytes, host_from_bytes};
 use crate::{fp8, gemm};
 use cudarc::driver::{result, CudaEvent};
 use remat_core::fmt_shape;
 use remat_core::{
-    Backend, DType, Error, HostTensor, KernelCall, MemoryStats, Op, OpKind, ReduceOp, Result, TransferStats,
+    Backend, DType, Error, HostTensor, KernelCall, MemoryStats, Op, OpKind, ReduceOp, Result, TransferStats, UpdateCall,
 };
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -207,6 +209,27 @@ impl CudaBackend {
             ready: RefCell::new(None),
             offloaded: Cell::new(false),
         })
+    }
+
+    /// Readies `buffer` for a kernel that is not an op of a graph (the optimizer's): it must live
+    /// on this backend's device, and a fetched one must have arrived. `what` names it in errors.
+    fn ready(&self, buffer: &CudaBuffer, what: &dyn Fn() -> String) -> Result<()> {
+        if !Rc::ptr_eq(&buffer.dev, &self.dev) {
+            return Err(self.dev.err(format!("{} lives on another CUDA backend", what())));
+        }
+        self.dev.wait_ready(&buffer.ready)
+    }
+
+    /// [`CudaBackend::ready`] for a buffer a kernel overwrites in place: once offloaded, its copy
+    /// out may still be reading it on the device-to-host stream, so the compute stream waits for
+    /// everything queued there (a device-side wait). Every other kernel writes a fresh buffer.
+    fn ready_to_overwrite(&self, buffer: &CudaBuffer, what: &dyn Fn() -> String) -> Result<()> {
+        self.ready(buffer, what)?;
+        if buffer.offloaded.get() {
+            let copied = self.dev.d2h.record_event(None).map_err(|e| self.dev.fail("recording an event", e))?;
+            self.dev.stream.wait(&copied).map_err(|e| self.dev.fail("ordering after an offload", e))?;
+        }
+        Ok(())
     }
 
     /// Checks buffers against metas and metas against the shape rule (as the CPU backend does).
@@ -537,5 +560,56 @@ impl Backend for CudaBackend {
     fn reset_peak(&mut self) {
         self.dev.meter.peak.set(self.dev.meter.live.get());
         self.dev.host_meter.peak.set(self.dev.host_meter.live.get());
+    }
+
+    /// On the device, in a fixed order (f64 partials per block, then one block folding them), so
+    /// the same buffers always give the same bits; the order differs from the CPU's sequential
+    /// sum, so the two agree to rounding. Allocates the 8-byte result (metered) and an
+    /// unmetered scratch of at most 8 KiB (1024 partials, one per block), freed on return;
+    /// moves nothing to or from the host.
+    fn sum_squares(&mut self, tensors: &[&CudaBuffer]) -> Result<CudaBuffer> {
+        for (k, b) in tensors.iter().enumerate() {
+            if !b.dtype.is_float() {
+                return Err(Error::config("gradients", format!("a sum of squares of a {} tensor", b.dtype)));
+            }
+            self.ready(b, &|| format!("tensor {k} of a sum of squares"))?;
+        }
+        let out = self.alloc(&[], DType::F64)?;
+        let views: Vec<View<'_>> = tensors.iter().map(|b| b.view()).collect();
+        optim::sum_squares(&self.dev, &views, out.view())?;
+        Ok(out)
+    }
+
+    /// One fused kernel, in place: it allocates nothing (the meter does not move) and moves
+    /// nothing to or from the host; the clip factor is computed on the device from
+    /// `sum_squares`. Agrees with [`remat_core::host_update`] bit for bit. The state buffers of
+    /// one parameter must share a dtype (an error otherwise).
+    fn update(
+        &mut self,
+        call: &UpdateCall<'_>,
+        param: &mut CudaBuffer,
+        grad: &CudaBuffer,
+        state: &mut [CudaBuffer],
+        sum_squares: Option<&CudaBuffer>,
+    ) -> Result<()> {
+        let metas: Vec<(&[usize], DType)> = state.iter().map(|s| (s.shape(), s.dtype)).collect();
+        call.check((param.shape(), param.dtype), (grad.shape(), grad.dtype), &metas, sum_squares.is_some())?;
+        let name = call.name;
+        if let Some(s) = sum_squares {
+            if s.shape.iter().product::<usize>() != 1 || s.dtype != DType::F64 {
+                let (shape, dtype) = (fmt_shape(&s.shape), s.dtype);
+                return Err(Error::internal(format!(
+                    "update of `{name}`: the sum of squares is {shape} {dtype}, not one f64"
+                )));
+            }
+            self.ready(s, &|| format!("the sum of squares for `{name}`"))?;
+        }
+        self.ready(grad, &|| format!("the gradient of `{name}`"))?;
+        self.ready_to_overwrite(param, &|| format!("parameter `{name}`"))?;
+        for s in state.iter() {
+            self.ready_to_overwrite(s, &|| format!("the optimizer state of `{name}`"))?;
+        }
+        let views: Vec<View<'_>> = state.iter().map(|s| s.view()).collect();
+        optim::update(&self.dev, call, (param.view(), grad.view()), &views, sum_squares.map(CudaBuffer::view))
     }
 }

@@ -100,11 +100,13 @@ pub const INTEGER: Source = Source { name: "integer.cu", text: include_str!("../
 pub const SELECT: Source = Source { name: "select.cu", text: include_str!("../kernels/select.cu") };
 /// Cumsum, index_add and scatter_add.
 pub const ACCUMULATE: Source = Source { name: "accumulate.cu", text: include_str!("../kernels/accumulate.cu") };
+/// The fused optimizer update and the sum of squares for gradient clipping.
+pub const OPTIM: Source = Source { name: "optim.cu", text: include_str!("../kernels/optim.cu") };
 
 /// Every kernel source, in a fixed order (the NVRTC test compiles each).
 #[cfg_attr(not(test), allow(dead_code))]
-pub const SOURCES: [Source; 10] =
-    [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT, INDEX, ATTENTION, INTEGER, SELECT, ACCUMULATE];
+pub const SOURCES: [Source; 11] =
+    [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT, INDEX, ATTENTION, INTEGER, SELECT, ACCUMULATE, OPTIM];
 
 /// Most axes a [`Dims`] view holds (`MAXD` in the prelude).
 pub const MAXD: usize = 8;

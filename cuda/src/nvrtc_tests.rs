@@ -112,3 +112,48 @@ fn cubins_for_sm90_and_expected_entries() {
         }
     }
 }
+
+#[test]
+fn optim_has_an_update_for_every_parameter_and_state_dtype_and_a_sum_of_squares_for_every_float() {
+    use crate::kernels::OPTIM;
+    use crate::ops::optim::{sum_squares_kernel, update_kernel};
+    use remat_core::DType;
+    if nvrtc().is_none() {
+        return;
+    }
+    let floats: Vec<DType> = DType::ALL.into_iter().filter(|d| d.is_float()).collect();
+    assert_eq!(floats.len(), 6, "f32, f64, bf16, f16 and both fp8");
+    let mut names = vec!["sum_squares_finish".to_string()];
+    for &p in &floats {
+        names.push(sum_squares_kernel(p).expect("every float dtype has a sum of squares"));
+        for s in [DType::F32, DType::F64] {
+            names.push(update_kernel(p, s).expect("every float parameter with f32 or f64 state"));
+        }
+    }
+    for cc in [80, 90] {
+        let ptx = compile(&OPTIM, Target::Ptx(cc)).unwrap();
+        let text = String::from_utf8_lossy(&ptx);
+        for name in &names {
+            assert!(text.contains(&format!(".entry {name}(")), "{name} missing for compute_{cc}");
+        }
+    }
+    let cubin = compile(&OPTIM, Target::Cubin(90)).unwrap();
+    assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
+}
+
+/// The update's f64 arithmetic must round every operation on its own, as the CPU does: with
+/// `--fmad=true` a plain `a * b + c` may become one fused multiply-add, which the explicit
+/// `__d*_rn` intrinsics forbid. No `fma.rn.f64` in the update kernels' PTX shows none crept in.
+#[test]
+fn the_update_kernels_fuse_no_f64_multiply_add() {
+    use crate::kernels::OPTIM;
+    if nvrtc().is_none() {
+        return;
+    }
+    let ptx = compile(&OPTIM, Target::Ptx(90)).unwrap();
+    let text = String::from_utf8_lossy(&ptx);
+    for entry in text.split(".entry ").skip(1).filter(|e| e.starts_with("update_")) {
+        let name = entry.split('(').next().unwrap_or_default();
+        assert!(!entry.contains("fma.rn.f64"), "{name} contracts an f64 multiply-add");
+    }
+}

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::graph::{Graph, NodeId};
 use crate::host::HostTensor;
 use crate::op::{Meta, Op};
-use crate::train::UpdateCall;
+use crate::update::UpdateCall;
 
 /// One op to compute: the op, the node it belongs to (for errors), the shapes and dtypes of its
 /// inputs and output, and the run's seed for random ops.
@@ -190,7 +190,7 @@ pub trait Backend {
     /// compute it where the buffers are).
     fn sum_squares(&mut self, tensors: &[&Self::Buffer]) -> Result<Self::Buffer> {
         let host = tensors.iter().map(|&b| self.download(b)).collect::<Result<Vec<_>>>()?;
-        let sum = crate::train::host_sum_squares(&host.iter().collect::<Vec<_>>())?;
+        let sum = crate::update::host_sum_squares(&host.iter().collect::<Vec<_>>())?;
         self.upload(&HostTensor::f64(Vec::new(), vec![sum])?)
     }
 
@@ -213,7 +213,7 @@ pub trait Backend {
         let host_grad = self.download(grad)?;
         let mut host_state = state.iter().map(|s| self.download(s)).collect::<Result<Vec<_>>>()?;
         let sum = sum_squares.map(|s| self.download(s)?.scalar()).transpose()?;
-        crate::train::host_update(
+        crate::update::host_update(
             call,
             &mut host_param,
             &host_grad,

@@ -23,20 +23,17 @@
 //! assert_eq!(second.measured_peak, second.predicted_peak);
 //! ```
 
-mod rule;
-
-pub use rule::{clip_factor, host_sum_squares, host_update, Coefficients, RuleKind, UpdateCall, UpdateRule};
-
 use crate::backend::{Backend, KernelCall, TransferStats};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::exec::{self, Mode, Resident, Slot};
 use crate::graph::NodeId;
-use crate::host::HostTensor;
+use crate::host::{HostData, HostTensor};
 use crate::model::{Feeds, Model, Params};
 use crate::op::Op;
-use crate::optim::{check_setting, AdamW, Layout, Sgd};
+use crate::optim::{AdamW, Layout, Sgd};
 use crate::shape::fmt_shape;
+use crate::update::{check_setting, UpdateCall, UpdateRule};
 
 /// How a [`TrainState`] updates its parameters: the rule, global-norm clipping, and the dtype
 /// of the optimizer state.
@@ -50,12 +47,16 @@ pub struct TrainOptions {
     /// The optimizer state's dtype: f32 (the default, as PyTorch's) or f64 (as the host
     /// optimizers: the same updates bit for bit).
     pub state_dtype: DType,
+    /// Mixed precision: master weights in this dtype (f32 or f64) for every parameter the model
+    /// declares narrower (bf16, f16). The optimizer updates the masters; the model computes with
+    /// copies rounded to its own dtype, refreshed on the device after each update.
+    pub master_dtype: Option<DType>,
 }
 
 impl TrainOptions {
     /// `rule`, no clipping, f32 state.
     pub fn new(rule: UpdateRule) -> TrainOptions {
-        TrainOptions { rule, max_grad_norm: None, state_dtype: DType::F32 }
+        TrainOptions { rule, max_grad_norm: None, state_dtype: DType::F32, master_dtype: None }
     }
 
     /// With global-norm clipping at `max`.
@@ -70,6 +71,13 @@ impl TrainOptions {
         self
     }
 
+    /// With master weights in `dtype` (f32 or f64) for parameters declared narrower: a model
+    /// built in bf16 computes in bf16 and is updated in f32.
+    pub fn master_weights(mut self, dtype: DType) -> TrainOptions {
+        self.master_dtype = Some(dtype);
+        self
+    }
+
     /// Checks the rule's hyperparameters, the clipping norm (finite, above 0) and the state's
     /// dtype.
     pub fn validate(&self) -> Result<()> {
@@ -81,6 +89,12 @@ impl TrainOptions {
             return Err(Error::config(
                 "state_dtype",
                 format!("optimizer state in {} is not kept: choose f32 or f64", self.state_dtype),
+            ));
+        }
+        if let Some(d) = self.master_dtype.filter(|d| !matches!(d, DType::F32 | DType::F64)) {
+            return Err(Error::config(
+                "master_dtype",
+                format!("master weights in {d} are not kept: choose f32 or f64"),
             ));
         }
         Ok(())
@@ -114,11 +128,15 @@ pub struct TrainState<B: Backend> {
     params: Vec<B::Buffer>,
     /// Per parameter, the rule's state buffers ([`UpdateRule::state_names`]).
     state: Vec<Vec<B::Buffer>>,
+    /// Per parameter, its master weights where it has them ([`TrainOptions::master_dtype`]):
+    /// then `params` holds the copy the model computes with.
+    masters: Vec<Option<B::Buffer>>,
     options: TrainOptions,
     /// Steps taken.
     t: u64,
     param_bytes: usize,
     state_bytes: usize,
+    master_bytes: usize,
 }
 
 /// What one [`TrainState::step`] returns.
@@ -188,6 +206,7 @@ impl<B: Backend> TrainState<B> {
         }
         let mut buffers = Vec::with_capacity(params.len());
         let mut states = Vec::with_capacity(params.len());
+        let mut masters = Vec::with_capacity(params.len());
         for ((name, p), s) in params.names().iter().zip(params.values()).zip(state) {
             if !p.dtype().is_float() {
                 return Err(Error::Feed {
@@ -197,14 +216,27 @@ impl<B: Backend> TrainState<B> {
                 });
             }
             buffers.push(backend.upload(p)?);
+            masters.push(match options.master_dtype.filter(|m| m.size() > p.dtype().size()) {
+                Some(m) => Some(
+                    backend.upload(&HostTensor::new(p.shape().to_vec(), HostData::from_f64(&p.to_f64_vec(), m))?)?,
+                ),
+                None => None,
+            });
             let mut own = Vec::with_capacity(s.len());
             for values in s {
-                let data = crate::host::HostData::from_f64(&values, options.state_dtype);
+                let data = HostData::from_f64(&values, options.state_dtype);
                 own.push(backend.upload(&HostTensor::new(p.shape().to_vec(), data)?)?);
             }
             states.push(own);
         }
         let param_bytes = params.values().iter().map(HostTensor::bytes).sum();
+        let master_bytes = params
+            .values()
+            .iter()
+            .zip(&masters)
+            .filter(|(_, m)| m.is_some())
+            .map(|(p, _)| p.numel() * options.master_dtype.map_or(0, DType::size))
+            .sum();
         let state_bytes = params.values().iter().map(|p| p.numel() * options.state_dtype.size()).sum::<usize>()
             * options.rule.state_count();
         Ok(TrainState {
@@ -213,10 +245,12 @@ impl<B: Backend> TrainState<B> {
             metas: params.values().iter().map(|p| (p.shape().to_vec(), p.dtype())).collect(),
             params: buffers,
             state: states,
+            masters,
             options,
             t,
             param_bytes,
             state_bytes,
+            master_bytes,
         })
     }
 
@@ -263,6 +297,16 @@ impl<B: Backend> TrainState<B> {
         self.state_bytes
     }
 
+    /// Bytes of the master weights on the backend (0 without mixed precision).
+    pub fn master_bytes(&self) -> usize {
+        self.master_bytes
+    }
+
+    /// Bytes the state holds between steps: parameters, master weights, optimizer state.
+    pub fn held_bytes(&self) -> usize {
+        self.param_bytes + self.master_bytes + self.state_bytes
+    }
+
     /// The peak bytes a [`TrainState::step`] of `model` holds on the backend: the largest of
     /// the plan's peak with the optimizer state beside it, the end of the backward with copies
     /// of the gradients that are parameters themselves (an update must not read a parameter it
@@ -290,10 +334,13 @@ impl<B: Backend> TrainState<B> {
             }
         }
         let clip = if self.options.max_grad_norm.is_some() { DType::F64.size() } else { 0 };
-        let run = plan.predicted_peak() + self.state_bytes;
-        let copied = at_end + copies + self.state_bytes;
-        let update = self.param_bytes + self.state_bytes + grads + clip;
-        run.max(copied).max(update)
+        let apart = self.master_bytes + self.state_bytes;
+        let run = plan.predicted_peak() + apart;
+        let copied = at_end + copies + apart;
+        let update = self.held_bytes() + grads + clip;
+        // Each working copy is made anew from its master before the old one is dropped.
+        let refresh = self.held_bytes() + self.largest_copy();
+        run.max(copied).max(update).max(refresh)
     }
 
     /// One training step of `model` on `feeds`: forward and backward (random ops seeded by
@@ -307,13 +354,14 @@ impl<B: Backend> TrainState<B> {
         crate::model::check_feeds(model.forward_graph(), feeds)?;
         let predicted_peak = self.predicted_peak(model);
         let before = backend.transfers();
-        let outside = backend.memory().live_bytes.saturating_sub(self.param_bytes + self.state_bytes);
+        let outside = backend.memory().live_bytes.saturating_sub(self.held_bytes());
         let (outputs, grads, host_peak) = self
             .forward_backward(backend, model, feeds, run_seed)
             .map_err(|e| e.with_predicted_peak(predicted_peak as u64))?;
         let loss = outputs.first().ok_or_else(|| Error::internal("the plan returned no loss"))?.scalar()?;
         self.update(backend, t, &grads).map_err(|e| e.with_predicted_peak(predicted_peak as u64))?;
         drop(grads);
+        self.refresh_copies(backend).map_err(|e| e.with_predicted_peak(predicted_peak as u64))?;
         self.t = t;
         Ok(TrainStepOutput {
             loss,
@@ -430,9 +478,37 @@ impl<B: Backend> TrainState<B> {
         for (k, name) in self.names.iter().enumerate() {
             let grad = &grads.buffers[grads.of_param[k]];
             let call = UpdateCall { name, coefficients, max_norm };
-            backend.update(&call, &mut self.params[k], grad, &mut self.state[k], sum_squares.as_ref())?;
+            let target = self.masters[k].as_mut().unwrap_or(&mut self.params[k]);
+            backend.update(&call, target, grad, &mut self.state[k], sum_squares.as_ref())?;
         }
         Ok(())
+    }
+
+    /// Each parameter with master weights gets a new working copy, its master rounded to the
+    /// model's dtype on the device.
+    fn refresh_copies(&mut self, backend: &mut B) -> Result<()> {
+        for k in 0..self.params.len() {
+            let Some(master) = &self.masters[k] else { continue };
+            let (shape, dtype) = &self.metas[k];
+            let master_dtype = self.options.master_dtype.unwrap_or(*dtype);
+            let cast = Op::Cast { dtype: *dtype };
+            let metas = [(&shape[..], master_dtype)];
+            let call = KernelCall::new(self.ids[k], &cast, &metas, shape, *dtype, 0);
+            self.params[k] = backend.execute(&call, &[master])?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of the largest working copy made from a master (0 without).
+    fn largest_copy(&self) -> usize {
+        let bytes = |(shape, dtype): &(Vec<usize>, DType)| shape.iter().product::<usize>() * dtype.size();
+        self.metas
+            .iter()
+            .zip(&self.masters)
+            .filter(|(_, m)| m.is_some())
+            .map(|(meta, _)| bytes(meta))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The parameters, downloaded (to save, evaluate or generate from them on the host).

@@ -10,6 +10,7 @@ pub(crate) mod index;
 pub(crate) mod integer;
 pub(crate) mod layout;
 pub(crate) mod nn;
+pub(crate) mod optim;
 pub(crate) mod reduce;
 pub(crate) mod select;
 

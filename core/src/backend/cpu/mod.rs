@@ -16,7 +16,7 @@ pub use heap::{keep_freed_memory, release_freed_memory};
 use super::{Backend, KernelCall, MemoryStats, TransferStats};
 use crate::error::Result;
 use crate::host::HostTensor;
-use crate::train::UpdateCall;
+use crate::update::UpdateCall;
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -232,7 +232,7 @@ impl Backend for CpuBackend {
 
     fn sum_squares(&mut self, tensors: &[&CpuBuffer]) -> Result<CpuBuffer> {
         let tensors: Vec<&HostTensor> = tensors.iter().map(|b| &b.tensor).collect();
-        let sum = crate::train::host_sum_squares(&tensors)?;
+        let sum = crate::update::host_sum_squares(&tensors)?;
         Ok(self.hold(HostTensor::f64(Vec::new(), vec![sum])?))
     }
 
@@ -247,6 +247,6 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let sum = sum_squares.map(|s| s.tensor.scalar()).transpose()?;
         let mut tensors: Vec<&mut HostTensor> = state.iter_mut().map(|s| &mut s.tensor).collect();
-        crate::train::host_update(call, &mut param.tensor, &grad.tensor, &mut tensors, sum)
+        crate::update::host_update(call, &mut param.tensor, &grad.tensor, &mut tensors, sum)
     }
 }

@@ -11,7 +11,6 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::host::{HostTensor, HostValuesMut};
-use crate::optim::check_setting;
 use crate::shape::fmt_shape;
 use half::{bf16, f16};
 
@@ -122,18 +121,6 @@ impl UpdateRule {
     }
 }
 
-impl From<&crate::AdamW> for UpdateRule {
-    fn from(a: &crate::AdamW) -> UpdateRule {
-        UpdateRule::AdamW { lr: a.lr, beta1: a.beta1, beta2: a.beta2, eps: a.eps, weight_decay: a.weight_decay }
-    }
-}
-
-impl From<&crate::Sgd> for UpdateRule {
-    fn from(s: &crate::Sgd) -> UpdateRule {
-        UpdateRule::Sgd { lr: s.lr, momentum: s.momentum, weight_decay: s.weight_decay }
-    }
-}
-
 /// Which arithmetic [`Coefficients`] drive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RuleKind {
@@ -191,6 +178,16 @@ impl Coefficients {
     }
 }
 
+/// `Ok` when `ok` holds for `value` and it is not NaN; else an error naming the setting and what
+/// it must be.
+pub(crate) fn check_setting(name: &str, value: f64, ok: bool, expected: &str) -> Result<()> {
+    if ok && !value.is_nan() {
+        Ok(())
+    } else {
+        Err(Error::config(name, format!("optimizer setting `{name}` is {value}; it must be {expected}")))
+    }
+}
+
 /// `1 - beta^t`: `powi` while `t` fits its exponent, `powf` past it (where `beta^t` is 0
 /// anyway), never a wrapped exponent.
 pub(crate) fn bias_correction(beta: f64, t: u64) -> f64 {
@@ -201,11 +198,17 @@ pub(crate) fn bias_correction(beta: f64, t: u64) -> f64 {
 }
 
 /// The factor global-norm clipping scales every gradient by, from the sum of their squares:
-/// `min(1, max_norm / (‖g‖ + 1e-6))`, as `torch.nn.utils.clip_grad_norm_`. A non-finite norm
-/// gives a non-finite factor, so the update spreads the NaN rather than hiding it.
+/// `min(1, max_norm / (‖g‖ + 1e-6))`, as `torch.nn.utils.clip_grad_norm_`. A NaN norm (a NaN
+/// gradient) gives a NaN factor, as `torch.clamp` keeps NaN, so every weight shows it rather
+/// than only those the NaN reached; an infinite norm gives 0.
 #[inline]
 pub fn clip_factor(max_norm: f64, sum_squares: f64) -> f64 {
-    (max_norm / (sum_squares.sqrt() + 1e-6)).min(1.0)
+    let factor = max_norm / (sum_squares.sqrt() + 1e-6);
+    if factor >= 1.0 {
+        1.0
+    } else {
+        factor
+    }
 }
 
 /// One optimizer step of one parameter, as a backend runs it.
@@ -229,7 +232,9 @@ impl UpdateCall<'_> {
         if !param.1.is_float() {
             return Err(error(format!("an optimizer updates float parameters, this one is {}", param.1)));
         }
-        if grad != param {
+        // A model computing in bf16 hands bf16 gradients to f32 master weights: any float
+        // gradient of the parameter's shape will do.
+        if grad.0 != param.0 || !grad.1.is_float() {
             return Err(error(format!(
                 "its gradient is {} {}, the parameter {} {}",
                 fmt_shape(grad.0),
@@ -426,5 +431,20 @@ impl<'a> Values<'a> {
             Values::F16(v) => v[i].to_f64(),
             Values::Copied(v) => v[i],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip_factor;
+
+    /// `torch.nn.utils.clip_grad_norm_`: `clamp(max / (norm + 1e-6), max=1)`, NaN kept.
+    #[test]
+    fn the_clip_factor_is_torchs_nan_included() {
+        assert_eq!(clip_factor(1.0, 0.0), 1.0);
+        assert_eq!(clip_factor(1.0, 4.0), 1.0 / (2.0 + 1e-6));
+        assert_eq!(clip_factor(3.0, 4.0), 1.0);
+        assert_eq!(clip_factor(1.0, f64::INFINITY), 0.0);
+        assert!(clip_factor(1.0, f64::NAN).is_nan());
     }
 }
