@@ -14,6 +14,8 @@
 //! Step time is the device time of one forward + backward plan execution with parameters and
 //! inputs already resident (the plan's steps and frees, one synchronisation at the end); the
 //! end-to-end `Model::step` time (uploads and gradient downloads included) is shown beside it.
+//! A last table times a training step with host parameters and a host optimizer against one
+//! with `TrainState` (everything resident), with the bytes each moves per step.
 
 use remat_core::{enter_region, PolicyTable, RegionSpec};
 use remat_core::{
@@ -419,5 +421,59 @@ fn bench(g: &mut CudaBackend, quick: bool) -> Result<()> {
          peak of offloaded copies (equals the plan's) and `n` the number of offloaded values.",
         remat_cuda::CUBLAS_WORKSPACE >> 20
     );
+    training_state(g, &cfg, reps)
+}
+
+/// A training step of the GPT block two ways, measured in the same run: host parameters
+/// (`Model::step` uploads every parameter and downloads every gradient, then AdamW on the host)
+/// against `TrainState` (parameters, AdamW's f32 moments and the gradients stay on the device;
+/// the batch goes up, the loss comes back), with each step's transfers by the backend's counters
+/// and the resident step's predicted and measured peaks (optimizer state and update included).
+fn training_state(g: &mut CudaBackend, cfg: &zoo::GptConfig, reps: usize) -> Result<()> {
+    use remat_core::{AdamW, Optimizer, TrainOptions, TrainState};
+    let model = Model::with_cost_model(zoo::gpt(cfg)?, Strategy::MinCut, &g.cost_model())?;
+    let feeds = zoo::synthetic_tokens(cfg, 0)?;
+    let mut params = model.init_params(0)?;
+    let mut host_opt = AdamW::new(1e-4);
+    let mut host_step = |g: &mut CudaBackend| -> Result<remat_core::TransferStats> {
+        let out = model.step(g, &params, &feeds)?;
+        host_opt.step(&mut params, &out.grads)?;
+        Ok(out.transfers)
+    };
+    let host_moved = host_step(g)?; // warm-up
+    let host_time = time(g, reps, |g| host_step(g).map(|_| ()))?;
+    let options = TrainOptions::from(&AdamW::new(1e-4)).master_weights(DType::F32);
+    let mut state = TrainState::new(g, &model, &model.init_params(0)?, options)?;
+    let out = state.step(g, &model, &feeds, 0)?; // warm-up
+    let resident_time = time(g, reps, |g| state.step(g, &model, &feeds, 0).map(|_| ()))?;
+    println!(
+        "
+training step of the GPT block, mincut, AdamW ({} parameters in {}):",
+        model.init_params(0)?.len(),
+        cfg.dtype
+    );
+    println!(
+        "{:<34} {:>10} {:>16} {:>16} {:>12} {:>12}",
+        "", "step ms", "to device B", "to host B", "peak MiB", "predicted"
+    );
+    println!(
+        "{:<34} {:>10.2} {:>16} {:>16} {:>12} {:>12}",
+        "host params + host AdamW (f64)",
+        host_time * 1e3,
+        host_moved.to_device_bytes,
+        host_moved.to_host_bytes,
+        "-",
+        "-"
+    );
+    println!(
+        "{:<34} {:>10.2} {:>16} {:>16} {:>12.1} {:>12.1}",
+        "TrainState (f32 masters, moments)",
+        resident_time * 1e3,
+        out.transfers.to_device_bytes,
+        out.transfers.to_host_bytes,
+        out.measured_peak as f64 / 1048576.0,
+        out.predicted_peak as f64 / 1048576.0
+    );
+    println!("resident / host step time: {:.2}x", resident_time / host_time);
     Ok(())
 }
