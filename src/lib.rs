@@ -41,7 +41,7 @@ pub use remat_core::{load_state, save_state, AdamW, Optimizer, Progress, Sgd};
 pub use remat_core::{
     CpuBackend, Feeds, HostData, HostTensor, HostValuesMut, Inference, InferenceOutput, Params, StepOutput,
 };
-pub use remat_core::{TrainOptions, TrainState, TrainStepOutput, UpdateRule};
+pub use remat_core::{GradientReducer, Gradients, TrainOptions, TrainState, TrainStepOutput, UpdateRule};
 // Generation.
 pub use remat_core::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};
 // Errors.

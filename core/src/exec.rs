@@ -54,8 +54,8 @@ pub fn run_streaming<B: Backend>(
     from: usize,
     on_final: OnFinal<'_>,
 ) -> Result<RunOutput> {
-    let watch = first_kept(plan, joint.graph().len(), from);
-    let mut notify = Notify { watch, on_final };
+    let mut downloaded = |backend: &mut B, k: usize, buffer: &B::Buffer| on_final(k, backend.download(buffer)?);
+    let mut notify = Notify::new(plan, joint.graph().len(), from, &mut downloaded);
     run_steps_with(backend, joint, plan, resident, run_seed, Mode::Train, Some(&mut notify))
         .map_err(|e| e.with_predicted_peak(plan.predicted_peak() as u64))
 }
@@ -70,28 +70,38 @@ pub(crate) fn first_kept(plan: &Plan, nodes: usize, from: usize) -> Vec<Option<u
     first
 }
 
+/// Called with the backend, a kept value's index in [`Plan::kept`] and its buffer, as soon as
+/// it is final ([`OnFinal`], on the device).
+pub(crate) type OnFinalBuffer<'f, B> = &'f mut dyn FnMut(&mut B, usize, &<B as Backend>::Buffer) -> Result<()>;
+
 /// Which nodes' values are reported final (`watch[node]`: the kept index), and to whom.
-pub(crate) struct Notify<'f> {
+pub(crate) struct Notify<'f, B: Backend> {
     watch: Vec<Option<usize>>,
-    on_final: OnFinal<'f>,
+    on_final: OnFinalBuffer<'f, B>,
 }
 
-impl Notify<'_> {
-    fn computed<B: Backend>(&mut self, backend: &mut B, id: NodeId, buffer: &B::Buffer) -> Result<()> {
+impl<'f, B: Backend> Notify<'f, B> {
+    /// Reports each kept value from index `from` on (the gradients, past the forward outputs)
+    /// to `on_final` as soon as it is final.
+    pub(crate) fn new(plan: &Plan, nodes: usize, from: usize, on_final: OnFinalBuffer<'f, B>) -> Notify<'f, B> {
+        Notify { watch: first_kept(plan, nodes, from), on_final }
+    }
+
+    fn computed(&mut self, backend: &mut B, id: NodeId, buffer: &B::Buffer) -> Result<()> {
         if let Some(k) = self.watch[id.index()].take() {
-            (self.on_final)(k, backend.download(buffer)?)?;
+            (self.on_final)(backend, k, buffer)?;
         }
         Ok(())
     }
 
     /// Kept values the steps never computed (a resident value kept as it is): final at the end.
-    fn rest<B: Backend>(&mut self, backend: &mut B, slots: &[Option<Slot<'_, B>>]) -> Result<()> {
+    fn rest(&mut self, backend: &mut B, slots: &[Option<Slot<'_, B>>]) -> Result<()> {
         let pending: Vec<(usize, usize)> =
             self.watch.iter().enumerate().filter_map(|(node, k)| k.map(|k| (k, node))).collect();
         for (k, node) in pending {
             if let Some(slot) = &slots[node] {
                 self.watch[node] = None;
-                (self.on_final)(k, backend.download(slot.buffer())?)?;
+                (self.on_final)(backend, k, slot.buffer())?;
             }
         }
         Ok(())
@@ -158,7 +168,7 @@ fn run_steps_with<B: Backend>(
     resident: &[&HostTensor],
     run_seed: u64,
     mode: Mode,
-    notify: Option<&mut Notify<'_>>,
+    notify: Option<&mut Notify<'_, B>>,
 ) -> Result<RunOutput> {
     let graph = joint.graph();
     for (&id, &value) in plan.resident().iter().zip(resident) {
@@ -202,14 +212,14 @@ pub(crate) fn run_program<'a, B: Backend>(
 }
 
 /// [`run_program`], telling `notify` of each watched value as soon as it is computed.
-fn run_program_with<'a, B: Backend>(
+pub(crate) fn run_program_with<'a, B: Backend>(
     backend: &mut B,
     graph: &Graph,
     plan: &Plan,
     resident: Vec<Resident<'a, B>>,
     run_seed: u64,
     mode: Mode,
-    mut notify: Option<&mut Notify<'_>>,
+    mut notify: Option<&mut Notify<'_, B>>,
 ) -> Result<Finished<'a, B>> {
     if resident.len() != plan.resident().len() {
         return Err(Error::internal(format!(

@@ -95,7 +95,7 @@ pub use host::{HostData, HostTensor, HostValuesMut};
 pub use model::{Feeds, Inference, InferenceOutput, Model, Params, StepOutput};
 pub use optim::{AdamW, Optimizer, Sgd};
 pub use state::{load_state, save_state, Progress};
-pub use train::{TrainOptions, TrainState, TrainStepOutput};
+pub use train::{GradientReducer, Gradients, TrainOptions, TrainState, TrainStepOutput};
 pub use update::{clip_factor, host_sum_squares, host_update, Coefficients, RuleKind, UpdateCall, UpdateRule};
 // Generation.
 pub use decode::{DecodeStep, Decoder, DecoderBuilder, Generation, Sampling};

@@ -4,7 +4,8 @@
 use crate::agreement::{self, fnv, RankConfig};
 use crate::collective::{Collective, Pending, Span};
 use remat_core::{
-    Backend, CollectiveKind, DType, Error, Feeds, HostData, HostTensor, Model, Params, Result, StepOutput,
+    Backend, CollectiveKind, DType, Error, Feeds, GradientReducer, Gradients, HostData, HostTensor, Model, Params,
+    Result, StepOutput, TrainState, TrainStepOutput,
 };
 use std::ops::Range;
 use std::time::Instant;
@@ -21,6 +22,17 @@ pub struct DataParallel<C: Collective> {
     agreed_layout: Option<Layout>,
     /// The step the next [`DataParallel::step`] runs (from [`RankConfig::first_step`]).
     next_step: u64,
+}
+
+/// What one [`DataParallel::train_step`] returns.
+#[derive(Debug)]
+pub struct DpTrainStep {
+    /// The loss averaged over the ranks (each rank's mean over its shard).
+    pub loss: f64,
+    /// This rank's own step: its loss, predicted and measured peaks, transfers.
+    pub local: TrainStepOutput,
+    /// The step's communication.
+    pub comm: StepComm,
 }
 
 /// What decides the lengths of a step's all-reduces: buckets, values, and which parameters
@@ -259,16 +271,21 @@ impl<C: Collective> DataParallel<C> {
     /// The buckets a step of `model` will reduce and the bytes they will hold, predicted from its
     /// plan ([`StepComm::buckets`] and [`StepComm::buffer_peak_bytes`] measure them).
     pub fn plan_comm(&self, model: &Model, params: &Params) -> CommPlan {
+        self.plan_comm_of(model, &params.values().iter().map(HostTensor::numel).collect::<Vec<_>>())
+    }
+
+    /// [`DataParallel::plan_comm`] for parameters of `numels` elements each.
+    fn plan_comm_of(&self, model: &Model, numels: &[usize]) -> CommPlan {
         let mut bucketing = Bucketing::new(self.bucket_bytes);
         let (mut buckets, mut current) = (Vec::new(), Vec::new());
         let (mut held, mut peak) = (0usize, 0usize);
         for p in model.gradient_order() {
-            let len = params.values().get(p).map_or(0, HostTensor::numel);
+            let len = numels.get(p).copied().unwrap_or(0);
             current.push(p);
             held += len * 4;
             peak = peak.max(held);
             if bucketing.add(len) {
-                let bytes: usize = current.iter().map(|&q| params.values()[q].numel() * 4).sum();
+                let bytes: usize = current.iter().map(|&q| numels[q] * 4).sum();
                 held += bytes;
                 peak = peak.max(held);
                 buckets.push(std::mem::take(&mut current));
@@ -309,15 +326,18 @@ impl<C: Collective> DataParallel<C> {
     }
 
     fn layout(&self, model: &Model, params: &Params) -> Layout {
-        let plan = self.plan_comm(model, params);
-        let values = params.values().iter().map(|p| p.numel() as u64).sum();
+        self.layout_of(model, &params.values().iter().map(HostTensor::numel).collect::<Vec<_>>())
+    }
+
+    fn layout_of(&self, model: &Model, numels: &[usize]) -> Layout {
+        let plan = self.plan_comm_of(model, numels);
+        let values = numels.iter().map(|&n| n as u64).sum();
         Layout { buckets: plan.buckets.len() as u64, values, digest: plan.layout_digest() }
     }
 
     /// Makes sure every rank will reduce buckets of the same lengths before any is sent: the
     /// layout agreed last is reused, another one is compared first (a fixed-size exchange).
-    fn agree_on_layout(&mut self, model: &Model, params: &Params) -> Result<()> {
-        let mine = self.layout(model, params);
+    fn agree_on_layout(&mut self, mine: Layout) -> Result<()> {
         if self.agreed_layout == Some(mine) {
             return Ok(());
         }
@@ -354,75 +374,232 @@ impl<C: Collective> DataParallel<C> {
     ) -> Result<DpStep> {
         // Ranks draw different dropout masks for their different rows; one rank draws what
         // `Model::step_seeded(.., seed)` does.
-        let rank_seed = seed.wrapping_mul(self.world_size() as u64).wrapping_add(self.rank() as u64);
-        self.agree_on_layout(model, params)?;
+        let rank_seed = self.rank_seed(seed);
+        self.agree_on_layout(self.layout(model, params))?;
         let sent_before = self.comm.bytes_sent();
-        let mut bucketing = Bucketing::new(self.bucket_bytes);
-        let mut filling = Filling::default();
-        let mut in_flight: Vec<(Filling, Pending<Vec<f32>>)> = Vec::new();
-        let mut held = 0usize;
-        let mut buffer_peak = 0usize;
-        let comm = &mut self.comm;
-        let mut on_grad = |param: usize, grad: HostTensor| -> Result<()> {
-            let values = grad_values(&grad, params, param)?;
-            filling.entries.push(Entry { param, offset: filling.values.len(), len: values.len() });
-            filling.values.extend_from_slice(&values);
-            held += values.len() * 4;
-            buffer_peak = buffer_peak.max(held);
-            if bucketing.add(values.len()) {
-                let full = std::mem::take(&mut filling);
-                let pending = comm.start_all_reduce(full.values.clone())?;
-                held += full.values.len() * 4; // the engine's copy
-                buffer_peak = buffer_peak.max(held);
-                in_flight.push((Filling { values: Vec::new(), entries: full.entries }, pending));
-            }
-            Ok(())
-        };
+        let mut reduction = Reduction::new(&mut self.comm, self.bucket_bytes, params.len());
+        let mut on_grad = |param: usize, grad: HostTensor| reduction.add(param, grad_values(&grad, params, param)?);
         let local = model.step_streaming(backend, params, feeds, rank_seed, &mut on_grad)?;
-        let backward_end = Instant::now();
-        if !filling.values.is_empty() {
-            let pending = comm.start_all_reduce(std::mem::take(&mut filling.values))?;
-            in_flight.push((Filling { values: Vec::new(), entries: filling.entries }, pending));
-        }
-        let world = comm.world_size() as f32;
-        let mut grads: Vec<Option<HostTensor>> = (0..params.len()).map(|_| None).collect();
-        let mut stats = StepComm { buckets: in_flight.len(), ..StepComm::default() };
-        let mut last_end = backward_end;
-        for (bucket, pending) in in_flight {
-            let (sums, Span { start, end }) = pending.wait_timed()?;
-            stats.reduce_seconds += (end - start).as_secs_f64();
-            stats.hidden_seconds += (end.min(backward_end).saturating_duration_since(start)).as_secs_f64();
-            last_end = last_end.max(end);
-            for e in bucket.entries {
-                let mean: Vec<f32> = sums[e.offset..e.offset + e.len].iter().map(|&s| s / world).collect();
-                let p = &params.values()[e.param];
-                grads[e.param] =
-                    Some(HostTensor::new(p.shape().to_vec(), remat_core::HostData::from_f32(&mean, p.dtype()))?);
-            }
-        }
-        stats.exposed_seconds = (last_end.saturating_duration_since(backward_end)).as_secs_f64();
-        stats.buffer_peak_bytes = buffer_peak;
-        // The loss in f64, summed in rank order: the mean of the ranks' means. The step number
-        // and seed travel with it: ranks at different steps stop here.
+        let (sums, mut comm) = reduction.finish(Instant::now())?;
+        let world = self.world_size() as f32;
+        let grads = sums
+            .into_iter()
+            .zip(params.names().iter().zip(params.values()))
+            .map(|(sum, (name, p))| {
+                let sum =
+                    sum.ok_or_else(|| Error::internal(format!("the step gave no gradient for parameter `{name}`")))?;
+                let mean: Vec<f32> = sum.iter().map(|&s| s / world).collect();
+                HostTensor::new(p.shape().to_vec(), HostData::from_f32(&mean, p.dtype()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let loss = self.agree_on_step(local.loss, seed)?;
+        comm.bytes_sent = self.comm.bytes_sent() - sent_before;
+        Ok(DpStep { loss, grads, local, comm })
+    }
+
+    /// One step on a training state whose parameters, optimizer state and gradients stay in the
+    /// backend's buffers ([`TrainState`]): forward and backward on this rank's `feeds`, each
+    /// gradient read from its buffer the moment the backward finishes it (in place on the CPU,
+    /// [`Backend::host_view`]; downloaded elsewhere) into a bucket sent at once, the averaged
+    /// gradients written back into the buffers ([`Backend::write`]), then the state's own update.
+    /// Every rank ends the step with the same parameters. Random ops draw as in
+    /// [`DataParallel::step`].
+    pub fn train_step<B: Backend>(
+        &mut self,
+        model: &Model,
+        backend: &mut B,
+        state: &mut TrainState<B>,
+        feeds: &Feeds,
+        seed: u64,
+    ) -> Result<DpTrainStep> {
+        let rank_seed = self.rank_seed(seed);
+        let metas: Vec<(Vec<usize>, DType)> = state
+            .names()
+            .iter()
+            .map(|n| state.meta(n).map(|(shape, dtype)| (shape.to_vec(), dtype)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::internal("a training state without the meta of its own parameter"))?;
+        let numels: Vec<usize> = metas.iter().map(|m| m.0.iter().product()).collect();
+        self.agree_on_layout(self.layout_of(model, &numels))?;
+        let sent_before = self.comm.bytes_sent();
+        let world = self.world_size() as f32;
+        let names = state.names().to_vec();
+        let mut reducer = BufferReducer {
+            reduction: Some(Reduction::new(&mut self.comm, self.bucket_bytes, names.len())),
+            names: &names,
+            metas: &metas,
+            world,
+            comm: None,
+        };
+        let local = state.step_reducing(backend, model, feeds, rank_seed, &mut reducer)?;
+        let mut comm = reducer.comm.ok_or_else(|| Error::internal("the gradients were never reduced"))?;
+        let loss = self.agree_on_step(local.loss, seed)?;
+        comm.bytes_sent = self.comm.bytes_sent() - sent_before;
+        Ok(DpTrainStep { loss, local, comm })
+    }
+
+    /// The seed of this rank's random ops for a step seeded `seed`: ranks draw different
+    /// dropout masks for their different rows; one rank draws what `Model::step_seeded(.., seed)`
+    /// does.
+    fn rank_seed(&self, seed: u64) -> u64 {
+        seed.wrapping_mul(self.world_size() as u64).wrapping_add(self.rank() as u64)
+    }
+
+    /// The loss averaged over the ranks (in f64, summed in rank order), after checking that
+    /// every rank ran the same step with the same seed: ranks at different steps stop here.
+    fn agree_on_step(&mut self, loss: f64, seed: u64) -> Result<f64> {
         let step = self.next_step;
-        let mine = [local.loss.to_bits(), step, seed];
+        let mine = [loss.to_bits(), step, seed];
         let gathered = self.comm.all_gather(mine.iter().flat_map(|w| w.to_le_bytes()).collect())?;
         let words: Vec<u64> =
             gathered.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
         check_same_step(&words)?;
-        let loss = words.chunks_exact(3).map(|w| f64::from_bits(w[0])).sum::<f64>() / f64::from(world);
+        let world = self.world_size() as f64;
         self.next_step = step.wrapping_add(1);
-        stats.bytes_sent = self.comm.bytes_sent() - sent_before;
-        let grads = grads
-            .into_iter()
-            .enumerate()
-            .map(|(i, g)| {
-                g.ok_or_else(|| {
-                    Error::internal(format!("the step gave no gradient for parameter `{}`", params.names()[i]))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(DpStep { loss, grads, local, comm: stats })
+        Ok(words.chunks_exact(3).map(|w| f64::from_bits(w[0])).sum::<f64>() / world)
+    }
+}
+
+/// The all-reduce of one step's gradients: each copied into a bucket as the backward finishes
+/// it, a bucket sent as soon as it is full ([`Bucketing`]).
+struct Reduction<'c, C: Collective> {
+    comm: &'c mut C,
+    bucketing: Bucketing,
+    filling: Filling,
+    in_flight: Vec<(Filling, Pending<Vec<f32>>)>,
+    /// Which parameters have been added.
+    added: Vec<bool>,
+    held: usize,
+    buffer_peak: usize,
+}
+
+impl<'c, C: Collective> Reduction<'c, C> {
+    fn new(comm: &'c mut C, bucket_bytes: usize, params: usize) -> Self {
+        Reduction {
+            comm,
+            bucketing: Bucketing::new(bucket_bytes),
+            filling: Filling::default(),
+            in_flight: Vec::new(),
+            added: vec![false; params],
+            held: 0,
+            buffer_peak: 0,
+        }
+    }
+
+    /// Parameter `param`'s gradient, as f32 `values`, joins the bucket being filled.
+    fn add(&mut self, param: usize, values: Vec<f32>) -> Result<()> {
+        if let Some(added) = self.added.get_mut(param) {
+            *added = true;
+        }
+        self.filling.entries.push(Entry { param, offset: self.filling.values.len(), len: values.len() });
+        self.filling.values.extend_from_slice(&values);
+        self.held += values.len() * 4;
+        self.buffer_peak = self.buffer_peak.max(self.held);
+        if self.bucketing.add(values.len()) {
+            let full = std::mem::take(&mut self.filling);
+            let pending = self.comm.start_all_reduce(full.values.clone())?;
+            self.held += full.values.len() * 4; // the engine's copy
+            self.buffer_peak = self.buffer_peak.max(self.held);
+            self.in_flight.push((Filling { values: Vec::new(), entries: full.entries }, pending));
+        }
+        Ok(())
+    }
+
+    /// Whether parameter `param`'s gradient has been added.
+    fn has(&self, param: usize) -> bool {
+        self.added.get(param).copied().unwrap_or(false)
+    }
+
+    /// Sends the last bucket and waits for every one: each parameter's summed gradient (over
+    /// the ranks), and the step's communication timed against `backward_end`.
+    fn finish(mut self, backward_end: Instant) -> Result<(Vec<Option<Vec<f32>>>, StepComm)> {
+        if !self.filling.values.is_empty() {
+            let pending = self.comm.start_all_reduce(std::mem::take(&mut self.filling.values))?;
+            self.in_flight.push((Filling { values: Vec::new(), entries: self.filling.entries }, pending));
+        }
+        let mut sums: Vec<Option<Vec<f32>>> = (0..self.added.len()).map(|_| None).collect();
+        let mut stats = StepComm { buckets: self.in_flight.len(), ..StepComm::default() };
+        let mut last_end = backward_end;
+        for (bucket, pending) in self.in_flight {
+            let (values, Span { start, end }) = pending.wait_timed()?;
+            stats.reduce_seconds += (end - start).as_secs_f64();
+            stats.hidden_seconds += (end.min(backward_end).saturating_duration_since(start)).as_secs_f64();
+            last_end = last_end.max(end);
+            for e in bucket.entries {
+                if let Some(slot) = sums.get_mut(e.param) {
+                    *slot = Some(values[e.offset..e.offset + e.len].to_vec());
+                }
+            }
+        }
+        stats.exposed_seconds = (last_end.saturating_duration_since(backward_end)).as_secs_f64();
+        stats.buffer_peak_bytes = self.buffer_peak;
+        Ok((sums, stats))
+    }
+}
+
+fn ended() -> Error {
+    Error::internal("gradients handed over after the reduction ended")
+}
+
+/// [`GradientReducer`] for [`DataParallel::train_step`]: reads each gradient buffer into the
+/// reduction, and writes the averages back.
+struct BufferReducer<'r, 'c, C: Collective> {
+    /// Until [`GradientReducer::finish`] ends it.
+    reduction: Option<Reduction<'c, C>>,
+    names: &'r [String],
+    /// Each parameter's shape and dtype.
+    metas: &'r [(Vec<usize>, DType)],
+    world: f32,
+    /// The step's communication, once [`GradientReducer::finish`] ran.
+    comm: Option<StepComm>,
+}
+
+impl<C: Collective> BufferReducer<'_, '_, C> {
+    /// A gradient buffer's values as f32, read in place where the backend allows.
+    fn values<B: Backend>(&self, backend: &mut B, param: usize, grad: &B::Buffer) -> Result<Vec<f32>> {
+        let name = self.names.get(param).map_or("?", String::as_str);
+        let check = |t: &HostTensor| match t.dtype() {
+            DType::F32 | DType::F16 | DType::BF16 => Ok(t.to_f32_vec()),
+            other => Err(Error::Feed {
+                what: "param",
+                name: name.to_string(),
+                message: format!("data-parallel steps reduce f32, f16 and bf16 gradients; this one is {other}"),
+            }),
+        };
+        match backend.host_view(grad) {
+            Some(t) => check(t),
+            None => check(&backend.download(grad)?),
+        }
+    }
+}
+
+impl<B: Backend, C: Collective> GradientReducer<B> for BufferReducer<'_, '_, C> {
+    fn gradient(&mut self, backend: &mut B, param: usize, grad: &B::Buffer) -> Result<()> {
+        let values = self.values(backend, param, grad)?;
+        self.reduction.as_mut().ok_or_else(ended)?.add(param, values)
+    }
+
+    fn finish(&mut self, backend: &mut B, grads: &mut Gradients<'_, B>) -> Result<()> {
+        // Gradients the backward did not hand over (one shared with another parameter) join last.
+        let mut reduction = self.reduction.take().ok_or_else(ended)?;
+        for param in 0..grads.len() {
+            if !reduction.has(param) {
+                let grad = grads.get(param).ok_or_else(|| Error::internal("a gradient vanished"))?;
+                reduction.add(param, self.values(backend, param, grad)?)?;
+            }
+        }
+        let (sums, stats) = reduction.finish(Instant::now())?;
+        for (param, sum) in sums.into_iter().enumerate() {
+            let name = &self.names[param];
+            let sum =
+                sum.ok_or_else(|| Error::internal(format!("the step gave no gradient for parameter `{name}`")))?;
+            let (shape, dtype) = &self.metas[param];
+            let grad = grads.get_mut(param).ok_or_else(|| Error::internal("a gradient vanished"))?;
+            let mean: Vec<f32> = sum.iter().map(|&s| s / self.world).collect();
+            backend.write(grad, &HostTensor::new(shape.clone(), HostData::from_f32(&mean, *dtype))?)?;
+        }
+        self.comm = Some(stats);
+        Ok(())
     }
 }
 

@@ -183,6 +183,23 @@ pub trait Backend {
     /// Bytes copied to and from the device since the backend was made.
     fn transfers(&self) -> TransferStats;
 
+    /// The buffer's elements where the backend keeps them in host memory (the CPU's buffers),
+    /// read in place; `None` where reading them needs a copy ([`Backend::download`]). A
+    /// collective reads gradients this way without moving them.
+    fn host_view<'a>(&self, buffer: &'a Self::Buffer) -> Option<&'a HostTensor> {
+        let _ = buffer;
+        None
+    }
+
+    /// Overwrites `buffer` with `values` (its shape and dtype), in place where the backend can
+    /// (the CPU and CUDA backends): a reduced gradient coming back from a collective. Counted as
+    /// bytes to the device. The default uploads a new buffer and drops the old one after it, so
+    /// both are held for a moment.
+    fn write(&mut self, buffer: &mut Self::Buffer, values: &HostTensor) -> Result<()> {
+        *buffer = self.upload(values)?;
+        Ok(())
+    }
+
     /// Σ x² over every element of the float buffers `tensors`, in f64, as a one-element f64
     /// buffer (shape `[]`) on the device: what global-norm clipping reads
     /// ([`UpdateCall::max_norm`]). The default sums downloaded copies on the host and uploads

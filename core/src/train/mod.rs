@@ -347,6 +347,32 @@ impl<B: Backend> TrainState<B> {
     /// `run_seed`), then the optimizer update of every parameter in place. On an error before
     /// the update (a bad feed, memory) no parameter has changed.
     pub fn step(&mut self, backend: &mut B, model: &Model, feeds: &Feeds, run_seed: u64) -> Result<TrainStepOutput> {
+        self.step_inner(backend, model, feeds, run_seed, None)
+    }
+
+    /// [`TrainState::step`] with `reducer` between the backward and the update: it is handed
+    /// each gradient buffer the moment the backward finishes it (so a data-parallel run reduces
+    /// while the backward goes on), then overwrites every gradient with its reduced value
+    /// before the update reads them.
+    pub fn step_reducing(
+        &mut self,
+        backend: &mut B,
+        model: &Model,
+        feeds: &Feeds,
+        run_seed: u64,
+        reducer: &mut dyn GradientReducer<B>,
+    ) -> Result<TrainStepOutput> {
+        self.step_inner(backend, model, feeds, run_seed, Some(reducer))
+    }
+
+    fn step_inner(
+        &mut self,
+        backend: &mut B,
+        model: &Model,
+        feeds: &Feeds,
+        run_seed: u64,
+        mut reducer: Option<&mut (dyn GradientReducer<B> + '_)>,
+    ) -> Result<TrainStepOutput> {
         self.check_model(model)?;
         let t = self.t.checked_add(1).ok_or_else(|| {
             Error::optimizer_state(format!("the training state has taken {} steps, the most it counts", self.t))
@@ -355,10 +381,14 @@ impl<B: Backend> TrainState<B> {
         let predicted_peak = self.predicted_peak(model);
         let before = backend.transfers();
         let outside = backend.memory().live_bytes.saturating_sub(self.held_bytes());
-        let (outputs, grads, host_peak) = self
-            .forward_backward(backend, model, feeds, run_seed)
+        let (outputs, mut grads, host_peak) = self
+            .forward_backward(backend, model, feeds, run_seed, reducer.as_deref_mut())
             .map_err(|e| e.with_predicted_peak(predicted_peak as u64))?;
         let loss = outputs.first().ok_or_else(|| Error::internal("the plan returned no loss"))?.scalar()?;
+        if let Some(reducer) = reducer {
+            let mut view = Gradients { buffers: &mut grads.buffers, of_param: &grads.of_param };
+            reducer.finish(backend, &mut view)?;
+        }
         self.update(backend, t, &grads).map_err(|e| e.with_predicted_peak(predicted_peak as u64))?;
         drop(grads);
         self.refresh_copies(backend).map_err(|e| e.with_predicted_peak(predicted_peak as u64))?;
@@ -408,6 +438,7 @@ impl<B: Backend> TrainState<B> {
         model: &Model,
         feeds: &Feeds,
         run_seed: u64,
+        reducer: Option<&mut (dyn GradientReducer<B> + '_)>,
     ) -> Result<(Vec<HostTensor>, Grads<B>, usize)> {
         let (joint, plan) = (model.joint(), model.plan());
         let graph = joint.graph();
@@ -432,9 +463,16 @@ impl<B: Backend> TrainState<B> {
                 }
             });
         }
-        let finished = exec::run_program(backend, graph, plan, resident, run_seed, Mode::Train)?;
-        let mut slots = finished.slots;
         let n_outputs = joint.forward_outputs().len();
+        let finished = match reducer {
+            None => exec::run_program(backend, graph, plan, resident, run_seed, Mode::Train)?,
+            Some(reducer) => {
+                let mut hand_over = |b: &mut B, k: usize, grad: &B::Buffer| reducer.gradient(b, k - n_outputs, grad);
+                let mut notify = exec::Notify::new(plan, graph.len(), n_outputs, &mut hand_over);
+                exec::run_program_with(backend, graph, plan, resident, run_seed, Mode::Train, Some(&mut notify))?
+            }
+        };
+        let mut slots = finished.slots;
         let mut outputs = Vec::with_capacity(n_outputs);
         for &id in &plan.kept()[..n_outputs] {
             let slot = slots[id.index()].as_ref().ok_or_else(|| missing_value(graph, id))?;
@@ -531,6 +569,50 @@ impl<B: Backend> TrainState<B> {
         }
         let layout = self.names.iter().zip(&self.metas).map(|(n, (s, d))| (n.clone(), s.clone(), *d)).collect();
         Ok(AdamW { lr, beta1, beta2, eps, weight_decay, t: self.t, m, v, layout: Layout(layout) })
+    }
+}
+
+/// What a data-parallel run does with the gradients between the backward and the update
+/// (`remat-dist` all-reduces them): [`TrainState::step_reducing`] hands it each gradient as soon
+/// as the backward finishes it, then has it overwrite every gradient with its reduced value.
+pub trait GradientReducer<B: Backend> {
+    /// Parameter `param`'s gradient (its index in [`Params`] order) is final. Called once per
+    /// gradient the backward computes, in [`Model::gradient_order`]; a parameter whose gradient
+    /// is another's (the same value) may not be called for: [`GradientReducer::finish`] sees
+    /// every one.
+    fn gradient(&mut self, backend: &mut B, param: usize, grad: &B::Buffer) -> Result<()>;
+
+    /// The backward has ended: overwrite each gradient with its reduced value
+    /// ([`Backend::write`]), before the update reads them.
+    fn finish(&mut self, backend: &mut B, grads: &mut Gradients<'_, B>) -> Result<()>;
+}
+
+/// The gradient buffers of a step, by parameter, as [`GradientReducer::finish`] gets them.
+/// Parameters with the same gradient share its buffer.
+pub struct Gradients<'g, B: Backend> {
+    buffers: &'g mut [B::Buffer],
+    of_param: &'g [usize],
+}
+
+impl<B: Backend> Gradients<'_, B> {
+    /// The number of parameters.
+    pub fn len(&self) -> usize {
+        self.of_param.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.of_param.is_empty()
+    }
+
+    /// Parameter `param`'s gradient.
+    pub fn get(&self, param: usize) -> Option<&B::Buffer> {
+        self.of_param.get(param).map(|&k| &self.buffers[k])
+    }
+
+    /// Parameter `param`'s gradient, to overwrite ([`Backend::write`]).
+    pub fn get_mut(&mut self, param: usize) -> Option<&mut B::Buffer> {
+        self.of_param.get(param).map(|&k| &mut self.buffers[k])
     }
 }
 

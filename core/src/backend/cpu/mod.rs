@@ -230,6 +230,28 @@ impl Backend for CpuBackend {
         self.transfers
     }
 
+    fn host_view<'a>(&self, buffer: &'a CpuBuffer) -> Option<&'a HostTensor> {
+        Some(&buffer.tensor)
+    }
+
+    /// In place: the meter does not move.
+    fn write(&mut self, buffer: &mut CpuBuffer, values: &HostTensor) -> Result<()> {
+        if values.shape() != buffer.tensor.shape() || values.dtype() != buffer.tensor.dtype() {
+            return Err(crate::Error::config(
+                "values",
+                format!(
+                    "writing {} {} into a buffer of {} {}",
+                    crate::fmt_shape(values.shape()),
+                    values.dtype(),
+                    crate::fmt_shape(buffer.tensor.shape()),
+                    buffer.tensor.dtype()
+                ),
+            ));
+        }
+        self.transfers.to_device_bytes += values.bytes() as u64;
+        buffer.tensor.set_data(values.data().clone())
+    }
+
     fn sum_squares(&mut self, tensors: &[&CpuBuffer]) -> Result<CpuBuffer> {
         let tensors: Vec<&HostTensor> = tensors.iter().map(|b| &b.tensor).collect();
         let sum = crate::update::host_sum_squares(&tensors)?;
