@@ -18,9 +18,13 @@ fn bits(p: &Params) -> Vec<Vec<u64>> {
     p.values().iter().map(|v| v.to_f64_vec().iter().map(|x| x.to_bits()).collect()).collect()
 }
 
+/// What a rank ends with: the resident state's parameters and the host path's (bits), and
+/// both losses of each step.
+type RankEnd = (Vec<Vec<u64>>, Vec<Vec<u64>>, Vec<(u64, u64)>);
+
 /// Per rank, after 3 steps: the resident state's parameters and the host path's, and the
 /// losses of both.
-fn two_ranks(rank: usize, engine: Engine) -> (Vec<Vec<u64>>, Vec<Vec<u64>>, Vec<(u64, u64)>) {
+fn two_ranks(rank: usize, engine: Engine) -> RankEnd {
     let model = Model::new(zoo::gpt(&cfg(2)).unwrap()).unwrap();
     let mut dp = DataParallel::new(engine).with_bucket_bytes(2000);
     let mut host_params = model.init_params(11).unwrap();
