@@ -123,11 +123,16 @@ fn train_rank(
         ..dp.rank_config(&model, &params)
     };
     dp.agree(&config)?;
-    // ZeRO-1 keeps this rank's slice of the (loaded) moments only.
-    let mut sharded = opts.zero.then(|| ShardedAdamW::from_adamw(&opt, &params, rank, world)).transpose()?;
-    if sharded.is_some() {
-        opt = AdamW::new(opts.lr);
-    }
+    // ZeRO-1 keeps this rank's slice of the (loaded) moments only, on the host. Without it the
+    // parameters, moments (f64, as ZeRO-1's, so both give the same bits) and gradients stay in
+    // the backend's buffers, the gradients reduced from there.
+    let mut cpu = CpuBackend::new();
+    let mut optimizer = if opts.zero {
+        Optim::Sharded(ShardedAdamW::from_adamw(&opt, &params, rank, world)?)
+    } else {
+        let options = TrainOptions::from(&opt).state_dtype(DType::F64);
+        Optim::Resident(TrainState::resume(&mut cpu, &model, &params, &opt, options)?)
+    };
     if rank == 0 {
         println!(
             "{name}: data parallel over {world} rank(s), batch {} = {world} × {}, optimizer {}{}",
@@ -142,30 +147,36 @@ fn train_rank(
     let (mut millis, mut hidden, mut sent, mut buckets) = (Vec::new(), 0.0, 0u64, 0usize);
     let mut last = (f64::NAN, 0usize, 0usize);
     for step in first_step..first_step + opts.steps {
-        let whole = feeds(step)?;
-        let start = Instant::now();
-        let out =
-            dp.step(&model, &mut CpuBackend::new(), &params, &dp.shard_feeds(&whole)?, opts.seed.wrapping_add(step))?;
-        match &mut sharded {
-            Some(s) => s.step(dp.comm(), &mut params, &out.grads)?,
-            None => opt.step(&mut params, &out.grads)?,
-        }
+        let shard = dp.shard_feeds(&feeds(step)?)?;
+        let (start, seed) = (Instant::now(), opts.seed.wrapping_add(step));
+        let (loss, comm, peaks) = match &mut optimizer {
+            Optim::Resident(state) => {
+                let out = dp.train_step(&model, &mut cpu, state, &shard, seed)?;
+                (out.loss, out.comm, (out.local.predicted_peak, out.local.measured_peak))
+            }
+            Optim::Sharded(sharded) => {
+                let out = dp.step(&model, &mut CpuBackend::new(), &params, &shard, seed)?;
+                sharded.step(dp.comm(), &mut params, &out.grads)?;
+                (out.loss, out.comm, (out.local.predicted_peak, out.local.measured_peak))
+            }
+        };
         millis.push(start.elapsed().as_secs_f64() * 1e3);
-        hidden += out.comm.hidden_fraction();
-        sent += out.comm.bytes_sent;
-        buckets += out.comm.buckets;
-        comm_measured = comm_measured.max(out.comm.buffer_peak_bytes);
-        last = (out.loss, out.local.predicted_peak, out.local.measured_peak);
+        hidden += comm.hidden_fraction();
+        sent += comm.bytes_sent;
+        buckets += comm.buckets;
+        comm_measured = comm_measured.max(comm.buffer_peak_bytes);
+        last = (loss, peaks.0, peaks.1);
         if rank == 0 && (step % 10 == 0 || step + 1 == first_step + opts.steps) {
-            println!("step {step:4}  loss {:.6}  {:.1} ms", out.loss, millis.last().copied().unwrap_or(0.0));
+            println!("step {step:4}  loss {loss:.6}  {:.1} ms", millis.last().copied().unwrap_or(0.0));
         }
     }
     let n = opts.steps.max(1) as f64;
     millis.sort_by(f64::total_cmp);
     let median = millis.get(millis.len() / 2).copied().unwrap_or(0.0);
-    let state = sharded
-        .as_ref()
-        .map_or(2 * 8 * params.values().iter().map(|p| p.numel()).sum::<usize>(), ShardedAdamW::state_bytes);
+    let state = match &optimizer {
+        Optim::Resident(state) => state.state_bytes(),
+        Optim::Sharded(sharded) => sharded.state_bytes(),
+    };
     println!(
         "rank {rank}: median step {median:.1} ms, {:.1} buckets/step, {:.0}% of the all-reduce hidden behind the backward, \
          {:.1} KiB sent/step, optimizer state {:.1} KiB, peak {} B predicted / {} B measured, \
@@ -181,9 +192,12 @@ fn train_rank(
     );
     if let Some(path) = &opts.save_state {
         // Every rank takes part in gathering sharded moments; rank 0 writes.
-        let whole = match &sharded {
-            Some(s) => s.to_adamw(dp.comm(), &params)?,
-            None => opt.clone(),
+        let whole = match &optimizer {
+            Optim::Sharded(s) => s.to_adamw(dp.comm(), &params)?,
+            Optim::Resident(state) => {
+                params = state.params(&mut cpu)?;
+                state.adamw(&mut cpu)?
+            }
         };
         if rank == 0 {
             save_state(path, &params, &whole, Progress { step: first_step + opts.steps, seed: opts.seed })?;
@@ -195,6 +209,15 @@ fn train_rank(
     }
     dp.comm().barrier()?;
     Ok(())
+}
+
+/// How a rank updates its parameters.
+#[cfg(feature = "mpi")]
+enum Optim {
+    /// Parameters, moments and gradients in the CPU backend's buffers ([`TrainState`]).
+    Resident(TrainState<CpuBackend>),
+    /// ZeRO-1: host parameters, this rank's slice of the moments.
+    Sharded(ShardedAdamW),
 }
 
 /// Without the `mpi` feature there is no data parallelism to run.

@@ -17,6 +17,7 @@
 //! collective with a different length / a different operation on each rank.
 
 use remat_core::{load_state, save_state, AdamW, CpuBackend, DType, Model, Optimizer, Params, Progress, Result};
+use remat_core::{TrainOptions, TrainState};
 use remat_dist::{sum_in_rank_order, Collective, DataParallel, Engine, Mpi, RankConfig, ShardedAdamW};
 use remat_zoo::{self as zoo, GptConfig};
 
@@ -386,13 +387,28 @@ fn run_rank(dp: &mut DataParallel<Engine>, flags: &RunFlags) -> Result<()> {
         };
         dp.agree(&config)?;
     }
+    // As the example: without ZeRO-1 the parameters, moments (f64) and gradients stay in the
+    // backend's buffers.
+    let mut cpu = CpuBackend::new();
+    let options = TrainOptions::from(&opt).state_dtype(DType::F64);
+    let mut resident =
+        (!flags.zero).then(|| TrainState::resume(&mut cpu, &model, &params, &opt, options)).transpose()?;
     let mut opt = Opt::from_whole(opt, flags.zero, &params, dp)?;
     let mut loss = f64::NAN;
     for step in first_step..first_step + flags.steps {
         let feeds = dp.shard_feeds(&zoo::synthetic_tokens(&whole, step)?)?;
-        let out = dp.step(&model, &mut CpuBackend::new(), &params, &feeds, step)?;
-        opt.step(dp, &mut params, &out.grads)?;
-        loss = out.loss;
+        loss = match &mut resident {
+            Some(state) => dp.train_step(&model, &mut cpu, state, &feeds, step)?.loss,
+            None => {
+                let out = dp.step(&model, &mut CpuBackend::new(), &params, &feeds, step)?;
+                opt.step(dp, &mut params, &out.grads)?;
+                out.loss
+            }
+        };
+    }
+    if let Some(state) = &resident {
+        params = state.params(&mut cpu)?;
+        opt = Opt::Whole(state.adamw(&mut cpu)?);
     }
     if let Some(path) = &flags.save_state {
         let state = opt.whole(dp, &params)?;
