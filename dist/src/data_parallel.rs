@@ -22,6 +22,9 @@ pub struct DataParallel<C: Collective> {
     agreed_layout: Option<Layout>,
     /// The step the next [`DataParallel::step`] runs (from [`RankConfig::first_step`]).
     next_step: u64,
+    /// Whether [`DataParallel::shard_state`] sharded the training state's optimizer: each
+    /// [`DataParallel::train_step`] then broadcasts every parameter from the rank that updated it.
+    sharded_state: bool,
 }
 
 /// What one [`DataParallel::train_step`] returns.
@@ -148,7 +151,13 @@ impl StepComm {
 impl<C: Collective> DataParallel<C> {
     /// Data parallelism over `comm`, reducing gradients in buckets of [`DEFAULT_BUCKET_BYTES`].
     pub fn new(comm: C) -> Self {
-        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES, agreed_layout: None, next_step: 0 }
+        DataParallel {
+            comm,
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
+            agreed_layout: None,
+            next_step: 0,
+            sharded_state: false,
+        }
     }
 
     /// With buckets of `bytes` (at least one gradient per bucket whatever its size).
@@ -433,9 +442,105 @@ impl<C: Collective> DataParallel<C> {
         };
         let local = state.step_reducing(backend, model, feeds, rank_seed, &mut reducer)?;
         let mut comm = reducer.comm.ok_or_else(|| Error::internal("the gradients were never reduced"))?;
+        if self.sharded_state {
+            self.broadcast_updated(backend, state)?;
+        }
         let loss = self.agree_on_step(local.loss, seed)?;
         comm.bytes_sent = self.comm.bytes_sent() - sent_before;
         Ok(DpTrainStep { loss, local, comm })
+    }
+
+    /// ZeRO-1 on a training state: each parameter gets an owner (greedily, the rank with the
+    /// fewest elements so far, in parameter order), and this rank's state keeps the optimizer
+    /// state (and master weights) of its own parameters only ([`TrainState::keep_only`]). From
+    /// then on each [`DataParallel::train_step`] updates a rank's own parameters and broadcasts
+    /// them to the others: per-rank optimizer memory about `1 / world` of the whole, and every
+    /// rank ends each step with the same parameters.
+    pub fn shard_state<B: Backend>(&mut self, state: &mut TrainState<B>) -> Result<()> {
+        let owners = self.owners(state)?;
+        let rank = self.rank();
+        state.keep_only(&owners.iter().map(|&o| o == rank).collect::<Vec<_>>())?;
+        self.sharded_state = true;
+        Ok(())
+    }
+
+    /// The rank that updates each parameter of `state` under [`DataParallel::shard_state`].
+    pub fn owners<B: Backend>(&self, state: &TrainState<B>) -> Result<Vec<usize>> {
+        let mut load = vec![0usize; self.world_size()];
+        state
+            .names()
+            .iter()
+            .map(|name| {
+                let numel: usize = state
+                    .meta(name)
+                    .ok_or_else(|| Error::internal(format!("no meta for `{name}`")))?
+                    .0
+                    .iter()
+                    .product();
+                let owner = (0..load.len()).min_by_key(|&r| (load[r], r)).unwrap_or(0);
+                load[owner] += numel;
+                Ok(owner)
+            })
+            .collect()
+    }
+
+    /// Every parameter broadcast from its owner, which updated it.
+    fn broadcast_updated<B: Backend>(&mut self, backend: &mut B, state: &mut TrainState<B>) -> Result<()> {
+        let owners = self.owners(state)?;
+        for (k, &owner) in owners.iter().enumerate() {
+            let (shape, dtype) = {
+                let (shape, dtype) =
+                    state.meta(&state.names()[k]).ok_or_else(|| Error::internal("a parameter without meta"))?;
+                (shape.to_vec(), dtype)
+            };
+            let n: usize = shape.iter().product();
+            let bytes = if owner == self.rank() {
+                let buffer = state.param_buffer(k).ok_or_else(|| Error::internal("a parameter without a buffer"))?;
+                match backend.host_view(buffer) {
+                    Some(t) => value_bytes(t),
+                    None => value_bytes(&backend.download(buffer)?),
+                }
+            } else {
+                vec![0; n * 8]
+            };
+            let bytes = self.comm.broadcast(bytes, owner)?;
+            if owner != self.rank() {
+                let value = HostTensor::new(shape, from_bytes(&bytes, dtype, n)?)?;
+                state.write_param(backend, k, &value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole optimizer state of a training state sharded by [`DataParallel::shard_state`], as
+    /// an unsharded AdamW on every rank (each parameter's moments broadcast from its owner), e.g.
+    /// for rank 0 to save it with [`TrainState::params`]. A state not sharded gives its own.
+    pub fn gather_adamw<B: Backend>(&mut self, backend: &mut B, state: &TrainState<B>) -> Result<remat_core::AdamW> {
+        if !self.sharded_state {
+            return state.adamw(backend);
+        }
+        let remat_core::UpdateRule::AdamW { lr, beta1, beta2, eps, weight_decay } = state.options().rule else {
+            return Err(Error::config("rule", "this training state runs SGD, not AdamW"));
+        };
+        let owners = self.owners(state)?;
+        let (mut m, mut v) = (Vec::with_capacity(owners.len()), Vec::with_capacity(owners.len()));
+        for (k, &owner) in owners.iter().enumerate() {
+            let n: usize = state.meta(&state.names()[k]).map_or(0, |(shape, _)| shape.iter().product());
+            let bytes = match state.state_values(backend, k)? {
+                Some(values) => values.concat().iter().flat_map(|x| x.to_le_bytes()).collect(),
+                None => vec![0; 2 * n * 8],
+            };
+            let bytes = self.comm.broadcast(bytes, owner)?;
+            let HostData::F64(both) = from_bytes(&bytes, DType::F64, 2 * n)? else {
+                return Err(Error::internal("moments broadcast as another dtype"));
+            };
+            m.push(both[..n].to_vec());
+            v.push(both[n..].to_vec());
+        }
+        let params = state.params(backend)?;
+        let mut adamw = remat_core::AdamW::new(lr);
+        (adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay) = (beta1, beta2, eps, weight_decay);
+        adamw.with_state(&params, state.t(), m, v)
     }
 
     /// The seed of this rank's random ops for a step seeded `seed`: ranks draw different

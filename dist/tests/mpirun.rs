@@ -304,10 +304,11 @@ fn final_digest(text: &str) -> String {
 }
 
 #[test]
-fn the_resident_loop_resumes_bit_exactly_and_matches_zero_1() {
-    // Without --zero the example's loop trains the resident state (gradients reduced from the
-    // backend's buffers, f64 moments); ZeRO-1 steps host parameters with f64 moments: the same
-    // updates, so the same bits. A run saved after 3 steps and resumed for 3 more is a run of 6.
+fn the_resident_loop_resumes_bit_exactly_and_matches_its_zero_1() {
+    // The example's loop trains the resident state (gradients reduced from the backend's
+    // buffers, f64 moments); with --zero each rank keeps the moments of its own parameters and
+    // broadcasts them updated: the same updates, so the same bits. A run saved after 3 steps
+    // (the sharded moments gathered) and resumed for 3 more is a run of 6.
     let Some((out, straight, _)) = mpmd(&["--steps", "6"], &["--steps", "6"], &[]) else { return };
     assert!(out.status.success(), "{straight}");
     let Some((out, zero, _)) = mpmd(&["--zero", "--steps", "6"], &["--zero", "--steps", "6"], &[]) else { return };

@@ -59,6 +59,70 @@ fn two_ranks_train_the_resident_state_as_the_host_path_does_bit_for_bit() {
     assert_ne!(ranks[0].0, bits(&Model::new(zoo::gpt(&cfg(2)).unwrap()).unwrap().init_params(11).unwrap()));
 }
 
+/// What a rank of the ZeRO-1 job ends with: the sharded state's parameters and the host
+/// path's, the gathered moments' and the host optimizer's (bits), and the state's bytes.
+type ZeroEnd = (Vec<Vec<u64>>, Vec<Vec<u64>>, Vec<Vec<u64>>, Vec<Vec<u64>>, usize);
+
+fn moment_bits(opt: &AdamW) -> Vec<Vec<u64>> {
+    let (m, v) = opt.moments();
+    m.iter().chain(v).map(|x| x.iter().map(|x| x.to_bits()).collect()).collect()
+}
+
+fn zero_ranks(_: usize, engine: Engine) -> ZeroEnd {
+    let model = Model::new(zoo::gpt(&cfg(2)).unwrap()).unwrap();
+    let mut dp = DataParallel::new(engine).with_bucket_bytes(2000);
+    let mut host_params = model.init_params(12).unwrap();
+    dp.broadcast_params(&mut host_params).unwrap();
+    let mut host_opt = AdamW::new(1e-2);
+    let mut cpu = CpuBackend::new();
+    let options = TrainOptions::from(&host_opt).state_dtype(DType::F64).clip_grad_norm(0.5);
+    let mut state = TrainState::new(&mut cpu, &model, &host_params, options).unwrap();
+    dp.shard_state(&mut state).unwrap();
+    for step in 0..3 {
+        let shard = dp.shard_feeds(&zoo::synthetic_tokens(&cfg(4), step).unwrap()).unwrap();
+        let host = dp.step(&model, &mut CpuBackend::new(), &host_params, &shard, step).unwrap();
+        // The host path clips as the state does: by the global norm of the averaged gradients.
+        let norm = host.grads.iter().flat_map(|g| g.to_f64_vec()).map(|g| g * g).sum::<f64>();
+        let scale = remat_core::clip_factor(0.5, norm);
+        let clipped: Vec<_> = host
+            .grads
+            .iter()
+            .map(|g| {
+                // In f64, as the update kernel scales them (no rounding to f32 between).
+                let v: Vec<f64> = g.to_f64_vec().iter().map(|x| x * scale).collect();
+                remat_core::HostTensor::f64(g.shape().to_vec(), v).unwrap()
+            })
+            .collect();
+        host_opt.step(&mut host_params, &clipped).unwrap();
+        dp.train_step(&model, &mut cpu, &mut state, &shard, step).unwrap();
+    }
+    let gathered = dp.gather_adamw(&mut cpu, &state).unwrap();
+    let bytes = state.state_bytes();
+    (bits(&state.params(&mut cpu).unwrap()), bits(&host_params), moment_bits(&gathered), moment_bits(&host_opt), bytes)
+}
+
+/// ZeRO-1 on the resident state: each rank keeps the moments of its own parameters (about half
+/// the bytes), updates those and broadcasts them; every rank ends with the host path's
+/// parameters, and the moments gathered for a save are the host optimizer's, bit for bit.
+#[test]
+fn zero_1_on_the_resident_state_shards_the_moments_and_keeps_the_bits() {
+    let ranks = job_owning(2, zero_ranks);
+    let whole: usize = Model::new(zoo::gpt(&cfg(2)).unwrap())
+        .unwrap()
+        .init_params(0)
+        .unwrap()
+        .values()
+        .iter()
+        .map(|p| p.numel() * 16)
+        .sum();
+    for (rank, (params, host, moments, host_moments, bytes)) in ranks.iter().enumerate() {
+        assert_eq!(params, host, "rank {rank}: parameters differ from the host path");
+        assert_eq!(moments, host_moments, "rank {rank}: gathered moments differ");
+        assert!(*bytes < whole * 3 / 4, "rank {rank} keeps {bytes} of {whole} bytes of moments");
+    }
+    assert_eq!(ranks[0].4 + ranks[1].4, whole, "the shards cover the moments once");
+}
+
 /// One rank: `train_step` is `TrainState::step` (the mean over one rank is the gradient), and
 /// the step reads the gradients in place: the batch and the reduced gradients written back go
 /// in, the loss comes out.

@@ -3,7 +3,7 @@
 //! batch, gradients averaged in buckets during the backward; rank 0 reports and saves.
 
 #[cfg(feature = "mpi")]
-use remat::dist::{state_digest, Collective, DataParallel, Mpi, RankConfig, ShardedAdamW};
+use remat::dist::{state_digest, Collective, DataParallel, Mpi, RankConfig};
 #[cfg(feature = "mpi")]
 use remat::dist::{OPTIMIZER_ADAMW, OPTIMIZER_ZERO1};
 use remat::prelude::*;
@@ -123,16 +123,14 @@ fn train_rank(
         ..dp.rank_config(&model, &params)
     };
     dp.agree(&config)?;
-    // ZeRO-1 keeps this rank's slice of the (loaded) moments only, on the host. Without it the
-    // parameters, moments (f64, as ZeRO-1's, so both give the same bits) and gradients stay in
-    // the backend's buffers, the gradients reduced from there.
+    // The parameters, moments (f64) and gradients stay in the backend's buffers, the gradients
+    // reduced from there; ZeRO-1 keeps the moments of this rank's share of the parameters only.
     let mut cpu = CpuBackend::new();
-    let mut optimizer = if opts.zero {
-        Optim::Sharded(ShardedAdamW::from_adamw(&opt, &params, rank, world)?)
-    } else {
-        let options = TrainOptions::from(&opt).state_dtype(DType::F64);
-        Optim::Resident(TrainState::resume(&mut cpu, &model, &params, &opt, options)?)
-    };
+    let options = TrainOptions::from(&opt).state_dtype(DType::F64);
+    let mut state = TrainState::resume(&mut cpu, &model, &params, &opt, options)?;
+    if opts.zero {
+        dp.shard_state(&mut state)?;
+    }
     if rank == 0 {
         println!(
             "{name}: data parallel over {world} rank(s), batch {} = {world} × {}, optimizer {}{}",
@@ -149,17 +147,8 @@ fn train_rank(
     for step in first_step..first_step + opts.steps {
         let shard = dp.shard_feeds(&feeds(step)?)?;
         let (start, seed) = (Instant::now(), opts.seed.wrapping_add(step));
-        let (loss, comm, peaks) = match &mut optimizer {
-            Optim::Resident(state) => {
-                let out = dp.train_step(&model, &mut cpu, state, &shard, seed)?;
-                (out.loss, out.comm, (out.local.predicted_peak, out.local.measured_peak))
-            }
-            Optim::Sharded(sharded) => {
-                let out = dp.step(&model, &mut CpuBackend::new(), &params, &shard, seed)?;
-                sharded.step(dp.comm(), &mut params, &out.grads)?;
-                (out.loss, out.comm, (out.local.predicted_peak, out.local.measured_peak))
-            }
-        };
+        let out = dp.train_step(&model, &mut cpu, &mut state, &shard, seed)?;
+        let (loss, comm, peaks) = (out.loss, out.comm, (out.local.predicted_peak, out.local.measured_peak));
         millis.push(start.elapsed().as_secs_f64() * 1e3);
         hidden += comm.hidden_fraction();
         sent += comm.bytes_sent;
@@ -173,10 +162,7 @@ fn train_rank(
     let n = opts.steps.max(1) as f64;
     millis.sort_by(f64::total_cmp);
     let median = millis.get(millis.len() / 2).copied().unwrap_or(0.0);
-    let state = match &optimizer {
-        Optim::Resident(state) => state.state_bytes(),
-        Optim::Sharded(sharded) => sharded.state_bytes(),
-    };
+    let state_bytes = state.state_bytes();
     println!(
         "rank {rank}: median step {median:.1} ms, {:.1} buckets/step, {:.0}% of the all-reduce hidden behind the backward, \
          {:.1} KiB sent/step, optimizer state {:.1} KiB, peak {} B predicted / {} B measured, \
@@ -184,7 +170,7 @@ fn train_rank(
         buckets as f64 / n,
         100.0 * hidden / n,
         sent as f64 / n / 1024.0,
-        state as f64 / 1024.0,
+        state_bytes as f64 / 1024.0,
         last.1,
         last.2,
         comm_plan.buffer_peak_bytes,
@@ -192,13 +178,8 @@ fn train_rank(
     );
     if let Some(path) = &opts.save_state {
         // Every rank takes part in gathering sharded moments; rank 0 writes.
-        let whole = match &optimizer {
-            Optim::Sharded(s) => s.to_adamw(dp.comm(), &params)?,
-            Optim::Resident(state) => {
-                params = state.params(&mut cpu)?;
-                state.adamw(&mut cpu)?
-            }
-        };
+        let whole = dp.gather_adamw(&mut cpu, &state)?;
+        params = state.params(&mut cpu)?;
         if rank == 0 {
             save_state(path, &params, &whole, Progress { step: first_step + opts.steps, seed: opts.seed })?;
             println!("saved the training state to {}", path.display());
@@ -209,15 +190,6 @@ fn train_rank(
     }
     dp.comm().barrier()?;
     Ok(())
-}
-
-/// How a rank updates its parameters.
-#[cfg(feature = "mpi")]
-enum Optim {
-    /// Parameters, moments and gradients in the CPU backend's buffers ([`TrainState`]).
-    Resident(TrainState<CpuBackend>),
-    /// ZeRO-1: host parameters, this rank's slice of the moments.
-    Sharded(ShardedAdamW),
 }
 
 /// Without the `mpi` feature there is no data parallelism to run.

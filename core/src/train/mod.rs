@@ -131,6 +131,9 @@ pub struct TrainState<B: Backend> {
     /// Per parameter, its master weights where it has them ([`TrainOptions::master_dtype`]):
     /// then `params` holds the copy the model computes with.
     masters: Vec<Option<B::Buffer>>,
+    /// Per parameter, whether this state updates it (all, unless [`TrainState::keep_only`]
+    /// sharded the optimizer over ranks).
+    owned: Vec<bool>,
     options: TrainOptions,
     /// Steps taken.
     t: u64,
@@ -246,6 +249,7 @@ impl<B: Backend> TrainState<B> {
             params: buffers,
             state: states,
             masters,
+            owned: vec![true; params.len()],
             options,
             t,
             param_bytes,
@@ -513,7 +517,7 @@ impl<B: Backend> TrainState<B> {
             Some(_) => Some(backend.sum_squares(&grads.buffers.iter().collect::<Vec<_>>())?),
             None => None,
         };
-        for (k, name) in self.names.iter().enumerate() {
+        for (k, name) in self.names.iter().enumerate().filter(|&(k, _)| self.owned[k]) {
             let grad = &grads.buffers[grads.of_param[k]];
             let call = UpdateCall { name, coefficients, max_norm };
             let target = self.masters[k].as_mut().unwrap_or(&mut self.params[k]);
@@ -549,6 +553,74 @@ impl<B: Backend> TrainState<B> {
             .unwrap_or(0)
     }
 
+    /// Shards the optimizer (ZeRO-1): from now on this state updates only the parameters `owned`
+    /// marks and keeps optimizer state (and master weights) for those alone; the others' are
+    /// freed. A data-parallel run gives each rank its share and broadcasts each updated
+    /// parameter from its owner ([`TrainState::write_param`]).
+    pub fn keep_only(&mut self, owned: &[bool]) -> Result<()> {
+        if owned.len() != self.params.len() {
+            return Err(Error::config(
+                "owned",
+                format!("{} ownership marks for {} parameters", owned.len(), self.params.len()),
+            ));
+        }
+        for (k, &own) in owned.iter().enumerate() {
+            if !own && self.owned[k] {
+                let numel: usize = self.metas[k].0.iter().product();
+                self.state_bytes -= self.state[k].len() * numel * self.options.state_dtype.size();
+                self.state[k].clear();
+                if self.masters[k].take().is_some() {
+                    self.master_bytes -= numel * self.options.master_dtype.map_or(0, DType::size);
+                }
+            }
+            self.owned[k] = own && self.owned[k];
+        }
+        Ok(())
+    }
+
+    /// Whether this state updates parameter `k` ([`TrainState::keep_only`]).
+    pub fn owns(&self, k: usize) -> bool {
+        self.owned.get(k).copied().unwrap_or(false)
+    }
+
+    /// Parameter `k`'s buffer (the copy the model computes with).
+    pub fn param_buffer(&self, k: usize) -> Option<&B::Buffer> {
+        self.params.get(k)
+    }
+
+    /// Overwrites parameter `k` with `value` (its shape and dtype), and its master weights with
+    /// it where it has them: a parameter updated by its owner and broadcast to the other ranks.
+    pub fn write_param(&mut self, backend: &mut B, k: usize, value: &HostTensor) -> Result<()> {
+        let (shape, dtype) = self.metas.get(k).ok_or_else(|| Error::config("param", format!("no parameter {k}")))?;
+        if value.shape() != &shape[..] || value.dtype() != *dtype {
+            return Err(Error::Feed {
+                what: "param",
+                name: self.names[k].clone(),
+                message: format!(
+                    "declared {} {dtype}, got {} {}",
+                    fmt_shape(shape),
+                    fmt_shape(value.shape()),
+                    value.dtype()
+                ),
+            });
+        }
+        backend.write(&mut self.params[k], value)?;
+        if let (Some(master), Some(m)) = (self.masters[k].as_mut(), self.options.master_dtype) {
+            backend.write(master, &HostTensor::new(shape.clone(), HostData::from_f64(&value.to_f64_vec(), m))?)?;
+        }
+        Ok(())
+    }
+
+    /// Parameter `k`'s optimizer state, downloaded in f64 (`m`, `v` for AdamW), or `None` where
+    /// this state does not own it.
+    pub fn state_values(&self, backend: &mut B, k: usize) -> Result<Option<Vec<Vec<f64>>>> {
+        if !self.owns(k) {
+            return Ok(None);
+        }
+        let values = self.state[k].iter().map(|s| Ok(backend.download(s)?.to_f64_vec())).collect::<Result<_>>()?;
+        Ok(Some(values))
+    }
+
     /// The parameters, downloaded (to save, evaluate or generate from them on the host).
     pub fn params(&self, backend: &mut B) -> Result<Params> {
         let values = self.params.iter().map(|b| backend.download(b)).collect::<Result<Vec<_>>>()?;
@@ -561,6 +633,12 @@ impl<B: Backend> TrainState<B> {
         let UpdateRule::AdamW { lr, beta1, beta2, eps, weight_decay } = self.options.rule else {
             return Err(Error::config("rule", "this training state runs SGD, not AdamW"));
         };
+        if let Some(k) = self.owned.iter().position(|&own| !own) {
+            return Err(Error::optimizer_state(format!(
+                "this training state is sharded: it holds no moments of `{}` (gather them from the rank that owns it)",
+                self.names[k]
+            )));
+        }
         let mut m = Vec::with_capacity(self.state.len());
         let mut v = Vec::with_capacity(self.state.len());
         for s in &self.state {

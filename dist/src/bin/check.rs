@@ -387,33 +387,24 @@ fn run_rank(dp: &mut DataParallel<Engine>, flags: &RunFlags) -> Result<()> {
         };
         dp.agree(&config)?;
     }
-    // As the example: without ZeRO-1 the parameters, moments (f64) and gradients stay in the
-    // backend's buffers.
+    // As the example: the parameters, moments (f64) and gradients stay in the backend's
+    // buffers; ZeRO-1 shards the moments over the ranks.
     let mut cpu = CpuBackend::new();
     let options = TrainOptions::from(&opt).state_dtype(DType::F64);
-    let mut resident =
-        (!flags.zero).then(|| TrainState::resume(&mut cpu, &model, &params, &opt, options)).transpose()?;
-    let mut opt = Opt::from_whole(opt, flags.zero, &params, dp)?;
+    let mut state = TrainState::resume(&mut cpu, &model, &params, &opt, options)?;
+    if flags.zero {
+        dp.shard_state(&mut state)?;
+    }
     let mut loss = f64::NAN;
     for step in first_step..first_step + flags.steps {
         let feeds = dp.shard_feeds(&zoo::synthetic_tokens(&whole, step)?)?;
-        loss = match &mut resident {
-            Some(state) => dp.train_step(&model, &mut cpu, state, &feeds, step)?.loss,
-            None => {
-                let out = dp.step(&model, &mut CpuBackend::new(), &params, &feeds, step)?;
-                opt.step(dp, &mut params, &out.grads)?;
-                out.loss
-            }
-        };
+        loss = dp.train_step(&model, &mut cpu, &mut state, &feeds, step)?.loss;
     }
-    if let Some(state) = &resident {
-        params = state.params(&mut cpu)?;
-        opt = Opt::Whole(state.adamw(&mut cpu)?);
-    }
+    let whole_opt = dp.gather_adamw(&mut cpu, &state)?;
+    let params = state.params(&mut cpu)?;
     if let Some(path) = &flags.save_state {
-        let state = opt.whole(dp, &params)?;
         if rank == 0 {
-            save_state(path, &params, &state, Progress { step: first_step + flags.steps, seed: 0 })?;
+            save_state(path, &params, &whole_opt, Progress { step: first_step + flags.steps, seed: 0 })?;
         }
     }
     // Every rank holds the same parameters (the digest is gathered: one length on every rank).
