@@ -96,13 +96,19 @@ fn adamw_with_f32_state_matches_the_textbook_update_with_f32_moments() {
     }
 }
 
-/// Mixed precision: a bf16 model with f32 master weights. The oracle keeps f32 masters and f32
+/// Mixed precision: a bf16 (and an f16) model with f32 master weights. The oracle keeps f32 masters and f32
 /// moments itself, takes each step's gradients from `Model::step` on the masters rounded to
 /// bf16, and applies the textbook AdamW to the masters: the state's bf16 weights are the
 /// oracle's masters rounded, bit for bit, at every step.
 #[test]
 fn bf16_compute_with_f32_master_weights_matches_the_textbook_update_of_the_masters() {
-    let model = mlp(DType::BF16, Strategy::MinCut);
+    for dtype in [DType::BF16, DType::F16] {
+        narrow_compute_with_f32_masters(dtype);
+    }
+}
+
+fn narrow_compute_with_f32_masters(dtype: DType) {
+    let model = mlp(dtype, Strategy::MinCut);
     let start = model.init_params(6).unwrap();
     let mut cpu = CpuBackend::new();
     let (lr, b1, b2, eps, wd) = (0.01, 0.9, 0.999, 1e-8, 0.01);
@@ -115,7 +121,7 @@ fn bf16_compute_with_f32_master_weights_matches_the_textbook_update_of_the_maste
     let rounded = |masters: &[Vec<f32>]| {
         let mut p = start.clone();
         for (value, w) in p.values_mut().iter_mut().zip(masters) {
-            *value = HostTensor::from_f32(value.shape().to_vec(), w, DType::BF16).unwrap();
+            *value = HostTensor::from_f32(value.shape().to_vec(), w, dtype).unwrap();
         }
         p
     };
@@ -134,7 +140,7 @@ fn bf16_compute_with_f32_master_weights_matches_the_textbook_update_of_the_maste
                 w[j] = (wj - lr * (s + wd * wj)) as f32;
             }
         }
-        assert_eq!(bits(&state.params(&mut cpu).unwrap()), bits(&rounded(&masters)), "step {step}");
+        assert_eq!(bits(&state.params(&mut cpu).unwrap()), bits(&rounded(&masters)), "{dtype} step {step}");
     }
     // The updates are finer than bf16's spacing: the masters moved where the weights alone
     // would have rounded back.
