@@ -304,7 +304,8 @@ fn with_f64(t: &HostTensor, init: f64, f: impl Fn(f64, f64) -> f64) -> f64 {
 }
 
 /// The CPU's [`crate::Backend::update`]: one step of `call` on `param` in place, from `grad`,
-/// updating `state`; `sum_squares` is every gradient's (when clipping).
+/// updating `state`; `sum_squares` is every gradient's (when clipping). On one thread; the CPU
+/// backend runs the same [`UpdateJob`] split over its threads.
 pub fn host_update(
     call: &UpdateCall<'_>,
     param: &mut HostTensor,
@@ -312,58 +313,196 @@ pub fn host_update(
     state: &mut [&mut HostTensor],
     sum_squares: Option<f64>,
 ) -> Result<()> {
+    with_update_job(call, param, grad, state, sum_squares, |job| job.run())
+}
+
+/// Checks the call ([`UpdateCall::check`]) and runs `run` on the job over every element: typed
+/// views of the buffers (fp8 parameters and gradients through f64 copies, the parameter's
+/// written back after).
+pub(crate) fn with_update_job(
+    call: &UpdateCall<'_>,
+    param: &mut HostTensor,
+    grad: &HostTensor,
+    state: &mut [&mut HostTensor],
+    sum_squares: Option<f64>,
+    run: impl FnOnce(UpdateJob<'_>),
+) -> Result<()> {
     let metas: Vec<Meta<'_>> = state.iter().map(|s| meta(s)).collect();
     call.check(meta(param), meta(grad), &metas, sum_squares.is_some())?;
     let scale = match (call.max_norm, sum_squares) {
         (Some(max), Some(sum)) => clip_factor(max, sum),
         _ => 1.0,
     };
-    let c = call.coefficients;
-    let grads = Values::of(grad);
-    let g = |i: usize| grads.get(i) * scale;
-    let (first, rest) = match state.split_first_mut() {
-        Some((first, rest)) => (Some(first), rest.first_mut()),
-        None => (None, None),
+    let copied_grad =
+        (!matches!(grad.dtype(), DType::F32 | DType::F64 | DType::BF16 | DType::F16)).then(|| grad.to_f64_vec());
+    let grads = match &copied_grad {
+        Some(copy) => Values::F64(copy),
+        None => Values::of(grad),
     };
-    let mut first = first.map(|t| StateSlice::of(t));
-    let mut second = rest.map(|t| StateSlice::of(t));
-    let update = |i: usize, w: f64| match c.kind {
-        RuleKind::AdamW => {
-            let (m, v) =
-                (first.as_mut().expect("checked: two buffers"), second.as_mut().expect("checked: two buffers"));
-            let (mut mi, mut vi) = (m.get(i), v.get(i));
-            let new = c.adamw(w, g(i), &mut mi, &mut vi);
-            m.set(i, mi);
-            v.set(i, vi);
-            new
-        }
-        RuleKind::Sgd => match first.as_mut() {
-            Some(vel) => {
-                let mut vi = vel.get(i);
-                let new = c.sgd(w, g(i), Some(&mut vi));
-                vel.set(i, vi);
-                new
-            }
-            None => c.sgd(w, g(i), None),
-        },
+    let mut states = state.iter_mut().map(|t| StateSlice::of(t));
+    let s = [states.next(), states.next()];
+    let dtype = param.dtype();
+    let mut copied_weights =
+        (!matches!(dtype, DType::F32 | DType::F64 | DType::BF16 | DType::F16)).then(|| param.to_f64_vec());
+    let weights = match &mut copied_weights {
+        Some(copy) => Weights::F64(copy),
+        None => Weights::of(param),
     };
-    for_each_weight(param, update);
+    run(UpdateJob { c: call.coefficients, scale, w: weights, g: grads, s });
+    if let Some(copy) = copied_weights {
+        param.set_data(crate::host::HostData::from_f64(&copy, dtype))?;
+    }
     Ok(())
 }
 
-/// Calls `f(index, old)` for each weight of `param` and stores what it returns, rounded once
-/// to the parameter's dtype.
-fn for_each_weight(param: &mut HostTensor, mut f: impl FnMut(usize, f64) -> f64) {
-    match param.values_mut() {
-        HostValuesMut::F32(w) => w.iter_mut().enumerate().for_each(|(i, x)| *x = f(i, *x as f64) as f32),
-        HostValuesMut::F64(w) => w.iter_mut().enumerate().for_each(|(i, x)| *x = f(i, *x)),
-        HostValuesMut::BF16(w) => w.iter_mut().enumerate().for_each(|(i, x)| *x = bf16::from_f64(f(i, x.to_f64()))),
-        HostValuesMut::F16(w) => w.iter_mut().enumerate().for_each(|(i, x)| *x = f16::from_f64(f(i, x.to_f64()))),
-        // Checked: only float parameters, and fp8 ones go through f64 copies.
-        _ => {
-            let dtype = param.dtype();
-            let new: Vec<f64> = param.to_f64_vec().into_iter().enumerate().map(|(i, x)| f(i, x)).collect();
-            param.set_data(crate::host::HostData::from_f64(&new, dtype)).expect("as many values as before");
+/// One update over a run of elements: the weights, their gradients and their state, as typed
+/// views; [`UpdateJob::split`] cuts it into independent runs (each element is computed the same
+/// way whichever run holds it).
+pub(crate) struct UpdateJob<'a> {
+    c: Coefficients,
+    /// The clip factor (1 without clipping).
+    scale: f64,
+    w: Weights<'a>,
+    g: Values<'a>,
+    /// The rule's state buffers: none, velocity, or m and v.
+    s: [Option<StateSlice<'a>>; 2],
+}
+
+impl<'a> UpdateJob<'a> {
+    /// The elements.
+    pub(crate) fn len(&self) -> usize {
+        self.w.len()
+    }
+
+    /// Runs of at most `size` elements, in order.
+    pub(crate) fn split(self, size: usize) -> Vec<UpdateJob<'a>> {
+        let size = size.max(1);
+        let mut out = Vec::with_capacity(self.len().div_ceil(size));
+        let mut rest = self;
+        while rest.len() > size {
+            let (head, tail) = rest.split_at(size);
+            out.push(head);
+            rest = tail;
+        }
+        out.push(rest);
+        out
+    }
+
+    fn split_at(self, at: usize) -> (UpdateJob<'a>, UpdateJob<'a>) {
+        let (w0, w1) = self.w.split_at(at);
+        let (g0, g1) = self.g.split_at(at);
+        let [a, b] = self.s;
+        let (a0, a1) = split_state(a, at);
+        let (b0, b1) = split_state(b, at);
+        let job = |w, g, s| UpdateJob { c: self.c, scale: self.scale, w, g, s };
+        (job(w0, g0, [a0, b0]), job(w1, g1, [a1, b1]))
+    }
+
+    /// Every element's update, in order.
+    pub(crate) fn run(mut self) {
+        let (c, scale) = (self.c, self.scale);
+        let [a, b] = &mut self.s;
+        for i in 0..self.w.len() {
+            let (w, g) = (self.w.get(i), self.g.get(i) * scale);
+            let new = match (c.kind, a.as_mut(), b.as_mut()) {
+                (RuleKind::AdamW, Some(m), Some(v)) => {
+                    let (mut mi, mut vi) = (m.get(i), v.get(i));
+                    let new = c.adamw(w, g, &mut mi, &mut vi);
+                    m.set(i, mi);
+                    v.set(i, vi);
+                    new
+                }
+                (RuleKind::Sgd, Some(vel), _) => {
+                    let mut vi = vel.get(i);
+                    let new = c.sgd(w, g, Some(&mut vi));
+                    vel.set(i, vi);
+                    new
+                }
+                // Checked: AdamW has its two buffers; SGD without momentum none.
+                _ => c.sgd(w, g, None),
+            };
+            self.w.set(i, new);
+        }
+    }
+}
+
+fn split_state(s: Option<StateSlice<'_>>, at: usize) -> (Option<StateSlice<'_>>, Option<StateSlice<'_>>) {
+    match s {
+        Some(s) => {
+            let (a, b) = s.split_at(at);
+            (Some(a), Some(b))
+        }
+        None => (None, None),
+    }
+}
+
+/// A parameter's weights, read as f64 and written rounded once to their dtype.
+enum Weights<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    BF16(&'a mut [bf16]),
+    F16(&'a mut [f16]),
+}
+
+impl<'a> Weights<'a> {
+    /// A parameter of one of the four dtypes ([`with_update_job`] copies the others).
+    fn of(t: &'a mut HostTensor) -> Weights<'a> {
+        match t.values_mut() {
+            HostValuesMut::F32(v) => Weights::F32(v),
+            HostValuesMut::BF16(v) => Weights::BF16(v),
+            HostValuesMut::F16(v) => Weights::F16(v),
+            HostValuesMut::F64(v) => Weights::F64(v),
+            _ => unreachable!("fp8 weights are updated through an f64 copy"),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Weights::F32(v) => v.len(),
+            Weights::F64(v) => v.len(),
+            Weights::BF16(v) => v.len(),
+            Weights::F16(v) => v.len(),
+        }
+    }
+
+    fn split_at(self, at: usize) -> (Weights<'a>, Weights<'a>) {
+        match self {
+            Weights::F32(v) => {
+                let (a, b) = v.split_at_mut(at);
+                (Weights::F32(a), Weights::F32(b))
+            }
+            Weights::F64(v) => {
+                let (a, b) = v.split_at_mut(at);
+                (Weights::F64(a), Weights::F64(b))
+            }
+            Weights::BF16(v) => {
+                let (a, b) = v.split_at_mut(at);
+                (Weights::BF16(a), Weights::BF16(b))
+            }
+            Weights::F16(v) => {
+                let (a, b) = v.split_at_mut(at);
+                (Weights::F16(a), Weights::F16(b))
+            }
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> f64 {
+        match self {
+            Weights::F32(v) => v[i] as f64,
+            Weights::F64(v) => v[i],
+            Weights::BF16(v) => v[i].to_f64(),
+            Weights::F16(v) => v[i].to_f64(),
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, i: usize, x: f64) {
+        match self {
+            Weights::F32(v) => v[i] = x as f32,
+            Weights::F64(v) => v[i] = x,
+            Weights::BF16(v) => v[i] = bf16::from_f64(x),
+            Weights::F16(v) => v[i] = f16::from_f64(x),
         }
     }
 }
@@ -384,6 +523,19 @@ impl<'a> StateSlice<'a> {
         }
     }
 
+    fn split_at(self, at: usize) -> (StateSlice<'a>, StateSlice<'a>) {
+        match self {
+            StateSlice::F32(v) => {
+                let (a, b) = v.split_at_mut(at);
+                (StateSlice::F32(a), StateSlice::F32(b))
+            }
+            StateSlice::F64(v) => {
+                let (a, b) = v.split_at_mut(at);
+                (StateSlice::F64(a), StateSlice::F64(b))
+            }
+        }
+    }
+
     #[inline]
     fn get(&self, i: usize) -> f64 {
         match self {
@@ -401,24 +553,33 @@ impl<'a> StateSlice<'a> {
     }
 }
 
-/// A float tensor's elements, read as f64 (fp8 through a converted copy).
+/// A gradient's elements, read as f64.
 enum Values<'a> {
     F32(&'a [f32]),
     F64(&'a [f64]),
     BF16(&'a [bf16]),
     F16(&'a [f16]),
-    Copied(Vec<f64>),
 }
 
 impl<'a> Values<'a> {
+    /// A gradient of one of the four dtypes ([`with_update_job`] copies the others).
     fn of(t: &'a HostTensor) -> Values<'a> {
         use crate::host::HostData as D;
         match t.data() {
             D::F32(v) => Values::F32(v),
-            D::F64(v) => Values::F64(v),
             D::BF16(v) => Values::BF16(v),
             D::F16(v) => Values::F16(v),
-            _ => Values::Copied(t.to_f64_vec()),
+            D::F64(v) => Values::F64(v),
+            _ => unreachable!("fp8 gradients are read through an f64 copy"),
+        }
+    }
+
+    fn split_at(self, at: usize) -> (Values<'a>, Values<'a>) {
+        match self {
+            Values::F32(v) => (Values::F32(&v[..at]), Values::F32(&v[at..])),
+            Values::F64(v) => (Values::F64(&v[..at]), Values::F64(&v[at..])),
+            Values::BF16(v) => (Values::BF16(&v[..at]), Values::BF16(&v[at..])),
+            Values::F16(v) => (Values::F16(&v[..at]), Values::F16(&v[at..])),
         }
     }
 
@@ -429,7 +590,6 @@ impl<'a> Values<'a> {
             Values::F64(v) => v[i],
             Values::BF16(v) => v[i].to_f64(),
             Values::F16(v) => v[i].to_f64(),
-            Values::Copied(v) => v[i],
         }
     }
 }

@@ -355,3 +355,40 @@ fn misuse_is_an_error_that_names_the_setting_or_the_value_and_changes_nothing() 
     let err = state.set_lr(-1.0).unwrap_err().to_string();
     assert!(err.contains("lr"), "{err}");
 }
+
+/// The CPU backend splits a large update over its threads; every element is the host
+/// reference's (`host_update`, one thread), bit for bit, whatever the thread count.
+#[test]
+fn the_threaded_cpu_update_is_the_host_reference() {
+    use remat_core::{host_sum_squares, host_update, HostData, UpdateCall};
+    let n = 50_001;
+    let tensor = |salt: u64, dtype: DType, f: fn(f64) -> f64| {
+        let values: Vec<f64> = (0..n).map(|i| f(remat_core::normal_f64(salt, 0, i as u64))).collect();
+        HostTensor::new(vec![n], HostData::from_f64(&values, dtype)).unwrap()
+    };
+    let rule = UpdateRule::AdamW { lr: 0.01, beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.1 };
+    let call = UpdateCall { name: "w", coefficients: rule.coefficients(3), max_norm: Some(1.0) };
+    for (param_dtype, state_dtype) in [(DType::F32, DType::F32), (DType::BF16, DType::F64), (DType::F8E4M3, DType::F32)]
+    {
+        let (w, g) = (tensor(1, param_dtype, |x| x), tensor(2, param_dtype, |x| x));
+        // Moments as a few steps leave them: any m, a non-negative v.
+        let (m, v) = (tensor(3, state_dtype, |x| 0.1 * x), tensor(4, state_dtype, |x| 0.01 * x * x));
+        let (mut hw, mut hm, mut hv) = (w.clone(), m.clone(), v.clone());
+        host_update(&call, &mut hw, &g, &mut [&mut hm, &mut hv], Some(host_sum_squares(&[&g]).unwrap())).unwrap();
+        assert_ne!(hw, w, "the step changes the weights");
+        for threads in [1, 3, 4] {
+            let mut cpu = CpuBackend::with_threads(threads);
+            let (mut bw, bg) = (cpu.upload(&w).unwrap(), cpu.upload(&g).unwrap());
+            let mut state = vec![cpu.upload(&m).unwrap(), cpu.upload(&v).unwrap()];
+            let sum = cpu.sum_squares(&[&bg]).unwrap();
+            cpu.update(&call, &mut bw, &bg, &mut state, Some(&sum)).unwrap();
+            let at = format!("{param_dtype} {state_dtype} on {threads} threads");
+            assert_eq!(cpu.download(&bw).unwrap(), hw, "{at}");
+            assert_eq!(
+                (cpu.download(&state[0]).unwrap(), cpu.download(&state[1]).unwrap()),
+                (hm.clone(), hv.clone()),
+                "{at}"
+            );
+        }
+    }
+}

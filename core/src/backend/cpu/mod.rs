@@ -269,6 +269,6 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let sum = sum_squares.map(|s| s.tensor.scalar()).transpose()?;
         let mut tensors: Vec<&mut HostTensor> = state.iter_mut().map(|s| &mut s.tensor).collect();
-        crate::update::host_update(call, &mut param.tensor, &grad.tensor, &mut tensors, sum)
+        self.pool.enter(|| kernels::optim::update(call, &mut param.tensor, &grad.tensor, &mut tensors, sum))
     }
 }

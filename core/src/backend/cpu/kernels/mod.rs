@@ -20,6 +20,7 @@ mod layout;
 mod matmul;
 mod nn;
 mod norm;
+pub(crate) mod optim;
 mod reduce;
 mod select;
 pub(crate) mod simd;
