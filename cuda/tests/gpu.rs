@@ -18,18 +18,9 @@ use remat_core::{
 use remat_cuda::CudaBackend;
 use remat_zoo as zoo;
 
-#[path = "../../benches/common/require.rs"]
-mod require;
+mod common;
 
-fn gpu() -> Option<CudaBackend> {
-    match CudaBackend::new(0) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            require::skip("cuda", format!("the GPU is unusable: {e}"));
-            None
-        }
-    }
-}
+use common::{gpu, require};
 
 fn tensor(shape: &[usize], dtype: DType, seed: u64) -> HostTensor {
     let n: usize = shape.iter().product();

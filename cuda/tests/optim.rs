@@ -12,18 +12,9 @@ use remat_core::{
 };
 use remat_cuda::CudaBackend;
 
-#[path = "../../benches/common/require.rs"]
-mod require;
+mod common;
 
-fn gpu() -> Option<CudaBackend> {
-    match CudaBackend::new(0) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            require::skip("cuda", format!("the GPU is unusable: {e}"));
-            None
-        }
-    }
-}
+use common::gpu;
 
 const PARAM_DTYPES: [DType; 6] = [DType::F32, DType::F64, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2];
 
