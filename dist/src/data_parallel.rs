@@ -450,6 +450,34 @@ impl<C: Collective> DataParallel<C> {
         Ok(DpTrainStep { loss, local, comm })
     }
 
+    /// [`DataParallel::train_step`] with the gradients reduced by `reducer` instead of this
+    /// collective's host buckets: a reducer on the device (NCCL on the GPU buffers,
+    /// `remat::cuda::NcclGradients`) reduces where the gradients are. This collective still
+    /// agrees on the step and averages the loss; the step's [`StepComm`] is the reducer's to
+    /// report, so the one returned here counts only the loss's bytes.
+    pub fn train_step_with<B: Backend>(
+        &mut self,
+        model: &Model,
+        backend: &mut B,
+        state: &mut TrainState<B>,
+        feeds: &Feeds,
+        seed: u64,
+        reducer: &mut dyn GradientReducer<B>,
+    ) -> Result<DpTrainStep> {
+        if self.sharded_state {
+            return Err(Error::config(
+                "reducer",
+                "a sharded training state (shard_state) reduces through the collective: use train_step",
+            ));
+        }
+        let rank_seed = self.rank_seed(seed);
+        let sent_before = self.comm.bytes_sent();
+        let local = state.step_reducing(backend, model, feeds, rank_seed, reducer)?;
+        let loss = self.agree_on_step(local.loss, seed)?;
+        let comm = StepComm { bytes_sent: self.comm.bytes_sent() - sent_before, ..StepComm::default() };
+        Ok(DpTrainStep { loss, local, comm })
+    }
+
     /// ZeRO-1 on a training state: each parameter gets an owner (greedily, the rank with the
     /// fewest elements so far, in parameter order), and this rank's state keeps the optimizer
     /// state (and master weights) of its own parameters only ([`TrainState::keep_only`]). From

@@ -149,3 +149,48 @@ fn one_rank_is_the_plain_resident_step() {
     }
     assert_eq!(bits(&dp_state.params(&mut b_cpu).unwrap()), bits(&plain.params(&mut a_cpu).unwrap()));
 }
+
+/// A reducer that counts what it is handed and leaves the gradients (one rank: the mean is the
+/// gradient).
+struct Counting {
+    handed: Vec<usize>,
+    finished: usize,
+}
+
+impl remat_core::GradientReducer<CpuBackend> for Counting {
+    fn gradient(&mut self, _: &mut CpuBackend, param: usize, _: &remat_core::CpuBuffer) -> remat_core::Result<()> {
+        self.handed.push(param);
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        _: &mut CpuBackend,
+        grads: &mut remat_core::Gradients<'_, CpuBackend>,
+    ) -> remat_core::Result<()> {
+        self.finished += grads.len();
+        Ok(())
+    }
+}
+
+/// `train_step_with` hands every gradient to the given reducer in the order the backward
+/// finishes them, and with one rank trains as `TrainState::step` does.
+#[test]
+fn a_reducer_of_ones_own_gets_every_gradient_in_the_backwards_order() {
+    let model = Model::new(zoo::gpt(&cfg(2)).unwrap()).unwrap();
+    let start = model.init_params(5).unwrap();
+    let options = TrainOptions::from(&AdamW::new(1e-2));
+    let (mut a_cpu, mut b_cpu) = (CpuBackend::new(), CpuBackend::new());
+    let mut plain = TrainState::new(&mut a_cpu, &model, &start, options).unwrap();
+    let mut other = TrainState::new(&mut b_cpu, &model, &start, options).unwrap();
+    let mut dp = DataParallel::new(Local);
+    for step in 0..2 {
+        let feeds = zoo::synthetic_tokens(&cfg(2), step).unwrap();
+        let mut reducer = Counting { handed: Vec::new(), finished: 0 };
+        let got = dp.train_step_with(&model, &mut b_cpu, &mut other, &feeds, step, &mut reducer).unwrap();
+        assert_eq!(reducer.handed, model.gradient_order());
+        assert_eq!(reducer.finished, start.len());
+        assert_eq!(got.loss.to_bits(), plain.step(&mut a_cpu, &model, &feeds, step).unwrap().loss.to_bits());
+    }
+    assert_eq!(bits(&other.params(&mut b_cpu).unwrap()), bits(&plain.params(&mut a_cpu).unwrap()));
+}
