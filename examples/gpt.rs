@@ -629,24 +629,30 @@ mod tests {
         }
     }
 
+    /// In f32 and in bf16: every policy's strategies give the same gradients, bit for bit.
     #[test]
     fn strategies_give_bitwise_identical_gradients_and_exact_peaks() {
-        let cfg =
-            GptConfig { batch: 2, seq: 4, d_model: 8, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype: DType::F32 };
-        let feeds = zoo::synthetic_tokens(&cfg, 0).unwrap();
+        for dtype in [DType::F32, DType::BF16] {
+            let cfg = GptConfig { batch: 2, seq: 4, d_model: 8, heads: 2, layers: 2, vocab: 32, dropout: 0.1, dtype };
+            same_gradients_every_strategy(&cfg);
+        }
+    }
+
+    fn same_gradients_every_strategy(cfg: &GptConfig) {
+        let feeds = zoo::synthetic_tokens(cfg, 0).unwrap();
         for policy in
             [PolicyChoice::Full, PolicyChoice::SaveMatmuls, PolicyChoice::Names, PolicyChoice::SaveMatmulsOffload]
         {
             let mut reference = None;
             for strategy in [Strategy::Respect, Strategy::MinCut, Strategy::Budget(Budget::Fraction(0.5))] {
-                let model = build(&cfg, policy, strategy).unwrap();
+                let model = build(cfg, policy, strategy).unwrap();
                 let out = model.step_seeded(&mut CpuBackend::new(), &model.init_params(1).unwrap(), &feeds, 5).unwrap();
-                assert_eq!(out.measured_peak, out.predicted_peak, "{policy} {strategy}");
+                assert_eq!(out.measured_peak, out.predicted_peak, "{} {policy} {strategy}", cfg.dtype);
                 assert_eq!(out.measured_host_peak, out.predicted_host_peak, "{policy} {strategy}");
                 let grads = out.grads;
                 match &reference {
                     None => reference = Some(grads),
-                    Some(r) => assert_eq!(r, &grads, "{policy}: {strategy} changed the gradients"),
+                    Some(r) => assert_eq!(r, &grads, "{} {policy}: {strategy} changed the gradients", cfg.dtype),
                 }
             }
         }

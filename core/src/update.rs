@@ -305,7 +305,7 @@ fn with_f64(t: &HostTensor, init: f64, f: impl Fn(f64, f64) -> f64) -> f64 {
 
 /// The CPU's [`crate::Backend::update`]: one step of `call` on `param` in place, from `grad`,
 /// updating `state`; `sum_squares` is every gradient's (when clipping). On one thread; the CPU
-/// backend runs the same [`UpdateJob`] split over its threads.
+/// backend runs the same job split over its threads.
 pub fn host_update(
     call: &UpdateCall<'_>,
     param: &mut HostTensor,
