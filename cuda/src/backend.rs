@@ -83,7 +83,7 @@ impl CudaBuffer {
         self.shape.iter().product::<usize>() * self.dtype.size()
     }
 
-    fn view(&self) -> View<'_> {
+    pub(crate) fn view(&self) -> View<'_> {
         View { ptr: self.ptr, shape: &self.shape, dtype: self.dtype }
     }
 }
@@ -193,6 +193,13 @@ impl CudaBackend {
         self.dev.release_pinned_cache()
     }
 
+    /// The device, for work that is not a graph's op but runs on its compute stream (NCCL's
+    /// gradient buckets).
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+    pub(crate) fn device(&self) -> &Rc<Device> {
+        &self.dev
+    }
+
     /// A buffer of `shape` and `dtype` with uninitialised contents (metered).
     fn alloc(&self, shape: &[usize], dtype: DType) -> Result<CudaBuffer> {
         let bytes = shape.iter().product::<usize>() * dtype.size();
@@ -213,7 +220,7 @@ impl CudaBackend {
 
     /// Readies `buffer` for a kernel that is not an op of a graph (the optimizer's): it must live
     /// on this backend's device, and a fetched one must have arrived. `what` names it in errors.
-    fn ready(&self, buffer: &CudaBuffer, what: &dyn Fn() -> String) -> Result<()> {
+    pub(crate) fn ready(&self, buffer: &CudaBuffer, what: &dyn Fn() -> String) -> Result<()> {
         if !Rc::ptr_eq(&buffer.dev, &self.dev) {
             return Err(self.dev.err(format!("{} lives on another CUDA backend", what())));
         }
@@ -223,7 +230,7 @@ impl CudaBackend {
     /// [`CudaBackend::ready`] for a buffer a kernel overwrites in place: once offloaded, its copy
     /// out may still be reading it on the device-to-host stream, so the compute stream waits for
     /// everything queued there (a device-side wait). Every other kernel writes a fresh buffer.
-    fn ready_to_overwrite(&self, buffer: &CudaBuffer, what: &dyn Fn() -> String) -> Result<()> {
+    pub(crate) fn ready_to_overwrite(&self, buffer: &CudaBuffer, what: &dyn Fn() -> String) -> Result<()> {
         self.ready(buffer, what)?;
         if buffer.offloaded.get() {
             let copied = self.dev.d2h.record_event(None).map_err(|e| self.dev.fail("recording an event", e))?;

@@ -103,10 +103,14 @@ pub const ACCUMULATE: Source = Source { name: "accumulate.cu", text: include_str
 /// The fused optimizer update and the sum of squares for gradient clipping.
 pub const OPTIM: Source = Source { name: "optim.cu", text: include_str!("../kernels/optim.cu") };
 
+/// The gradient buckets of a data-parallel step reduced on the device (`NcclGradients`).
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+pub const BUCKETS: Source = Source { name: "buckets.cu", text: include_str!("../kernels/buckets.cu") };
+
 /// Every kernel source, in a fixed order (the NVRTC test compiles each).
 #[cfg_attr(not(test), allow(dead_code))]
-pub const SOURCES: [Source; 11] =
-    [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT, INDEX, ATTENTION, INTEGER, SELECT, ACCUMULATE, OPTIM];
+pub const SOURCES: [Source; 12] =
+    [ELEMENTWISE, CAST, REDUCE, NN, LAYOUT, INDEX, ATTENTION, INTEGER, SELECT, ACCUMULATE, OPTIM, BUCKETS];
 
 /// Most axes a [`Dims`] view holds (`MAXD` in the prelude).
 pub const MAXD: usize = 8;

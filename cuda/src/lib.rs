@@ -40,6 +40,8 @@ mod gemm;
 mod kernels;
 #[cfg(feature = "nccl")]
 mod nccl;
+#[cfg(feature = "nccl")]
+mod nccl_grads;
 #[cfg(test)]
 mod nvrtc_tests;
 mod ops;
@@ -50,4 +52,6 @@ pub use backend::{CudaBackend, CudaBuffer, CudaHostBuffer};
 pub use device::CUBLAS_WORKSPACE;
 #[cfg(feature = "nccl")]
 pub use nccl::Nccl;
+#[cfg(feature = "nccl")]
+pub use nccl_grads::NcclGradients;
 pub use probe::unavailable_reason;

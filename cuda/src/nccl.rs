@@ -22,35 +22,7 @@ impl Nccl {
     /// NCCL library) or this rank cannot open its device or communicator.
     pub fn init(bootstrap: &mut dyn Collective, device: usize) -> Result<Engine> {
         let (rank, size) = (bootstrap.rank(), bootstrap.world_size());
-        // Rank 0 sends a status byte and the id; the others learn from the byte that it failed.
-        let mut message = vec![0u8; 129];
-        let mut failure = None;
-        if rank == 0 {
-            match unique_id() {
-                Ok(id) => {
-                    message[0] = 1;
-                    for (m, c) in message[1..].iter_mut().zip(id.internal()) {
-                        *m = *c as u8;
-                    }
-                }
-                Err(e) => failure = Some(e),
-            }
-        }
-        let message = bootstrap.broadcast(message, 0)?;
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        if message[0] != 1 {
-            return Err(Error::collective(
-                CollectiveKind::Start,
-                format!("rank {rank}: rank 0 could not start NCCL (see its error)"),
-            ));
-        }
-        let mut internal = [0 as std::ffi::c_char; 128];
-        for (c, m) in internal.iter_mut().zip(&message[1..]) {
-            *c = *m as std::ffi::c_char;
-        }
-        let id = Id::uninit(internal);
+        let id = share_id(bootstrap)?;
         Engine::start("nccl", move || {
             let stream = open(device)?;
             let comm = Comm::from_rank(Arc::clone(&stream), rank, size, id)
@@ -60,6 +32,41 @@ impl Nccl {
     }
 }
 
+/// NCCL's unique id, made by rank 0 and broadcast over `bootstrap`: an error on every rank when
+/// rank 0 could not make it (its own error there, one pointing to it elsewhere).
+pub(crate) fn share_id(bootstrap: &mut dyn Collective) -> Result<Id> {
+    let rank = bootstrap.rank();
+    // Rank 0 sends a status byte and the id; the others learn from the byte that it failed.
+    let mut message = vec![0u8; 129];
+    let mut failure = None;
+    if rank == 0 {
+        match unique_id() {
+            Ok(id) => {
+                message[0] = 1;
+                for (m, c) in message[1..].iter_mut().zip(id.internal()) {
+                    *m = *c as u8;
+                }
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    let message = bootstrap.broadcast(message, 0)?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if message[0] != 1 {
+        return Err(Error::collective(
+            CollectiveKind::Start,
+            format!("rank {rank}: rank 0 could not start NCCL (see its error)"),
+        ));
+    }
+    let mut internal = [0 as std::ffi::c_char; 128];
+    for (c, m) in internal.iter_mut().zip(&message[1..]) {
+        *c = *m as std::ffi::c_char;
+    }
+    Ok(Id::uninit(internal))
+}
+
 /// NCCL's library present and an id made (rank 0).
 fn unique_id() -> Result<Id> {
     nccl_present()?;
@@ -67,7 +74,7 @@ fn unique_id() -> Result<Id> {
 }
 
 /// `Ok` when `libnccl.so` can be loaded (cudarc would panic on a missing library).
-fn nccl_present() -> Result<()> {
+pub(crate) fn nccl_present() -> Result<()> {
     // SAFETY: only dlopens candidate library names; no symbol is called.
     if unsafe { cudarc::nccl::sys::is_culib_present() } {
         Ok(())
@@ -89,13 +96,13 @@ fn open(device: usize) -> Result<Arc<CudaStream>> {
 }
 
 /// An [`Error::Collective`] of kind `Start`, keeping the driver's or NCCL's error as its source.
-fn start_failed(message: String, source: impl std::error::Error + Send + Sync + 'static) -> Error {
+pub(crate) fn start_failed(message: String, source: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::Collective { kind: CollectiveKind::Start, message, source: Some(Box::new(source)) }
 }
 
 /// NCCL's status as an error: cudarc's `NcclError` is not a `std::error::Error`, so it could not
 /// be kept as a source. Both forms print what `NcclError`'s `Debug` prints, as messages did.
-struct NcclStatus(cudarc::nccl::result::NcclError);
+pub(crate) struct NcclStatus(pub(crate) cudarc::nccl::result::NcclError);
 
 impl std::fmt::Debug for NcclStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

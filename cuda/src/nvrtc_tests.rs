@@ -6,7 +6,7 @@
 //! names `nvrtc`, and skip (printing why) elsewhere.
 
 #[path = "../../benches/common/require.rs"]
-mod require;
+pub(crate) mod require;
 
 use crate::compile::{compile, nvrtc_version, Target};
 
@@ -156,4 +156,29 @@ fn the_update_kernels_fuse_no_f64_multiply_add() {
         let name = entry.split('(').next().unwrap_or_default();
         assert!(!entry.contains("fma.rn.f64"), "{name} contracts an f64 multiply-add");
     }
+}
+
+/// Every entry point of `buckets.cu` is there, and the mean rounds each f32 add and the division
+/// on its own (IEEE `div.rn`, no approximate division, nothing fused), as the host path does.
+#[test]
+fn buckets_has_every_entry_point_and_a_mean_rounded_as_on_the_host() {
+    use crate::kernels::BUCKETS;
+    use crate::ops::buckets::KERNELS;
+    if nvrtc().is_none() {
+        return;
+    }
+    for cc in [80, 90] {
+        let ptx = compile(&BUCKETS, Target::Ptx(cc)).unwrap();
+        let text = String::from_utf8_lossy(&ptx);
+        for name in KERNELS {
+            assert!(text.contains(&format!(".entry {name}(")), "{name} missing for compute_{cc}");
+        }
+        let mean = text.split(".entry ").find(|e| e.starts_with("bucket_mean(")).expect("bucket_mean");
+        assert!(mean.contains("add.rn.f32") && mean.contains("div.rn.f32"), "compute_{cc}: {mean}");
+        for forbidden in ["fma.", "div.approx", "div.full", "rcp."] {
+            assert!(!mean.contains(forbidden), "compute_{cc}: bucket_mean has `{forbidden}`");
+        }
+    }
+    let cubin = compile(&BUCKETS, Target::Cubin(90)).unwrap();
+    assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod accumulate;
 pub(crate) mod attention;
+pub(crate) mod buckets;
 pub(crate) mod elementwise;
 pub(crate) mod index;
 pub(crate) mod integer;
