@@ -12,6 +12,10 @@ use remat_core::{
 /// A two-layer MLP with a bias, dropout and a layer norm; parameters in `dtype` (computed in
 /// f32), a named logits output beside the loss.
 fn mlp(dtype: DType, strategy: Strategy) -> Model {
+    Model::with_strategy(mlp_graph(dtype), strategy).unwrap()
+}
+
+fn mlp_graph(dtype: DType) -> remat_core::Graph {
     let trace = Trace::new();
     let x = trace.input("x", &[6, 8], DType::F32);
     let y = trace.input("y", &[6], DType::I64);
@@ -20,8 +24,7 @@ fn mlp(dtype: DType, strategy: Strategy) -> Model {
     let w2 = trace.param("w2", &[16, 3], dtype).cast(DType::F32);
     let h = (&x.matmul(&w1) + &b1).gelu().dropout(0.1, 7).layer_norm(1e-5);
     let logits = h.matmul(&w2).name("logits");
-    let graph = trace.finish_with(&logits.cross_entropy(&y), &[&logits]).unwrap();
-    Model::with_strategy(graph, strategy).unwrap()
+    trace.finish_with(&logits.cross_entropy(&y), &[&logits]).unwrap()
 }
 
 fn feeds(step: u64) -> Feeds {
@@ -391,4 +394,42 @@ fn the_threaded_cpu_update_is_the_host_reference() {
             );
         }
     }
+}
+
+/// `Model::for_training` with `peak=B`: the planner gets B less what the optimizer holds, so
+/// the whole step (state, masters, update included) predicts at most B, and measures what it
+/// predicts; a B below the optimizer's own bytes is refused naming both.
+#[test]
+fn a_peak_for_training_bounds_the_whole_step() {
+    let options = TrainOptions::from(&AdamW::new(1e-2)).master_weights(DType::F32).clip_grad_norm(1.0);
+    let unbounded = {
+        let model = Model::for_training(mlp_graph(DType::BF16), Strategy::Respect, &options).unwrap();
+        let mut cpu = CpuBackend::new();
+        TrainState::new(&mut cpu, &model, &model.init_params(0).unwrap(), options).unwrap().predicted_peak(&model)
+    };
+    let (mut fitted, mut refused) = (0, 0);
+    for less in (0..12).map(|k| k * 24) {
+        let limit = unbounded as u64 - less;
+        let model = match Model::for_training(mlp_graph(DType::BF16), Strategy::Peak(limit), &options) {
+            Ok(model) => model,
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("optimizer holds"), "{text}");
+                let remat_core::Error::Infeasible { asked, least, .. } = e else { panic!("{text}") };
+                assert_eq!(asked, limit, "{text}");
+                assert!(least.is_none_or(|l| l > limit), "{text}");
+                refused += 1;
+                continue;
+            }
+        };
+        let mut cpu = CpuBackend::new();
+        let mut state = TrainState::new(&mut cpu, &model, &model.init_params(0).unwrap(), options).unwrap();
+        let out = state.step(&mut cpu, &model, &feeds(0), 0).unwrap();
+        assert!(out.predicted_peak as u64 <= limit, "peak={limit}: predicted {}", out.predicted_peak);
+        assert_eq!(out.measured_peak, out.predicted_peak, "peak={limit}");
+        fitted += 1;
+    }
+    assert!(fitted >= 2 && refused >= 1, "{fitted} limits fitted, {refused} refused");
+    let err = Model::for_training(mlp_graph(DType::BF16), Strategy::Peak(100), &options).err().unwrap().to_string();
+    assert!(err.contains("peak=100") && err.contains("optimizer holds"), "{err}");
 }

@@ -27,11 +27,13 @@ use crate::backend::{Backend, KernelCall, TransferStats};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::exec::{self, Mode, Resident, Slot};
+use crate::graph::Graph;
 use crate::graph::NodeId;
 use crate::host::{HostData, HostTensor};
 use crate::model::{Feeds, Model, Params};
 use crate::op::Op;
 use crate::optim::{AdamW, Layout, Sgd};
+use crate::partition::Strategy;
 use crate::shape::fmt_shape;
 use crate::update::{check_setting, UpdateCall, UpdateRule};
 
@@ -111,6 +113,70 @@ impl From<&Sgd> for TrainOptions {
     fn from(s: &Sgd) -> TrainOptions {
         TrainOptions::new(s.into())
     }
+}
+
+impl Model {
+    /// [`Model::with_strategy`] for training with `options`: a `peak=B` strategy (with or
+    /// without offload) bounds the whole [`TrainState::step`], so the planner gets `B` less what
+    /// the optimizer holds beside the plan — the state, the master weights, and the most the
+    /// update adds for a moment (‖g‖², a working copy cast from its master, a gradient that is a
+    /// parameter copied). Then [`TrainState::predicted_peak`] is at most `B`. A `B` below that
+    /// reserve is an error naming both.
+    pub fn for_training(forward: Graph, strategy: Strategy, options: &TrainOptions) -> Result<Model> {
+        let reserve = training_reserve(&forward, options)?;
+        let strategy = match strategy {
+            Strategy::Peak(b) | Strategy::PeakOffload(b) => {
+                let left = b.checked_sub(reserve as u64).ok_or_else(|| {
+                    Error::config(
+                        "strategy",
+                        format!(
+                            "{strategy} leaves nothing for the step: the optimizer holds {reserve} bytes beside it (state, master weights, the update's own)"
+                        ),
+                    )
+                })?;
+                match strategy {
+                    Strategy::Peak(_) => Strategy::Peak(left),
+                    _ => Strategy::PeakOffload(left),
+                }
+            }
+            other => return Model::with_strategy(forward, other),
+        };
+        // A refusal speaks of the whole step: the limit asked, and the least one that fits.
+        Model::with_strategy(forward, strategy).map_err(|e| match e {
+            Error::Infeasible { what, asked, least, message } => Error::Infeasible {
+                what,
+                asked: asked + reserve as u64,
+                least: least.map(|l| l + reserve as u64),
+                message: format!(
+                    "for training, the optimizer holds {reserve} bytes beside the step, which leaves the plan: {message}"
+                ),
+            },
+            other => other,
+        })
+    }
+}
+
+/// The bytes a [`TrainState`] with `options` holds beside the plan of `forward` at its peak.
+fn training_reserve(forward: &Graph, options: &TrainOptions) -> Result<usize> {
+    options.validate()?;
+    let joint = crate::autodiff::JointGraph::new(forward)?;
+    let params = forward.params();
+    let (mut state, mut masters, mut transient) = (0usize, 0usize, 0usize);
+    for &id in &params {
+        let node = forward.node(id);
+        let numel: usize = node.shape.iter().product();
+        state += numel * options.state_dtype.size() * options.rule.state_count();
+        if let Some(m) = options.master_dtype.filter(|m| m.size() > node.dtype.size()) {
+            masters += numel * m.size();
+            transient = transient.max(numel * node.dtype.size());
+        }
+    }
+    if options.max_grad_norm.is_some() {
+        transient = transient.max(DType::F64.size());
+    }
+    let copies: usize =
+        joint.grads().iter().filter(|(_, g)| params.contains(g)).map(|&(_, g)| joint.graph().node(g).bytes()).sum();
+    Ok(state + masters + transient.max(copies))
 }
 
 /// A model's parameters and optimizer state, held in a backend's buffers across steps.
