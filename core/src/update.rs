@@ -398,8 +398,21 @@ impl<'a> UpdateJob<'a> {
         (job(w0, g0, [a0, b0]), job(w1, g1, [a1, b1]))
     }
 
-    /// Every element's update, in order.
+    /// Every element's update, in order: one loop over typed slices (no dispatch per element)
+    /// where the state buffers share a dtype, as [`crate::TrainState`] keeps them.
     pub(crate) fn run(mut self) {
+        let (c, scale) = (self.c, self.scale);
+        if let Some((m, v)) = same_dtype::<f32>(&mut self.s) {
+            return typed(&c, scale, self.w, self.g, m, v);
+        }
+        if let Some((m, v)) = same_dtype::<f64>(&mut self.s) {
+            return typed(&c, scale, self.w, self.g, m, v);
+        }
+        self.run_mixed();
+    }
+
+    /// [`UpdateJob::run`] element by element, for state buffers of two dtypes.
+    fn run_mixed(mut self) {
         let (c, scale) = (self.c, self.scale);
         let [a, b] = &mut self.s;
         for i in 0..self.w.len() {
@@ -422,6 +435,158 @@ impl<'a> UpdateJob<'a> {
                 _ => c.sgd(w, g, None),
             };
             self.w.set(i, new);
+        }
+    }
+}
+
+/// A stored element type: read as f64, written rounded once from f64.
+trait Elem: Copy {
+    fn get(self) -> f64;
+    fn put(x: f64) -> Self;
+}
+
+impl Elem for f32 {
+    #[inline]
+    fn get(self) -> f64 {
+        self as f64
+    }
+    #[inline]
+    fn put(x: f64) -> f32 {
+        x as f32
+    }
+}
+
+impl Elem for f64 {
+    #[inline]
+    fn get(self) -> f64 {
+        self
+    }
+    #[inline]
+    fn put(x: f64) -> f64 {
+        x
+    }
+}
+
+impl Elem for bf16 {
+    #[inline]
+    fn get(self) -> f64 {
+        self.to_f64()
+    }
+    #[inline]
+    fn put(x: f64) -> bf16 {
+        bf16::from_f64(x)
+    }
+}
+
+impl Elem for f16 {
+    #[inline]
+    fn get(self) -> f64 {
+        self.to_f64()
+    }
+    #[inline]
+    fn put(x: f64) -> f16 {
+        f16::from_f64(x)
+    }
+}
+
+/// A state slice of element type `S`, if it is one.
+trait StateOf<'a>: Sized {
+    fn is(s: &StateSlice<'_>) -> bool;
+    fn of(s: StateSlice<'a>) -> Result<&'a mut [Self], StateSlice<'a>>;
+}
+
+impl<'a> StateOf<'a> for f32 {
+    fn is(s: &StateSlice<'_>) -> bool {
+        matches!(s, StateSlice::F32(_))
+    }
+
+    fn of(s: StateSlice<'a>) -> Result<&'a mut [f32], StateSlice<'a>> {
+        match s {
+            StateSlice::F32(v) => Ok(v),
+            other => Err(other),
+        }
+    }
+}
+
+impl<'a> StateOf<'a> for f64 {
+    fn is(s: &StateSlice<'_>) -> bool {
+        matches!(s, StateSlice::F64(_))
+    }
+
+    fn of(s: StateSlice<'a>) -> Result<&'a mut [f64], StateSlice<'a>> {
+        match s {
+            StateSlice::F64(v) => Ok(v),
+            other => Err(other),
+        }
+    }
+}
+
+/// The state buffers as typed slices of `S`, taken out of `s`, where every one present is of
+/// `S`; else `s` is left as it was.
+type States<'a, S> = (Option<&'a mut [S]>, Option<&'a mut [S]>);
+
+fn same_dtype<'a, S: StateOf<'a>>(s: &mut [Option<StateSlice<'a>>; 2]) -> Option<States<'a, S>> {
+    if !s.iter().all(|x| x.as_ref().is_none_or(S::is)) {
+        return None;
+    }
+    let mut take = |k: usize| s[k].take().map(|x| S::of(x).ok()).unwrap_or(None);
+    Some((take(0), take(1)))
+}
+
+/// The update over typed slices: the weights and gradients in their dtypes (every pair, each
+/// its own loop), the state in `S`.
+fn typed<S: Elem>(
+    c: &Coefficients,
+    scale: f64,
+    w: Weights<'_>,
+    g: Values<'_>,
+    m: Option<&mut [S]>,
+    v: Option<&mut [S]>,
+) {
+    macro_rules! pairs {
+        ($($wv:ident, $gv:ident);* $(;)?) => {
+            match (w, g) {
+                $((Weights::$wv(w), Values::$gv(g)) => typed_loop(c, scale, w, g, m, v),)*
+            }
+        };
+    }
+    pairs!(
+        F32, F32; F32, F64; F32, BF16; F32, F16;
+        F64, F32; F64, F64; F64, BF16; F64, F16;
+        BF16, F32; BF16, F64; BF16, BF16; BF16, F16;
+        F16, F32; F16, F64; F16, BF16; F16, F16;
+    )
+}
+
+/// One rule's loop over typed slices (the arithmetic of [`Coefficients`], element for element).
+fn typed_loop<W: Elem, G: Elem, S: Elem>(
+    c: &Coefficients,
+    scale: f64,
+    w: &mut [W],
+    g: &[G],
+    m: Option<&mut [S]>,
+    v: Option<&mut [S]>,
+) {
+    match (c.kind, m, v) {
+        (RuleKind::AdamW, Some(m), Some(v)) => {
+            for (((w, g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                let (mut mi, mut vi) = (m.get(), v.get());
+                *w = W::put(c.adamw(w.get(), g.get() * scale, &mut mi, &mut vi));
+                (*m, *v) = (S::put(mi), S::put(vi));
+            }
+        }
+        (RuleKind::Sgd, Some(vel), _) => {
+            for ((w, g), vel) in w.iter_mut().zip(g).zip(vel.iter_mut()) {
+                let mut vi = vel.get();
+                *w = W::put(c.sgd(w.get(), g.get() * scale, Some(&mut vi)));
+                *vel = S::put(vi);
+            }
+        }
+        // Checked: AdamW has its two buffers; SGD without momentum none.
+        _ => {
+            for (w, g) in w.iter_mut().zip(g) {
+                *w = W::put(c.sgd(w.get(), g.get() * scale, None));
+            }
         }
     }
 }
@@ -596,7 +761,33 @@ impl<'a> Values<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::clip_factor;
+    use super::*;
+
+    /// State buffers of two dtypes go element by element, one dtype through the typed loops:
+    /// the weights and `m` come out the same (the step reads the moments before they are
+    /// stored), and `v` differs only by its rounding.
+    #[test]
+    fn state_of_two_dtypes_updates_as_state_of_one() {
+        let n = 1000;
+        let values =
+            |k: u64, f: fn(f64) -> f64| (0..n).map(|i| f(crate::rng::normal_f64(k, 0, i))).collect::<Vec<f64>>();
+        let tensor = |v: &[f64], dtype: DType| {
+            HostTensor::new(vec![n as usize], crate::host::HostData::from_f64(v, dtype)).unwrap()
+        };
+        let rule = UpdateRule::AdamW { lr: 0.1, beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.01 };
+        let call = UpdateCall { name: "w", coefficients: rule.coefficients(2), max_norm: None };
+        let (w0, g) = (tensor(&values(1, |x| x), DType::BF16), tensor(&values(2, |x| x), DType::BF16));
+        let (m0, v0) = (values(3, |x| 0.1 * x), values(4, |x| 0.01 * x * x));
+        let (mut w_one, mut m_one, mut v_one) = (w0.clone(), tensor(&m0, DType::F32), tensor(&v0, DType::F32));
+        host_update(&call, &mut w_one, &g, &mut [&mut m_one, &mut v_one], None).unwrap();
+        let (mut w_two, mut m_two) = (w0.clone(), tensor(&m0, DType::F32));
+        let mut v_two = tensor(&v0.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>(), DType::F64);
+        host_update(&call, &mut w_two, &g, &mut [&mut m_two, &mut v_two], None).unwrap();
+        assert_ne!(w_one, w0);
+        assert_eq!((w_two, m_two), (w_one, m_one));
+        let rounded: Vec<f64> = v_two.to_f64_vec().iter().map(|&x| x as f32 as f64).collect();
+        assert_eq!(rounded, v_one.to_f64_vec());
+    }
 
     /// `torch.nn.utils.clip_grad_norm_`: `clamp(max / (norm + 1e-6), max=1)`, NaN kept.
     #[test]
