@@ -96,6 +96,17 @@ impl Model {
     /// offload solver and the prefetches use.
     pub fn with_cost_model(forward: Graph, strategy: Strategy, model: &CostModel) -> Result<Model> {
         let joint = JointGraph::new(&forward)?;
+        Self::with_joint(forward, joint, strategy, model)
+    }
+
+    /// [`Model::with_cost_model`] from `joint`, the joint graph autodiff derived from `forward`
+    /// (for a caller that needed it before choosing the strategy).
+    pub(crate) fn with_joint(
+        forward: Graph,
+        joint: JointGraph,
+        strategy: Strategy,
+        model: &CostModel,
+    ) -> Result<Model> {
         let (mut partition, plan) =
             pipeline::solve(&crate::plan::Schedule::InOrder(&joint), &PGraph::from_joint(&joint), strategy, model)?;
         for warning in &partition.warnings {

@@ -23,6 +23,7 @@
 //! assert_eq!(second.measured_peak, second.predicted_peak);
 //! ```
 
+use crate::autodiff::JointGraph;
 use crate::backend::{Backend, KernelCall, TransferStats};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -33,6 +34,7 @@ use crate::host::{HostData, HostTensor};
 use crate::model::{Feeds, Model, Params};
 use crate::op::Op;
 use crate::optim::{AdamW, Layout, Sgd};
+use crate::partition::CostModel;
 use crate::partition::Strategy;
 use crate::shape::fmt_shape;
 use crate::update::{check_setting, UpdateCall, UpdateRule};
@@ -80,6 +82,12 @@ impl TrainOptions {
         self
     }
 
+    /// The dtype of the master weights of a parameter declared `dtype`: `master_dtype` where it
+    /// is wider, else none (the parameter is updated in place).
+    pub fn master_for(&self, dtype: DType) -> Option<DType> {
+        self.master_dtype.filter(|m| m.size() > dtype.size())
+    }
+
     /// Checks the rule's hyperparameters, the clipping norm (finite, above 0) and the state's
     /// dtype.
     pub fn validate(&self) -> Result<()> {
@@ -123,7 +131,9 @@ impl Model {
     /// parameter copied). Then [`TrainState::predicted_peak`] is at most `B`. A `B` below that
     /// reserve is an error naming both.
     pub fn for_training(forward: Graph, strategy: Strategy, options: &TrainOptions) -> Result<Model> {
-        let reserve = training_reserve(&forward, options)?;
+        let joint = JointGraph::new(&forward)?;
+        let reserve = training_reserve(&joint, options)?;
+        let solve = |strategy| Model::with_joint(forward, joint, strategy, &CostModel::default());
         let strategy = match strategy {
             Strategy::Peak(b) | Strategy::PeakOffload(b) => {
                 let left = b.checked_sub(reserve as u64).ok_or_else(|| {
@@ -139,10 +149,10 @@ impl Model {
                     _ => Strategy::PeakOffload(left),
                 }
             }
-            other => return Model::with_strategy(forward, other),
+            other => return solve(other),
         };
         // A refusal speaks of the whole step: the limit asked, and the least one that fits.
-        Model::with_strategy(forward, strategy).map_err(|e| match e {
+        solve(strategy).map_err(|e| match e {
             Error::Infeasible { what, asked, least, message } => Error::Infeasible {
                 what,
                 asked: asked + reserve as u64,
@@ -156,27 +166,39 @@ impl Model {
     }
 }
 
-/// The bytes a [`TrainState`] with `options` holds beside the plan of `forward` at its peak.
-fn training_reserve(forward: &Graph, options: &TrainOptions) -> Result<usize> {
+/// The bytes a [`TrainState`] with `options` holds beside the plan of `joint` at its peak.
+fn training_reserve(joint: &JointGraph, options: &TrainOptions) -> Result<usize> {
     options.validate()?;
-    let joint = crate::autodiff::JointGraph::new(forward)?;
-    let params = forward.params();
-    let (mut state, mut masters, mut transient) = (0usize, 0usize, 0usize);
-    for &id in &params {
-        let node = forward.node(id);
-        let numel: usize = node.shape.iter().product();
-        state += numel * options.state_dtype.size() * options.rule.state_count();
-        if let Some(m) = options.master_dtype.filter(|m| m.size() > node.dtype.size()) {
-            masters += numel * m.size();
-            transient = transient.max(numel * node.dtype.size());
-        }
-    }
-    if options.max_grad_norm.is_some() {
-        transient = transient.max(DType::F64.size());
-    }
+    let graph = joint.graph();
+    let params: Vec<NodeId> = joint.grads().iter().map(|&(p, _)| p).collect();
+    let held = OptimizerBytes::of(options, params.iter().map(|&p| (&graph.node(p).shape[..], graph.node(p).dtype)));
+    let clip = if options.max_grad_norm.is_some() { DType::F64.size() } else { 0 };
     let copies: usize =
-        joint.grads().iter().filter(|(_, g)| params.contains(g)).map(|&(_, g)| joint.graph().node(g).bytes()).sum();
-    Ok(state + masters + transient.max(copies))
+        joint.grads().iter().filter(|(_, g)| params.contains(g)).map(|&(_, g)| graph.node(g).bytes()).sum();
+    Ok(held.state + held.masters + held.largest_copy.max(clip).max(copies))
+}
+
+/// What the optimizer holds for parameters of the given shapes and dtypes under `options`:
+/// its state, the master weights, and the largest working copy a master is cast to.
+struct OptimizerBytes {
+    state: usize,
+    masters: usize,
+    largest_copy: usize,
+}
+
+impl OptimizerBytes {
+    fn of<'a>(options: &TrainOptions, metas: impl Iterator<Item = (&'a [usize], DType)>) -> OptimizerBytes {
+        let mut held = OptimizerBytes { state: 0, masters: 0, largest_copy: 0 };
+        for (shape, dtype) in metas {
+            let numel: usize = shape.iter().product();
+            held.state += numel * options.state_dtype.size() * options.rule.state_count();
+            if let Some(m) = options.master_for(dtype) {
+                held.masters += numel * m.size();
+                held.largest_copy = held.largest_copy.max(numel * dtype.size());
+            }
+        }
+        held
+    }
 }
 
 /// A model's parameters and optimizer state, held in a backend's buffers across steps.
@@ -285,7 +307,7 @@ impl<B: Backend> TrainState<B> {
                 });
             }
             buffers.push(backend.upload(p)?);
-            masters.push(match options.master_dtype.filter(|m| m.size() > p.dtype().size()) {
+            masters.push(match options.master_for(p.dtype()) {
                 Some(m) => Some(
                     backend.upload(&HostTensor::new(p.shape().to_vec(), HostData::from_f64(&p.to_f64_vec(), m))?)?,
                 ),
@@ -299,15 +321,7 @@ impl<B: Backend> TrainState<B> {
             states.push(own);
         }
         let param_bytes = params.values().iter().map(HostTensor::bytes).sum();
-        let master_bytes = params
-            .values()
-            .iter()
-            .zip(&masters)
-            .filter(|(_, m)| m.is_some())
-            .map(|(p, _)| p.numel() * options.master_dtype.map_or(0, DType::size))
-            .sum();
-        let state_bytes = params.values().iter().map(|p| p.numel() * options.state_dtype.size()).sum::<usize>()
-            * options.rule.state_count();
+        let held = OptimizerBytes::of(&options, params.values().iter().map(|p| (p.shape(), p.dtype())));
         Ok(TrainState {
             ids: params.ids.clone(),
             names: params.names().to_vec(),
@@ -319,8 +333,8 @@ impl<B: Backend> TrainState<B> {
             options,
             t,
             param_bytes,
-            state_bytes,
-            master_bytes,
+            state_bytes: held.state,
+            master_bytes: held.masters,
         })
     }
 
