@@ -4,8 +4,7 @@
 use crate::agreement::{self, fnv, RankConfig};
 use crate::collective::{Collective, Pending, Span};
 use remat_core::{
-    Backend, CollectiveKind, DType, Error, Feeds, GradientReducer, Gradients, HostData, HostTensor, Model, Params,
-    Result, StepOutput, TrainState, TrainStepOutput,
+    Backend, CollectiveKind, DType, Error, Feeds, HostData, HostTensor, Model, Params, Result, StepOutput,
 };
 use std::ops::Range;
 use std::time::Instant;
@@ -15,8 +14,8 @@ pub const DEFAULT_BUCKET_BYTES: usize = 1 << 20;
 
 /// Data-parallel training over a [`Collective`].
 pub struct DataParallel<C: Collective> {
-    comm: C,
-    bucket_bytes: usize,
+    pub(crate) comm: C,
+    pub(crate) bucket_bytes: usize,
     /// The bucket layout every rank last agreed on ([`Layout`]): a step with another one agrees
     /// again before its first all-reduce.
     agreed_layout: Option<Layout>,
@@ -24,24 +23,13 @@ pub struct DataParallel<C: Collective> {
     next_step: u64,
     /// Whether [`DataParallel::shard_state`] sharded the training state's optimizer: each
     /// [`DataParallel::train_step`] then broadcasts every parameter from the rank that updated it.
-    sharded_state: bool,
-}
-
-/// What one [`DataParallel::train_step`] returns.
-#[derive(Debug)]
-pub struct DpTrainStep {
-    /// The loss averaged over the ranks (each rank's mean over its shard).
-    pub loss: f64,
-    /// This rank's own step: its loss, predicted and measured peaks, transfers.
-    pub local: TrainStepOutput,
-    /// The step's communication.
-    pub comm: StepComm,
+    pub(crate) sharded_state: bool,
 }
 
 /// What decides the lengths of a step's all-reduces: buckets, values, and which parameters
 /// fill which bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Layout {
+pub(crate) struct Layout {
     buckets: u64,
     values: u64,
     digest: u64,
@@ -338,7 +326,7 @@ impl<C: Collective> DataParallel<C> {
         self.layout_of(model, &params.values().iter().map(HostTensor::numel).collect::<Vec<_>>())
     }
 
-    fn layout_of(&self, model: &Model, numels: &[usize]) -> Layout {
+    pub(crate) fn layout_of(&self, model: &Model, numels: &[usize]) -> Layout {
         let plan = self.plan_comm_of(model, numels);
         let values = numels.iter().map(|&n| n as u64).sum();
         Layout { buckets: plan.buckets.len() as u64, values, digest: plan.layout_digest() }
@@ -346,7 +334,7 @@ impl<C: Collective> DataParallel<C> {
 
     /// Makes sure every rank will reduce buckets of the same lengths before any is sent: the
     /// layout agreed last is reused, another one is compared first (a fixed-size exchange).
-    fn agree_on_layout(&mut self, mine: Layout) -> Result<()> {
+    pub(crate) fn agree_on_layout(&mut self, mine: Layout) -> Result<()> {
         if self.agreed_layout == Some(mine) {
             return Ok(());
         }
@@ -389,15 +377,12 @@ impl<C: Collective> DataParallel<C> {
         let mut reduction = Reduction::new(&mut self.comm, self.bucket_bytes, params.len());
         let mut on_grad = |param: usize, grad: HostTensor| reduction.add(param, grad_values(&grad, params, param)?);
         let local = model.step_streaming(backend, params, feeds, rank_seed, &mut on_grad)?;
-        let (sums, mut comm) = reduction.finish(Instant::now())?;
-        let world = self.world_size() as f32;
-        let grads = sums
+        let (means, mut comm) = reduction.finish(Instant::now())?;
+        let grads = means
             .into_iter()
             .zip(params.names().iter().zip(params.values()))
-            .map(|(sum, (name, p))| {
-                let sum =
-                    sum.ok_or_else(|| Error::internal(format!("the step gave no gradient for parameter `{name}`")))?;
-                let mean: Vec<f32> = sum.iter().map(|&s| s / world).collect();
+            .map(|(mean, (name, p))| {
+                let mean = mean.ok_or_else(|| no_gradient(name))?;
                 HostTensor::new(p.shape().to_vec(), HostData::from_f32(&mean, p.dtype()))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -406,181 +391,16 @@ impl<C: Collective> DataParallel<C> {
         Ok(DpStep { loss, grads, local, comm })
     }
 
-    /// One step on a training state whose parameters, optimizer state and gradients stay in the
-    /// backend's buffers ([`TrainState`]): forward and backward on this rank's `feeds`, each
-    /// gradient read from its buffer the moment the backward finishes it (in place on the CPU,
-    /// [`Backend::host_view`]; downloaded elsewhere) into a bucket sent at once, the averaged
-    /// gradients written back into the buffers ([`Backend::write`]), then the state's own update.
-    /// Every rank ends the step with the same parameters. Random ops draw as in
-    /// [`DataParallel::step`].
-    pub fn train_step<B: Backend>(
-        &mut self,
-        model: &Model,
-        backend: &mut B,
-        state: &mut TrainState<B>,
-        feeds: &Feeds,
-        seed: u64,
-    ) -> Result<DpTrainStep> {
-        let rank_seed = self.rank_seed(seed);
-        let metas: Vec<(Vec<usize>, DType)> = state
-            .names()
-            .iter()
-            .map(|n| state.meta(n).map(|(shape, dtype)| (shape.to_vec(), dtype)))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::internal("a training state without the meta of its own parameter"))?;
-        let numels: Vec<usize> = metas.iter().map(|m| m.0.iter().product()).collect();
-        self.agree_on_layout(self.layout_of(model, &numels))?;
-        let sent_before = self.comm.bytes_sent();
-        let world = self.world_size() as f32;
-        let names = state.names().to_vec();
-        let mut reducer = BufferReducer {
-            reduction: Some(Reduction::new(&mut self.comm, self.bucket_bytes, names.len())),
-            names: &names,
-            metas: &metas,
-            world,
-            comm: None,
-        };
-        let local = state.step_reducing(backend, model, feeds, rank_seed, &mut reducer)?;
-        let mut comm = reducer.comm.ok_or_else(|| Error::internal("the gradients were never reduced"))?;
-        if self.sharded_state {
-            self.broadcast_updated(backend, state)?;
-        }
-        let loss = self.agree_on_step(local.loss, seed)?;
-        comm.bytes_sent = self.comm.bytes_sent() - sent_before;
-        Ok(DpTrainStep { loss, local, comm })
-    }
-
-    /// [`DataParallel::train_step`] with the gradients reduced by `reducer` instead of this
-    /// collective's host buckets: a reducer on the device (NCCL on the GPU buffers,
-    /// `remat::cuda::NcclGradients`) reduces where the gradients are. This collective still
-    /// agrees on the step and averages the loss; the step's [`StepComm`] is the reducer's to
-    /// report, so the one returned here counts only the loss's bytes.
-    pub fn train_step_with<B: Backend>(
-        &mut self,
-        model: &Model,
-        backend: &mut B,
-        state: &mut TrainState<B>,
-        feeds: &Feeds,
-        seed: u64,
-        reducer: &mut dyn GradientReducer<B>,
-    ) -> Result<DpTrainStep> {
-        if self.sharded_state {
-            return Err(Error::config(
-                "reducer",
-                "a sharded training state (shard_state) reduces through the collective: use train_step",
-            ));
-        }
-        let rank_seed = self.rank_seed(seed);
-        let sent_before = self.comm.bytes_sent();
-        let local = state.step_reducing(backend, model, feeds, rank_seed, reducer)?;
-        let loss = self.agree_on_step(local.loss, seed)?;
-        let comm = StepComm { bytes_sent: self.comm.bytes_sent() - sent_before, ..StepComm::default() };
-        Ok(DpTrainStep { loss, local, comm })
-    }
-
-    /// ZeRO-1 on a training state: each parameter gets an owner (greedily, the rank with the
-    /// fewest elements so far, in parameter order), and this rank's state keeps the optimizer
-    /// state (and master weights) of its own parameters only ([`TrainState::keep_only`]). From
-    /// then on each [`DataParallel::train_step`] updates a rank's own parameters and broadcasts
-    /// them to the others: per-rank optimizer memory about `1 / world` of the whole, and every
-    /// rank ends each step with the same parameters.
-    pub fn shard_state<B: Backend>(&mut self, state: &mut TrainState<B>) -> Result<()> {
-        let owners = self.owners(state)?;
-        let rank = self.rank();
-        state.keep_only(&owners.iter().map(|&o| o == rank).collect::<Vec<_>>())?;
-        self.sharded_state = true;
-        Ok(())
-    }
-
-    /// The rank that updates each parameter of `state` under [`DataParallel::shard_state`].
-    pub fn owners<B: Backend>(&self, state: &TrainState<B>) -> Result<Vec<usize>> {
-        let mut load = vec![0usize; self.world_size()];
-        state
-            .names()
-            .iter()
-            .map(|name| {
-                let numel: usize = state
-                    .meta(name)
-                    .ok_or_else(|| Error::internal(format!("no meta for `{name}`")))?
-                    .0
-                    .iter()
-                    .product();
-                let owner = (0..load.len()).min_by_key(|&r| (load[r], r)).unwrap_or(0);
-                load[owner] += numel;
-                Ok(owner)
-            })
-            .collect()
-    }
-
-    /// Every parameter broadcast from its owner, which updated it.
-    fn broadcast_updated<B: Backend>(&mut self, backend: &mut B, state: &mut TrainState<B>) -> Result<()> {
-        let owners = self.owners(state)?;
-        for (k, &owner) in owners.iter().enumerate() {
-            let (shape, dtype) = {
-                let (shape, dtype) =
-                    state.meta(&state.names()[k]).ok_or_else(|| Error::internal("a parameter without meta"))?;
-                (shape.to_vec(), dtype)
-            };
-            let n: usize = shape.iter().product();
-            let bytes = if owner == self.rank() {
-                let buffer = state.param_buffer(k).ok_or_else(|| Error::internal("a parameter without a buffer"))?;
-                match backend.host_view(buffer) {
-                    Some(t) => value_bytes(t),
-                    None => value_bytes(&backend.download(buffer)?),
-                }
-            } else {
-                vec![0; n * 8]
-            };
-            let bytes = self.comm.broadcast(bytes, owner)?;
-            if owner != self.rank() {
-                let value = HostTensor::new(shape, from_bytes(&bytes, dtype, n)?)?;
-                state.write_param(backend, k, &value)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The whole optimizer state of a training state sharded by [`DataParallel::shard_state`], as
-    /// an unsharded AdamW on every rank (each parameter's moments broadcast from its owner), e.g.
-    /// for rank 0 to save it with [`TrainState::params`]. A state not sharded gives its own.
-    pub fn gather_adamw<B: Backend>(&mut self, backend: &mut B, state: &TrainState<B>) -> Result<remat_core::AdamW> {
-        if !self.sharded_state {
-            return state.adamw(backend);
-        }
-        let remat_core::UpdateRule::AdamW { lr, beta1, beta2, eps, weight_decay } = state.options().rule else {
-            return Err(Error::config("rule", "this training state runs SGD, not AdamW"));
-        };
-        let owners = self.owners(state)?;
-        let (mut m, mut v) = (Vec::with_capacity(owners.len()), Vec::with_capacity(owners.len()));
-        for (k, &owner) in owners.iter().enumerate() {
-            let n: usize = state.meta(&state.names()[k]).map_or(0, |(shape, _)| shape.iter().product());
-            let bytes = match state.state_values(backend, k)? {
-                Some(values) => values.concat().iter().flat_map(|x| x.to_le_bytes()).collect(),
-                None => vec![0; 2 * n * 8],
-            };
-            let bytes = self.comm.broadcast(bytes, owner)?;
-            let HostData::F64(both) = from_bytes(&bytes, DType::F64, 2 * n)? else {
-                return Err(Error::internal("moments broadcast as another dtype"));
-            };
-            m.push(both[..n].to_vec());
-            v.push(both[n..].to_vec());
-        }
-        let params = state.params(backend)?;
-        let mut adamw = remat_core::AdamW::new(lr);
-        (adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay) = (beta1, beta2, eps, weight_decay);
-        adamw.with_state(&params, state.t(), m, v)
-    }
-
     /// The seed of this rank's random ops for a step seeded `seed`: ranks draw different
     /// dropout masks for their different rows; one rank draws what `Model::step_seeded(.., seed)`
     /// does.
-    fn rank_seed(&self, seed: u64) -> u64 {
+    pub(crate) fn rank_seed(&self, seed: u64) -> u64 {
         seed.wrapping_mul(self.world_size() as u64).wrapping_add(self.rank() as u64)
     }
 
     /// The loss averaged over the ranks (in f64, summed in rank order), after checking that
     /// every rank ran the same step with the same seed: ranks at different steps stop here.
-    fn agree_on_step(&mut self, loss: f64, seed: u64) -> Result<f64> {
+    pub(crate) fn agree_on_step(&mut self, loss: f64, seed: u64) -> Result<f64> {
         let step = self.next_step;
         let mine = [loss.to_bits(), step, seed];
         let gathered = self.comm.all_gather(mine.iter().flat_map(|w| w.to_le_bytes()).collect())?;
@@ -595,7 +415,7 @@ impl<C: Collective> DataParallel<C> {
 
 /// The all-reduce of one step's gradients: each copied into a bucket as the backward finishes
 /// it, a bucket sent as soon as it is full ([`Bucketing`]).
-struct Reduction<'c, C: Collective> {
+pub(crate) struct Reduction<'c, C: Collective> {
     comm: &'c mut C,
     bucketing: Bucketing,
     filling: Filling,
@@ -607,7 +427,7 @@ struct Reduction<'c, C: Collective> {
 }
 
 impl<'c, C: Collective> Reduction<'c, C> {
-    fn new(comm: &'c mut C, bucket_bytes: usize, params: usize) -> Self {
+    pub(crate) fn new(comm: &'c mut C, bucket_bytes: usize, params: usize) -> Self {
         Reduction {
             comm,
             bucketing: Bucketing::new(bucket_bytes),
@@ -620,7 +440,7 @@ impl<'c, C: Collective> Reduction<'c, C> {
     }
 
     /// Parameter `param`'s gradient, as f32 `values`, joins the bucket being filled.
-    fn add(&mut self, param: usize, values: Vec<f32>) -> Result<()> {
+    pub(crate) fn add(&mut self, param: usize, values: Vec<f32>) -> Result<()> {
         if let Some(added) = self.added.get_mut(param) {
             *added = true;
         }
@@ -639,18 +459,20 @@ impl<'c, C: Collective> Reduction<'c, C> {
     }
 
     /// Whether parameter `param`'s gradient has been added.
-    fn has(&self, param: usize) -> bool {
+    pub(crate) fn has(&self, param: usize) -> bool {
         self.added.get(param).copied().unwrap_or(false)
     }
 
-    /// Sends the last bucket and waits for every one: each parameter's summed gradient (over
-    /// the ranks), and the step's communication timed against `backward_end`.
-    fn finish(mut self, backward_end: Instant) -> Result<(Vec<Option<Vec<f32>>>, StepComm)> {
+    /// Sends the last bucket and waits for every one: each parameter's gradient averaged over
+    /// the ranks (the rank-order sum divided in f32), and the step's communication timed against
+    /// `backward_end`.
+    pub(crate) fn finish(mut self, backward_end: Instant) -> Result<(Vec<Option<Vec<f32>>>, StepComm)> {
+        let world = self.comm.world_size() as f32;
         if !self.filling.values.is_empty() {
             let pending = self.comm.start_all_reduce(std::mem::take(&mut self.filling.values))?;
             self.in_flight.push((Filling { values: Vec::new(), entries: self.filling.entries }, pending));
         }
-        let mut sums: Vec<Option<Vec<f32>>> = (0..self.added.len()).map(|_| None).collect();
+        let mut means: Vec<Option<Vec<f32>>> = (0..self.added.len()).map(|_| None).collect();
         let mut stats = StepComm { buckets: self.in_flight.len(), ..StepComm::default() };
         let mut last_end = backward_end;
         for (bucket, pending) in self.in_flight {
@@ -659,80 +481,14 @@ impl<'c, C: Collective> Reduction<'c, C> {
             stats.hidden_seconds += (end.min(backward_end).saturating_duration_since(start)).as_secs_f64();
             last_end = last_end.max(end);
             for e in bucket.entries {
-                if let Some(slot) = sums.get_mut(e.param) {
-                    *slot = Some(values[e.offset..e.offset + e.len].to_vec());
+                if let Some(slot) = means.get_mut(e.param) {
+                    *slot = Some(values[e.offset..e.offset + e.len].iter().map(|&s| s / world).collect());
                 }
             }
         }
         stats.exposed_seconds = (last_end.saturating_duration_since(backward_end)).as_secs_f64();
         stats.buffer_peak_bytes = self.buffer_peak;
-        Ok((sums, stats))
-    }
-}
-
-fn ended() -> Error {
-    Error::internal("gradients handed over after the reduction ended")
-}
-
-/// [`GradientReducer`] for [`DataParallel::train_step`]: reads each gradient buffer into the
-/// reduction, and writes the averages back.
-struct BufferReducer<'r, 'c, C: Collective> {
-    /// Until [`GradientReducer::finish`] ends it.
-    reduction: Option<Reduction<'c, C>>,
-    names: &'r [String],
-    /// Each parameter's shape and dtype.
-    metas: &'r [(Vec<usize>, DType)],
-    world: f32,
-    /// The step's communication, once [`GradientReducer::finish`] ran.
-    comm: Option<StepComm>,
-}
-
-impl<C: Collective> BufferReducer<'_, '_, C> {
-    /// A gradient buffer's values as f32, read in place where the backend allows.
-    fn values<B: Backend>(&self, backend: &mut B, param: usize, grad: &B::Buffer) -> Result<Vec<f32>> {
-        let name = self.names.get(param).map_or("?", String::as_str);
-        let check = |t: &HostTensor| match t.dtype() {
-            DType::F32 | DType::F16 | DType::BF16 => Ok(t.to_f32_vec()),
-            other => Err(Error::Feed {
-                what: "param",
-                name: name.to_string(),
-                message: format!("data-parallel steps reduce f32, f16 and bf16 gradients; this one is {other}"),
-            }),
-        };
-        match backend.host_view(grad) {
-            Some(t) => check(t),
-            None => check(&backend.download(grad)?),
-        }
-    }
-}
-
-impl<B: Backend, C: Collective> GradientReducer<B> for BufferReducer<'_, '_, C> {
-    fn gradient(&mut self, backend: &mut B, param: usize, grad: &B::Buffer) -> Result<()> {
-        let values = self.values(backend, param, grad)?;
-        self.reduction.as_mut().ok_or_else(ended)?.add(param, values)
-    }
-
-    fn finish(&mut self, backend: &mut B, grads: &mut Gradients<'_, B>) -> Result<()> {
-        // Gradients the backward did not hand over (one shared with another parameter) join last.
-        let mut reduction = self.reduction.take().ok_or_else(ended)?;
-        for param in 0..grads.len() {
-            if !reduction.has(param) {
-                let grad = grads.get(param).ok_or_else(|| Error::internal("a gradient vanished"))?;
-                reduction.add(param, self.values(backend, param, grad)?)?;
-            }
-        }
-        let (sums, stats) = reduction.finish(Instant::now())?;
-        for (param, sum) in sums.into_iter().enumerate() {
-            let name = &self.names[param];
-            let sum =
-                sum.ok_or_else(|| Error::internal(format!("the step gave no gradient for parameter `{name}`")))?;
-            let (shape, dtype) = &self.metas[param];
-            let grad = grads.get_mut(param).ok_or_else(|| Error::internal("a gradient vanished"))?;
-            let mean: Vec<f32> = sum.iter().map(|&s| s / self.world).collect();
-            backend.write(grad, &HostTensor::new(shape.clone(), HostData::from_f32(&mean, *dtype))?)?;
-        }
-        self.comm = Some(stats);
-        Ok(())
+        Ok((means, stats))
     }
 }
 
@@ -782,14 +538,25 @@ fn grad_values(grad: &HostTensor, params: &Params, param: usize) -> Result<Vec<f
             message: format!("gradient of shape {:?} for a parameter of shape {:?}", grad.shape(), p.shape()),
         });
     }
+    reducible(grad, &params.names()[param])
+}
+
+/// Parameter `name`'s gradient as f32, the values the engine reduces: f32, f16 and bf16
+/// gradients only.
+pub(crate) fn reducible(grad: &HostTensor, name: &str) -> Result<Vec<f32>> {
     match grad.dtype() {
         DType::F32 | DType::F16 | DType::BF16 => Ok(grad.to_f32_vec()),
         other => Err(Error::Feed {
             what: "param",
-            name: params.names()[param].clone(),
+            name: name.to_string(),
             message: format!("data-parallel steps reduce f32, f16 and bf16 gradients; this one is {other}"),
         }),
     }
+}
+
+/// The error for a parameter whose gradient a step never produced (a planner bug).
+pub(crate) fn no_gradient(name: &str) -> Error {
+    Error::internal(format!("the step gave no gradient for parameter `{name}`"))
 }
 
 /// A tensor's elements as little-endian f64 bytes (f64 holds every float dtype's values exactly).

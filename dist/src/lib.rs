@@ -31,6 +31,7 @@ mod engine;
 mod guard;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
+mod resident;
 mod zero;
 
 pub use agreement::{agree, first_difference, state_digest, Disagreement, Field, RankConfig, FIELDS};
@@ -38,8 +39,9 @@ pub use agreement::{OPTIMIZER_ADAMW, OPTIMIZER_ZERO1};
 pub use collective::{exit_now, exit_with_error, parse_timeout, sum_in_rank_order, timeout_from_env};
 pub use collective::{Collective, Local, Pending, Span};
 pub use collective::{DEFAULT_TIMEOUT, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, TIMEOUT_VAR};
-pub use data_parallel::{CommPlan, DataParallel, DpStep, DpTrainStep, StepComm, DEFAULT_BUCKET_BYTES};
+pub use data_parallel::{CommPlan, DataParallel, DpStep, StepComm, DEFAULT_BUCKET_BYTES};
 pub use engine::{Engine, Transport};
 #[cfg(feature = "mpi")]
 pub use mpi_engine::Mpi;
+pub use resident::DpTrainStep;
 pub use zero::ShardedAdamW;

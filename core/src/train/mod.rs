@@ -366,6 +366,11 @@ impl<B: Backend> TrainState<B> {
         self.names.iter().position(|n| n == name).map(|k| &self.params[k])
     }
 
+    /// Each parameter's shape and dtype, in order.
+    pub fn metas(&self) -> &[(Vec<usize>, DType)] {
+        &self.metas
+    }
+
     /// The shape and dtype of parameter `name`.
     pub fn meta(&self, name: &str) -> Option<(&[usize], DType)> {
         self.names.iter().position(|n| n == name).map(|k| (&self.metas[k].0[..], self.metas[k].1))
