@@ -1,5 +1,5 @@
 //! The optimizer update on the CPU backend's threads: the host reference's job
-//! ([`crate::update::UpdateJob`]) cut into runs of a fixed size (so the bits do not depend on
+//! (`update::job::UpdateJob`) cut into runs of a fixed size (so the bits do not depend on
 //! the thread count: every element is computed the same way whichever run holds it).
 
 use super::split;
