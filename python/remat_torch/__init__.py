@@ -22,6 +22,7 @@ import torch.fx as fx
 from . import _policy, _remat
 from ._export import ExportError, joint_document
 from ._export import merge_common_subexpressions as _merge_common_subexpressions
+from ._export import running_statistics_read
 
 __all__ = [
     "backend",
@@ -216,6 +217,7 @@ def partition_fn(
             saved.append(node)
         else:
             saved_sym.append(node)
+    saved += [n for n in running_statistics_read(joint_module.graph, keep) if n not in saved]
     fw, bw = _extract_fwd_bwd_modules(joint_module, saved, saved_sym, num_fwd_outputs=num_fwd_outputs)
     if planned:
         # PyTorch's extraction keeps the joint graph's order: the backward recomputes every
@@ -338,10 +340,16 @@ def backend(
     # PyTorch's own aot_eager compiler: the graph's code takes its inputs as one list and empties
     # it, so a value is freed at its last use in the graph. (Calling `gm.forward(*args)` instead
     # would hold every input, the saved values included, in the call's tuple to the end.)
+    # Input mutations (BatchNorm's running statistics) are kept in the forward graph, as
+    # PyTorch's aot_eager keeps them: applied there, before the forward's values are saved for
+    # the backward, a backward that recomputes batch norm from the running statistics (its
+    # outputs but the updates do not depend on their values) reads them without tripping
+    # autograd's version check, which an update applied after the forward would.
     return aot_autograd(
         fw_compiler=boxed_nop,
         bw_compiler=boxed_nop,
         partition_fn=functools.partial(partition_fn, strategy=chosen, policy=policy),
+        keep_inference_input_mutations=True,
     )
 
 

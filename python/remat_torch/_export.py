@@ -275,6 +275,43 @@ def _flops(producer: fx.Node, out_val: Any) -> int:
     return max(sizes + [_numel(out_val)])
 
 
+# Batch norm in training normalises by the batch's own statistics: its output, mean and inverse
+# deviation (outputs 0-2) do not read the running statistics (arguments 3 and 4), which only its
+# updated statistics (outputs 3 and 4) read. The running statistics are the buffers the forward
+# mutates, and remat never recomputes a reader of a mutated buffer, so an export naming them as
+# inputs of every output would keep the normalised activations PyTorch recomputes.
+_BATCH_NORM_TRAINING = (_aten._native_batch_norm_legit_functional.default,)
+_RUNNING_STATS = (3, 4)
+
+
+def _batch_norm_training(producer: fx.Node) -> bool:
+    return producer.target in _BATCH_NORM_TRAINING and len(producer.args) > 5 and producer.args[5] is True
+
+
+def _inputs_read(node: fx.Node, producer: fx.Node) -> list[fx.Node]:
+    """The nodes ``node``'s value is computed from: its producer's inputs, less the running
+    statistics for a training batch norm's outputs other than the updated statistics."""
+    inputs = producer.all_input_nodes
+    if node is producer or not _batch_norm_training(producer) or node.args[1] in _RUNNING_STATS:
+        return inputs
+    unread = {producer.args[k] for k in _RUNNING_STATS}
+    return [i for i in inputs if i not in unread]
+
+
+def running_statistics_read(graph: fx.Graph, kept: set[str]) -> list[fx.Node]:
+    """The running statistics a backward reads where it recomputes a training batch norm from
+    outputs ``kept`` does not hold (PyTorch's extraction copies the whole op, arguments and all,
+    although the outputs it recomputes do not depend on them): the extraction needs them saved."""
+    out: list[fx.Node] = []
+    for node in graph.nodes:
+        if node.op != "call_function" or not _batch_norm_training(node):
+            continue
+        recomputable = [u for u in node.users if u.target is operator.getitem and u.args[1] not in _RUNNING_STATS]
+        if any(u.name not in kept for u in recomputable):
+            out.extend(a for k in _RUNNING_STATS if isinstance(a := node.args[k], fx.Node) and a not in out)
+    return out
+
+
 def _mutated_primals(graph: fx.Graph) -> set[fx.Node]:
     """The placeholders the forward mutates, whichever way AOTAutograd applies the mutation:
     after the forward (the joint graph returns the new value, an ``InputMutationAOTOutput``
@@ -369,7 +406,7 @@ def joint_document(
             producer = node.args[0]
             if not isinstance(producer, fx.Node):
                 raise ExportError(f"FX node {node.name!r}: getitem of a non-node")
-        inputs = [i.name for i in producer.all_input_nodes]
+        inputs = [i.name for i in _inputs_read(node, producer)]
         doc = {
             "id": node.name,
             "op": str(producer.target) if producer is node else f"{producer.target}[{node.args[1]}]",

@@ -1,6 +1,7 @@
 """Models whose forward mutates an input or a buffer (BatchNorm's running statistics, a
 ``copy_`` into a buffer): remat_torch marks those primals ``mutated`` in the document, never
-recomputes from them in the backward, and the models train under every strategy and compiler as
+recomputes a value that depends on them in the backward (batch norm's normalised output in
+training does not: it is recomputable), and the models train under every strategy and compiler as
 they do under PyTorch's own partitioner — bit for bit with ``aot_eager``, to rounding with
 Inductor."""
 
@@ -180,6 +181,24 @@ def test_the_exported_document_marks_batchnorms_running_statistics():
         report = remat_torch.partition_joint(doc, strategy)
         assert not reads_of_recomputed(doc, report) & mutated_ids(doc), (strategy, report["recomputed"])
         assert not set(report["held"]) & mutated_ids(doc), (strategy, report["held"])
+
+
+def test_batch_norm_in_training_is_recomputable_and_only_its_updates_read_the_running_statistics():
+    # In training batch norm normalises by the batch's statistics: its output, mean and inverse
+    # deviation do not depend on the running statistics, which only the updated statistics read.
+    doc = remat_torch.export_joint(batchnorm_mlp(), torch.randn(4, 8, requires_grad=True))[0]
+    outputs = {n["op"]: n for n in doc["nodes"] if n["op"].startswith("aten._native_batch_norm_legit_functional")}
+    for k in range(5):
+        reads_running = {"primals_5", "primals_6"} <= set(outputs[f"aten._native_batch_norm_legit_functional.default[{k}]"]["inputs"])
+        assert reads_running == (k >= 3), (k, outputs)
+    # So the fewest bytes recompute the normalised output in the backward; PyTorch's backward
+    # then runs the whole op again (its graph reads the running statistics, whose values the
+    # recomputed outputs do not depend on) and trains bit for bit as PyTorch's aot_eager
+    # (test_batchnorm_trains_under_aot_eager_bit_for_bit).
+    report = remat_torch.partition_joint(doc, "budget=0.0")
+    normalised = outputs["aten._native_batch_norm_legit_functional.default[0]"]["id"]
+    assert normalised in report["recomputed"], report["recomputed"]
+    assert not reads_of_recomputed(doc, report) & mutated_ids(doc), report["recomputed"]
 
 
 def test_a_copy_into_a_buffer_is_marked_in_the_document():

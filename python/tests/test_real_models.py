@@ -99,14 +99,6 @@ EXCESS = {
     # indices, the sort's order, the expert histogram: 2 080 B over 2 layers), which PyTorch
     # recomputes (NeMo-Automodel #2635: a recompute can route differently).
     "mixtral": ({"aot_eager": 636 + 2080, "inductor": 1388 + 2080}, "routing kept; " + ROTARY),
-    # Batch norm in training reads the running statistics the forward updates in place: remat
-    # never recomputes an op that reads a buffer the forward mutates (its normalised output, mean
-    # and inverse deviation are kept: 133 120 B over the checkpointed stages), where PyTorch
-    # recomputes it (its outputs but the updates do not depend on them).
-    "resnet18": (
-        {"aot_eager": 133120, "inductor": 133120},
-        "batch norm's outputs kept: it reads the mutated running statistics",
-    ),
 }
 
 
