@@ -6,9 +6,16 @@
 //! peaks over, the rows made on demand that the plan breaks ([`super::lazy`]) are added — or,
 //! where it breaks none, that saved set is excluded — and the program solved again (a lower bound
 //! that only rises), for a few rounds.
+//!
+//! A plan over the limit is repaired ([`super::repair`]) into one within it, an upper bound. Its
+//! cost less the stopping gap is the next round's cutoff: the program looks for nothing costing
+//! more, so a round that finds nothing proves the repaired plan within the gap, and one that runs
+//! out of time still raises the bound. A first round that stops short of the gap with a plan
+//! within the limit (a large graph's program in its time) has that plan improved one change at a
+//! time before it is the answer.
 
 use super::lazy::Lazy;
-use super::repair::repair;
+use super::repair::{improve, repair};
 use super::rows::{self, Link, Row, Rows, Var};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
@@ -20,6 +27,13 @@ use std::time::{Duration, Instant};
 const SECONDS: f64 = 20.0;
 /// Seconds below which no round starts: too short for HiGHS to find a plan.
 const ROUND_LEAST: f64 = 0.5;
+/// The share of the seconds left that one round's program may take: a program stopped short
+/// still hands its best choice to the repair, and a later round (with the repaired plan's cost
+/// as its cutoff) raises the bound.
+const ROUND_SHARE: f64 = 0.5;
+/// Seconds the repair of a round's plan may take at least, even past [`SECONDS`]: without a
+/// repaired plan the search falls back to the walk (minutes).
+const REPAIR_SECONDS: f64 = 3.0;
 /// Rounds of the program before it gives up: each adds the rows a plan over the limit breaks,
 /// or excludes its saved set.
 const ROUNDS: usize = 64;
@@ -92,26 +106,54 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     // The best plan within the limit the repair found.
     let mut best: Option<(Partition, Plan)> = None;
     for _ in 0..ROUNDS {
-        extra.seconds = SECONDS - start.elapsed().as_secs_f64();
-        if extra.seconds <= ROUND_LEAST {
+        let left = SECONDS - start.elapsed().as_secs_f64();
+        if left <= ROUND_LEAST {
             break;
         }
+        // The first round takes what it needs to find a choice at all (a large graph's program
+        // may need most of the time); later ones, a share.
+        extra.seconds = if best.is_none() { left } else { (left * ROUND_SHARE).max(ROUND_LEAST) };
         let searched = match partition_with_rows(pg, &extra, model, offload) {
             Ok(searched) => searched,
+            // Below the cutoff, nothing: the best plan is within the stopping gap.
+            Err(Error::Infeasible { .. }) if extra.cutoff.is_some() => {
+                let (partition, plan) = best.ok_or_else(|| Error::internal("a cutoff without a plan"))?;
+                let lower = lower.max(extra.cutoff.unwrap_or(0.0));
+                return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
+            }
             // Every saved set left breaks a row, and those excluded were planned over the limit.
             Err(Error::Infeasible { .. }) => return Ok(Outcome::Infeasible),
             Err(e) => return Err(e),
         };
+        // The rows only grow, so every answer of the program costs at least the bound proven
+        // before, and at most the cutoff: one that does not was not the program's (it found
+        // nothing in its time, and the eviction path or the plan that recomputes all it may
+        // answered for it). The best plan stands, with the bound proven so far.
+        let answer = cost(&searched.partition);
+        if extra.cutoff.is_some_and(|c| answer > c) || answer < lower * (1.0 - 1e-9) - 0.5 {
+            if extra.cutoff.is_some() {
+                // Its bound holds: the program stopped below the cutoff with it.
+                lower = lower.max(searched.bound.unwrap_or(0.0));
+            }
+            break;
+        }
         lower = lower.max(searched.bound.unwrap_or(cost(&searched.partition)));
         let plan = schedule.plan(&searched.partition, model)?;
         if plan.predicted_peak() as u64 <= limit {
             let better = |b: &(Partition, Plan)| cost(&b.0) < cost(&searched.partition);
-            let (partition, plan) = best.filter(better).unwrap_or((searched.partition, plan));
+            let (mut partition, mut plan) = best.filter(better).unwrap_or((searched.partition, plan));
+            if cost(&partition) * (1.0 - GAP) > lower {
+                // Stopped short of the gap (a large program in its time): improved one change
+                // at a time.
+                let deadline = Instant::now() + Duration::from_secs_f64(REPAIR_SECONDS);
+                (partition, plan) = improve(schedule, pg, partition, plan, limit, offload, model, deadline)?;
+            }
             return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
         }
         // The plan repaired: where it is within the stopping gap of the bound, it is the answer;
         // else it is kept for when the rounds run out.
-        let deadline = start + Duration::from_secs_f64(SECONDS);
+        let deadline =
+            (start + Duration::from_secs_f64(SECONDS)).max(Instant::now() + Duration::from_secs_f64(REPAIR_SECONDS));
         if let Some(repaired) = repair(schedule, pg, &searched.partition, &plan, limit, offload, model, deadline)? {
             if best.as_ref().is_none_or(|b| cost(&repaired.0) < cost(&b.0)) {
                 best = Some(repaired);
@@ -120,6 +162,8 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         if let Some((partition, plan)) = best.take_if(|b| cost(&b.0) * (1.0 - GAP) <= lower) {
             return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
         }
+        // The program need look for nothing the best plan is within the gap of.
+        extra.cutoff = best.as_ref().map(|b| cost(&b.0) * (1.0 - GAP));
         // The rows made on demand that the plan breaks; where it breaks none of them, its choice
         // is excluded.
         let saved: Vec<bool> = (0..rows.forward_len())
@@ -192,4 +236,46 @@ fn add<S: Schedulable + ?Sized>(
         extra.rows.push((terms, room));
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::PNode;
+
+    /// An input, `a = f(input)` (100 FLOPs), `b = g(a)` (50 FLOPs), and a backward node reading
+    /// both: saving both recomputes nothing.
+    fn chain() -> PGraph {
+        let mut input = PNode::new(0, "input", &[], false, 8);
+        input.flags.resident = true;
+        let mut a = PNode::new(1, "tanh", &[0], false, 8);
+        a.flops = 100;
+        let mut b = PNode::new(2, "tanh", &[1], false, 8);
+        b.flops = 50;
+        PGraph { nodes: vec![input, a, b, PNode::new(3, "grad", &[1, 2], true, 8)], ..PGraph::default() }
+    }
+
+    /// The program's answer for `a` recomputed (a row saves it nowhere) under `cutoff`.
+    fn with_a_recomputed(cutoff: Option<f64>) -> Result<u64> {
+        let pg = chain();
+        let a = NodeId::new(1);
+        let extra = Extra { rows: vec![(vec![(Term::Saved(a), 1.0)], 0.0)], seconds: 10.0, cutoff, ..Extra::default() };
+        Ok(partition_with_rows(&pg, &extra, &CostModel::default(), false)?.partition.recompute_flops)
+    }
+
+    /// The cutoff stands for a plan the peak search holds: the program answers at or below it,
+    /// and is infeasible where nothing costs as little (the search then keeps its plan, within
+    /// the gap).
+    #[test]
+    fn a_cutoff_finds_what_costs_less_and_nothing_else() {
+        assert_eq!(with_a_recomputed(None).unwrap(), 100);
+        assert_eq!(with_a_recomputed(Some(150.0)).unwrap(), 100);
+        for cutoff in [99.0, 60.0] {
+            assert!(
+                matches!(with_a_recomputed(Some(cutoff)), Err(Error::Infeasible { .. })),
+                "cutoff {cutoff}: {:?}",
+                with_a_recomputed(Some(cutoff))
+            );
+        }
+    }
 }

@@ -13,12 +13,10 @@ use crate::plan::{Plan, Schedulable, Schedule, Step};
 use crate::policy::Policy;
 use std::time::Instant;
 
-/// How good a change is: 0 within the limit (then its cost added), 1 over it (then cost added
-/// per byte taken off the peak); less is better.
-type Score = (u8, f64);
-
 /// Changes tried before the repair gives up.
 const CHANGES: usize = 24;
+/// Values a change of the repair's path may be made at, at most.
+const CANDIDATES: usize = 96;
 
 /// How the repair scores: whether it may offload, the cost model, each value's exposed seconds
 /// if offloaded.
@@ -26,6 +24,19 @@ struct Scoring<'m> {
     offload: bool,
     model: &'m CostModel,
     exposed: Vec<f64>,
+}
+
+/// What `partition` keeps at hand and offloads of the forward values.
+fn choice_of(partition: &Partition, pg: &PGraph) -> Choice {
+    let forward = |per_node: &[bool]| (0..pg.len()).map(|i| per_node[i] && !pg.nodes[i].backward).collect();
+    Choice { at_hand: forward(&partition.saved), offloaded: forward(&partition.offloaded) }
+}
+
+impl<'m> Scoring<'m> {
+    fn new(pg: &PGraph, offload: bool, model: &'m CostModel) -> Scoring<'m> {
+        let exposed = if offload { exposed_times(pg, model) } else { Vec::new() };
+        Scoring { offload, model, exposed }
+    }
 }
 
 impl Scoring<'_> {
@@ -42,6 +53,10 @@ impl Scoring<'_> {
 /// A plan within `limit` made from `partition` (whose plan is `plan`) by the changes above, with
 /// its partition; `None` where none was found by `deadline` or in [`CHANGES`] changes. With
 /// `offload`, a change may offload a value, and cost is recompute plus exposed transfer seconds.
+///
+/// The path goes on past the first change that fits while a change still over the limit costs
+/// less than the cheapest fit seen (a cheap step now may allow a cheap fit later), and the plan
+/// found is then improved by [`descend`].
 #[allow(clippy::too_many_arguments)]
 pub(super) fn repair<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
@@ -53,46 +68,138 @@ pub(super) fn repair<S: Schedulable + ?Sized>(
     model: &CostModel,
     deadline: Instant,
 ) -> Result<Option<(Partition, Plan)>> {
-    let exposed = if offload { exposed_times(pg, model) } else { Vec::new() };
-    let scoring = Scoring { offload, model, exposed };
-    let forward =
-        |per_node: &[bool]| -> Vec<bool> { (0..pg.len()).map(|i| per_node[i] && !pg.nodes[i].backward).collect() };
-    let mut choice = Choice { at_hand: forward(&partition.saved), offloaded: forward(&partition.offloaded) };
+    let scoring = Scoring::new(pg, offload, model);
+    let mut choice = choice_of(partition, pg);
     let mut peak = plan.predicted_peak() as u64;
-    let mut cost = scoring.cost(partition);
     let mut current = plan.clone();
+    let readers = forward_readers(pg);
+    let mut cost = scoring.cost(partition);
+    // The cheapest plan within the limit seen.
+    let mut fitted: Option<Scored> = None;
     for _ in 0..CHANGES {
         if Instant::now() >= deadline {
-            return Ok(None);
+            break;
         }
-        // The best change: within the limit at the least cost, else the most bytes off the peak
-        // per unit of cost added (bytes past the overshoot count for nothing).
-        let mut best: Option<(Score, Choice, Partition, Plan)> = None;
-        for changed in changes(&choice, &live_at_peak(&current, pg), pg, offload) {
-            let Some((p, planned)) = scored(schedule, pg, &changed, &scoring)? else { continue };
-            let (new_peak, added) = (planned.predicted_peak() as u64, scoring.cost(&p) - cost);
-            // Any plan within the limit before one over it; among them, the least cost.
-            let score = if new_peak <= limit {
-                (0, added)
+        // The change over the limit that takes the most bytes off the peak per unit of cost added
+        // (bytes past the overshoot count for nothing).
+        let mut over: Option<(f64, Scored)> = None;
+        let mut at_peak = with_recomputing_readers(live_at_peak(&current, pg), &current, &readers, pg);
+        // On a large graph every change is a plan of thousands of steps: the largest values
+        // first, the rest left out.
+        at_peak.sort_by_key(|&id| std::cmp::Reverse(pg.node(id).bytes));
+        at_peak.truncate(CANDIDATES);
+        for changed in changes(&choice, &at_peak, pg, offload) {
+            let Some(next) = Scored::of(schedule, pg, changed, &scoring)? else { continue };
+            let new_peak = next.peak();
+            if new_peak <= limit {
+                if fitted.as_ref().is_none_or(|f| next.cost < f.cost) {
+                    fitted = Some(next);
+                }
             } else if new_peak < peak {
-                (1, added.max(f64::MIN_POSITIVE) / (peak - new_peak).min(peak - limit) as f64)
-            } else {
-                continue;
-            };
-            if best.as_ref().is_none_or(|b| score.0 < b.0 .0 || (score.0 == b.0 .0 && score.1 < b.0 .1)) {
-                best = Some((score, changed, p, planned));
+                let added = next.cost - cost;
+                let score = added.max(f64::MIN_POSITIVE) / (peak - new_peak).min(peak - limit) as f64;
+                if over.as_ref().is_none_or(|(best, _)| score < *best) {
+                    over = Some((score, next));
+                }
             }
         }
-        let Some((_, changed, p, planned)) = best else { return Ok(None) };
-        choice = changed;
-        peak = planned.predicted_peak() as u64;
-        cost = scoring.cost(&p);
-        if peak <= limit {
-            return Ok(Some((with_reasons(p, partition), planned)));
+        match over {
+            Some((_, next)) if fitted.as_ref().is_none_or(|f| next.cost < f.cost) => {
+                (peak, cost) = (next.peak(), next.cost);
+                (choice, current) = (next.choice, next.plan);
+            }
+            _ => break,
         }
-        current = planned;
     }
-    Ok(None)
+    let Some(fitted) = fitted else { return Ok(None) };
+    let Scored { partition: p, plan: planned, .. } = descend(schedule, pg, fitted, limit, &scoring, deadline)?;
+    Ok(Some((with_reasons(p, partition), planned)))
+}
+
+/// `partition` (whose plan `plan` is within `limit`) improved by [`descend`] until `deadline`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn improve<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    partition: Partition,
+    plan: Plan,
+    limit: u64,
+    offload: bool,
+    model: &CostModel,
+    deadline: Instant,
+) -> Result<(Partition, Plan)> {
+    let scoring = Scoring::new(pg, offload, model);
+    let choice = choice_of(&partition, pg);
+    let cost = scoring.cost(&partition);
+    let from = Scored { choice, partition: partition.clone(), plan, cost };
+    let Scored { partition: p, plan, cost: improved, .. } = descend(schedule, pg, from, limit, &scoring, deadline)?;
+    Ok(if improved < cost { (with_reasons(p, &partition), plan) } else { (partition, plan) })
+}
+
+/// A choice, its partition and plan, and its cost.
+struct Scored {
+    choice: Choice,
+    partition: Partition,
+    plan: Plan,
+    cost: f64,
+}
+
+impl Scored {
+    /// The partition that makes `choice` and its plan, where it keeps every rule.
+    fn of<S: Schedulable + ?Sized>(
+        schedule: &Schedule<'_, S>,
+        pg: &PGraph,
+        choice: Choice,
+        scoring: &Scoring<'_>,
+    ) -> Result<Option<Scored>> {
+        let Some((partition, plan)) = scored(schedule, pg, &choice, scoring)? else { return Ok(None) };
+        let cost = scoring.cost(&partition);
+        Ok(Some(Scored { choice, partition, plan, cost }))
+    }
+
+    fn peak(&self) -> u64 {
+        self.plan.predicted_peak() as u64
+    }
+}
+
+/// `from` improved one change at a time while a change lowers its cost within `limit`: each value
+/// the plan recomputes kept instead, the most recompute first, the first change that fits and
+/// costs less taken, until none does or `deadline` passes.
+fn descend<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    mut from: Scored,
+    limit: u64,
+    scoring: &Scoring<'_>,
+    deadline: Instant,
+) -> Result<Scored> {
+    'improve: loop {
+        let mut recomputed: Vec<NodeId> = from
+            .plan
+            .recomputed()
+            .iter()
+            .copied()
+            .filter(|&id| {
+                let node = pg.node(id);
+                !node.backward && !node.flags.resident && !from.choice.at_hand[id.index()]
+            })
+            .collect();
+        recomputed.sort_by_key(|&id| std::cmp::Reverse(pg.node(id).flops));
+        for id in recomputed {
+            if Instant::now() >= deadline {
+                break 'improve;
+            }
+            let mut changed = from.choice.clone();
+            changed.at_hand[id.index()] = true;
+            let Some(next) = Scored::of(schedule, pg, changed, scoring)? else { continue };
+            if next.peak() <= limit && next.cost < from.cost {
+                from = next;
+                continue 'improve;
+            }
+        }
+        break;
+    }
+    Ok(from)
 }
 
 /// The decisions one change away from `choice` at the values `live`: each saved or recomputed
@@ -140,6 +247,44 @@ fn scored<S: Schedulable + ?Sized>(
     }
     let plan = schedule.plan(&partition, scoring.model)?;
     Ok(Some((partition, plan)))
+}
+
+/// Per forward value, the forward nodes that read it.
+fn forward_readers(pg: &PGraph) -> Vec<Vec<NodeId>> {
+    let mut readers = vec![Vec::new(); pg.len()];
+    for (i, node) in pg.nodes.iter().enumerate().filter(|(_, n)| !n.backward) {
+        for &x in &node.inputs {
+            readers[x.index()].push(NodeId::from_index(i));
+        }
+    }
+    readers
+}
+
+/// `live` and the values whose recomputes hold its recomputed values there: a value the plan
+/// recomputes for another's recompute is held from that recompute to its own last reader, so
+/// keeping the other instead may take it off the peak although the other is not live there.
+fn with_recomputing_readers(mut live: Vec<NodeId>, plan: &Plan, readers: &[Vec<NodeId>], pg: &PGraph) -> Vec<NodeId> {
+    let mut recomputed = vec![false; pg.len()];
+    for &id in plan.recomputed() {
+        recomputed[id.index()] = true;
+    }
+    let mut listed = vec![false; pg.len()];
+    for &id in &live {
+        listed[id.index()] = true;
+    }
+    for k in 0..live.len() {
+        let x = live[k];
+        if !recomputed[x.index()] {
+            continue;
+        }
+        for &w in &readers[x.index()] {
+            if recomputed[w.index()] && !listed[w.index()] {
+                listed[w.index()] = true;
+                live.push(w);
+            }
+        }
+    }
+    live
 }
 
 /// The forward values live on the device at the plan's first peak step.

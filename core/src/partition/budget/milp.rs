@@ -125,6 +125,23 @@ pub(super) enum Unsolved {
     Infeasible,
     /// The solver stopped (time limit, numerical trouble) without a plan.
     Failed(String),
+    /// The time ran out before a plan within the caller's cutoff was found: the bound proven on
+    /// the cost ([`Partition::cost`](crate::Partition::cost)'s units), where there is one.
+    NoneBelowCutoff(Option<f64>),
+}
+
+/// What a solve minimises: an expression, whether it takes integral values only (the solver
+/// then stops within 0.5 of its bound), and a cutoff above which nothing is looked for.
+struct Objective<'e> {
+    expr: &'e Expr,
+    integral: bool,
+    cutoff: Option<f64>,
+}
+
+impl<'e> Objective<'e> {
+    fn integral(expr: &'e Expr) -> Objective<'e> {
+        Objective { expr, integral: true, cutoff: None }
+    }
 }
 
 impl Program {
@@ -315,12 +332,12 @@ impl Program {
     fn run(
         &self,
         p: &Problem<'_>,
-        objective: &Expr,
+        objective: Objective<'_>,
         skip: Skip,
         extra: &[(Option<f64>, Option<f64>, Expr)],
-        integral_objective: bool,
         time_limit: f64,
     ) -> Result<(Vec<f64>, Option<f64>), Unsolved> {
+        let Objective { expr: objective, integral: integral_objective, cutoff } = objective;
         let mut pb = RowProblem::default();
         let mut cost = vec![0.0; self.columns];
         for &(c, v) in &objective.merged() {
@@ -384,6 +401,13 @@ impl Program {
             model.try_set_option(key, value).map_err(|e| Unsolved::Failed(format!("{key}: {e:?}")))?;
         }
         model.try_set_option("threads", 1).map_err(|e| Unsolved::Failed(format!("threads: {e:?}")))?;
+        if let Some(cutoff) = cutoff {
+            // Nothing above it is looked for: a program with no solution at or below it is
+            // infeasible.
+            model
+                .try_set_option("objective_bound", cutoff)
+                .map_err(|e| Unsolved::Failed(format!("objective_bound: {e:?}")))?;
+        }
         let solved = model.try_solve().map_err(|e| Unsolved::Failed(format!("HiGHS failed: {e:?}")))?;
         let status = solved.status();
         let bound = solved.double_info_value(c"mip_dual_bound").ok();
@@ -403,6 +427,9 @@ impl Program {
                 if solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible =>
             {
                 Ok((solved.get_solution().columns().to_vec(), bound))
+            }
+            HighsModelStatus::ReachedTimeLimit if cutoff.is_some() => {
+                Err(Unsolved::NoneBelowCutoff(bound.filter(|b| b.is_finite())))
             }
             other => Err(Unsolved::Failed(format!("HiGHS stopped: {other:?}"))),
         }
@@ -433,7 +460,15 @@ impl Program {
     pub fn solve(&self, p: &Problem<'_>, time_limit: f64) -> Result<Solved, Unsolved> {
         let cost = self.cost(p);
         let integral = !p.off.choose;
-        let (first, bound) = self.run(p, &cost, Skip::None, &[], integral, time_limit)?;
+        // The caller's cutoff, in the objective's units (FLOPs, or with offloads the seconds
+        // as the FLOPs they compute).
+        let cutoff = p.extra.and_then(|e| e.cutoff).map(|c| if p.off.choose { c / p.off.s_per_flop } else { c });
+        let in_cost = |b: f64| if p.off.choose { b * p.off.s_per_flop } else { b };
+        let (first, bound) = match self.run(p, Objective { expr: &cost, integral, cutoff }, Skip::None, &[], time_limit)
+        {
+            Err(Unsolved::NoneBelowCutoff(bound)) => return Err(Unsolved::NoneBelowCutoff(bound.map(in_cost))),
+            other => other?,
+        };
         let (at_hand, offloaded) = self.plan(p, &first);
         let mut scratch = vec![false; p.g.len()];
         let mut bytes = vec![0; p.limits.len()];
@@ -446,7 +481,7 @@ impl Program {
         }
         if bound.is_some() {
             // Stopped short: the plan as found, with the bound it proved (in the cost's units).
-            let bound = bound.map(|b| if p.off.choose { b * p.off.s_per_flop } else { b });
+            let bound = bound.map(in_cost);
             return Ok(Solved { plan: Placement { at_hand, offloaded }, bound });
         }
         // Among plans of this cost, the fewest device bytes.
@@ -459,7 +494,7 @@ impl Program {
         };
         let at_cost = [(None, Some(optimum), cost)];
         let total = self.bytes(p, None);
-        match self.run(p, &total, Skip::None, &at_cost, true, time_limit) {
+        match self.run(p, Objective::integral(&total), Skip::None, &at_cost, time_limit) {
             Ok((second, None)) => {
                 let (at_hand2, offloaded2) = self.plan(p, &second);
                 let (f2, e2) = p.eval_into(&at_hand2, &offloaded2, &mut scratch, &mut bytes);
@@ -479,7 +514,7 @@ impl Program {
     pub fn least_bytes(&self, p: &Problem<'_>, k: usize, others: bool, time_limit: f64) -> Option<u64> {
         let objective = self.bytes(p, Some(k as u32));
         let skip = if others { Skip::One(k) } else { Skip::All };
-        let (columns, _) = self.run(p, &objective, skip, &[], true, time_limit).ok()?;
+        let (columns, _) = self.run(p, Objective::integral(&objective), skip, &[], time_limit).ok()?;
         let (at_hand, offloaded) = self.plan(p, &columns);
         let mut scratch = vec![false; p.g.len()];
         let mut bytes = vec![0; p.limits.len()];

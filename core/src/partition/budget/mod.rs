@@ -67,6 +67,9 @@ pub(crate) struct Extra {
     pub(crate) seconds: f64,
     /// The relative gap to the proven bound at which the solver may stop (0: optimal).
     pub(crate) gap: f64,
+    /// A cost ([`super::Partition::cost`]'s units) the program need not pass: a choice costing
+    /// more is not looked for, and where none costs as little the program is infeasible.
+    pub(crate) cutoff: Option<f64>,
 }
 
 /// A decision per node: what is at hand and what of it is offloaded (a search's, before views

@@ -219,6 +219,13 @@ impl<'a> Problem<'a> {
         match program.solve(self, self.extra.map_or(PROGRAM_SECONDS, |e| e.seconds)) {
             Ok(solved) => Some(Ok(solved)),
             Err(milp::Unsolved::Infeasible) => Some(Err(self.infeasible(&program))),
+            // The caller's cutoff stands for a plan it holds: what it gets is the bound, beside
+            // the plan that recomputes all it may (costing more than the cutoff, the caller's
+            // plan's cost less its gap, so the caller tells it from the program's answers).
+            Err(milp::Unsolved::NoneBelowCutoff(bound)) => {
+                let plan = Placement { at_hand: self.base.clone(), offloaded: self.off.fixed.clone() };
+                Some(Ok(Solved { plan, bound: Some(bound.unwrap_or(0.0)) }))
+            }
             Err(milp::Unsolved::Failed(why)) => {
                 log::warn!("the exact budget program failed ({why}): the eviction path decides");
                 None
