@@ -29,6 +29,8 @@ const WALK: usize = 400;
 const LEAST_SEARCH: std::time::Duration = std::time::Duration::from_secs(10);
 /// Budgets swept (as fractions `k / SWEEP`) by the fallback.
 const SWEEP: usize = 20;
+/// Budgets swept by the fallback where the exact search ran out of time first.
+const SWEEP_AFTER_EXACT: usize = 4;
 
 /// A partition and its plan.
 struct Candidate {
@@ -54,6 +56,8 @@ impl Candidate {
 /// least-recompute plan of the family within the limit, and when none fits the smallest peak of
 /// the whole family is known. Peaks are not monotone in the budget, which is why every plan is
 /// visited. Past 400 plans it falls back to a sweep and a bisection, the best plan it visits.
+/// With the `exact` feature the exact 0-1 search answers first; the walk runs only
+/// where it ran out of time without a plan, and then goes straight to a coarser sweep.
 pub fn partition_for_peak(
     joint: &(impl Schedulable + ?Sized),
     pg: &PGraph,
@@ -105,7 +109,12 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
     };
     #[cfg(not(feature = "exact"))]
     let lower: Option<f64> = None;
-    let (mut partition, plan) = walk(schedule, pg, &asked, model)?;
+    // Where the exact search ran out of time without a plan, the graph is one whose byte-budget
+    // plans take seconds each: the walk, plan by plan, and the full sweep would take minutes (a
+    // refusal at 2 660 nodes took 84 s, 55 s of it the sweep). A coarse sweep and the bisection
+    // answer.
+    let (walk_len, sweep) = if lower.is_some() { (0, SWEEP_AFTER_EXACT) } else { (WALK, SWEEP) };
+    let (mut partition, plan) = walk(schedule, pg, &asked, model, walk_len, sweep)?;
     partition.optimality_gap = lower.map(|l| gap(partition.cost(model), l));
     Ok((partition, plan))
 }
@@ -202,12 +211,14 @@ fn refuse<S: Schedulable + ?Sized>(
 }
 
 /// The plan of least recompute within `limit` among the exact byte-budget plans (see
-/// [`partition_for_peak`]'s walk).
+/// [`partition_for_peak`]'s walk), walking `walk_len` plans before a sweep of `sweep + 1` budgets.
 fn walk<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
     asked: &Asked,
     model: &CostModel,
+    walk_len: usize,
+    sweep: usize,
 ) -> Result<(Partition, Plan)> {
     let limit = asked.limit;
     let plan = |strategy: Strategy| candidate(schedule, pg, asked.with_offload(strategy), model);
@@ -222,7 +233,7 @@ fn walk<S: Schedulable + ?Sized>(
     let mut budget = u64::MAX;
     let mut lowest: Option<Candidate> = None;
     let mut exhausted = false;
-    for _ in 0..WALK {
+    for _ in 0..walk_len {
         let c = match plan(Strategy::Budget(Budget::Bytes(budget))) {
             Ok(c) => c,
             // Below the fewest bytes any plan keeps: the family ends here. Anything else (a
@@ -277,8 +288,8 @@ fn walk<S: Schedulable + ?Sized>(
     // bisection upwards from the best plan that fits.
     let top = plan(Strategy::Budget(Budget::Bytes(budget)))?;
     let mut swept = vec![plan(Strategy::MinCut)?];
-    for k in 0..=SWEEP {
-        swept.push(plan(Strategy::Budget(Budget::Fraction(k as f64 / SWEEP as f64)))?);
+    for k in 0..=sweep {
+        swept.push(plan(Strategy::Budget(Budget::Fraction(k as f64 / sweep as f64)))?);
     }
     swept.extend(lowest);
     let lowest = swept.iter().min_by_key(|c| c.peak()).expect("the sweep is not empty");
