@@ -130,7 +130,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // nothing in its time, and the eviction path or the plan that recomputes all it may
         // answered for it). The best plan stands, with the bound proven so far.
         let answer = cost(&searched.partition);
-        if extra.cutoff.is_some_and(|c| answer > c) || answer < lower * (1.0 - 1e-9) - 0.5 {
+        if extra.cutoff.is_some_and(|c| answer > c) || answer < lower * (1.0 - 1e-6) {
             if extra.cutoff.is_some() {
                 // Its bound holds: the program stopped below the cutoff with it.
                 lower = lower.max(searched.bound.unwrap_or(0.0));
