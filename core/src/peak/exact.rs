@@ -110,8 +110,8 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         if left <= ROUND_LEAST {
             break;
         }
-        // The first round takes what it needs to find a choice at all (a large graph's program
-        // may need most of the time); later ones, a share.
+        // Until a plan within the limit is known, a round takes what it needs to find a choice
+        // at all (a large graph's program may need most of the time); once one is, a share.
         extra.seconds = if best.is_none() { left } else { (left * ROUND_SHARE).max(ROUND_LEAST) };
         let searched = match partition_with_rows(pg, &extra, model, offload) {
             Ok(searched) => searched,
@@ -137,7 +137,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
             }
             break;
         }
-        lower = lower.max(searched.bound.unwrap_or(cost(&searched.partition)));
+        lower = lower.max(searched.bound.unwrap_or(answer));
         let plan = schedule.plan(&searched.partition, model)?;
         if plan.predicted_peak() as u64 <= limit {
             let better = |b: &(Partition, Plan)| cost(&b.0) < cost(&searched.partition);
