@@ -104,7 +104,7 @@ impl<'j> Problem<'j> {
     }
 
     /// The order this problem's partitions are planned in.
-    fn schedule(&self) -> Schedule<'_, dyn Schedulable + '_> {
+    pub(crate) fn schedule(&self) -> Schedule<'_, dyn Schedulable + '_> {
         match &self.planner {
             Planner::Joint(joint) => Schedule::InOrder(*joint),
             Planner::Graph => Schedule::InOrder(&self.graph),

@@ -178,7 +178,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         }
         for &which in &broken {
             made.push(which);
-            let row = rows.lazy_row(which, extra.aux);
+            let row = rows.lazy_row(which, &saved, extra.aux);
             if !add(&mut extra, row, schedule, pg, limit) {
                 return Ok(Outcome::Infeasible);
             }

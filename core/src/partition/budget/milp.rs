@@ -484,6 +484,9 @@ impl Program {
             let bound = bound.map(in_cost);
             return Ok(Solved { plan: Placement { at_hand, offloaded }, bound });
         }
+        if p.extra.is_some_and(|extra| !extra.fewest_bytes) {
+            return Ok(Solved { plan: Placement { at_hand, offloaded }, bound: None });
+        }
         // Among plans of this cost, the fewest device bytes.
         let optimum = match p.cost(flops, exposed) {
             Cost::Flops(f) => f as f64 + 0.5,
