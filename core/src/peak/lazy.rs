@@ -60,8 +60,11 @@ impl<G: Schedulable + ?Sized> Schedule<'_, G> {
         for w in (0..self.facts.n_fwd).filter(|&w| self.fixed(w) && !saved[w] && chosen.brought[w] != usize::MAX) {
             let b = self.earliest[w];
             let cone: u64 = self.cone(w, Some(saved)).into_iter().map(|(y, counted)| self.cone_bytes(y, counted)).sum();
-            let before: u64 =
-                self.brought_before(w, saved, &chosen).into_iter().map(|v| self.facts.step_bytes(v)).sum();
+            let before: u64 = self
+                .brought_before(w, &self.cone(w, None), saved, &chosen)
+                .into_iter()
+                .map(|v| self.facts.step_bytes(v))
+                .sum();
             let mut total =
                 self.across(b) + chosen.saved_at[b] + chosen.saved_after[b] + chosen.kept[b] + cone + before;
             for x in self.held_for(w) {
@@ -90,10 +93,10 @@ impl<G: Schedulable + ?Sized> Schedule<'_, G> {
 
     /// The values the plan of `saved` brings to hand before the burst that recomputes `w` (a
     /// value a plan recomputes at one step only) and the backward first reads after it, but
-    /// those of `w`'s cone: at hand across the whole burst, held to their own first reader.
-    fn brought_before(&self, w: usize, saved: &[bool], chosen: &Chosen) -> Vec<usize> {
+    /// those of `w`'s cone (`cone`, [`Schedule::cone`] under no saved set): at hand across the
+    /// whole burst, held to their own first reader.
+    fn brought_before(&self, w: usize, cone: &[(usize, bool)], saved: &[bool], chosen: &Chosen) -> Vec<usize> {
         let b = self.earliest[w];
-        let cone = self.cone(w, None);
         (0..self.facts.n_fwd)
             .filter(|&v| !saved[v] && chosen.brought[v] < b && self.backward.read_after(v, b))
             .filter(|&v| self.facts.step_bytes(v) > 0 && !cone.iter().any(|&(y, _)| y == v))
@@ -373,14 +376,14 @@ impl<G: Schedulable + ?Sized> Schedule<'_, G> {
                 terms.push((Var::Aux(column[y]), self.cone_bytes(y, counted)));
             }
         }
-        // An input read by the backward before `b` only is held for this recompute (a kept
-        // column may count it too: the larger of both); one it does not read, where saved.
         // Values brought by an earlier burst and first read after `b` are at hand across the whole
         // burst: those the plan that broke the row brings (a column per value on every value's
         // chain would make the row as large as the program at 64 layers).
-        let brought = self.brought_before(w, plan_saved, &self.chosen(plan_saved));
+        let brought = self.brought_before(w, &cone, plan_saved, &self.chosen(plan_saved));
         let early = self.early_columns(b - 1, b, Some(&brought), &mut out);
         terms.extend(early.into_iter().map(|(v, column)| (Var::Aux(column), self.facts.step_bytes(v))));
+        // An input read by the backward before `b` only is held for this recompute (a kept
+        // column may count it too: the larger of both); one it does not read, where saved.
         let kept = self.kept_columns(b, &mut out);
         let held_for = self.held_for(w);
         for &x in &held_for {
@@ -423,9 +426,10 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/peak/llama.joint.json");
         let text = std::fs::read_to_string(path).expect("the Llama document");
         let problem = Problem::read(&text).expect("a joint document");
-        let checked = match problem.schedule() {
-            Planned::InOrder(g) => check(&Schedule::of(g).expect("rows"), &problem.schedule(), problem.graph()),
-            Planned::ForwardFirst(f) => check(&Schedule::of(&f).expect("rows"), &problem.schedule(), problem.graph()),
+        let planned = problem.schedule();
+        let checked = match &planned {
+            Planned::InOrder(g) => check(&Schedule::of(*g).expect("rows"), &planned, problem.graph()),
+            Planned::ForwardFirst(f) => check(&Schedule::of(f).expect("rows"), &planned, problem.graph()),
         };
         assert!(checked > 100, "only {checked} saved sets could be planned");
     }

@@ -73,7 +73,7 @@ pub(crate) struct Extra {
     /// Whether, at the least cost found, a second program then looks for the fewest device
     /// bytes (the byte budget's tie-break, as long again as the first). The peak search goes
     /// without it: its rows, not the bytes saved, say whether a plan fits, and the second
-    /// program took 5 s of a 8 s round at 7 MB on the 12-layer Llama.
+    /// program took 5 s of an 8 s round at 7 MB on the 12-layer Llama.
     pub(crate) fewest_bytes: bool,
 }
 
