@@ -1,8 +1,11 @@
 //! `Strategy::Peak`: a peak-memory budget for a model. The plan's predicted peak — which the CPU
-//! backend's measured peak equals — is a property of the schedule, not of the saved set alone,
-//! so it is searched over the exact byte-budget plans: the more a plan may save, the less it
-//! recomputes; the search takes the largest byte budget whose plan peaks within the limit. A
-//! limit below what every plan holds ([`peak_lower_bound`]) is refused before the search.
+//! backend's measured peak equals — is a property of the schedule, not of the saved set alone.
+//! With the `exact` feature (the default) a 0-1 program over the schedule's memory rows finds
+//! the least recompute within the limit ([`exact`]), and a limit no plan meets is refused with
+//! the least peak a plan reaches, which a second program over the same rows searches for.
+//! Without it, the search walks the exact byte-budget plans: the more a plan may save, the less
+//! it recomputes; the walk takes the largest byte budget whose plan peaks within the limit. A
+//! limit below what every plan holds ([`peak_lower_bound`]) is refused before either search.
 
 mod bound;
 #[cfg(feature = "exact")]
@@ -17,47 +20,52 @@ mod rows;
 pub use bound::{peak_lower_bound, PeakBound};
 
 use crate::error::{Error, Limit, Result};
-use crate::partition::{partition_with, Budget, CostModel, PGraph, Partition, Strategy};
+#[cfg(not(feature = "exact"))]
+use crate::partition::{partition_with, Budget};
+use crate::partition::{CostModel, PGraph, Partition, Strategy};
 use crate::plan::{Plan, Schedulable, Schedule};
 use crate::text::fmt_bytes;
 
 /// Plans of the family walked through one by one, from the least recompute down, before the
 /// search falls back to a sweep and a bisection.
+#[cfg(not(feature = "exact"))]
 const WALK: usize = 400;
 /// How long a refusal may search for the least peak a plan reaches.
 #[cfg(feature = "exact")]
 const LEAST_SEARCH: std::time::Duration = std::time::Duration::from_secs(10);
 /// Budgets swept (as fractions `k / SWEEP`) by the fallback.
+#[cfg(not(feature = "exact"))]
 const SWEEP: usize = 20;
-/// Budgets swept by the fallback where the exact search ran out of time first.
-const SWEEP_AFTER_EXACT: usize = 4;
 
 /// A partition and its plan.
+#[cfg(not(feature = "exact"))]
 struct Candidate {
     partition: Partition,
     plan: Plan,
 }
 
+#[cfg(not(feature = "exact"))]
 impl Candidate {
     fn peak(&self) -> u64 {
         self.plan.predicted_peak() as u64
     }
 }
 
-/// The plan of least recompute whose predicted peak is at most `limit` bytes, among the exact
-/// byte-budget plans of `pg` (the partition graph of `joint`, which plans them: a
-/// [`crate::JointGraph`], or `pg` itself, which plans as its joint graph does); an error giving the smallest peak the
-/// search reached when none fits, or, without searching, the lower bound on every plan's peak
-/// ([`peak_lower_bound`]) when `limit` is below it. The partition's strategy reads `peak=limit`.
+/// The plan of least recompute whose predicted peak is at most `limit` bytes, for `pg` (the
+/// partition graph of `joint`, which plans it: a [`crate::JointGraph`], or `pg` itself, which
+/// plans as its joint graph does); an error giving the least peak a plan reaches (or the bounds
+/// the search proved on it) when none fits, or, without searching, the lower bound on every
+/// plan's peak ([`peak_lower_bound`]) when `limit` is below it. The partition's strategy reads
+/// `peak=limit`.
 ///
-/// The exact plans of the byte budgets form a family ordered by the bytes they may save: a larger
-/// budget recomputes no more. The search walks it down from the least recompute, plan by plan
-/// (a plan's own saved bytes less one is the next budget), so the first plan that fits is the
+/// With the `exact` feature the exact 0-1 search answers, with its optimality gap. Without it,
+/// the exact plans of the byte budgets, a family ordered by the bytes they may save (a larger
+/// budget recomputes no more), are walked down from the least recompute, plan by plan (a plan's
+/// own saved bytes less one is the next budget), so the first plan that fits is the
 /// least-recompute plan of the family within the limit, and when none fits the smallest peak of
 /// the whole family is known. Peaks are not monotone in the budget, which is why every plan is
-/// visited. Past 400 plans it falls back to a sweep and a bisection, the best plan it visits.
-/// With the `exact` feature the exact 0-1 search answers first; the walk runs only
-/// where it ran out of time without a plan, and then goes straight to a coarser sweep.
+/// visited. Past 400 plans the walk falls back to a sweep and a bisection, the best plan it
+/// visits.
 pub fn partition_for_peak(
     joint: &(impl Schedulable + ?Sized),
     pg: &PGraph,
@@ -97,26 +105,18 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
         return Err(refusal);
     }
     #[cfg(feature = "exact")]
-    let lower = match exact::solve(schedule, pg, limit, asked.offload(), model)? {
+    return match exact::solve(schedule, pg, limit, asked.offload(), model)? {
         exact::Outcome::Found(found) => {
             let exact::Found { mut partition, plan, lower } = *found;
             partition.strategy = strategy;
             partition.optimality_gap = Some(gap(partition.cost(model), lower));
-            return Ok((partition, plan));
+            Ok((partition, plan))
         }
-        exact::Outcome::Infeasible => return Err(refuse(schedule, pg, &asked, model)?),
-        exact::Outcome::Bound(lower) => Some(lower),
+        exact::Outcome::Infeasible(least) => Err(refuse(schedule, pg, &asked, model, least.map(|l| *l), true)?),
+        exact::Outcome::Unmet(least) => Err(refuse(schedule, pg, &asked, model, Some(*least), false)?),
     };
     #[cfg(not(feature = "exact"))]
-    let lower: Option<f64> = None;
-    // Where the exact search ran out of time without a plan, the graph is one whose byte-budget
-    // plans take seconds each: the walk, plan by plan, and the full sweep would take minutes (a
-    // refusal at 2 660 nodes took 84 s, 55 s of it the sweep). A coarse sweep and the bisection
-    // answer.
-    let (walk_len, sweep) = if lower.is_some() { (0, SWEEP_AFTER_EXACT) } else { (WALK, SWEEP) };
-    let (mut partition, plan) = walk(schedule, pg, &asked, model, walk_len, sweep)?;
-    partition.optimality_gap = lower.map(|l| gap(partition.cost(model), l));
-    Ok((partition, plan))
+    walk(schedule, pg, &asked, model)
 }
 
 /// What the search was asked: `peak=` or `peak+offload=`, and its device limit.
@@ -133,12 +133,14 @@ impl Asked {
     }
 
     /// `strategy` with the offload choice as asked.
+    #[cfg(not(feature = "exact"))]
     fn with_offload(&self, strategy: Strategy) -> Strategy {
         strategy.with_offload(self.offload())
     }
 }
 
 /// `(cost − lower) / cost`, 0 for a cost of 0.
+#[cfg(feature = "exact")]
 fn gap(cost: f64, lower: f64) -> f64 {
     if cost <= 0.0 {
         0.0
@@ -148,6 +150,7 @@ fn gap(cost: f64, lower: f64) -> f64 {
 }
 
 /// Plans of a few strategies, each with its partition.
+#[cfg(not(feature = "exact"))]
 fn candidate<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
@@ -159,67 +162,64 @@ fn candidate<S: Schedulable + ?Sized>(
     Ok(Candidate { partition, plan })
 }
 
-/// The refusal of a limit no plan meets (the exact program proved it), with the least peak a
-/// plan reaches: bisected with the exact program between the limit and the lowest peak of the
-/// min-cut's plan and of byte budgets across their range, for as long as the program decides.
+/// The refusal of a limit no plan was found within, with the least peak a plan reaches: the
+/// exact program's least peak ([`exact::least_peak`], from the min-cut's plan) — `least`, where
+/// the search that gave up on the limit found it, else searched for as long as
+/// [`LEAST_SEARCH`]. `proven`: whether the program proved the limit out of reach; where it did
+/// not, the search found no plan within it in its time.
 #[cfg(feature = "exact")]
 fn refuse<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
     asked: &Asked,
     model: &CostModel,
+    least: Option<exact::Least>,
+    proven: bool,
 ) -> Result<Error> {
     let limit = asked.limit;
-    let mut lowest = candidate(schedule, pg, Strategy::MinCut, model)?;
-    for k in 0..=4 {
-        let c = candidate(schedule, pg, asked.with_offload(Strategy::Budget(Budget::Fraction(k as f64 / 4.0))), model)?;
-        if c.peak() < lowest.peak() {
-            lowest = c;
-        }
-    }
-    // No plan peaks at or below `lo`; `lowest` is a plan.
-    let mut lo = limit;
-    let start = std::time::Instant::now();
-    while lo + 1 < lowest.peak() && start.elapsed() < LEAST_SEARCH {
-        let mid = lo + (lowest.peak() - lo) / 2;
-        match exact::solve(schedule, pg, mid, asked.offload(), model)? {
-            exact::Outcome::Found(found) => lowest = Candidate { partition: found.partition, plan: found.plan },
-            exact::Outcome::Infeasible => lo = mid,
-            exact::Outcome::Bound(_) => break,
-        }
-    }
-    let least = lowest.peak();
-    let known = if lo + 1 == least {
-        format!("the least predicted peak of any plan is {least} bytes ({})", fmt_bytes(least))
+    let least = match least {
+        Some(least) => least,
+        None => exact::least_peak(schedule, pg, asked.offload(), model, LEAST_SEARCH.as_secs_f64())?,
+    };
+    let resident = least.best.as_ref().map_or(0, |(_, plan)| plan.resident_bytes());
+    let lowest = least.upper().unwrap_or(u64::MAX);
+    let lower = least.lower.max(if proven { limit + 1 } else { 0 }).min(lowest);
+    let why = if lower > limit && lower == lowest {
+        format!("cannot be met: the least predicted peak of any plan is {lowest} bytes ({})", fmt_bytes(lowest))
+    } else if lower > limit {
+        format!(
+            "cannot be met: no plan peaks below {lower} bytes; the lowest predicted peak found is {lowest} bytes ({})",
+            fmt_bytes(lowest)
+        )
     } else {
         format!(
-            "no plan peaks at or below {lo} bytes; the lowest predicted peak found is {least} bytes ({})",
-            fmt_bytes(least)
+            "was not met: the search found no plan within it (none peaks below {lower} bytes, proven; the lowest \
+             predicted peak found is {lowest} bytes, {})",
+            fmt_bytes(lowest)
         )
     };
     Ok(Error::Infeasible {
         what: Limit::Peak,
         asked: limit,
-        least: Some(least),
+        least: Some(lowest),
         message: format!(
-            "{} ({}) cannot be met: {known}, with {} bytes of inputs and parameters",
+            "{} ({}) {why}, with {resident} bytes of inputs and parameters",
             asked.strategy,
-            fmt_bytes(limit),
-            lowest.plan.resident_bytes()
+            fmt_bytes(limit)
         ),
     })
 }
 
 /// The plan of least recompute within `limit` among the exact byte-budget plans (see
-/// [`partition_for_peak`]'s walk), walking `walk_len` plans before a sweep of `sweep + 1` budgets.
+/// [`partition_for_peak`]'s walk), walking [`WALK`] plans before a sweep of `SWEEP + 1` budgets.
+#[cfg(not(feature = "exact"))]
 fn walk<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
     asked: &Asked,
     model: &CostModel,
-    walk_len: usize,
-    sweep: usize,
 ) -> Result<(Partition, Plan)> {
+    let (walk_len, sweep) = (WALK, SWEEP);
     let limit = asked.limit;
     let plan = |strategy: Strategy| candidate(schedule, pg, asked.with_offload(strategy), model);
     let finish = |c: Candidate| {

@@ -332,9 +332,12 @@ def least_peak(doc: dict) -> int:
         try:
             return remat_torch.plan_joint(doc, f"peak={limit}")["planned_peak"], ""
         except remat_torch.RematError as e:
-            if "cannot be met" not in str(e):
+            # "cannot be met" where no plan does (proven), "was not met" where the search found
+            # none in its time; either names the lowest peak it found.
+            refused = re.search(r"(?:cannot be|was not) met(.*)", str(e), re.S)
+            if refused is None:
                 raise
-            return None, str(e).split("cannot be met", 1)[1]
+            return None, refused.group(1)
 
     met, why = attempt(1)
     if met is not None:

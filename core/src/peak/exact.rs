@@ -7,19 +7,22 @@
 //! where it breaks none, that saved set is excluded — and the program solved again (a lower bound
 //! that only rises), for a few rounds.
 //!
-//! A plan over the limit is repaired ([`super::repair`]) into one within it, an upper bound. Its
-//! cost less the stopping gap is the next round's cutoff: the program looks for nothing costing
-//! more, so a round that finds nothing proves the repaired plan within the gap, and one that runs
-//! out of time still raises the bound. A first round that stops short of the gap with a plan
-//! within the limit (a large graph's program in its time) has that plan improved one change at a
-//! time before it is the answer.
+//! Before the rounds, the min-cut's plan, or where it peaks over the limit the plan the least-peak
+//! search finds ([`least_peak`]: the same rows with the peak a column the program minimises), is
+//! the first plan within the limit; that search also refuses a limit below every plan's peak. A
+//! plan over the limit is repaired ([`super::repair`]) into one within it, an upper bound. The
+//! best plan's cost less the stopping gap is the next round's cutoff: the program looks for
+//! nothing costing more, so a round that finds nothing proves that plan within the gap, and one
+//! that runs out of time still raises the bound. A first round that stops short of the gap with a
+//! plan within the limit (a large graph's program in its time) has that plan improved one change
+//! at a time before it is the answer.
 
 use super::lazy::Lazy;
 use super::repair::{improve, repair};
 use super::rows::{self, Link, Row, Rows, Var};
 use crate::error::{Error, Result};
 use crate::graph::NodeId;
-use crate::partition::{partition_with_rows, CostModel, Extra, PGraph, Partition, Term};
+use crate::partition::{partition_with, partition_with_rows, CostModel, Extra, PGraph, Partition, Strategy, Term};
 use crate::plan::{Plan, Schedulable, Schedule};
 use std::time::{Duration, Instant};
 
@@ -42,6 +45,10 @@ const ROUNDS: usize = 64;
 const GAP: f64 = 0.01;
 /// Rows made on demand added in one round at most.
 const BURSTS: usize = 2;
+/// The share of the rounds' seconds the least-peak search before them may take.
+const LEAST_SHARE: f64 = 0.3;
+/// The relative distance between the least peak's bounds at which its search stops.
+const LEAST_GAP: f64 = 0.005;
 
 /// What the program found.
 pub(super) enum Outcome {
@@ -49,10 +56,12 @@ pub(super) enum Outcome {
     /// within it.
     Found(Box<Found>),
     /// No plan is within the limit: no saved set meets the rows but those whose plans were
-    /// found over it.
-    Infeasible,
-    /// No plan within the limit found in the rounds: the lower bound proven on the way.
-    Bound(f64),
+    /// found over it, or the least peak the rows allow is above it — with that search, where
+    /// it ran.
+    Infeasible(Option<Box<Least>>),
+    /// No plan within the limit found in the rounds, nor by the search for the least peak,
+    /// which proved none below the limit.
+    Unmet(Box<Least>),
 }
 
 /// A plan within the limit and the lower bound proven on the way.
@@ -96,23 +105,43 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     let Asked { limit, offload, model } = *asked;
     let cost = |p: &Partition| p.cost(model);
     let mut extra = Extra { gap: GAP, ..Extra::default() };
-    if !add(&mut extra, rows.rows(), schedule, pg, limit) {
-        return Ok(Outcome::Infeasible);
+    if !add(&mut extra, rows.rows(), schedule, pg, Room::Bytes(limit)) {
+        return Ok(Outcome::Infeasible(None));
     }
     let start = Instant::now();
+    // A first plan within the limit, whose cost less the gap is the first round's cutoff: the
+    // min-cut's (a low peak, found in milliseconds), or below its peak, the least-peak search's,
+    // which runs until it finds one — and refuses a limit below every plan's peak in the rounds
+    // that prove it, where rounds of the cost would go on for the whole time and prove nothing.
+    let mincut = min_cut(schedule, pg, model)?;
+    // The best plan within the limit known; `least`, the least-peak search where none is.
+    let (mut best, least) = if mincut.1.predicted_peak() as u64 <= limit {
+        (Some(mincut), None)
+    } else {
+        let within = |l: &Least| l.upper().is_some_and(|u| u <= limit);
+        let least = least_rows(rows, schedule, pg, offload, model, SECONDS * LEAST_SHARE, mincut, within)?;
+        if least.lower > limit {
+            return Ok(Outcome::Infeasible(Some(Box::new(least))));
+        }
+        match least.best {
+            Some(best) if within(&least) => (Some(best), None),
+            _ => (None, Some(Box::new(least))),
+        }
+    };
+    extra.cutoff = best.as_ref().map(|b| cost(&b.0) * (1.0 - GAP));
     let mut lower = 0f64;
     // The rows made on demand so far.
     let mut made = Vec::new();
-    // The best plan within the limit the repair found.
-    let mut best: Option<(Partition, Plan)> = None;
-    for _ in 0..ROUNDS {
+    for round in 0..ROUNDS {
         let left = SECONDS - start.elapsed().as_secs_f64();
         if left <= ROUND_LEAST {
             break;
         }
-        // Until a plan within the limit is known, a round takes what it needs to find a choice
-        // at all (a large graph's program may need most of the time); once one is, a share.
-        extra.seconds = if best.is_none() { left } else { (left * ROUND_SHARE).max(ROUND_LEAST) };
+        // The first round, and every round until a plan within the limit is known, takes what
+        // it needs to find a choice at all (a large graph's program may need most of the time);
+        // later ones a share. (With a share from the first round, the 64-layer Llama's program
+        // at 40 MB found nothing below the min-cut's cost in its 10 s.)
+        extra.seconds = if round == 0 || best.is_none() { left } else { (left * ROUND_SHARE).max(ROUND_LEAST) };
         let searched = match partition_with_rows(pg, &extra, model, offload) {
             Ok(searched) => searched,
             // Below the cutoff, nothing: the best plan is within the stopping gap.
@@ -122,7 +151,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
                 return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
             }
             // Every saved set left breaks a row, and those excluded were planned over the limit.
-            Err(Error::Infeasible { .. }) => return Ok(Outcome::Infeasible),
+            Err(Error::Infeasible { .. }) => return Ok(out_of_rows(best, least, lower)),
             Err(e) => return Err(e),
         };
         // The rows only grow, so every answer of the program costs at least the bound proven
@@ -166,9 +195,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         extra.cutoff = best.as_ref().map(|b| cost(&b.0) * (1.0 - GAP));
         // The rows made on demand that the plan breaks; where it breaks none of them, its choice
         // is excluded.
-        let saved: Vec<bool> = (0..rows.forward_len())
-            .map(|v| searched.partition.saved[schedule.graph_id(NodeId::from_index(v)).index()])
-            .collect();
+        let saved = saved_of(rows, schedule, &searched.partition);
         let broken: Vec<Lazy> =
             rows.broken(&saved, limit).into_iter().filter(|b| !made.contains(b)).take(BURSTS).collect();
         if broken.is_empty() {
@@ -179,25 +206,173 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         for &which in &broken {
             made.push(which);
             let row = rows.lazy_row(which, &saved, extra.aux);
-            if !add(&mut extra, row, schedule, pg, limit) {
-                return Ok(Outcome::Infeasible);
+            if !add(&mut extra, row, schedule, pg, Room::Bytes(limit)) {
+                return Ok(out_of_rows(best, least, lower));
             }
         }
     }
-    Ok(match best {
-        Some((partition, plan)) => Outcome::Found(Box::new(Found { partition, plan, lower })),
-        None => Outcome::Bound(lower),
-    })
+    match (best, least) {
+        (Some((partition, plan)), _) => Ok(Outcome::Found(Box::new(Found { partition, plan, lower }))),
+        // No plan within the limit is known only where the least-peak search ran.
+        (None, Some(least)) => Ok(Outcome::Unmet(least)),
+        (None, None) => Err(Error::internal("the peak search's rounds lost the plan they started from")),
+    }
 }
 
-/// Adds `rows` (with their columns) to the program under `limit`; false where a row cannot be met
-/// whatever is saved.
+/// The outcome where the rows proved no saved set left within the limit: infeasible, unless a
+/// plan within it is known (which meets every row, so this is for safety's sake: the rows made
+/// on demand hold for every plan).
+fn out_of_rows(best: Option<(Partition, Plan)>, least: Option<Box<Least>>, lower: f64) -> Outcome {
+    match best {
+        Some((partition, plan)) => {
+            debug_assert!(false, "the rows excluded a plan within the limit");
+            Outcome::Found(Box::new(Found { partition, plan, lower }))
+        }
+        None => Outcome::Infeasible(least),
+    }
+}
+
+/// Per value of the rows' schedule, whether `partition` saves it.
+fn saved_of<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
+    rows: &rows::Schedule<'_, G>,
+    schedule: &Schedule<'_, S>,
+    partition: &Partition,
+) -> Vec<bool> {
+    (0..rows.forward_len()).map(|v| partition.saved[schedule.graph_id(NodeId::from_index(v)).index()]).collect()
+}
+
+/// The least predicted peak of any plan, as far as the rows tell it in the time given.
+pub(super) struct Least {
+    /// No plan peaks below this many bytes.
+    pub(super) lower: u64,
+    /// The plan of lowest peak found, with its partition (the min-cut's, where the search found
+    /// none lower).
+    pub(super) best: Option<(Partition, Plan)>,
+}
+
+impl Least {
+    /// The predicted peak of the best plan, where one was found.
+    pub(super) fn upper(&self) -> Option<u64> {
+        self.best.as_ref().map(|(_, plan)| plan.predicted_peak() as u64)
+    }
+}
+
+/// The least predicted peak of any plan of `pg` planned in `schedule` (with `offload`, any plan
+/// that may offload), searched for `seconds` or until its bounds are within [`LEAST_GAP`] of
+/// each other: the program minimises the peak its rows count, a lower bound on every plan's;
+/// its saved set is planned, an upper bound; the rows made on
+/// demand that the plan breaks are added (or, where it breaks none, its saved set excluded)
+/// and the program solved again.
+pub(super) fn least_peak<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    offload: bool,
+    model: &CostModel,
+    seconds: f64,
+) -> Result<Least> {
+    let (mincut, never) = (min_cut(schedule, pg, model)?, |_: &Least| false);
+    match schedule {
+        Schedule::InOrder(g) => {
+            least_rows(&rows::Schedule::of(*g)?, schedule, pg, offload, model, seconds, mincut, never)
+        }
+        Schedule::ForwardFirst(f) => {
+            least_rows(&rows::Schedule::of(f)?, schedule, pg, offload, model, seconds, mincut, never)
+        }
+    }
+}
+
+/// The min-cut's partition of `pg`, and its plan.
+fn min_cut<S: Schedulable + ?Sized>(
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    model: &CostModel,
+) -> Result<(Partition, Plan)> {
+    let partition = partition_with(pg, Strategy::MinCut, model)?;
+    let plan = schedule.plan(&partition, model)?;
+    Ok((partition, plan))
+}
+
+/// [`least_peak`] over `rows`, from the plan `first` (the lowest peak known), stopping early
+/// where `enough` says so.
+#[allow(clippy::too_many_arguments)]
+fn least_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
+    rows: &rows::Schedule<'_, G>,
+    schedule: &Schedule<'_, S>,
+    pg: &PGraph,
+    offload: bool,
+    model: &CostModel,
+    seconds: f64,
+    first: (Partition, Plan),
+    enough: impl Fn(&Least) -> bool,
+) -> Result<Least> {
+    let mut extra = Extra { least_peak: true, ..Extra::default() };
+    add(&mut extra, rows.rows(), schedule, pg, Room::Least);
+    let start = Instant::now();
+    let mut least = Least { lower: 0, best: Some(first) };
+    let mut made = Vec::new();
+    for _ in 0..ROUNDS {
+        let left = seconds - start.elapsed().as_secs_f64();
+        if left <= ROUND_LEAST {
+            break;
+        }
+        extra.seconds = left;
+        let searched = match partition_with_rows(pg, &extra, model, offload) {
+            Ok(searched) => searched,
+            // Every saved set the rows allow was planned and excluded: the best plan's peak is
+            // the least.
+            Err(Error::Infeasible { .. }) => {
+                least.lower = least.upper().unwrap_or(least.lower);
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        // The least the rows allow, in whole bytes (a plan's peak is one): the solver's
+        // tolerance taken off first.
+        let program = (searched.bound.unwrap_or(0.0) - 1e-3).ceil().max(0.0) as u64;
+        let saved = saved_of(rows, schedule, &searched.partition);
+        let choice = searched.choice;
+        let plan = schedule.plan(&searched.partition, model)?;
+        if least.upper().is_none_or(|u| (plan.predicted_peak() as u64) < u) {
+            least.best = Some((searched.partition, plan));
+        }
+        let upper = least.upper().unwrap_or(u64::MAX);
+        // Every plan the program may still choose peaks at `program` or more; those excluded
+        // before were planned, at `upper` or more.
+        least.lower = least.lower.max(program.min(upper));
+        if upper.saturating_sub(least.lower) as f64 <= upper as f64 * LEAST_GAP || enough(&least) {
+            break;
+        }
+        let broken: Vec<Lazy> =
+            rows.broken(&saved, program).into_iter().filter(|b| !made.contains(b)).take(BURSTS).collect();
+        if broken.is_empty() {
+            let kept = choice.ok_or_else(|| Error::internal("a search with rows recorded no choice to exclude"))?;
+            extra.excluded.push(kept);
+        }
+        for &which in &broken {
+            made.push(which);
+            let row = rows.lazy_row(which, &saved, extra.aux);
+            add(&mut extra, row, schedule, pg, Room::Least);
+        }
+    }
+    Ok(least)
+}
+
+/// What the rows bound: the bytes within a limit, or the program's peak column, which it
+/// minimises.
+#[derive(Clone, Copy)]
+enum Room {
+    Bytes(u64),
+    Least,
+}
+
+/// Adds `rows` (with their columns) to the program within `room`; false where a row cannot be
+/// met whatever is saved.
 fn add<S: Schedulable + ?Sized>(
     extra: &mut Extra,
     rows: Rows,
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
-    limit: u64,
+    room: Room,
 ) -> bool {
     // A partition never keeps a view (its base stands for it): where the program's choice has
     // one at hand, the plan does not, so its saved bit counts for nothing.
@@ -217,9 +392,19 @@ fn add<S: Schedulable + ?Sized>(
         extra.rows.push((terms, bound));
     }
     for Row { held, terms } in rows.rows {
-        let Some(room) = limit.checked_sub(held) else { return false };
-        let terms = terms.into_iter().filter_map(|(var, b)| Some((term(var, true)?, b as f64))).collect();
-        extra.rows.push((terms, room as f64));
+        let mut terms: Vec<_> = terms.into_iter().filter_map(|(var, b)| Some((term(var, true)?, b as f64))).collect();
+        // `held + Σ terms ≤ limit`, or `≤ peak`.
+        let bound = match room {
+            Room::Bytes(limit) => match limit.checked_sub(held) {
+                Some(room) => room as f64,
+                None => return false,
+            },
+            Room::Least => {
+                terms.push((Term::Peak, -1.0));
+                -(held as f64)
+            }
+        };
+        extra.rows.push((terms, bound));
     }
     'links: for Link { aux, all, unless } in rows.links {
         // Σ all − aux − Σ unless ≤ |all| − 1; a quantity that is always 0 makes the link void.

@@ -93,6 +93,9 @@ pub(super) struct Program {
     /// Continuous columns (of `columns`) and their upper bounds: the running sums of the
     /// caller's rows ([`Program::add_extra`]); every other column is binary.
     sums: Vec<(usize, f64)>,
+    /// The continuous column of [`super::Term::Peak`], at least 0, where the caller's rows
+    /// ask for the least peak ([`super::Extra::least_peak`]): then it is the objective.
+    peak: Option<usize>,
     reached: Vec<Bit>,
     at_hand: Vec<Bit>,
     offloaded: Vec<Bit>,
@@ -150,6 +153,7 @@ impl Program {
         let mut prog = Program {
             columns: 0,
             sums: Vec::new(),
+            peak: None,
             reached: vec![Bit::Zero; n],
             at_hand: vec![Bit::Zero; n],
             offloaded: vec![Bit::Zero; n],
@@ -204,6 +208,10 @@ impl Program {
     fn add_extra(&mut self, p: &Problem<'_>, extra: &super::Extra) {
         let first_aux = self.columns;
         self.columns += extra.aux;
+        if extra.least_peak {
+            self.peak = Some(self.columns);
+            self.columns += 1;
+        }
         // The previous row's terms and the column holding their sum, where it has one.
         let mut previous: Option<(Vec<(usize, f64)>, usize)> = None;
         for (terms, limit) in &extra.rows {
@@ -217,6 +225,10 @@ impl Program {
                     }
                     super::Term::Aux(a) => e.add(Bit::Col(first_aux + a), coefficient),
                     super::Term::Reached(v) => e.add(self.reached[v.index()], coefficient),
+                    super::Term::Peak => {
+                        debug_assert!(self.peak.is_some(), "a row names the peak the program does not minimise");
+                        e.add(self.peak.map_or(Bit::Zero, Bit::Col), coefficient);
+                    }
                 }
             }
             previous = self.add_sum_row(e, *limit, previous.take());
@@ -350,8 +362,10 @@ impl Program {
         let cols: Vec<_> = cost
             .iter()
             .zip(&upper)
-            .map(|(&c, u)| match u {
+            .enumerate()
+            .map(|(i, (&c, u))| match u {
                 Some(u) => pb.add_column(c, f64::NEG_INFINITY..=*u),
+                None if self.peak == Some(i) => pb.add_column(c, 0.0..),
                 None => pb.add_integer_column(c, 0.0..=1.0),
             })
             .collect();
@@ -426,7 +440,9 @@ impl Program {
             | HighsModelStatus::ReachedSolutionLimit
                 if solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible =>
             {
-                Ok((solved.get_solution().columns().to_vec(), bound))
+                // Stopped short: a bound the solver does not report proves nothing (not that the
+                // choice is optimal).
+                Ok((solved.get_solution().columns().to_vec(), Some(bound.unwrap_or(f64::NEG_INFINITY))))
             }
             HighsModelStatus::ReachedTimeLimit if cutoff.is_some() => {
                 Err(Unsolved::NoneBelowCutoff(bound.filter(|b| b.is_finite())))
@@ -458,6 +474,9 @@ impl Program {
 
     /// The least cost within the limits, then the fewest device bytes at that cost.
     pub fn solve(&self, p: &Problem<'_>, time_limit: f64) -> Result<Solved, Unsolved> {
+        if let Some(peak) = self.peak {
+            return self.least_peak(p, peak, time_limit);
+        }
         let cost = self.cost(p);
         let integral = !p.off.choose;
         // The caller's cutoff, in the objective's units (FLOPs, or with offloads the seconds
@@ -510,6 +529,17 @@ impl Program {
             }
             _ => Ok(Solved { plan: Placement { at_hand, offloaded }, bound: None }),
         }
+    }
+
+    /// The least peak the caller's rows allow ([`super::Extra::least_peak`]): the choice, and as
+    /// its bound the peak its rows count where the program is solved, or the bound proven where
+    /// it stopped short — in bytes, not the cost's units.
+    fn least_peak(&self, p: &Problem<'_>, peak: usize, time_limit: f64) -> Result<Solved, Unsolved> {
+        let objective = Expr { terms: vec![(peak, 1.0)], constant: 0.0 };
+        let (columns, bound) = self.run(p, Objective::integral(&objective), Skip::None, &[], time_limit)?;
+        let (at_hand, offloaded) = self.plan(p, &columns);
+        let bound = bound.unwrap_or(columns[peak]);
+        Ok(Solved { plan: Placement { at_hand, offloaded }, bound: Some(bound) })
     }
 
     /// The fewest device bytes counted against limit `k` that any plan keeps — within the other

@@ -75,6 +75,10 @@ pub(crate) struct Extra {
     /// without it: its rows, not the bytes saved, say whether a plan fits, and the second
     /// program took 5 s of an 8 s round at 7 MB on the 12-layer Llama.
     pub(crate) fewest_bytes: bool,
+    /// Whether the program minimises [`Term::Peak`], a continuous column of its own that the
+    /// rows bound from below, instead of the cost: the least peak the rows allow, for a
+    /// refusal to name ([`Strategy::Peak`](super::Strategy::Peak)'s least feasible peak).
+    pub(crate) least_peak: bool,
 }
 
 /// A decision per node: what is at hand and what of it is offloaded (a search's, before views
@@ -100,6 +104,9 @@ pub(crate) enum Term {
     Aux(usize),
     /// The value is reached: read by the backward, or an input of a value it recomputes.
     Reached(crate::graph::NodeId),
+    /// The peak the program minimises, where [`Extra::least_peak`] asks for it (no quantity
+    /// otherwise).
+    Peak,
 }
 
 /// What the budget search decided, for the partition to finish.
