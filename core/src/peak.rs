@@ -148,9 +148,8 @@ fn refuse<S: Schedulable + ?Sized>(
         Some(least) => least,
         None => exact::least_peak(schedule, pg, asked.offload(), model, LEAST_SEARCH.as_secs_f64())?,
     };
-    let resident = least.best.as_ref().map_or(0, |(_, plan)| plan.resident_bytes());
-    let lowest = least.upper().unwrap_or(u64::MAX);
-    let lower = least.lower.max(if proven { limit + 1 } else { 0 }).min(lowest);
+    let (resident, lowest) = (least.best.1.resident_bytes(), least.upper());
+    let lower = least.lower.max(if proven { limit.saturating_add(1) } else { 0 }).min(lowest);
     let why = if lower > limit && lower == lowest {
         format!("cannot be met: the least predicted peak of any plan is {lowest} bytes ({})", fmt_bytes(lowest))
     } else if lower > limit {

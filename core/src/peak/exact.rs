@@ -21,7 +21,6 @@ use super::lazy::Lazy;
 use super::repair::{improve, repair};
 use super::rows::{self, Link, Row, Rows, Var};
 use crate::error::{Error, Result};
-use crate::graph::NodeId;
 use crate::partition::{partition_with, partition_with_rows, CostModel, Extra, PGraph, Partition, Strategy, Term};
 use crate::plan::{Plan, Schedulable, Schedule};
 use std::time::{Duration, Instant};
@@ -118,14 +117,15 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     let (mut best, least) = if mincut.1.predicted_peak() as u64 <= limit {
         (Some(mincut), None)
     } else {
-        let within = |l: &Least| l.upper().is_some_and(|u| u <= limit);
+        let within = |l: &Least| l.upper() <= limit;
         let least = least_rows(rows, schedule, pg, offload, model, SECONDS * LEAST_SHARE, mincut, within)?;
         if least.lower > limit {
             return Ok(Outcome::Infeasible(Some(Box::new(least))));
         }
-        match least.best {
-            Some(best) if within(&least) => (Some(best), None),
-            _ => (None, Some(Box::new(least))),
+        if within(&least) {
+            (Some(least.best), None)
+        } else {
+            (None, Some(Box::new(least)))
         }
     };
     extra.cutoff = best.as_ref().map(|b| cost(&b.0) * (1.0 - GAP));
@@ -195,7 +195,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         extra.cutoff = best.as_ref().map(|b| cost(&b.0) * (1.0 - GAP));
         // The rows made on demand that the plan breaks; where it breaks none of them, its choice
         // is excluded.
-        let saved = saved_of(rows, schedule, &searched.partition);
+        let saved = rows.saved_by(schedule, &searched.partition);
         let broken: Vec<Lazy> =
             rows.broken(&saved, limit).into_iter().filter(|b| !made.contains(b)).take(BURSTS).collect();
         if broken.is_empty() {
@@ -232,28 +232,19 @@ fn out_of_rows(best: Option<(Partition, Plan)>, least: Option<Box<Least>>, lower
     }
 }
 
-/// Per value of the rows' schedule, whether `partition` saves it.
-fn saved_of<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
-    rows: &rows::Schedule<'_, G>,
-    schedule: &Schedule<'_, S>,
-    partition: &Partition,
-) -> Vec<bool> {
-    (0..rows.forward_len()).map(|v| partition.saved[schedule.graph_id(NodeId::from_index(v)).index()]).collect()
-}
-
 /// The least predicted peak of any plan, as far as the rows tell it in the time given.
 pub(super) struct Least {
     /// No plan peaks below this many bytes.
     pub(super) lower: u64,
     /// The plan of lowest peak found, with its partition (the min-cut's, where the search found
     /// none lower).
-    pub(super) best: Option<(Partition, Plan)>,
+    pub(super) best: (Partition, Plan),
 }
 
 impl Least {
-    /// The predicted peak of the best plan, where one was found.
-    pub(super) fn upper(&self) -> Option<u64> {
-        self.best.as_ref().map(|(_, plan)| plan.predicted_peak() as u64)
+    /// The predicted peak of the best plan.
+    pub(super) fn upper(&self) -> u64 {
+        self.best.1.predicted_peak() as u64
     }
 }
 
@@ -308,7 +299,7 @@ fn least_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     let mut extra = Extra { least_peak: true, ..Extra::default() };
     add(&mut extra, rows.rows(), schedule, pg, Room::Least);
     let start = Instant::now();
-    let mut least = Least { lower: 0, best: Some(first) };
+    let mut least = Least { lower: 0, best: first };
     let mut made = Vec::new();
     for _ in 0..ROUNDS {
         let left = seconds - start.elapsed().as_secs_f64();
@@ -321,7 +312,7 @@ fn least_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
             // Every saved set the rows allow was planned and excluded: the best plan's peak is
             // the least.
             Err(Error::Infeasible { .. }) => {
-                least.lower = least.upper().unwrap_or(least.lower);
+                least.lower = least.upper();
                 break;
             }
             Err(e) => return Err(e),
@@ -329,13 +320,13 @@ fn least_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // The least the rows allow, in whole bytes (a plan's peak is one): the solver's
         // tolerance taken off first.
         let program = (searched.bound.unwrap_or(0.0) - 1e-3).ceil().max(0.0) as u64;
-        let saved = saved_of(rows, schedule, &searched.partition);
+        let saved = rows.saved_by(schedule, &searched.partition);
         let choice = searched.choice;
         let plan = schedule.plan(&searched.partition, model)?;
-        if least.upper().is_none_or(|u| (plan.predicted_peak() as u64) < u) {
-            least.best = Some((searched.partition, plan));
+        if (plan.predicted_peak() as u64) < least.upper() {
+            least.best = (searched.partition, plan);
         }
-        let upper = least.upper().unwrap_or(u64::MAX);
+        let upper = least.upper();
         // Every plan the program may still choose peaks at `program` or more; those excluded
         // before were planned, at `upper` or more.
         least.lower = least.lower.max(program.min(upper));
@@ -443,7 +434,7 @@ mod tests {
     /// The program's answer for `a` recomputed (a row saves it nowhere) under `cutoff`.
     fn with_a_recomputed(cutoff: Option<f64>) -> Result<u64> {
         let pg = chain();
-        let a = NodeId::new(1);
+        let a = crate::graph::NodeId::new(1);
         let extra = Extra { rows: vec![(vec![(Term::Saved(a), 1.0)], 0.0)], seconds: 10.0, cutoff, ..Extra::default() };
         Ok(partition_with_rows(&pg, &extra, &CostModel::default(), false)?.partition.recompute_flops)
     }

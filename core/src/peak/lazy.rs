@@ -457,9 +457,7 @@ mod tests {
                 continue;
             }
             let plan = schedule.plan(&evaluation.partition, &CostModel::CPU).expect("a plan");
-            let saved: Vec<bool> = (0..rows.forward_len())
-                .map(|v| evaluation.partition.saved[schedule.graph_id(NodeId::from_index(v)).index()])
-                .collect();
+            let saved = rows.saved_by(schedule, &evaluation.partition);
             let peak = plan.predicted_peak() as u64;
             assert_eq!(rows.broken(&saved, peak), vec![], "round {round}: rows over the plan's peak {peak}");
             checked += 1;

@@ -160,8 +160,14 @@ impl<'g, G: Schedulable + ?Sized> Schedule<'g, G> {
         self.recomputed = column;
     }
 
-    pub(crate) fn forward_len(&self) -> usize {
-        self.facts.n_fwd
+    /// Per value of this schedule, whether `partition` saves it (`partition` is of the graph
+    /// `planned` plans, whose ids [`crate::plan::Schedule::graph_id`] maps these to).
+    pub(crate) fn saved_by<S: Schedulable + ?Sized>(
+        &self,
+        planned: &crate::plan::Schedule<'_, S>,
+        partition: &crate::partition::Partition,
+    ) -> Vec<bool> {
+        (0..self.facts.n_fwd).map(|v| partition.saved[planned.graph_id(NodeId::from_index(v)).index()]).collect()
     }
 
     /// The rows every program starts with. The backward's rows only shrink their terms from
