@@ -132,7 +132,7 @@ fn gap(cost: f64, lower: f64) -> f64 {
 /// The refusal of a limit no plan was found within, with the least peak a plan reaches: the
 /// exact program's least peak ([`exact::least_peak`], from the min-cut's plan) — `least`, where
 /// the search that gave up on the limit found it, else searched for as long as
-/// [`LEAST_SEARCH`]. `proven`: whether the program proved the limit out of reach; where it did
+/// [`LEAST_SEARCH`] or until it proves the limit out of reach. `proven`: whether the program proved the limit out of reach; where it did
 /// not, the search found no plan within it in its time.
 #[cfg(feature = "exact")]
 fn refuse<S: Schedulable + ?Sized>(
@@ -146,7 +146,7 @@ fn refuse<S: Schedulable + ?Sized>(
     let limit = asked.limit;
     let least = match least {
         Some(least) => least,
-        None => exact::least_peak(schedule, pg, asked.offload(), model, LEAST_SEARCH.as_secs_f64())?,
+        None => exact::least_peak(schedule, pg, asked.offload(), model, LEAST_SEARCH.as_secs_f64(), limit)?,
     };
     let (resident, lowest) = (least.best.1.resident_bytes(), least.upper());
     let lower = least.lower.max(if proven { limit.saturating_add(1) } else { 0 }).min(lowest);
