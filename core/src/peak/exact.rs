@@ -252,8 +252,7 @@ impl Least {
 
 /// The least predicted peak of any plan of `pg` planned in `schedule` (with `offload`, any plan
 /// that may offload), for the refusal of `refused` (a limit no plan is within), searched for
-/// `seconds`, until its bounds are within [`LEAST_GAP`] of each other, or until it proves
-/// `refused` out of reach (see [`least_rows`]): the program minimises the peak its rows count, a
+/// `seconds` at most (see [`least_rows`] for when it stops sooner): the program minimises the peak its rows count, a
 /// lower bound on every plan's; its saved set is planned, an upper bound; the rows made on
 /// demand that the plan breaks are added (or, where it breaks none, its saved set excluded)
 /// and the program solved again.
@@ -288,10 +287,12 @@ fn min_cut<S: Schedulable + ?Sized>(
 }
 
 /// [`least_peak`] over `rows`, from the plan `first` (the lowest peak known), for `limit`: it
-/// stops at a plan within it, or once it proves none is and has run [`REFINE`] seconds: the
-/// limit's answer is what the caller waits for. (Rounds past the proof narrow the
-/// bounds a refusal names, but each takes as long as those before — 3.7 s at 2 660 nodes, 8 s
-/// at 13 788 with nothing narrowed — and one stopped short finds nothing.)
+/// stops at a plan within it, or once it proves none is and its bounds are within
+/// [`LEAST_GAP`] of each other or it has run [`REFINE`] seconds: the limit's answer is what the
+/// caller waits for, and bounds close to each other that straddle the limit do not give it.
+/// (Rounds past the proof narrow the bounds a refusal names, but each takes as long as those
+/// before — 3.7 s at 2 660 nodes, 8 s at 13 788 with nothing narrowed — and one stopped short
+/// finds nothing.)
 #[allow(clippy::too_many_arguments)]
 fn least_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     rows: &rows::Schedule<'_, G>,
@@ -337,9 +338,11 @@ fn least_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // Every plan the program may still choose peaks at `program` or more; those excluded
         // before were planned, at `upper` or more.
         least.lower = least.lower.max(program.min(upper));
-        let refused = least.lower > limit && start.elapsed().as_secs_f64() > REFINE;
-        let decided = upper <= limit || refused;
-        if upper.saturating_sub(least.lower) as f64 <= upper as f64 * LEAST_GAP || decided {
+        // While the bounds straddle the limit, the search goes on however close they are: the
+        // limit's answer is what is asked.
+        let close = upper.saturating_sub(least.lower) as f64 <= upper as f64 * LEAST_GAP;
+        let refused = least.lower > limit && (close || start.elapsed().as_secs_f64() > REFINE);
+        if upper <= limit || refused {
             break;
         }
         let broken: Vec<Lazy> =
