@@ -13,6 +13,7 @@ the decision; `remat evaluate DOC --save ..` scores it under remat's schedule (`
 least recompute at that peak (`optimality_gap`, seconds). Each remat call has a timeout; a call
 that runs past it is recorded as `"timed_out": true`, not dropped.
 
+`--model gpt` is a GPT-2-style model at the same sizes (LayerNorm, learned positions, GELU MLP).
 `--model mlp` rebuilds the 4-layer MLP of `tests/fixtures/torch/mlp-inductor__budget_0.5` (its
 graph here is merged as above; the fixture is the unmerged one). `--fixture NAME` instead scores
 the decision PyTorch recorded for `tests/fixtures/torch/NAME.json` (its `.torch.json`), for
@@ -118,6 +119,43 @@ class Llama(torch.nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
+class GptBlock(torch.nn.Module):
+    """GPT-2's block: pre-LayerNorm causal attention (one fused q/k/v projection, biases) and a
+    4x GELU (tanh) MLP, each added to the residual stream."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class Gpt(torch.nn.Module):
+    """A GPT-2-style model at the Llama's tiny sizes: learned positions, `layers` blocks, a final
+    LayerNorm and an untied head."""
+
+    def __init__(self, vocab=128, d=64, heads=4, layers=2, seq=32):
+        super().__init__()
+        self.embed, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(seq, d)
+        self.blocks = torch.nn.ModuleList(GptBlock(d, heads) for _ in range(layers))
+        self.norm, self.head = torch.nn.LayerNorm(d), torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, tokens, targets):
+        x = self.embed(tokens) + self.pos(torch.arange(tokens.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
 class Mlp(torch.nn.Module):
     """The model of `tests/fixtures/torch/mlp-inductor__budget_0.5`: 4 x `x + fc2(gelu(fc1(x)))`,
     D=256, hidden 1024, input [8, 128, 256] (that fixture's README row)."""
@@ -212,10 +250,12 @@ def main():
     parser.add_argument("--remat", required=True, help="the remat command (a release build)")
     parser.add_argument("--out", required=True, help="the remat.points file to write")
     parser.add_argument("--doc", help="where to write the exported joint document (default: beside --out)")
-    parser.add_argument("--model", choices=("llama", "mlp"), default="llama")
+    parser.add_argument("--model", choices=("llama", "gpt", "mlp"), default="llama")
     parser.add_argument("--fixture", help="score tests/fixtures/torch/NAME's recorded decision instead")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per remat call")
-    parser.add_argument("--layers", type=int, default=2, help="the Llama model's layers (2; 12 and 64 for the solver's timings)")
+    parser.add_argument(
+        "--layers", type=int, default=2, help="the Llama or GPT model's layers (2; 12 and 64 for the solver's timings)"
+    )
     parser.add_argument(
         "--export-only",
         action="store_true",
@@ -236,6 +276,9 @@ def main():
         torch.manual_seed(0)
         if args.model == "llama":
             model = Llama(layers=args.layers)
+            inputs = (torch.randint(0, 128, (2, 32)), torch.randint(0, 128, (2, 32)))
+        elif args.model == "gpt":
+            model = Gpt(layers=args.layers)
             inputs = (torch.randint(0, 128, (2, 32)), torch.randint(0, 128, (2, 32)))
         else:
             model, inputs = Mlp(), (torch.randn(8, 128, 256, requires_grad=True),)
