@@ -27,10 +27,6 @@ use crate::plan::{Plan, Schedulable, Schedule};
 #[cfg(feature = "exact")]
 use crate::text::fmt_bytes;
 
-/// How long a refusal may search for the least peak a plan reaches.
-#[cfg(feature = "exact")]
-const LEAST_SEARCH: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// The plan of least recompute whose predicted peak is at most `limit` bytes, for `pg` (the
 /// partition graph of `joint`, which plans it: a [`crate::JointGraph`], or `pg` itself, which
 /// plans as its joint graph does); an error giving the least peak a plan reaches (or the bounds
@@ -92,8 +88,8 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
             partition.optimality_gap = Some(gap(partition.cost(model), lower));
             Ok((partition, plan))
         }
-        exact::Outcome::Infeasible(least) => Err(refuse(schedule, pg, &asked, model, least.map(|l| *l), true)?),
-        exact::Outcome::Unmet(least) => Err(refuse(schedule, pg, &asked, model, Some(*least), false)?),
+        exact::Outcome::Infeasible(least) => Err(refuse(&asked, &least, true)),
+        exact::Outcome::Unmet(least) => Err(refuse(&asked, &least, false)),
     };
     #[cfg(not(feature = "exact"))]
     walk::walk(schedule, pg, &asked, model)
@@ -129,25 +125,12 @@ fn gap(cost: f64, lower: f64) -> f64 {
     }
 }
 
-/// The refusal of a limit no plan was found within, with the least peak a plan reaches: the
-/// exact program's least peak ([`exact::least_peak`], from the min-cut's plan) — `least`, where
-/// the search that gave up on the limit found it, else searched for as long as
-/// [`LEAST_SEARCH`] or until it proves the limit out of reach. `proven`: whether the program proved the limit out of reach; where it did
-/// not, the search found no plan within it in its time.
+/// The refusal of a limit no plan was found within, with what the search for the least peak a
+/// plan reaches found (`least`, [`exact::Least`]). `proven`: whether the search proved the limit
+/// out of reach; where it did not, it found no plan within it in its time.
 #[cfg(feature = "exact")]
-fn refuse<S: Schedulable + ?Sized>(
-    schedule: &Schedule<'_, S>,
-    pg: &PGraph,
-    asked: &Asked,
-    model: &CostModel,
-    least: Option<exact::Least>,
-    proven: bool,
-) -> Result<Error> {
+fn refuse(asked: &Asked, least: &exact::Least, proven: bool) -> Error {
     let limit = asked.limit;
-    let least = match least {
-        Some(least) => least,
-        None => exact::least_peak(schedule, pg, asked.offload(), model, LEAST_SEARCH.as_secs_f64(), limit)?,
-    };
     let (resident, lowest) = (least.best.1.resident_bytes(), least.upper());
     let lower = least.lower.max(if proven { limit.saturating_add(1) } else { 0 }).min(lowest);
     let why = if lower > limit && lower == lowest {
@@ -164,7 +147,7 @@ fn refuse<S: Schedulable + ?Sized>(
             fmt_bytes(lowest)
         )
     };
-    Ok(Error::Infeasible {
+    Error::Infeasible {
         what: Limit::Peak,
         asked: limit,
         least: Some(lowest),
@@ -173,5 +156,5 @@ fn refuse<S: Schedulable + ?Sized>(
             asked.strategy,
             fmt_bytes(limit)
         ),
-    })
+    }
 }

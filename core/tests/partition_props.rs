@@ -367,8 +367,8 @@ fn every_saved_set(pg: &PGraph, given: &[Policy]) -> Vec<remat_core::Evaluation>
 
 /// A refusal's least peak is never below the brute force's, and is it where the refusal says it
 /// is proven; the bound it proves ("no plan peaks below N bytes") is never above it, and where
-/// it names no least, the least-peak search's bounds are within 0.5 % of each other (a limit
-/// below the one-pass bound is refused without searching, with that bound).
+/// the search found no plan within the limit without proving it out of reach ("was not met"),
+/// the least-peak search's bounds are within 0.5 % of each other.
 fn refusal_names_the_least(reached: Option<u64>, least: u64, message: &str) -> Result<(), TestCaseError> {
     prop_assert!(reached.is_none_or(|r| r >= least), "{}", message);
     if let Some(proven) = proven_below(message) {

@@ -51,18 +51,21 @@ const LEAST_GAP: f64 = 0.005;
 /// Seconds the least-peak search for a limit may go on narrowing its bounds once it proves the
 /// limit out of reach.
 const REFINE: f64 = 0.5;
+/// Seconds the least-peak search may take where a memory row alone proves the limit out of
+/// reach (it stops sooner: see [`least_peak`]).
+const LEAST_SEARCH: f64 = 10.0;
 
 /// What the program found.
 pub(super) enum Outcome {
     /// A plan within the limit, and a proven lower bound on the recompute FLOPs of every plan
     /// within it.
     Found(Box<Found>),
-    /// No plan is within the limit: no saved set meets the rows but those whose plans were
-    /// found over it, or the least peak the rows allow is above it — with that search, where
-    /// it ran.
-    Infeasible(Option<Box<Least>>),
+    /// No plan is within the limit: a row is over it whatever is saved, no saved set meets the
+    /// rows but those whose plans were found over it, or the least peak the rows allow is above
+    /// it — with the search for the least peak.
+    Infeasible(Box<Least>),
     /// No plan within the limit found in the rounds, nor by the search for the least peak,
-    /// which proved none below the limit.
+    /// which did not prove the limit out of reach either.
     Unmet(Box<Least>),
 }
 
@@ -108,7 +111,9 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     let cost = |p: &Partition| p.cost(model);
     let mut extra = Extra { gap: GAP, ..Extra::default() };
     if !add(&mut extra, rows.rows(), schedule, pg, Room::Bytes(limit)) {
-        return Ok(Outcome::Infeasible(None));
+        // A row over the limit whatever is saved: refused, with the least peak.
+        let least = least_peak(rows, schedule, pg, offload, model, LEAST_SEARCH, min_cut(schedule, pg, model)?, limit)?;
+        return Ok(Outcome::Infeasible(Box::new(least)));
     }
     let start = Instant::now();
     // A first plan within the limit, whose cost less the gap is the first round's cutoff: the
@@ -120,9 +125,9 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     let (mut best, least) = if mincut.1.predicted_peak() as u64 <= limit {
         (Some(mincut), None)
     } else {
-        let least = least_rows(rows, schedule, pg, offload, model, SECONDS * LEAST_SHARE, mincut, limit)?;
+        let least = least_peak(rows, schedule, pg, offload, model, SECONDS * LEAST_SHARE, mincut, limit)?;
         if least.lower > limit {
-            return Ok(Outcome::Infeasible(Some(Box::new(least))));
+            return Ok(Outcome::Infeasible(Box::new(least)));
         }
         if least.upper() <= limit {
             (Some(least.best), None)
@@ -153,7 +158,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
                 return Ok(Outcome::Found(Box::new(Found { partition, plan, lower })));
             }
             // Every saved set left breaks a row, and those excluded were planned over the limit.
-            Err(Error::Infeasible { .. }) => return Ok(out_of_rows(best, least, lower)),
+            Err(Error::Infeasible { .. }) => return out_of_rows(best, least, lower),
             Err(e) => return Err(e),
         };
         // The rows only grow, so every answer of the program costs at least the bound proven
@@ -209,7 +214,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
             made.push(which);
             let row = rows.lazy_row(which, &saved, extra.aux);
             if !add(&mut extra, row, schedule, pg, Room::Bytes(limit)) {
-                return Ok(out_of_rows(best, least, lower));
+                return out_of_rows(best, least, lower);
             }
         }
     }
@@ -223,14 +228,15 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
 
 /// The outcome where the rows proved no saved set left within the limit: infeasible, unless a
 /// plan within it is known (which meets every row, so this is for safety's sake: the rows made
-/// on demand hold for every plan).
-fn out_of_rows(best: Option<(Partition, Plan)>, least: Option<Box<Least>>, lower: f64) -> Outcome {
-    match best {
-        Some((partition, plan)) => {
+/// on demand hold for every plan). Where none is, the least-peak search ran (`least`).
+fn out_of_rows(best: Option<(Partition, Plan)>, least: Option<Box<Least>>, lower: f64) -> Result<Outcome> {
+    match (best, least) {
+        (Some((partition, plan)), _) => {
             debug_assert!(false, "the rows excluded a plan within the limit");
-            Outcome::Found(Box::new(Found { partition, plan, lower }))
+            Ok(Outcome::Found(Box::new(Found { partition, plan, lower })))
         }
-        None => Outcome::Infeasible(least),
+        (None, Some(least)) => Ok(Outcome::Infeasible(least)),
+        (None, None) => Err(Error::internal("the peak search's rounds lost the plan they started from")),
     }
 }
 
@@ -250,31 +256,6 @@ impl Least {
     }
 }
 
-/// The least predicted peak of any plan of `pg` planned in `schedule` (with `offload`, any plan
-/// that may offload), for the refusal of `refused` (a limit no plan is within), searched for
-/// `seconds` at most (see [`least_rows`] for when it stops sooner): the program minimises the peak its rows count, a
-/// lower bound on every plan's; its saved set is planned, an upper bound; the rows made on
-/// demand that the plan breaks are added (or, where it breaks none, its saved set excluded)
-/// and the program solved again.
-pub(super) fn least_peak<S: Schedulable + ?Sized>(
-    schedule: &Schedule<'_, S>,
-    pg: &PGraph,
-    offload: bool,
-    model: &CostModel,
-    seconds: f64,
-    refused: u64,
-) -> Result<Least> {
-    let mincut = min_cut(schedule, pg, model)?;
-    match schedule {
-        Schedule::InOrder(g) => {
-            least_rows(&rows::Schedule::of(*g)?, schedule, pg, offload, model, seconds, mincut, refused)
-        }
-        Schedule::ForwardFirst(f) => {
-            least_rows(&rows::Schedule::of(f)?, schedule, pg, offload, model, seconds, mincut, refused)
-        }
-    }
-}
-
 /// The min-cut's partition of `pg`, and its plan.
 fn min_cut<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
@@ -286,15 +267,20 @@ fn min_cut<S: Schedulable + ?Sized>(
     Ok((partition, plan))
 }
 
-/// [`least_peak`] over `rows`, from the plan `first` (the lowest peak known), for `limit`: it
-/// stops at a plan within it, or once it proves none is and its bounds are within
-/// [`LEAST_GAP`] of each other or it has run [`REFINE`] seconds: the limit's answer is what the
-/// caller waits for, and bounds close to each other that straddle the limit do not give it.
+/// The least predicted peak of any plan of `pg` planned in `schedule` (with `offload`, any plan
+/// that may offload), from the plan `first` (the lowest peak known), for `limit`, searched for
+/// `seconds` at most: the program minimises the peak its rows count, a lower bound on every
+/// plan's; its saved set is planned, an upper bound; the rows made on demand that the plan
+/// breaks are added (or, where it breaks none, its saved set excluded) and the program solved
+/// again. It stops at a plan within the limit, or once it proves none is and its bounds are
+/// within [`LEAST_GAP`] of each other or it has run [`REFINE`] seconds: the limit's answer is
+/// what the caller waits for, and bounds close to each other that straddle the limit do not give
+/// it.
 /// (Rounds past the proof narrow the bounds a refusal names, but each takes as long as those
 /// before — 3.7 s at 2 660 nodes, 8 s at 13 788 with nothing narrowed — and one stopped short
 /// finds nothing.)
 #[allow(clippy::too_many_arguments)]
-fn least_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
+fn least_peak<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     rows: &rows::Schedule<'_, G>,
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
