@@ -25,6 +25,14 @@ fixtures whose model this script cannot rebuild.
         --fixture seed_fp8_scaled_mm-inductor__budget_0.5 \\
         --out docs/peak/seed_fp8_scaled_mm-inductor__budget_0.5.points.json
 
+`--limits B,B,...` times remat's exact peak search instead: `remat partition DOC --strategy
+peak=B --json` at each limit (bytes), one call at a time, wall clock, and writes a `remat.limits`
+file (each limit with its answer or its error line) and a Markdown table to standard output —
+docs/performance.md's tables of the search at 2 660 and 13 788 nodes:
+
+    .venv-torch/bin/python python/bench/peak_sweep.py --remat target/release/remat --layers 12 \\
+        --limits 7500000,6000000,5000000 --out /tmp/llama/l12.limits.json --doc /tmp/llama/l12.joint.json
+
 The output is a `remat.points` file (docs/peak.md) that `remat pareto DOC --peak --against FILE`
 draws: `points` are PyTorch's, each with its `save` list, its `evaluate` score and remat's answer
 at that peak (`remat_at_peak`).
@@ -245,6 +253,32 @@ def score(remat, doc_path, ids, decisions, timeout):
         print(f"{d.get('label')}: {json.dumps(d['evaluate'])} -> remat {answer}", file=sys.stderr)
 
 
+def spaced(n):
+    """An integer with its thousands apart, as docs/ writes them."""
+    return f"{n:,}".replace(",", " ")
+
+
+def limits_table(remat, doc_path, limits, timeout):
+    """remat's `peak=` answer at each limit, with a Markdown table of them on standard output."""
+    rows = []
+    print("| limit (B) | recompute FLOPs | planned peak | `optimality_gap` | seconds |")
+    print("|---|---|---|---|---|")
+    for limit in limits:
+        answer = remat_json(remat, ["partition", str(doc_path), "--strategy", f"peak={limit}"], timeout)
+        rows.append({"limit": limit, "answer": answer})
+        if "recompute_flops" in answer:
+            gap = answer.get("optimality_gap")
+            gap = "—" if gap is None else f"{100 * gap:.2f} %"
+            cells = [spaced(answer["recompute_flops"]), spaced(answer["planned_peak"]), gap]
+        else:
+            # A refusal, or "was not met": its message's last line, which names the bounds.
+            said = "timed out" if answer.get("timed_out") else (answer["error"].splitlines() or [""])[-1]
+            said = said.removeprefix(f"error: {doc_path}: ")
+            cells = [said, "", ""]
+        print(f"| {spaced(limit)} | {' | '.join(cells)} | {answer['seconds']:.1f} |", flush=True)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--remat", required=True, help="the remat command (a release build)")
@@ -261,7 +295,17 @@ def main():
         action="store_true",
         help="write the joint document (--doc, or beside --out) and stop: no PyTorch budgets, no remat calls",
     )
+    parser.add_argument(
+        "--limits",
+        help="comma-separated byte limits: time remat's peak= at each instead of PyTorch's budgets",
+    )
     args = parser.parse_args()
+    try:
+        limits = [int(b) for b in args.limits.split(",")] if args.limits else []
+    except ValueError:
+        parser.error(f"--limits takes byte counts separated by commas, not {args.limits!r}")
+    if args.limits and (args.fixture or args.export_only):
+        parser.error("--limits times the exported model's document: not with --fixture or --export-only")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -282,13 +326,19 @@ def main():
             inputs = (torch.randint(0, 128, (2, 32)), torch.randint(0, 128, (2, 32)))
         else:
             model, inputs = Mlp(), (torch.randn(8, 128, 256, requires_grad=True),)
-        doc, decisions = torch_sweep(model, inputs, [] if args.export_only else BUDGETS)
+        doc, decisions = torch_sweep(model, inputs, [] if args.export_only or limits else BUDGETS)
         doc_path = Path(args.doc) if args.doc else out.with_suffix(".joint.json")
         doc_path.write_text(json.dumps(doc, indent=1))
         if args.export_only:
             print(f"wrote {doc_path} ({len(doc['nodes'])} nodes)", file=sys.stderr)
             return
         system = f"PyTorch {torch.__version__}"
+        if limits:
+            rows = limits_table(args.remat, doc_path, limits, args.timeout)
+            result = {"format": "remat.limits", "version": 1, "doc": str(doc_path), "nodes": len(doc["nodes"])}
+            out.write_text(json.dumps({**result, "limits": rows}, indent=1) + "\n")
+            print(f"wrote {out} ({len(rows)} limits, document {doc_path}, {len(doc['nodes'])} nodes)", file=sys.stderr)
+            return
     for d in decisions:
         d["label"] = f"budget={d['budget']}"
     ids = {n["id"] for n in doc["nodes"]}

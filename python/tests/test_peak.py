@@ -55,3 +55,25 @@ def test_python_reports_what_the_command_prints(path, strategy):
             [cli, "partition", str(path), "--strategy", strategy, *flag], capture_output=True, text=True, check=True
         ).stdout
         assert _remat.partition(path.read_text(), strategy, text) == printed, (strategy, text)
+
+
+def test_the_limits_bench_gives_each_answer_or_its_refusal(tmp_path):
+    """`python/bench/peak_sweep.py --limits`, which measures docs/performance.md's tables: each
+    limit's answer within it, and a limit below every plan's peak refused in its row."""
+    cli = os.environ.get("REMAT_CLI")
+    if not cli:
+        pytest.skip("REMAT_CLI (the `remat` command built beside the extension) is not set")
+    import sys
+
+    out, doc = tmp_path / "l1.limits.json", tmp_path / "l1.joint.json"
+    bench = ROOT / "python" / "bench" / "peak_sweep.py"
+    args = ["--remat", cli, "--layers", "1", "--limits", "1000000000000,1", "--out", str(out), "--doc", str(doc)]
+    table = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, check=True).stdout
+    limits = json.loads(out.read_text())
+    assert limits["format"] == "remat.limits"
+    assert limits["nodes"] == len(json.loads(doc.read_text())["nodes"])
+    loose, refused = (row["answer"] for row in limits["limits"])
+    assert loose["planned_peak"] <= 10**12 and loose["recompute_flops"] == 0
+    assert "cannot be met" in refused["error"]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 2 and rows[0].startswith("| 1 000 000 000 000 | 0 |") and "cannot be met" in rows[1], table
