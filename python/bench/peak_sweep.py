@@ -318,11 +318,8 @@ def main():
         system = f"PyTorch {record.get('torch_version', '2.15')} (recorded)"
     else:
         torch.manual_seed(0)
-        if args.model == "llama":
-            model = Llama(layers=args.layers)
-            inputs = (torch.randint(0, 128, (2, 32)), torch.randint(0, 128, (2, 32)))
-        elif args.model == "gpt":
-            model = Gpt(layers=args.layers)
+        if args.model in ("llama", "gpt"):
+            model = (Llama if args.model == "llama" else Gpt)(layers=args.layers)
             inputs = (torch.randint(0, 128, (2, 32)), torch.randint(0, 128, (2, 32)))
         else:
             model, inputs = Mlp(), (torch.randn(8, 128, 256, requires_grad=True),)

@@ -4,6 +4,7 @@ peak, as `remat partition` does — the same report, byte for byte, for the same
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,6 @@ def test_the_limits_bench_gives_each_answer_or_its_refusal(tmp_path):
     cli = os.environ.get("REMAT_CLI")
     if not cli:
         pytest.skip("REMAT_CLI (the `remat` command built beside the extension) is not set")
-    import sys
-
     out, doc = tmp_path / "l1.limits.json", tmp_path / "l1.joint.json"
     bench = ROOT / "python" / "bench" / "peak_sweep.py"
     args = ["--remat", cli, "--layers", "1", "--limits", "1000000000000,1", "--out", str(out), "--doc", str(doc)]
