@@ -23,6 +23,11 @@ pub(crate) enum Class {
     Forbidden(Reason),
     /// Up to the strategy; the reason says what `Respect` does.
     Soft(Reason),
+    /// Kept exactly when the backward reaches a view kept through it, recomputed otherwise: a
+    /// value tagged to be recomputed (must_recompute; prefer_recompute where Prefer tags bind)
+    /// that is the base of such a view ([`Reason::ViewBase`]). No strategy chooses it: which
+    /// views are reached decides ([`tied_views`]).
+    Tied(Reason),
 }
 
 impl Class {
@@ -36,13 +41,15 @@ impl Class {
 /// `i` is a backward node (the table [`PGraph::validate`]'s sweep fills). `reads` is
 /// [`PGraph::backward_reads`], `boundary` [`super::boundary::boundary_values`];
 /// `must_recompute_tags` whether any forward node is tagged must_recompute (conflicts are looked
-/// for only then).
+/// for only then); `prefer_binds` whether the strategy follows prefer_recompute tags (`Respect`
+/// and `MinCut`), which makes such a base of a kept view [`Class::Tied`].
 pub(crate) fn classify(
     g: &PGraph,
     backward: &[bool],
     reads: &[bool],
     boundary: &[Option<Boundary>],
     must_recompute_tags: bool,
+    prefer_binds: bool,
 ) -> Result<Vec<Class>> {
     let output = g.output_mask();
     // The random op each generator state belongs to (its only user, which reads it first). The
@@ -106,14 +113,16 @@ pub(crate) fn classify(
         })
         .collect();
     // A view that must be kept (must_save, or a boundary value) is kept through its base, when
-    // the backward may need the view; a reader's keep outweighs the base's must_recompute.
-    let kept = kept_views(g, &class, &output, boundary, reads);
+    // the backward may need the view; a reader's keep outweighs the base's must_recompute, which
+    // holds wherever the backward needs no such view.
+    let kept = kept_views(g, &class, &output, boundary, reads, prefer_binds);
     for (c, k) in class.iter_mut().zip(&kept) {
         match (*c, k.first(), k.reader) {
+            (Class::Soft(Reason::PreferRecompute), Some(v), _) if prefer_binds => *c = Class::Tied(Reason::ViewBase(v)),
             // A factory base replays the view for free.
             (Class::Soft(r), Some(v), _) if r != Reason::Factory => *c = Class::Forced(Reason::ViewBase(v)),
             (Class::Forbidden(Reason::MustRecompute), _, Some(v)) if k.tagged.is_none() => {
-                *c = Class::Forced(Reason::ViewBase(v))
+                *c = Class::Tied(Reason::ViewBase(v))
             }
             _ => {}
         }
@@ -156,7 +165,7 @@ fn must_keep_view(g: &PGraph, i: usize, boundary: &[Option<Boundary>]) -> Option
 }
 
 /// `class` for the exact peak program: each value forced only as the base of a kept view (not
-/// tagged must_recompute) left to the program (`Soft`), and the pairs `(base, view)` for which
+/// [`Class::Tied`]) left to the program (`Soft`), and the pairs `(base, view)` for which
 /// the program keeps the base at hand where the view is reached. That is the checker's rule — a
 /// needed kept view is kept through its base — where classification keeps the base wherever the
 /// backward *may* need the view: a choice that saves what lies between the two leaves the view
@@ -168,9 +177,7 @@ pub(crate) fn bases_by_choice(
     boundary: &[Option<Boundary>],
 ) -> (Vec<Class>, Vec<(NodeId, NodeId)>) {
     let output = g.output_mask();
-    let freed = |b: usize| {
-        matches!(class[b], Class::Forced(Reason::ViewBase(_))) && g.nodes[b].policy != Some(Policy::MustRecompute)
-    };
+    let freed = |b: usize| matches!(class[b], Class::Forced(Reason::ViewBase(_)));
     let pairs: Vec<(NodeId, NodeId)> = (0..g.len())
         .filter(|&v| must_keep_view(g, v, boundary).is_some())
         .map(|v| (g.view_base(NodeId::from_index(v), &output), NodeId::from_index(v)))
@@ -194,13 +201,16 @@ enum KeepBy {
 /// For each node, the views that must be kept through it and that the backward may need: those
 /// it reaches with only the forced values at hand and the bases found so far (a view's id is
 /// above its base's, so one sweep from the last node back finds each base before its own inputs
-/// are visited). A view the backward can never need keeps nothing.
+/// are visited). A base that will be [`Class::Tied`] is walked through: it is recomputed
+/// wherever its own views are not reached, and its replay may need more views. A view the
+/// backward can never need keeps nothing.
 fn kept_views(
     g: &PGraph,
     class: &[Class],
     output: &[bool],
     boundary: &[Option<Boundary>],
     reads: &[bool],
+    prefer_binds: bool,
 ) -> Vec<KeptViews> {
     let mut kept: Vec<KeptViews> = vec![KeptViews::default(); g.len()];
     let mut reached = reads.to_vec();
@@ -220,8 +230,8 @@ fn kept_views(
         let k = kept[i];
         let at_hand = class[i].is_forced()
             || match class[i] {
+                Class::Soft(Reason::PreferRecompute) if prefer_binds => false,
                 Class::Soft(r) => r != Reason::Factory && k.first().is_some(),
-                Class::Forbidden(Reason::MustRecompute) => k.reader.is_some() && k.tagged.is_none(),
                 _ => false,
             };
         if !at_hand {
@@ -233,20 +243,18 @@ fn kept_views(
     kept
 }
 
-/// Lets a must_recompute value (and, where Prefer tags bind — `prefer_binds`, under `Respect`
-/// and `MinCut` — a prefer_recompute one) forced only as the base of a kept view go back to
-/// being recomputed when, under the strategy's choice `at_hand`, the backward needs none of the
-/// views kept through it: classification forces such a base when the backward *may* need the
-/// view, and a choice that saves what lies between the two can make it unneeded. One sweep from
-/// the last node back settles every base before its own inputs; the rest of the choice stands,
-/// and forced values the recompute reaches are kept. `reads` is [`PGraph::backward_reads`],
-/// `boundary` [`super::boundary::boundary_values`].
+/// Settles every [`Class::Tied`] value under the strategy's choice `at_hand`: kept where the
+/// backward reaches a view kept through it, recomputed otherwise (its tag's reason in
+/// `chosen`). One sweep from the last node back settles every base before its own inputs (a
+/// view's id is above its base's); the rest of the choice stands, and forced values a recompute
+/// reaches are kept. The budget searches evaluate plans the same way
+/// ([`super::budget`]'s `Problem::eval_into`), so what they counted is what is kept.
+/// `reads` is [`PGraph::backward_reads`], `boundary` [`super::boundary::boundary_values`].
 pub(crate) fn settle_view_bases(
     g: &PGraph,
     class: &[Class],
     boundary: &[Option<Boundary>],
     reads: &[bool],
-    prefer_binds: bool,
     at_hand: &mut [bool],
     chosen: &mut [Option<Reason>],
 ) {
@@ -262,19 +270,17 @@ pub(crate) fn settle_view_bases(
         if must_keep_view(g, i, boundary).is_some() {
             demanded[g.view_base(NodeId::from_index(i), &output).index()] = true;
         }
-        let recompute = match g.nodes[i].policy {
-            Some(Policy::MustRecompute) => Some(Reason::MustRecompute),
-            Some(Policy::PreferRecompute) if prefer_binds => Some(Reason::PreferRecompute),
-            _ => None,
-        };
-        match (class[i], recompute) {
-            (Class::Forced(Reason::ViewBase(_)), Some(reason)) if !demanded[i] => {
+        match class[i] {
+            Class::Tied(_) if !demanded[i] => {
                 at_hand[i] = false;
-                chosen[i] = Some(reason);
+                chosen[i] = Some(match g.nodes[i].policy {
+                    Some(Policy::MustRecompute) => Reason::MustRecompute,
+                    _ => Reason::PreferRecompute,
+                });
             }
             // Forced values are kept whenever needed, also those a recompute above now reaches
             // beyond what the strategy looked at.
-            (Class::Forced(_), _) => at_hand[i] = true,
+            Class::Forced(_) | Class::Tied(_) => at_hand[i] = true,
             _ => {}
         }
         if !at_hand[i] {
@@ -283,6 +289,25 @@ pub(crate) fn settle_view_bases(
             }
         }
     }
+}
+
+/// The pairs `(base, view)`, sorted, for each [`Class::Tied`] base and each view kept through it
+/// (must_save or must_offload, or a boundary value): the base is kept exactly where one of its
+/// views is reached.
+pub(crate) fn tied_views(g: &PGraph, class: &[Class]) -> Vec<(NodeId, NodeId)> {
+    if !class.iter().any(|c| matches!(c, Class::Tied(_))) {
+        return Vec::new();
+    }
+    let boundary = super::boundary::boundary_values(g);
+    let boundary = &boundary[..];
+    let output = g.output_mask();
+    let mut pairs: Vec<(NodeId, NodeId)> = (0..g.len())
+        .filter(|&v| must_keep_view(g, v, boundary).is_some())
+        .map(|v| (g.view_base(NodeId::from_index(v), &output), NodeId::from_index(v)))
+        .filter(|&(b, _)| matches!(class[b.index()], Class::Tied(_)))
+        .collect();
+    pairs.sort_unstable();
+    pairs
 }
 
 pub(crate) fn boundary_reason(b: Boundary) -> Reason {

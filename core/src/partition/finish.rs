@@ -95,16 +95,15 @@ pub(super) fn finish(
             (false, _) => Action::Recompute,
         };
         let reason = chosen[i.index()].unwrap_or(match class[i.index()] {
-            Class::Forced(r) | Class::Forbidden(r) | Class::Soft(r) => r,
+            Class::Forced(r) | Class::Forbidden(r) | Class::Soft(r) | Class::Tied(r) => r,
         });
         // Only a soft decision can go against a Prefer tag; forced ones follow the rules, and a
         // reader keeps a value whatever its producer's must_recompute says.
         let overrode = match (class[i.index()], action, n.policy) {
-            (Class::Forced(r), Action::Save | Action::Offload, Some(p @ Policy::MustRecompute))
-                if r.is_boundary() || matches!(r, Reason::ViewBase(_)) =>
-            {
+            (Class::Forced(r), Action::Save | Action::Offload, Some(p @ Policy::MustRecompute)) if r.is_boundary() => {
                 Some(p)
             }
+            (Class::Tied(_), Action::Save | Action::Offload, Some(p @ Policy::MustRecompute)) => Some(p),
             (Class::Soft(_), Action::Save | Action::Offload, Some(p @ Policy::PreferRecompute))
             | (Class::Soft(_), Action::Recompute | Action::Offload, Some(p @ Policy::PreferSave))
             | (Class::Soft(_), Action::Recompute | Action::Save, Some(p @ Policy::PreferOffload)) => Some(p),

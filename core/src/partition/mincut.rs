@@ -49,7 +49,8 @@ pub(super) fn solve(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, 
 /// How a value enters the network.
 fn role(node: &PNode, class: &Class) -> Role {
     match class {
-        Class::Forced(_) => Role::Kept,
+        // A tied base stays at hand here; settling the views releases it where none is reached.
+        Class::Forced(_) | Class::Tied(_) => Role::Kept,
         Class::Forbidden(_) | Class::Soft(Reason::PreferRecompute | Reason::Factory) => Role::Unsaved,
         Class::Soft(_) if node.flags.compute_intensive && node.policy.is_none() => Role::Kept,
         Class::Soft(_) => Role::Open,
@@ -60,7 +61,7 @@ fn role(node: &PNode, class: &Class) -> Role {
 /// may reach (those with only forced values at hand), the only ones the cut decides.
 pub(super) fn cut(g: &PGraph, class: &[Class], reads: &[bool]) -> (Vec<bool>, Vec<bool>) {
     let n = g.len();
-    let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
+    let forced: Vec<bool> = class.iter().map(|c| matches!(c, Class::Forced(_) | Class::Tied(_))).collect();
     let relevant = closure_from(g, reads.to_vec(), &forced);
     let role: Vec<Role> = g.nodes.iter().zip(class).map(|(node, class)| role(node, class)).collect();
     // Network nodes: 0 source, 1 sink, then per relevant node an `out` and (if open) an `in`.

@@ -172,7 +172,10 @@ fn partition_searched(
     // computed once); beside it, which values are boundary values (another).
     let (reads, boundary) =
         crate::concurrent::join(|| g.backward_reads_from(&validated.backward), || boundary::boundary_values(g));
-    let class = classify(g, &validated.backward, &reads, &boundary, validated.must_recompute_tags)?;
+    // Prefer tags bind under `Respect` and `MinCut`: a prefer_recompute base of a kept view is
+    // then recomputed wherever the backward needs none of its kept views, as a must_recompute one.
+    let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
+    let class = classify(g, &validated.backward, &reads, &boundary, validated.must_recompute_tags, prefer_binds)?;
     // The exact peak program keeps the base of a kept view where the view is needed, as the
     // checker's rule says, rather than wherever the backward may need it.
     let (class, with_views) = match extra {
@@ -220,11 +223,8 @@ fn partition_searched(
                 ))
             }
         };
-        // A must_recompute base no needed view asks for is recomputed; so is a prefer_recompute one
-        // where Prefer tags bind.
-        let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
         let choice = extra.map(|_| budget::Choice { at_hand: at_hand.clone(), offloaded: off.clone() });
-        classify::settle_view_bases(g, &class, &boundary, &reads, prefer_binds, &mut at_hand, &mut chosen);
+        classify::settle_view_bases(g, &class, &boundary, &reads, &mut at_hand, &mut chosen);
         let mut p =
             finish(g, strategy, &class, &reads, &validated.backward, &at_hand, &chosen, &off, &wishes, ctx.exposed());
         p.warnings.extend(wishes.warnings);
@@ -248,7 +248,7 @@ fn respect_at_hand(class: &[Class]) -> Vec<bool> {
     class
         .iter()
         .map(|c| match c {
-            Class::Forced(_) => true,
+            Class::Forced(_) | Class::Tied(_) => true,
             Class::Forbidden(_) => false,
             Class::Soft(r) => !matches!(r, Reason::PreferRecompute | Reason::Factory),
         })

@@ -165,9 +165,21 @@ impl Program {
         }
         for &i in &p.order {
             prog.reached[i] = if p.reads[i] { Bit::One } else { prog.column() };
+            let tied = p.views_tied_to(i);
             prog.at_hand[i] = if candidate[i] {
                 let a = prog.column();
                 prog.at_most(a, prog.reached[i]);
+                a
+            } else if !tied.is_empty() {
+                // At hand exactly where one of its views is reached (each view reaches it).
+                let a = prog.column();
+                let mut any = Expr::default();
+                any.add(a, 1.0);
+                for &(_, v) in tied {
+                    prog.at_most(prog.reached[v.index()], a);
+                    any.add(prog.reached[v.index()], -1.0);
+                }
+                prog.rows.push((None, Some(0.0), any));
                 a
             } else if p.base[i] {
                 prog.reached[i]
@@ -197,10 +209,44 @@ impl Program {
                 prog.rows.push((Some(0.0), None, e));
             }
         }
+        if !p.tied.is_empty() {
+            prog.reach_exactly_where_tied(p);
+        }
         if let Some(extra) = p.extra {
             prog.add_extra(p, extra);
         }
         prog
+    }
+
+    /// Elsewhere a value may be marked reached without need, which only costs; reaching a view
+    /// tied to a base keeps that base, which saves its recompute. So on every path to such a view
+    /// a value is reached only where the backward reads it or a value that reads it is
+    /// recomputed: `reached[x] ≤ Σ (reached[r] − at_hand[r])` over its readers `r`.
+    fn reach_exactly_where_tied(&mut self, p: &Problem<'_>) {
+        let n = p.g.len();
+        // The tied views and every value they flow into, in node order (inputs first).
+        let mut leads = vec![false; n];
+        for &(_, v) in &p.tied {
+            leads[v.index()] = true;
+        }
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for &j in p.order.iter().rev() {
+            for &x in p.facts.inputs(j) {
+                if leads[x.index()] {
+                    leads[j] = true;
+                    readers[x.index()].push(j);
+                }
+            }
+        }
+        for x in (0..n).filter(|&x| leads[x] && !p.reads[x]) {
+            let mut e = Expr::default();
+            e.add(self.reached[x], -1.0);
+            for &r in &readers[x] {
+                e.add(self.reached[r], 1.0);
+                e.add(self.at_hand[r], -1.0);
+            }
+            self.rows.push((Some(0.0), None, e));
+        }
     }
 
     /// A caller's rows ([`super::Extra`]) over its own columns and the program's quantities, and

@@ -101,7 +101,7 @@ fn may_choose(g: &PGraph, class: &Class, i: NodeId) -> bool {
                     Reason::NotRecomputable | Reason::RandomSource | Reason::RngState(_) | Reason::ViewBase(_)
                 )
         }
-        Class::Forbidden(_) => false,
+        Class::Forbidden(_) | Class::Tied(_) => false,
     };
     allowed && !n.backward && !n.flags.view && n.policy != Some(Policy::MustSave) && can_leave(g, i)
 }

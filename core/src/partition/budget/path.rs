@@ -172,20 +172,25 @@ impl Walk {
             }
             self.stack.extend_from_slice(p.facts.inputs(v.index()));
         }
+        let mut retied = false;
         while let Some(u) = self.stack.pop() {
-            if reached[u.index()] {
+            let u = u.index();
+            if reached[u] {
                 continue;
             }
-            reached[u.index()] = true;
-            if at_hand[u.index()] && offloaded[u.index()] {
+            retied |= p.reties(reached, u);
+            reached[u] = true;
+            let held = p.holds(at_hand, reached, u);
+            if held && offloaded[u] {
                 // In host memory: no device bytes.
-            } else if at_hand[u.index()] {
-                for &k in p.limits_of(u.index()) {
-                    self.bytes[k as usize] += p.facts.bytes(u.index());
-                }
+            } else if held {
+                p.count(&mut self.bytes, u);
             } else {
-                self.stack.extend_from_slice(p.facts.inputs(u.index()));
+                self.stack.extend_from_slice(p.facts.inputs(u));
             }
+        }
+        if retied {
+            p.eval_into(at_hand, offloaded, reached, &mut self.bytes);
         }
     }
 }

@@ -5,7 +5,7 @@ use super::facts::Facts;
 use super::Offload;
 use crate::error::{Error, Limit};
 use crate::graph::{NodeId, RegionId};
-use crate::partition::classify::{closure_from, counts_bytes, Class};
+use crate::partition::classify::{closure_from, counts_bytes, tied_views, Class};
 use crate::partition::PGraph;
 
 /// Where a plan keeps each value: at hand (saved on the device, or offloaded to the host) or
@@ -70,6 +70,11 @@ pub(super) struct Problem<'a> {
     pub(super) eviction_order: std::sync::OnceLock<Vec<NodeId>>,
     /// A caller's own rows for the exact program, which alone then decides.
     pub(super) extra: Option<&'a super::Extra>,
+    /// The pairs `(base, view)` of [`Class::Tied`] values ([`tied_views`]), sorted: no search
+    /// decides such a base; it is at hand exactly where one of its views is reached.
+    pub(super) tied: Vec<(NodeId, NodeId)>,
+    /// The same pairs as `(view, base)`, sorted.
+    pub(super) tied_by_view: Vec<(NodeId, NodeId)>,
 }
 
 /// The min-cut's choice ([`Problem::hint_min_cut`]), evaluated with the tagged offloads (which
@@ -105,6 +110,8 @@ impl<'a> Problem<'a> {
         budgeted: &[RegionId],
         off: &'a Offload,
     ) -> Self {
+        // Tied values are not at hand here: where none of their views is reached they are
+        // recomputed, and the backward reaches what they read.
         let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
         let relevant = closure_from(g, reads.to_vec(), &forced);
         let innermost_budget = innermost_budgets(g, budgeted);
@@ -143,7 +150,52 @@ impl<'a> Problem<'a> {
             hint: std::sync::OnceLock::new(),
             eviction_order: std::sync::OnceLock::new(),
             extra: None,
+            tied: Vec::new(),
+            tied_by_view: Vec::new(),
         }
+        .with_tied(tied_views(g, class))
+    }
+
+    fn with_tied(mut self, tied: Vec<(NodeId, NodeId)>) -> Self {
+        self.tied_by_view = tied.iter().map(|&(b, v)| (v, b)).collect();
+        self.tied_by_view.sort_unstable();
+        self.tied = tied;
+        self
+    }
+
+    /// Whether value `i` is at hand under the choice `at_hand`, where `reached` is final for
+    /// every node above `i` (a sweep from the last node back): a tied value where one of its
+    /// views is reached, any other as chosen.
+    pub(super) fn holds(&self, at_hand: &[bool], reached: &[bool], i: usize) -> bool {
+        match self.views_tied_to(i) {
+            [] => at_hand[i],
+            views => views.iter().any(|&(_, v)| reached[v.index()]),
+        }
+    }
+
+    /// The pairs `(i, view)` of [`Problem::tied`] (none unless `i` is tied).
+    pub(super) fn views_tied_to(&self, i: usize) -> &[(NodeId, NodeId)] {
+        pairs_of(&self.tied, i)
+    }
+
+    /// Adds the device bytes of value `i` to each limit it counts against.
+    pub(super) fn count(&self, bytes: &mut [u64], i: usize) {
+        for &k in self.limits_of(i) {
+            bytes[k as usize] += self.facts.bytes(i);
+        }
+    }
+
+    /// For a walk that grows what the backward reaches node by node (the eviction path, the
+    /// repair) and has just reached `u` for the first time: whether `u` is a view that now keeps
+    /// a tied base reached before, recomputed while none of its views was. What that base's
+    /// replay reached may no longer be needed, which growing cannot undo: the walk evaluates
+    /// its plan anew ([`Problem::eval_into`]) — once per tied base at most, as views reached
+    /// stay reached.
+    pub(super) fn reties(&self, reached: &[bool], u: usize) -> bool {
+        pairs_of(&self.tied_by_view, u).iter().any(|&(_, b)| {
+            reached[b.index()]
+                && self.views_tied_to(b.index()).iter().all(|&(_, v)| v.index() == u || !reached[v.index()])
+        })
     }
 
     /// With a global budget and no offload choice, the min-cut's choice is one candidate point:
@@ -194,9 +246,10 @@ impl<'a> Problem<'a> {
             if !reached[i] {
                 continue;
             }
-            if at_hand[i] && offloaded[i] {
+            let held = self.holds(at_hand, reached, i);
+            if held && offloaded[i] {
                 exposed += self.off.exposed[i];
-            } else if at_hand[i] {
+            } else if held {
                 for &k in self.limits_of(i) {
                     bytes[k as usize] += self.facts.bytes(i);
                 }
@@ -213,18 +266,22 @@ impl<'a> Problem<'a> {
     /// Device-saved bytes with `at_hand` and `offloaded` (the global limit's count, or all
     /// counted bytes).
     pub(super) fn global_bytes(&self, at_hand: &[bool], offloaded: &[bool]) -> u64 {
-        let reached = closure_from(self.g, self.reads.to_vec(), at_hand);
-        self.g
-            .ids()
-            .filter(|&i| {
-                reached[i.index()]
-                    && at_hand[i.index()]
-                    && !offloaded[i.index()]
-                    && counts_bytes(self.g, i)
-                    && !self.g.node(i).backward
-            })
-            .map(|i| self.g.node(i).bytes)
-            .sum()
+        let mut reached = self.reads.to_vec();
+        let mut bytes = 0;
+        for i in (0..self.g.len()).rev() {
+            let node = &self.g.nodes[i];
+            if !reached[i] || node.backward {
+                continue;
+            }
+            if !self.holds(at_hand, &reached, i) {
+                for &x in &node.inputs {
+                    reached[x.index()] = true;
+                }
+            } else if !offloaded[i] && counts_bytes(self.g, NodeId::from_index(i)) {
+                bytes += node.bytes;
+            }
+        }
+        bytes
     }
 
     pub(super) fn has_global(&self) -> bool {
@@ -354,6 +411,16 @@ fn innermost_budgets(g: &PGraph, budgeted: &[RegionId]) -> Vec<Option<RegionId>>
         }
     }
     innermost_budget
+}
+
+/// The entries of `pairs` (sorted) whose first element is node `i`.
+fn pairs_of(pairs: &[(NodeId, NodeId)], i: usize) -> &[(NodeId, NodeId)] {
+    if pairs.is_empty() {
+        return &[];
+    }
+    let start = pairs.partition_point(|&(a, _)| a.index() < i);
+    let end = start + pairs[start..].partition_point(|&(a, _)| a.index() == i);
+    &pairs[start..end]
 }
 
 /// Per node, the limits (indices into `scopes`) its bytes count against, as a CSR table

@@ -76,7 +76,7 @@ impl State<'_, '_> {
     /// Whether a value an eviction's recompute newly needs is recomputed rather than kept: one
     /// not at hand always; a candidate at hand whose bytes count, only by a `deep` eviction.
     fn recomputed_when_needed(&self, u: NodeId, deep: bool) -> bool {
-        !self.at_hand[u.index()]
+        !self.p.holds(&self.at_hand, &self.reached, u.index())
             || deep && !self.offloaded[u.index()] && self.counts_globally(u) && self.candidate[u.index()]
     }
 
@@ -128,24 +128,32 @@ impl State<'_, '_> {
         }
         self.stack.clear();
         self.stack.extend_from_slice(facts.inputs(v.index()));
+        let mut retied = false;
         while let Some(u) = self.stack.pop() {
             if self.reached[u.index()] {
                 continue;
             }
+            retied |= self.p.reties(&self.reached, u.index());
             self.reached[u.index()] = true;
             if self.at_hand[u.index()] && self.recomputed_when_needed(u, price.deep) {
                 self.at_hand[u.index()] = false;
             }
-            if self.at_hand[u.index()] && self.offloaded[u.index()] {
+            let held = self.p.holds(&self.at_hand, &self.reached, u.index());
+            if held && self.offloaded[u.index()] {
                 // In host memory: no device bytes.
-            } else if self.at_hand[u.index()] {
-                for &k in self.p.limits_of(u.index()) {
-                    self.bytes[k as usize] += facts.bytes(u.index());
-                }
+            } else if held {
+                self.p.count(&mut self.bytes, u.index());
                 newly_kept.push(u);
             } else {
                 self.stack.extend_from_slice(facts.inputs(u.index()));
             }
+        }
+        if retied {
+            self.p.eval_into(&self.at_hand, &self.offloaded, &mut self.reached, &mut self.bytes);
+            // Candidates the fresh reach holds may be new to the queue (those queued before are
+            // priced again when they come up).
+            newly_kept.clear();
+            newly_kept.extend((0..self.at_hand.len()).map(NodeId::from_index).filter(|&u| self.candidate[u.index()]));
         }
     }
 
