@@ -697,3 +697,114 @@ fn tied_bases_count_against_the_budget_in_every_search() {
         check(&g, &h).unwrap();
     }
 }
+
+/// The fewest recompute FLOPs of any save-or-recompute assignment of the forward values that
+/// [`check`] accepts under `strategy` (a byte budget, no offloads) and that saves every needed
+/// must_save value — the rules' own answer, found without the partitioner; `None` where no
+/// assignment keeps every rule.
+fn fewest_flops_by_brute_force(g: &PGraph, strategy: Strategy) -> Option<u64> {
+    use remat_core::{Action, Decision, Partition, Reason};
+    let forward: Vec<usize> = (0..g.len()).filter(|&i| !g.nodes[i].backward).collect();
+    assert!(forward.len() <= 16, "{} forward values: too many to try every assignment", forward.len());
+    let mut best: Option<u64> = None;
+    for mask in 0u32..1 << forward.len() {
+        let saved_by_mask = |i: usize| forward.iter().position(|&f| f == i).is_some_and(|k| mask & (1 << k) != 0);
+        // What the backward needs: what it reads, and the inputs of whatever needed is not saved.
+        let mut needed = vec![false; g.len()];
+        for n in g.nodes.iter().filter(|n| n.backward) {
+            for &x in &n.inputs {
+                needed[x.index()] |= !g.nodes[x.index()].backward;
+            }
+        }
+        for &i in forward.iter().rev() {
+            if needed[i] && !saved_by_mask(i) {
+                for &x in &g.nodes[i].inputs {
+                    needed[x.index()] = true;
+                }
+            }
+        }
+        // One representative per plan: values nobody needs are left unsaved. And a factory's own
+        // tag holds: saved where must_save, recomputed where must_recompute (the checker lets a
+        // factory pass as free to replay, and a must_recompute one pass as kept where a region
+        // reads it; the partitioner honours the tag).
+        let held = |i: usize| g.nodes[i].flags.resident || g.forward_outputs.contains(&NodeId::from_index(i));
+        let factory = |i: usize| g.nodes[i].inputs.is_empty() && !g.nodes[i].flags.random && !held(i);
+        let tag_broken = |i: usize| match g.nodes[i].policy {
+            Some(Policy::MustSave) => !g.nodes[i].flags.view && !saved_by_mask(i),
+            Some(Policy::MustRecompute) => factory(i) && saved_by_mask(i),
+            _ => false,
+        };
+        if forward.iter().any(|&i| if needed[i] { tag_broken(i) } else { saved_by_mask(i) }) {
+            continue;
+        }
+        let mut p = Partition {
+            strategy,
+            saved: vec![false; g.len()],
+            offloaded: vec![false; g.len()],
+            recomputed: Vec::new(),
+            decisions: Vec::new(),
+            warnings: Vec::new(),
+            saved_bytes: 0,
+            host_bytes: 0,
+            exposed_transfer_s: 0.0,
+            held_bytes: 0,
+            recompute_flops: 0,
+            optimality_gap: None,
+        };
+        for &i in forward.iter().filter(|&&i| needed[i]) {
+            let id = NodeId::from_index(i);
+            let action = if saved_by_mask(i) {
+                p.saved[i] = true;
+                let held = g.nodes[i].flags.resident || g.forward_outputs.contains(&id);
+                if held {
+                    p.held_bytes += g.nodes[i].bytes;
+                } else {
+                    p.saved_bytes += g.nodes[i].bytes;
+                }
+                Action::Save
+            } else {
+                p.recomputed.push(id);
+                p.recompute_flops += g.nodes[i].flops;
+                Action::Recompute
+            };
+            p.decisions.push(Decision { node: id, action, reason: Reason::Budget, overrode: None, offload: None });
+        }
+        if check(g, &p).is_ok() {
+            best = Some(best.map_or(p.recompute_flops, |b| b.min(p.recompute_flops)));
+        }
+    }
+    best
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(300)))]
+
+    /// Byte budgets are solved exactly under every tag and flag: the search's recompute equals the
+    /// fewest any assignment the checker accepts has, and it answers exactly where one exists.
+    #[test]
+    fn byte_budgets_match_a_brute_force_over_the_rules(
+        fwd in proptest::collection::vec(node_spec(), 2..11),
+        bwd in proptest::collection::vec(node_spec(), 1..5),
+        regions in proptest::collection::vec((0u8..5).prop_map(|p| (p, None)), 0..3),
+    ) {
+        // Offload tags are another strategy's question (`offload_solver.rs` has its brute force).
+        let fwd: Vec<NodeSpec> = fwd.into_iter().map(|s| NodeSpec { policy: s.policy % 5, ..s }).collect();
+        let g = build(&fwd, &bwd, &regions, false);
+        for limit in [0u64, 1, 4, 8, 64, 1000, u64::MAX] {
+            let strategy = Strategy::Budget(Budget::Bytes(limit));
+            let oracle = fewest_flops_by_brute_force(&g, strategy);
+            match partition(&g, strategy) {
+                Ok(p) => {
+                    check(&g, &p).map_err(|e| TestCaseError::fail(format!("{strategy}: {e}")))?;
+                    prop_assert_eq!(Some(p.recompute_flops), oracle, "{}", strategy);
+                }
+                Err(Error::Infeasible { .. }) => prop_assert_eq!(oracle, None, "{}: refused", strategy),
+                // A conflict is judged on everything the backward could need, before any plan
+                // (and is the same error in every strategy: `run_all`); a plan that keeps the
+                // value's reader may still honour both tags.
+                Err(Error::Conflict(_)) => return Ok(()),
+                Err(e) => prop_assert!(false, "{}: {}", strategy, e),
+            }
+        }
+    }
+}

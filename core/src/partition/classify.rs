@@ -26,7 +26,7 @@ pub(crate) enum Class {
     /// Kept exactly when the backward reaches a view kept through it, recomputed otherwise: a
     /// value tagged to be recomputed (must_recompute; prefer_recompute where Prefer tags bind)
     /// that is the base of such a view ([`Reason::ViewBase`]). No strategy chooses it: which
-    /// views are reached decides ([`tied_views`]).
+    /// views are reached decides ([`view_pairs`]).
     Tied(Reason),
 }
 
@@ -87,9 +87,10 @@ pub(crate) fn classify(
                 // A producer's tag never cancels its reader's keep: must_recompute says what the
                 // producing region keeps for its own backward; a region that reads the value
                 // from outside keeps it all the same.
+                // A factory replays without inputs: its tag holds whoever reads it.
                 match boundary[i.index()] {
-                    Some(b) => Class::Forced(boundary_reason(b)),
-                    None => Class::Forbidden(Reason::MustRecompute),
+                    Some(b) if !factory(g, i) => Class::Forced(boundary_reason(b)),
+                    _ => Class::Forbidden(Reason::MustRecompute),
                 }
             } else if n.policy == Some(Policy::MustSave) {
                 Class::Forced(Reason::MustSave)
@@ -116,12 +117,13 @@ pub(crate) fn classify(
     // the backward may need the view; a reader's keep outweighs the base's must_recompute, which
     // holds wherever the backward needs no such view.
     let kept = kept_views(g, &class, &output, boundary, reads, prefer_binds);
-    for (c, k) in class.iter_mut().zip(&kept) {
+    for ((i, c), k) in class.iter_mut().enumerate().zip(&kept) {
+        let factory = || factory(g, NodeId::from_index(i));
         match (*c, k.first(), k.reader) {
             (Class::Soft(Reason::PreferRecompute), Some(v), _) if prefer_binds => *c = Class::Tied(Reason::ViewBase(v)),
             // A factory base replays the view for free.
             (Class::Soft(r), Some(v), _) if r != Reason::Factory => *c = Class::Forced(Reason::ViewBase(v)),
-            (Class::Forbidden(Reason::MustRecompute), _, Some(v)) if k.tagged.is_none() => {
+            (Class::Forbidden(Reason::MustRecompute), _, Some(v)) if k.tagged.is_none() && !factory() => {
                 *c = Class::Tied(Reason::ViewBase(v))
             }
             _ => {}
@@ -164,31 +166,19 @@ fn must_keep_view(g: &PGraph, i: usize, boundary: &[Option<Boundary>]) -> Option
     }
 }
 
-/// `class` for the exact peak program: each value forced only as the base of a kept view (not
-/// [`Class::Tied`]) left to the program (`Soft`), and the pairs `(base, view)` for which
-/// the program keeps the base at hand where the view is reached. That is the checker's rule — a
-/// needed kept view is kept through its base — where classification keeps the base wherever the
+/// `class` for the budget searches: each value forced only as the base of a kept view left to
+/// the search (`Soft(ViewBase)`), which keeps it at hand wherever one of its kept views is
+/// reached ([`view_pairs`]) and otherwise as it chooses. That is the checker's rule — a needed
+/// kept view is kept through its base — where classification keeps the base wherever the
 /// backward *may* need the view: a choice that saves what lies between the two leaves the view
 /// unneeded and the base free to be recomputed.
-#[cfg_attr(not(feature = "exact"), allow(dead_code))]
-pub(crate) fn bases_by_choice(
-    g: &PGraph,
-    mut class: Vec<Class>,
-    boundary: &[Option<Boundary>],
-) -> (Vec<Class>, Vec<(NodeId, NodeId)>) {
-    let output = g.output_mask();
-    let freed = |b: usize| matches!(class[b], Class::Forced(Reason::ViewBase(_)));
-    let pairs: Vec<(NodeId, NodeId)> = (0..g.len())
-        .filter(|&v| must_keep_view(g, v, boundary).is_some())
-        .map(|v| (g.view_base(NodeId::from_index(v), &output), NodeId::from_index(v)))
-        .filter(|&(b, _)| freed(b.index()))
-        .collect();
-    for &(b, _) in &pairs {
-        if let Class::Forced(reason) = class[b.index()] {
-            class[b.index()] = Class::Soft(reason);
+pub(crate) fn bases_by_choice(mut class: Vec<Class>) -> Vec<Class> {
+    for c in &mut class {
+        if let Class::Forced(reason @ Reason::ViewBase(_)) = *c {
+            *c = Class::Soft(reason);
         }
     }
-    (class, pairs)
+    class
 }
 
 /// Who keeps a view: its own tag, or the region that reads it.
@@ -245,7 +235,7 @@ fn kept_views(
 
 /// Settles every [`Class::Tied`] value under the strategy's choice `at_hand`: kept where the
 /// backward reaches a view kept through it, recomputed otherwise (its tag's reason in
-/// `chosen`). One sweep from the last node back settles every base before its own inputs (a
+/// `chosen`); a base left to a budget search is kept where such a view is reached. One sweep from the last node back settles every base before its own inputs (a
 /// view's id is above its base's); the rest of the choice stands, and forced values a recompute
 /// reaches are kept. The budget searches evaluate plans the same way
 /// ([`super::budget`]'s `Problem::eval_into`), so what they counted is what is kept.
@@ -259,7 +249,8 @@ pub(crate) fn settle_view_bases(
     chosen: &mut [Option<Reason>],
 ) {
     let output = g.output_mask();
-    let mut demanded = vec![false; g.len()];
+    // Per base, the lowest needed view kept through it.
+    let mut demanded: Vec<Option<NodeId>> = vec![None; g.len()];
     let mut reached = reads.to_vec();
     for i in (0..g.len()).rev() {
         // `reached` first: only forward nodes are ever reached, and a node not looked at is
@@ -268,10 +259,10 @@ pub(crate) fn settle_view_bases(
             continue;
         }
         if must_keep_view(g, i, boundary).is_some() {
-            demanded[g.view_base(NodeId::from_index(i), &output).index()] = true;
+            demanded[g.view_base(NodeId::from_index(i), &output).index()] = Some(NodeId::from_index(i));
         }
         match class[i] {
-            Class::Tied(_) if !demanded[i] => {
+            Class::Tied(_) if demanded[i].is_none() => {
                 at_hand[i] = false;
                 chosen[i] = Some(match g.nodes[i].policy {
                     Some(Policy::MustRecompute) => Reason::MustRecompute,
@@ -281,6 +272,12 @@ pub(crate) fn settle_view_bases(
             // Forced values are kept whenever needed, also those a recompute above now reaches
             // beyond what the strategy looked at.
             Class::Forced(_) | Class::Tied(_) => at_hand[i] = true,
+            // A base a budget search left to itself ([`bases_by_choice`]) is kept where a view
+            // kept through it is needed, as the search counted it.
+            Class::Soft(Reason::ViewBase(_)) if !at_hand[i] && demanded[i].is_some() => {
+                at_hand[i] = true;
+                chosen[i] = demanded[i].map(Reason::ViewBase);
+            }
             _ => {}
         }
         if !at_hand[i] {
@@ -291,11 +288,13 @@ pub(crate) fn settle_view_bases(
     }
 }
 
-/// The pairs `(base, view)`, sorted, for each [`Class::Tied`] base and each view kept through it
-/// (must_save or must_offload, or a boundary value): the base is kept exactly where one of its
-/// views is reached.
-pub(crate) fn tied_views(g: &PGraph, class: &[Class]) -> Vec<(NodeId, NodeId)> {
-    if !class.iter().any(|c| matches!(c, Class::Tied(_))) {
+/// The pairs `(base, view)`, sorted, for each view kept through its base (must_save or
+/// must_offload, or a boundary value) whose base a search keeps wherever the view is reached: a
+/// [`Class::Tied`] base (kept exactly there) or one [`bases_by_choice`] left to the search
+/// (`Soft(ViewBase)`: kept there, and elsewhere as it chooses).
+pub(crate) fn view_pairs(g: &PGraph, class: &[Class]) -> Vec<(NodeId, NodeId)> {
+    let paired = |c: &Class| matches!(c, Class::Tied(_) | Class::Soft(Reason::ViewBase(_)));
+    if !class.iter().any(paired) {
         return Vec::new();
     }
     let boundary = super::boundary::boundary_values(g);
@@ -304,7 +303,7 @@ pub(crate) fn tied_views(g: &PGraph, class: &[Class]) -> Vec<(NodeId, NodeId)> {
     let mut pairs: Vec<(NodeId, NodeId)> = (0..g.len())
         .filter(|&v| must_keep_view(g, v, boundary).is_some())
         .map(|v| (g.view_base(NodeId::from_index(v), &output), NodeId::from_index(v)))
-        .filter(|&(b, _)| matches!(class[b.index()], Class::Tied(_)))
+        .filter(|&(b, _)| paired(&class[b.index()]))
         .collect();
     pairs.sort_unstable();
     pairs
@@ -352,7 +351,7 @@ fn check_conflicts(g: &PGraph, class: &[Class], kept: &[KeptViews], reads: &[boo
             Some("it is flagged not_recomputable".to_string())
         } else if n.inputs.is_empty() && n.flags.random {
             Some("it is random and has no inputs: there is nothing to replay it from".to_string())
-        } else if let Some(v) = kept[i.index()].tagged {
+        } else if let Some(v) = kept[i.index()].tagged.filter(|_| !factory(g, i)) {
             let p = g.node(v).policy.map_or("must_save", Policy::name);
             Some(format!(
                 "it is the base of {}, which is {p} ({}): a view is kept through its base",
@@ -367,6 +366,13 @@ fn check_conflicts(g: &PGraph, class: &[Class], kept: &[KeptViews], reads: &[boo
         }
     }
     Ok(())
+}
+
+/// Whether node `i` is a factory (no inputs, not random, not resident): as a view's base it is
+/// kept for free, replayed whenever the view is.
+fn factory(g: &PGraph, i: NodeId) -> bool {
+    let node = g.node(i);
+    node.inputs.is_empty() && !node.flags.random && !node.flags.resident
 }
 
 /// Where a node's tag came from, for messages.

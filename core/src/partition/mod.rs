@@ -176,20 +176,9 @@ fn partition_searched(
     // then recomputed wherever the backward needs none of its kept views, as a must_recompute one.
     let prefer_binds = matches!(strategy, Strategy::Respect | Strategy::MinCut);
     let class = classify(g, &validated.backward, &reads, &boundary, validated.must_recompute_tags, prefer_binds)?;
-    // The exact peak program keeps the base of a kept view where the view is needed, as the
+    // The budget searches keep the base of a kept view where the view is needed, as the
     // checker's rule says, rather than wherever the backward may need it.
-    let (class, with_views) = match extra {
-        Some(e) => {
-            let (class, pairs) = classify::bases_by_choice(g, class, &boundary);
-            let mut e = e.clone();
-            for (base, view) in pairs {
-                e.rows.push((vec![(budget::Term::Reached(view), 1.0), (budget::Term::Saved(base), -1.0)], 0.0));
-            }
-            (class, Some(e))
-        }
-        None => (class, None),
-    };
-    let extra = with_views.as_ref();
+    let class = if strategy.budget().is_some() { classify::bases_by_choice(class) } else { class };
     let respect = respect_at_hand(&class);
     let choose = strategy.chooses_offload();
     // Exposed transfer times matter only for values that may leave the device: none without an

@@ -195,8 +195,9 @@ fn candidates(p: &Problem<'_>) -> Vec<bool> {
 
 /// Whether value `i` may be recomputed, and whether it may be at hand.
 fn choices(p: &Problem<'_>, candidate: &[bool], i: usize) -> (bool, bool) {
-    // A tied value may be either (which of its views are reached decides): the bound relaxes it.
-    let free = candidate[i] || !p.views_tied_to(i).is_empty();
+    // A tied value may be either (which of its views are reached decides): the bound relaxes it,
+    // as it relaxes a candidate's keep where its views are reached.
+    let free = candidate[i] || !p.views_keeping(i).is_empty();
     (free || !p.base[i], free || p.base[i])
 }
 

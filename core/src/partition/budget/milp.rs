@@ -165,17 +165,21 @@ impl Program {
         }
         for &i in &p.order {
             prog.reached[i] = if p.reads[i] { Bit::One } else { prog.column() };
-            let tied = p.views_tied_to(i);
+            let views = p.views_keeping(i);
             prog.at_hand[i] = if candidate[i] {
                 let a = prog.column();
                 prog.at_most(a, prog.reached[i]);
+                // Kept where a view kept through it is reached (each view reaches it).
+                for &(_, v) in views {
+                    prog.at_most(prog.reached[v.index()], a);
+                }
                 a
-            } else if !tied.is_empty() {
-                // At hand exactly where one of its views is reached (each view reaches it).
+            } else if !views.is_empty() {
+                // Tied: at hand exactly where one of its views is reached.
                 let a = prog.column();
                 let mut any = Expr::default();
                 any.add(a, 1.0);
-                for &(_, v) in tied {
+                for &(_, v) in views {
                     prog.at_most(prog.reached[v.index()], a);
                     any.add(prog.reached[v.index()], -1.0);
                 }
@@ -209,8 +213,8 @@ impl Program {
                 prog.rows.push((Some(0.0), None, e));
             }
         }
-        if !p.tied.is_empty() {
-            prog.reach_exactly_where_tied(p);
+        if p.pairs.iter().any(|&(b, _)| !candidate[b.index()]) {
+            prog.reach_exactly_where_tied(p, &candidate);
         }
         if let Some(extra) = p.extra {
             prog.add_extra(p, extra);
@@ -222,12 +226,13 @@ impl Program {
     /// tied to a base keeps that base, which saves its recompute. So on every path to such a view
     /// a value is reached only where the backward reads it or a value that reads it is
     /// recomputed: `reached[x] ≤ Σ (reached[r] − at_hand[r])` over its readers `r`.
-    fn reach_exactly_where_tied(&mut self, p: &Problem<'_>) {
+    fn reach_exactly_where_tied(&mut self, p: &Problem<'_>, candidate: &[bool]) {
         let n = p.g.len();
-        // The tied views and every value they flow into, in node order (inputs first).
+        // The views of tied bases (not candidates) and every value they flow into, in node
+        // order (inputs first).
         let mut leads = vec![false; n];
-        for &(_, v) in &p.tied {
-            leads[v.index()] = true;
+        for &(b, v) in &p.pairs {
+            leads[v.index()] |= !candidate[b.index()];
         }
         let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
         for &j in p.order.iter().rev() {
@@ -270,7 +275,6 @@ impl Program {
                         e.add(self.offloaded[v.index()], -coefficient);
                     }
                     super::Term::Aux(a) => e.add(Bit::Col(first_aux + a), coefficient),
-                    super::Term::Reached(v) => e.add(self.reached[v.index()], coefficient),
                     super::Term::Peak => {
                         debug_assert!(self.peak.is_some(), "a row names the peak the program does not minimise");
                         e.add(self.peak.map_or(Bit::Zero, Bit::Col), coefficient);

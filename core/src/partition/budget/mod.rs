@@ -102,8 +102,6 @@ pub(crate) enum Term {
     OnDevice(crate::graph::NodeId),
     /// The caller's own column.
     Aux(usize),
-    /// The value is reached: read by the backward, or an input of a value it recomputes.
-    Reached(crate::graph::NodeId),
     /// The peak the program minimises, where [`Extra::least_peak`] asks for it (no quantity
     /// otherwise).
     Peak,

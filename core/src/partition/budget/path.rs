@@ -166,7 +166,8 @@ impl Walk {
     fn recompute(&mut self, p: &Problem<'_>, v: NodeId) {
         let (at_hand, offloaded, reached) = (&mut self.plan.at_hand, &self.plan.offloaded, &mut self.reached);
         at_hand[v.index()] = false;
-        if reached[v.index()] {
+        // A base a reached view keeps stays (its bytes too).
+        if reached[v.index()] && !p.held_by_view(reached, v.index()) {
             for &k in p.limits_of(v.index()) {
                 self.bytes[k as usize] -= p.facts.bytes(v.index());
             }
@@ -178,7 +179,7 @@ impl Walk {
             if reached[u] {
                 continue;
             }
-            retied |= p.reties(reached, u);
+            retied |= p.keeps_anew(at_hand, reached, u);
             reached[u] = true;
             let held = p.holds(at_hand, reached, u);
             if held && offloaded[u] {

@@ -5,7 +5,7 @@ use super::facts::Facts;
 use super::Offload;
 use crate::error::{Error, Limit};
 use crate::graph::{NodeId, RegionId};
-use crate::partition::classify::{closure_from, counts_bytes, tied_views, Class};
+use crate::partition::classify::{closure_from, counts_bytes, view_pairs, Class};
 use crate::partition::PGraph;
 
 /// Where a plan keeps each value: at hand (saved on the device, or offloaded to the host) or
@@ -70,11 +70,12 @@ pub(super) struct Problem<'a> {
     pub(super) eviction_order: std::sync::OnceLock<Vec<NodeId>>,
     /// A caller's own rows for the exact program, which alone then decides.
     pub(super) extra: Option<&'a super::Extra>,
-    /// The pairs `(base, view)` of [`Class::Tied`] values ([`tied_views`]), sorted: no search
-    /// decides such a base; it is at hand exactly where one of its views is reached.
-    pub(super) tied: Vec<(NodeId, NodeId)>,
+    /// The pairs `(base, view)` of bases kept wherever a view kept through them is reached
+    /// ([`view_pairs`]), sorted: a tied base ([`Class::Tied`], no candidate) is at hand exactly
+    /// there; a candidate base there and wherever the search chooses it.
+    pub(super) pairs: Vec<(NodeId, NodeId)>,
     /// The same pairs as `(view, base)`, sorted.
-    pub(super) tied_by_view: Vec<(NodeId, NodeId)>,
+    pub(super) pairs_by_view: Vec<(NodeId, NodeId)>,
 }
 
 /// The min-cut's choice ([`Problem::hint_min_cut`]), evaluated with the tagged offloads (which
@@ -150,32 +151,34 @@ impl<'a> Problem<'a> {
             hint: std::sync::OnceLock::new(),
             eviction_order: std::sync::OnceLock::new(),
             extra: None,
-            tied: Vec::new(),
-            tied_by_view: Vec::new(),
+            pairs: Vec::new(),
+            pairs_by_view: Vec::new(),
         }
-        .with_tied(tied_views(g, class))
+        .with_pairs(view_pairs(g, class))
     }
 
-    fn with_tied(mut self, tied: Vec<(NodeId, NodeId)>) -> Self {
-        self.tied_by_view = tied.iter().map(|&(b, v)| (v, b)).collect();
-        self.tied_by_view.sort_unstable();
-        self.tied = tied;
+    fn with_pairs(mut self, pairs: Vec<(NodeId, NodeId)>) -> Self {
+        self.pairs_by_view = pairs.iter().map(|&(b, v)| (v, b)).collect();
+        self.pairs_by_view.sort_unstable();
+        self.pairs = pairs;
         self
     }
 
     /// Whether value `i` is at hand under the choice `at_hand`, where `reached` is final for
-    /// every node above `i` (a sweep from the last node back): a tied value where one of its
-    /// views is reached, any other as chosen.
+    /// every node above `i` (a sweep from the last node back): as chosen, or where a view kept
+    /// through it is reached ([`Problem::pairs`]).
     pub(super) fn holds(&self, at_hand: &[bool], reached: &[bool], i: usize) -> bool {
-        match self.views_tied_to(i) {
-            [] => at_hand[i],
-            views => views.iter().any(|&(_, v)| reached[v.index()]),
-        }
+        at_hand[i] || self.held_by_view(reached, i)
     }
 
-    /// The pairs `(i, view)` of [`Problem::tied`] (none unless `i` is tied).
-    pub(super) fn views_tied_to(&self, i: usize) -> &[(NodeId, NodeId)] {
-        pairs_of(&self.tied, i)
+    /// Whether a view kept through `i` is reached.
+    pub(super) fn held_by_view(&self, reached: &[bool], i: usize) -> bool {
+        self.views_keeping(i).iter().any(|&(_, v)| reached[v.index()])
+    }
+
+    /// The pairs `(i, view)` of [`Problem::pairs`] (none unless views are kept through `i`).
+    pub(super) fn views_keeping(&self, i: usize) -> &[(NodeId, NodeId)] {
+        pairs_of(&self.pairs, i)
     }
 
     /// Adds the device bytes of value `i` to each limit it counts against.
@@ -187,14 +190,15 @@ impl<'a> Problem<'a> {
 
     /// For a walk that grows what the backward reaches node by node (the eviction path, the
     /// repair) and has just reached `u` for the first time: whether `u` is a view that now keeps
-    /// a tied base reached before, recomputed while none of its views was. What that base's
-    /// replay reached may no longer be needed, which growing cannot undo: the walk evaluates
-    /// its plan anew ([`Problem::eval_into`]) — once per tied base at most, as views reached
-    /// stay reached.
-    pub(super) fn reties(&self, reached: &[bool], u: usize) -> bool {
-        pairs_of(&self.tied_by_view, u).iter().any(|&(_, b)| {
-            reached[b.index()]
-                && self.views_tied_to(b.index()).iter().all(|&(_, v)| v.index() == u || !reached[v.index()])
+    /// a base reached before and recomputed (not chosen, and none of its views reached). What
+    /// that base's replay reached may no longer be needed, which growing cannot undo: the walk
+    /// evaluates its plan anew ([`Problem::eval_into`]) — rarely: views reached stay reached.
+    pub(super) fn keeps_anew(&self, at_hand: &[bool], reached: &[bool], u: usize) -> bool {
+        pairs_of(&self.pairs_by_view, u).iter().any(|&(_, b)| {
+            let b = b.index();
+            reached[b]
+                && !at_hand[b]
+                && self.views_keeping(b).iter().all(|&(_, v)| v.index() == u || !reached[v.index()])
         })
     }
 

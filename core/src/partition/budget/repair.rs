@@ -133,7 +133,7 @@ impl State<'_, '_> {
             if self.reached[u.index()] {
                 continue;
             }
-            retied |= self.p.reties(&self.reached, u.index());
+            retied |= self.p.keeps_anew(&self.at_hand, &self.reached, u.index());
             self.reached[u.index()] = true;
             if self.at_hand[u.index()] && self.recomputed_when_needed(u, price.deep) {
                 self.at_hand[u.index()] = false;
@@ -157,10 +157,14 @@ impl State<'_, '_> {
         }
     }
 
-    /// Whether evicting `v` could free device bytes: a candidate at hand, on the device, and
-    /// reached.
+    /// Whether evicting `v` could free device bytes: a candidate at hand, on the device,
+    /// reached, and not kept by a reached view.
     fn evictable(&self, v: NodeId) -> bool {
-        self.at_hand[v.index()] && !self.offloaded[v.index()] && self.reached[v.index()] && self.counts_globally(v)
+        self.at_hand[v.index()]
+            && !self.offloaded[v.index()]
+            && self.reached[v.index()]
+            && self.counts_globally(v)
+            && !self.p.held_by_view(&self.reached, v.index())
     }
 }
 
