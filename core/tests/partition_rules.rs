@@ -698,18 +698,42 @@ fn tied_bases_count_against_the_budget_in_every_search() {
     }
 }
 
-/// The fewest recompute FLOPs of any save-or-recompute assignment of the forward values that
-/// [`check`] accepts under `strategy` (a byte budget, no offloads) and that saves every needed
-/// must_save value — the rules' own answer, found without the partitioner; `None` where no
-/// assignment keeps every rule.
-fn fewest_flops_by_brute_force(g: &PGraph, strategy: Strategy) -> Option<u64> {
+/// What the oracle prices a plan by: transfers and compute comparable on these tiny graphs.
+const ORACLE_MODEL: remat_core::CostModel =
+    remat_core::CostModel { d2h_bytes_per_s: 4.0, h2d_bytes_per_s: 8.0, flops_per_s: 1.0 };
+
+/// A plan's cost as `strategy` weighs it: recompute seconds, plus the exposed transfer seconds of
+/// its offloads where the strategy chooses offloads (elsewhere tagged offloads are no choice).
+fn plan_cost(p: &remat_core::Partition, strategy: Strategy) -> f64 {
+    let transfer = if strategy.chooses_offload() { p.exposed_transfer_s } else { 0.0 };
+    p.recompute_flops as f64 / ORACLE_MODEL.flops_per_s + transfer
+}
+
+/// The least [`plan_cost`] of any assignment — recompute, save or offload — of the forward values
+/// that [`check`] accepts under `strategy` (a byte budget), and that honours a factory's own tag
+/// — the rules' own answer, found without the partitioner; `None` where no assignment keeps every
+/// rule. (The checker lets a factory pass as free to replay, as it is for the views it bases, and
+/// lets a must_recompute one pass as kept where a region reads it; the partitioner saves a
+/// must_save factory and recomputes a must_recompute one.)
+fn least_cost_by_brute_force(g: &PGraph, strategy: Strategy) -> Option<f64> {
     use remat_core::{Action, Decision, Partition, Reason};
     let forward: Vec<usize> = (0..g.len()).filter(|&i| !g.nodes[i].backward).collect();
-    assert!(forward.len() <= 16, "{} forward values: too many to try every assignment", forward.len());
-    let mut best: Option<u64> = None;
-    for mask in 0u32..1 << forward.len() {
-        let saved_by_mask = |i: usize| forward.iter().position(|&f| f == i).is_some_and(|k| mask & (1 << k) != 0);
-        // What the backward needs: what it reads, and the inputs of whatever needed is not saved.
+    let may_offload = strategy.chooses_offload()
+        || g.nodes.iter().any(|n| matches!(n.policy, Some(Policy::MustOffload | Policy::PreferOffload)));
+    let ways: u64 = if may_offload { 3 } else { 2 };
+    let combos = ways.checked_pow(forward.len() as u32).filter(|&c| c <= 1 << 20);
+    let combos = combos.unwrap_or_else(|| panic!("{} forward values: too many to try every assignment", forward.len()));
+    let exposed = remat_core::exposed_times(g, &ORACLE_MODEL);
+    let held = |i: usize| g.nodes[i].flags.resident || g.forward_outputs.contains(&NodeId::from_index(i));
+    let factory = |i: usize| g.nodes[i].inputs.is_empty() && !g.nodes[i].flags.random && !held(i);
+    let mut best: Option<f64> = None;
+    let mut action = vec![Action::Recompute; g.len()];
+    for mut code in 0..combos {
+        for &i in &forward {
+            action[i] = [Action::Recompute, Action::Save, Action::Offload][(code % ways) as usize];
+            code /= ways;
+        }
+        // What the backward needs: what it reads, and the inputs of whatever needed is not kept.
         let mut needed = vec![false; g.len()];
         for n in g.nodes.iter().filter(|n| n.backward) {
             for &x in &n.inputs {
@@ -717,24 +741,19 @@ fn fewest_flops_by_brute_force(g: &PGraph, strategy: Strategy) -> Option<u64> {
             }
         }
         for &i in forward.iter().rev() {
-            if needed[i] && !saved_by_mask(i) {
+            if needed[i] && action[i] == Action::Recompute {
                 for &x in &g.nodes[i].inputs {
                     needed[x.index()] = true;
                 }
             }
         }
-        // One representative per plan: values nobody needs are left unsaved. And a factory's own
-        // tag holds: saved where must_save, recomputed where must_recompute (the checker lets a
-        // factory pass as free to replay, and a must_recompute one pass as kept where a region
-        // reads it; the partitioner honours the tag).
-        let held = |i: usize| g.nodes[i].flags.resident || g.forward_outputs.contains(&NodeId::from_index(i));
-        let factory = |i: usize| g.nodes[i].inputs.is_empty() && !g.nodes[i].flags.random && !held(i);
         let tag_broken = |i: usize| match g.nodes[i].policy {
-            Some(Policy::MustSave) => !g.nodes[i].flags.view && !saved_by_mask(i),
-            Some(Policy::MustRecompute) => factory(i) && saved_by_mask(i),
+            Some(Policy::MustSave) => !g.nodes[i].flags.view && factory(i) && action[i] != Action::Save,
+            Some(Policy::MustRecompute) => factory(i) && action[i] != Action::Recompute,
             _ => false,
         };
-        if forward.iter().any(|&i| if needed[i] { tag_broken(i) } else { saved_by_mask(i) }) {
+        // One representative per plan: values nobody needs are left unkept.
+        if forward.iter().any(|&i| if needed[i] { tag_broken(i) } else { action[i] != Action::Recompute }) {
             continue;
         }
         let mut p = Partition {
@@ -752,25 +771,32 @@ fn fewest_flops_by_brute_force(g: &PGraph, strategy: Strategy) -> Option<u64> {
             optimality_gap: None,
         };
         for &i in forward.iter().filter(|&&i| needed[i]) {
-            let id = NodeId::from_index(i);
-            let action = if saved_by_mask(i) {
-                p.saved[i] = true;
-                let held = g.nodes[i].flags.resident || g.forward_outputs.contains(&id);
-                if held {
-                    p.held_bytes += g.nodes[i].bytes;
-                } else {
-                    p.saved_bytes += g.nodes[i].bytes;
+            let (id, bytes) = (NodeId::from_index(i), g.nodes[i].bytes);
+            match action[i] {
+                Action::Recompute => {
+                    p.recomputed.push(id);
+                    p.recompute_flops += g.nodes[i].flops;
                 }
-                Action::Save
-            } else {
-                p.recomputed.push(id);
-                p.recompute_flops += g.nodes[i].flops;
-                Action::Recompute
-            };
-            p.decisions.push(Decision { node: id, action, reason: Reason::Budget, overrode: None, offload: None });
+                Action::Save if held(i) => p.held_bytes += bytes,
+                Action::Save => p.saved_bytes += bytes,
+                Action::Offload => {
+                    p.offloaded[i] = true;
+                    p.host_bytes += bytes;
+                    p.exposed_transfer_s += exposed[i];
+                }
+            }
+            p.saved[i] = action[i] != Action::Recompute;
+            p.decisions.push(Decision {
+                node: id,
+                action: action[i],
+                reason: Reason::Budget,
+                overrode: None,
+                offload: None,
+            });
         }
         if check(g, &p).is_ok() {
-            best = Some(best.map_or(p.recompute_flops, |b| b.min(p.recompute_flops)));
+            let cost = plan_cost(&p, strategy);
+            best = Some(best.map_or(cost, |b| b.min(cost)));
         }
     }
     best
@@ -779,24 +805,25 @@ fn fewest_flops_by_brute_force(g: &PGraph, strategy: Strategy) -> Option<u64> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases(300)))]
 
-    /// Byte budgets are solved exactly under every tag and flag: the search's recompute equals the
-    /// fewest any assignment the checker accepts has, and it answers exactly where one exists.
+    /// Byte budgets are solved exactly under every tag and flag, offload tags and the offload
+    /// strategy included: the search's cost equals the least of any assignment the checker
+    /// accepts, and it answers exactly where one exists.
     #[test]
     fn byte_budgets_match_a_brute_force_over_the_rules(
-        fwd in proptest::collection::vec(node_spec(), 2..11),
+        fwd in proptest::collection::vec(node_spec(), 2..10),
         bwd in proptest::collection::vec(node_spec(), 1..5),
         regions in proptest::collection::vec((0u8..5).prop_map(|p| (p, None)), 0..3),
     ) {
-        // Offload tags are another strategy's question (`offload_solver.rs` has its brute force).
-        let fwd: Vec<NodeSpec> = fwd.into_iter().map(|s| NodeSpec { policy: s.policy % 5, ..s }).collect();
         let g = build(&fwd, &bwd, &regions, false);
-        for limit in [0u64, 1, 4, 8, 64, 1000, u64::MAX] {
-            let strategy = Strategy::Budget(Budget::Bytes(limit));
-            let oracle = fewest_flops_by_brute_force(&g, strategy);
-            match partition(&g, strategy) {
+        let budgets = [0u64, 1, 4, 8, 64, 1000, u64::MAX];
+        let strategies = budgets.into_iter().flat_map(|b| [Strategy::Budget(Budget::Bytes(b)), Strategy::BudgetOffload(Budget::Bytes(b))]);
+        for strategy in strategies {
+            let oracle = least_cost_by_brute_force(&g, strategy);
+            match remat_core::partition_with(&g, strategy, &ORACLE_MODEL) {
                 Ok(p) => {
                     check(&g, &p).map_err(|e| TestCaseError::fail(format!("{strategy}: {e}")))?;
-                    prop_assert_eq!(Some(p.recompute_flops), oracle, "{}", strategy);
+                    let (cost, best) = (plan_cost(&p, strategy), oracle.unwrap_or(f64::NAN));
+                    prop_assert!((cost - best).abs() <= 1e-9 * best.max(1.0), "{}: {} against the brute force's {:?}", strategy, cost, oracle);
                 }
                 Err(Error::Infeasible { .. }) => prop_assert_eq!(oracle, None, "{}: refused", strategy),
                 // A conflict is judged on everything the backward could need, before any plan

@@ -116,7 +116,7 @@ pub(crate) fn classify(
     // A view that must be kept (must_save, or a boundary value) is kept through its base, when
     // the backward may need the view; a reader's keep outweighs the base's must_recompute, which
     // holds wherever the backward needs no such view.
-    let kept = kept_views(g, &class, &output, boundary, reads, prefer_binds);
+    let kept = kept_views(g, &class, &output, boundary, reads);
     for ((i, c), k) in class.iter_mut().enumerate().zip(&kept) {
         let factory = || factory(g, NodeId::from_index(i));
         match (*c, k.first(), k.reader) {
@@ -189,18 +189,18 @@ enum KeepBy {
 }
 
 /// For each node, the views that must be kept through it and that the backward may need: those
-/// it reaches with only the forced values at hand and the bases found so far (a view's id is
-/// above its base's, so one sweep from the last node back finds each base before its own inputs
-/// are visited). A base that will be [`Class::Tied`] is walked through: it is recomputed
-/// wherever its own views are not reached, and its replay may need more views. A view the
-/// backward can never need keeps nothing.
+/// it reaches with only the forced values at hand (a view's id is above its base's, so one sweep
+/// from the last node back finds each base before its own inputs are visited). A base kept for
+/// its views is walked through: wherever its views are not needed it may be recomputed (a tied
+/// base is; a budget search may recompute the others), and its replay may need more views. The
+/// same in every strategy, so conflicts are too. A view the backward can never need keeps
+/// nothing.
 fn kept_views(
     g: &PGraph,
     class: &[Class],
     output: &[bool],
     boundary: &[Option<Boundary>],
     reads: &[bool],
-    prefer_binds: bool,
 ) -> Vec<KeptViews> {
     let mut kept: Vec<KeptViews> = vec![KeptViews::default(); g.len()];
     let mut reached = reads.to_vec();
@@ -217,14 +217,7 @@ fn kept_views(
                 slot.get_or_insert(NodeId::from_index(i));
             }
         }
-        let k = kept[i];
-        let at_hand = class[i].is_forced()
-            || match class[i] {
-                Class::Soft(Reason::PreferRecompute) if prefer_binds => false,
-                Class::Soft(r) => r != Reason::Factory && k.first().is_some(),
-                _ => false,
-            };
-        if !at_hand {
+        if !class[i].is_forced() {
             for &x in &g.nodes[i].inputs {
                 reached[x.index()] = true;
             }
@@ -332,7 +325,10 @@ fn check_conflicts(g: &PGraph, class: &[Class], kept: &[KeptViews], reads: &[boo
             continue;
         }
         let needed = needed.get_or_insert_with(|| {
-            let forced: Vec<bool> = class.iter().map(|c| c.is_forced()).collect();
+            // A base kept only for its views may be recomputed where they are not needed (a
+            // tied one, or one a budget search decides): the backward could need what it reads.
+            let forced: Vec<bool> =
+                class.iter().map(|c| c.is_forced() && !matches!(c, Class::Forced(Reason::ViewBase(_)))).collect();
             closure_from(g, reads.to_vec(), &forced)
         });
         let tag = format!("must_recompute ({})", source_text(g, i));

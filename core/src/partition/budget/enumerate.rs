@@ -18,7 +18,11 @@ impl Problem<'_> {
         let apply = |digits: &[u8], at_hand: &mut [bool], offloaded: &mut [bool]| {
             for (&(v, options), &d) in vars.iter().zip(digits) {
                 let choice = options[d as usize];
-                at_hand[v.index()] = choice != Choice::Recompute;
+                // An optional offload is kept as its class says (a tied one only where a view
+                // keeps it): the choice is where.
+                if options.contains(&Choice::Recompute) {
+                    at_hand[v.index()] = choice != Choice::Recompute;
+                }
                 offloaded[v.index()] = choice == Choice::Offload || fixed[v.index()];
             }
         };

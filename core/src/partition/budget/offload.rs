@@ -101,7 +101,9 @@ fn may_choose(g: &PGraph, class: &Class, i: NodeId) -> bool {
                     Reason::NotRecomputable | Reason::RandomSource | Reason::RngState(_) | Reason::ViewBase(_)
                 )
         }
-        Class::Forbidden(_) | Class::Tied(_) => false,
+        // A tied base, where its view keeps it.
+        Class::Tied(_) => true,
+        Class::Forbidden(_) => false,
     };
     allowed && !n.backward && !n.flags.view && n.policy != Some(Policy::MustSave) && can_leave(g, i)
 }

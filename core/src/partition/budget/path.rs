@@ -154,7 +154,7 @@ impl Walk {
     /// Moves `v` (kept) to host memory: its bytes leave the device.
     fn offload(&mut self, p: &Problem<'_>, v: NodeId) {
         self.plan.offloaded[v.index()] = true;
-        if self.reached[v.index()] {
+        if self.reached[v.index()] && p.holds(&self.plan.at_hand, &self.reached, v.index()) {
             for &k in p.limits_of(v.index()) {
                 self.bytes[k as usize] -= p.facts.bytes(v.index());
             }

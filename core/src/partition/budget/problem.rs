@@ -40,7 +40,8 @@ pub(super) struct Problem<'a> {
     pub(super) base: Vec<bool>,
     /// The values the search decides (soft ones the backward may reach), in node order.
     pub(super) candidates: Vec<NodeId>,
-    /// Kept values the solver may offload that are not candidates (forced ones).
+    /// Kept values the solver may offload that are not candidates (forced ones, and tied ones
+    /// where a view keeps them).
     pub(super) optional: Vec<NodeId>,
     /// What the search knows of offloading.
     pub(super) off: &'a Offload,
@@ -123,7 +124,11 @@ impl<'a> Problem<'a> {
             .collect();
         let optional: Vec<NodeId> = g
             .ids()
-            .filter(|&i| relevant[i.index()] && off.optional[i.index()] && class[i.index()].is_forced())
+            .filter(|&i| {
+                relevant[i.index()]
+                    && off.optional[i.index()]
+                    && matches!(class[i.index()], Class::Forced(_) | Class::Tied(_))
+            })
             .collect();
         if global {
             base = forced;
