@@ -230,8 +230,9 @@ fn kept_views(
 /// backward reaches a view kept through it, recomputed otherwise (its tag's reason in
 /// `chosen`); a base left to a budget search is kept where such a view is reached. One sweep
 /// from the last node back settles every base before its own inputs (a view's id is above its
-/// base's); the rest of the choice stands, and forced values a recompute reaches are kept. The budget searches evaluate plans the same way
-/// ([`super::budget`]'s `Problem::eval_into`), so what they counted is what is kept.
+/// base's); the rest of the choice stands, and forced values a recompute reaches are kept. The
+/// budget searches evaluate plans the same way ([`super::budget`]'s `Problem::eval_into`), so
+/// what they counted is what is kept.
 /// `reads` is [`PGraph::backward_reads`], `boundary` [`super::boundary::boundary_values`].
 pub(crate) fn settle_view_bases(
     g: &PGraph,

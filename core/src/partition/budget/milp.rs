@@ -166,24 +166,21 @@ impl Program {
         for &i in &p.order {
             prog.reached[i] = if p.reads[i] { Bit::One } else { prog.column() };
             let views = p.views_keeping(i);
-            prog.at_hand[i] = if candidate[i] {
+            prog.at_hand[i] = if candidate[i] || !views.is_empty() {
                 let a = prog.column();
+                // At hand only where reached, and wherever a view kept through it is reached
+                // (each view reaches it) ...
                 prog.at_most(a, prog.reached[i]);
-                // Kept where a view kept through it is reached (each view reaches it).
-                for &(_, v) in views {
-                    prog.at_most(prog.reached[v.index()], a);
-                }
-                a
-            } else if !views.is_empty() {
-                // Tied: at hand exactly where one of its views is reached.
-                let a = prog.column();
                 let mut any = Expr::default();
                 any.add(a, 1.0);
                 for &(_, v) in views {
                     prog.at_most(prog.reached[v.index()], a);
                     any.add(prog.reached[v.index()], -1.0);
                 }
-                prog.rows.push((None, Some(0.0), any));
+                // ... and, tied (no candidate), there alone.
+                if !candidate[i] {
+                    prog.rows.push((None, Some(0.0), any));
+                }
                 a
             } else if p.base[i] {
                 prog.reached[i]

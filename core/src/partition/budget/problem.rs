@@ -259,9 +259,7 @@ impl<'a> Problem<'a> {
             if held && offloaded[i] {
                 exposed += self.off.exposed[i];
             } else if held {
-                for &k in self.limits_of(i) {
-                    bytes[k as usize] += self.facts.bytes(i);
-                }
+                self.count(bytes, i);
             } else {
                 flops += self.facts.flops(i);
                 for &x in self.facts.inputs(i) {
@@ -272,25 +270,14 @@ impl<'a> Problem<'a> {
         (flops, exposed)
     }
 
-    /// Device-saved bytes with `at_hand` and `offloaded` (the global limit's count, or all
-    /// counted bytes).
+    /// Device bytes counted against the global limit with `at_hand` and `offloaded` (the
+    /// problem has one: every counted value within the backward's reach counts against it).
     pub(super) fn global_bytes(&self, at_hand: &[bool], offloaded: &[bool]) -> u64 {
-        let mut reached = self.reads.to_vec();
-        let mut bytes = 0;
-        for i in (0..self.g.len()).rev() {
-            let node = &self.g.nodes[i];
-            if !reached[i] || node.backward {
-                continue;
-            }
-            if !self.holds(at_hand, &reached, i) {
-                for &x in &node.inputs {
-                    reached[x.index()] = true;
-                }
-            } else if !offloaded[i] && counts_bytes(self.g, NodeId::from_index(i)) {
-                bytes += node.bytes;
-            }
-        }
-        bytes
+        debug_assert!(self.has_global(), "global bytes asked of a problem without a global limit");
+        let mut reached = vec![false; self.g.len()];
+        let mut bytes = vec![0; self.limits.len()];
+        self.eval_into(at_hand, offloaded, &mut reached, &mut bytes);
+        bytes[0]
     }
 
     pub(super) fn has_global(&self) -> bool {
