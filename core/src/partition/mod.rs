@@ -232,13 +232,14 @@ fn partition_searched(
     })
 }
 
-/// What `Respect` keeps at hand: forced values and values it saves by tag.
+/// What `Respect` keeps at hand: forced values and values it saves by tag (a tied value is at
+/// hand where its views keep it, which the searches and the settling see for themselves).
 fn respect_at_hand(class: &[Class]) -> Vec<bool> {
     class
         .iter()
         .map(|c| match c {
-            Class::Forced(_) | Class::Tied(_) => true,
-            Class::Forbidden(_) => false,
+            Class::Forced(_) => true,
+            Class::Forbidden(_) | Class::Tied(_) => false,
             Class::Soft(r) => !matches!(r, Reason::PreferRecompute | Reason::Factory),
         })
         .collect()
