@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use remat_core::{check, exposed_times, partition_with, CostModel, PGraph, PNode};
-use remat_core::{Action, Budget, Decision, Error, Limit, NodeId, Partition, Policy, Reason, Strategy};
+use remat_core::{Budget, Error, Limit, NodeId, Partition, Policy, Strategy};
 
 /// A model where transfers and compute are comparable on these tiny graphs.
 const MODEL: CostModel = CostModel { d2h_bytes_per_s: 4.0, h2d_bytes_per_s: 8.0, flops_per_s: 1.0 };
@@ -60,88 +60,8 @@ fn cost(g: &PGraph, p: &Partition, exposed: &[f64]) -> f64 {
     recompute as f64 / MODEL.flops_per_s + transfer
 }
 
-/// The least cost of any assignment the checker accepts under `strategy`, by brute force.
-fn brute_force(g: &PGraph, strategy: Strategy, exposed: &[f64]) -> Option<f64> {
-    let n_fwd = g.nodes.iter().filter(|n| !n.backward).count();
-    let mut best: Option<f64> = None;
-    let combos = 3usize.pow(n_fwd as u32);
-    for mut code in 0..combos {
-        // Per forward node: 0 recompute, 1 save on the device, 2 offload.
-        let mut choice = vec![0u8; n_fwd];
-        for c in choice.iter_mut() {
-            *c = (code % 3) as u8;
-            code /= 3;
-        }
-        // What the backward needs under this choice.
-        let mut needed = vec![false; g.len()];
-        for n in g.nodes.iter().filter(|n| n.backward) {
-            for &x in &n.inputs {
-                needed[x.index()] = true;
-            }
-        }
-        for i in (0..n_fwd).rev() {
-            if needed[i] && choice[i] == 0 {
-                for &x in &g.nodes[i].inputs {
-                    needed[x.index()] = true;
-                }
-            }
-        }
-        let mut p = Partition {
-            strategy,
-            saved: vec![false; g.len()],
-            offloaded: vec![false; g.len()],
-            recomputed: Vec::new(),
-            decisions: Vec::new(),
-            warnings: Vec::new(),
-            saved_bytes: 0,
-            host_bytes: 0,
-            exposed_transfer_s: 0.0,
-            held_bytes: 0,
-            recompute_flops: 0,
-            optimality_gap: None,
-        };
-        let mut skip = false;
-        for i in 0..n_fwd {
-            if !needed[i] {
-                skip |= choice[i] != 0; // one representative per equivalent assignment
-                continue;
-            }
-            let id = NodeId::from_index(i);
-            let held = g.nodes[i].flags.resident || g.forward_outputs.contains(&id);
-            let action = match choice[i] {
-                0 => Action::Recompute,
-                1 => Action::Save,
-                _ => Action::Offload,
-            };
-            match action {
-                Action::Recompute => {
-                    p.recomputed.push(id);
-                    p.recompute_flops += g.nodes[i].flops;
-                }
-                Action::Save => {
-                    p.saved[i] = true;
-                    if held {
-                        p.held_bytes += g.nodes[i].bytes;
-                    } else {
-                        p.saved_bytes += g.nodes[i].bytes;
-                    }
-                }
-                Action::Offload => {
-                    p.saved[i] = true;
-                    p.offloaded[i] = true;
-                    p.host_bytes += g.nodes[i].bytes;
-                }
-            }
-            p.decisions.push(Decision { node: id, action, reason: Reason::Budget, overrode: None, offload: None });
-        }
-        if skip || check(g, &p).is_err() {
-            continue;
-        }
-        let c = cost(g, &p, exposed);
-        best = Some(best.map_or(c, |b: f64| b.min(c)));
-    }
-    best
-}
+#[path = "../../benches/common/brute_force.rs"]
+mod brute_force;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
@@ -156,7 +76,7 @@ proptest! {
         let mut previous: Option<f64> = None;
         for limit in [64u64, 16, 8, 4, 2, 1, 0] {
             let strategy = Strategy::BudgetOffload(Budget::Bytes(limit));
-            let oracle = brute_force(&g, strategy, &exposed);
+            let oracle = brute_force::least_cost(&g, strategy, &MODEL);
             match partition_with(&g, strategy, &MODEL) {
                 Ok(p) => {
                     check(&g, &p).map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -702,105 +702,8 @@ fn tied_bases_count_against_the_budget_in_every_search() {
 const ORACLE_MODEL: remat_core::CostModel =
     remat_core::CostModel { d2h_bytes_per_s: 4.0, h2d_bytes_per_s: 8.0, flops_per_s: 1.0 };
 
-/// A plan's cost as `strategy` weighs it: recompute seconds, plus the exposed transfer seconds of
-/// its offloads where the strategy chooses offloads (elsewhere tagged offloads are no choice).
-fn plan_cost(p: &remat_core::Partition, strategy: Strategy) -> f64 {
-    let transfer = if strategy.chooses_offload() { p.exposed_transfer_s } else { 0.0 };
-    p.recompute_flops as f64 / ORACLE_MODEL.flops_per_s + transfer
-}
-
-/// The least [`plan_cost`] of any assignment — recompute, save or offload — of the forward values
-/// that [`check`] accepts under `strategy` (a byte budget), and that honours a factory's own tag
-/// — the rules' own answer, found without the partitioner; `None` where no assignment keeps every
-/// rule. (The checker lets a factory pass as free to replay, as it is for the views it bases, and
-/// lets a must_recompute one pass as kept where a region reads it; the partitioner saves a
-/// must_save factory and recomputes a must_recompute one.)
-fn least_cost_by_brute_force(g: &PGraph, strategy: Strategy) -> Option<f64> {
-    use remat_core::{Action, Decision, Partition, Reason};
-    let forward: Vec<usize> = (0..g.len()).filter(|&i| !g.nodes[i].backward).collect();
-    let may_offload = strategy.chooses_offload()
-        || g.nodes.iter().any(|n| matches!(n.policy, Some(Policy::MustOffload | Policy::PreferOffload)));
-    let ways: u64 = if may_offload { 3 } else { 2 };
-    let combos = ways.checked_pow(forward.len() as u32).filter(|&c| c <= 1 << 20);
-    let combos = combos.unwrap_or_else(|| panic!("{} forward values: too many to try every assignment", forward.len()));
-    let exposed = remat_core::exposed_times(g, &ORACLE_MODEL);
-    let held = |i: usize| g.nodes[i].flags.resident || g.forward_outputs.contains(&NodeId::from_index(i));
-    let factory = |i: usize| g.nodes[i].inputs.is_empty() && !g.nodes[i].flags.random && !held(i);
-    let mut best: Option<f64> = None;
-    let mut action = vec![Action::Recompute; g.len()];
-    for mut code in 0..combos {
-        for &i in &forward {
-            action[i] = [Action::Recompute, Action::Save, Action::Offload][(code % ways) as usize];
-            code /= ways;
-        }
-        // What the backward needs: what it reads, and the inputs of whatever needed is not kept.
-        let mut needed = vec![false; g.len()];
-        for n in g.nodes.iter().filter(|n| n.backward) {
-            for &x in &n.inputs {
-                needed[x.index()] |= !g.nodes[x.index()].backward;
-            }
-        }
-        for &i in forward.iter().rev() {
-            if needed[i] && action[i] == Action::Recompute {
-                for &x in &g.nodes[i].inputs {
-                    needed[x.index()] = true;
-                }
-            }
-        }
-        let tag_broken = |i: usize| match g.nodes[i].policy {
-            Some(Policy::MustSave) => !g.nodes[i].flags.view && factory(i) && action[i] != Action::Save,
-            Some(Policy::MustRecompute) => factory(i) && action[i] != Action::Recompute,
-            _ => false,
-        };
-        // One representative per plan: values nobody needs are left unkept.
-        if forward.iter().any(|&i| if needed[i] { tag_broken(i) } else { action[i] != Action::Recompute }) {
-            continue;
-        }
-        let mut p = Partition {
-            strategy,
-            saved: vec![false; g.len()],
-            offloaded: vec![false; g.len()],
-            recomputed: Vec::new(),
-            decisions: Vec::new(),
-            warnings: Vec::new(),
-            saved_bytes: 0,
-            host_bytes: 0,
-            exposed_transfer_s: 0.0,
-            held_bytes: 0,
-            recompute_flops: 0,
-            optimality_gap: None,
-        };
-        for &i in forward.iter().filter(|&&i| needed[i]) {
-            let (id, bytes) = (NodeId::from_index(i), g.nodes[i].bytes);
-            match action[i] {
-                Action::Recompute => {
-                    p.recomputed.push(id);
-                    p.recompute_flops += g.nodes[i].flops;
-                }
-                Action::Save if held(i) => p.held_bytes += bytes,
-                Action::Save => p.saved_bytes += bytes,
-                Action::Offload => {
-                    p.offloaded[i] = true;
-                    p.host_bytes += bytes;
-                    p.exposed_transfer_s += exposed[i];
-                }
-            }
-            p.saved[i] = action[i] != Action::Recompute;
-            p.decisions.push(Decision {
-                node: id,
-                action: action[i],
-                reason: Reason::Budget,
-                overrode: None,
-                offload: None,
-            });
-        }
-        if check(g, &p).is_ok() {
-            let cost = plan_cost(&p, strategy);
-            best = Some(best.map_or(cost, |b| b.min(cost)));
-        }
-    }
-    best
-}
+#[path = "../../benches/common/brute_force.rs"]
+mod brute_force;
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases(300)))]
@@ -818,11 +721,11 @@ proptest! {
         let budgets = [0u64, 1, 4, 8, 64, 1000, u64::MAX];
         let strategies = budgets.into_iter().flat_map(|b| [Strategy::Budget(Budget::Bytes(b)), Strategy::BudgetOffload(Budget::Bytes(b))]);
         for strategy in strategies {
-            let oracle = least_cost_by_brute_force(&g, strategy);
+            let oracle = brute_force::least_cost(&g, strategy, &ORACLE_MODEL);
             match remat_core::partition_with(&g, strategy, &ORACLE_MODEL) {
                 Ok(p) => {
                     check(&g, &p).map_err(|e| TestCaseError::fail(format!("{strategy}: {e}")))?;
-                    let (cost, best) = (plan_cost(&p, strategy), oracle.unwrap_or(f64::NAN));
+                    let (cost, best) = (brute_force::plan_cost(&p, strategy, &ORACLE_MODEL), oracle.unwrap_or(f64::NAN));
                     prop_assert!((cost - best).abs() <= 1e-9 * best.max(1.0), "{}: {} against the brute force's {:?}", strategy, cost, oracle);
                 }
                 Err(Error::Infeasible { .. }) => prop_assert_eq!(oracle, None, "{}: refused", strategy),
