@@ -18,6 +18,8 @@ mod repair;
 mod rows;
 #[cfg(not(feature = "exact"))]
 mod walk;
+#[cfg(feature = "exact")]
+mod watch;
 
 pub use bound::{peak_lower_bound, PeakBound};
 

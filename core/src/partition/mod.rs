@@ -22,7 +22,7 @@ mod amount;
 pub mod boundary;
 mod budget;
 #[cfg(feature = "exact")]
-pub(crate) use budget::{Choice, Extra, Term};
+pub(crate) use budget::{Choice, Extra, Term, Watcher};
 mod check;
 mod classify;
 mod doc_id;
@@ -152,7 +152,7 @@ pub(crate) struct Searched {
 #[cfg(feature = "exact")]
 pub(crate) fn partition_with_rows(
     g: &PGraph,
-    extra: &budget::Extra,
+    extra: &budget::Extra<'_>,
     model: &CostModel,
     offload: bool,
 ) -> Result<Searched> {
@@ -163,7 +163,7 @@ fn partition_searched(
     g: &PGraph,
     strategy: Strategy,
     model: &CostModel,
-    extra: Option<&budget::Extra>,
+    extra: Option<&budget::Extra<'_>>,
 ) -> Result<Searched> {
     let validated = g.validated()?;
     model.validate()?;

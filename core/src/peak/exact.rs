@@ -16,10 +16,15 @@
 //! that runs out of time still raises the bound. A first round that stops short of the gap with a
 //! plan within the limit (a large graph's program in its time) has that plan improved one change
 //! at a time before it is the answer.
+//!
+//! Each round's program is watched ([`super::watch`]): every choice it finds on its way is
+//! planned, the cheapest within the limit is a plan like the repaired ones, and the program stops
+//! once its bound is within the gap of the best plan held.
 
 use super::lazy::Lazy;
-use super::repair::{improve, repair};
+use super::repair::{improve, repair, with_reasons};
 use super::rows::{self, Link, Row, Rows, Var};
+use super::watch::Watch;
 use crate::error::{Error, Result};
 use crate::partition::{partition_with, partition_with_rows, CostModel, Extra, PGraph, Partition, Strategy, Term};
 use crate::plan::{Plan, Schedulable, Schedule};
@@ -109,7 +114,8 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
 ) -> Result<Outcome> {
     let Asked { limit, offload, model } = *asked;
     let cost = |p: &Partition| p.cost(model);
-    let mut extra = Extra { gap: GAP, ..Extra::default() };
+    let watch = Watch::new(schedule, pg, limit, offload, model);
+    let mut extra = Extra { gap: GAP, watch: Some(&watch), ..Extra::default() };
     if !add(&mut extra, rows.rows(), schedule, pg, Room::Bytes(limit)) {
         // A row over the limit whatever is saved: refused, with the least peak.
         let least = least_peak(rows, schedule, pg, offload, model, LEAST_SEARCH, min_cut(schedule, pg, model)?, limit)?;
@@ -149,7 +155,22 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // later ones a share. (With a share from the first round, the 64-layer Llama's program
         // at 40 MB found nothing below the min-cut's cost in its 10 s.)
         extra.seconds = if round == 0 || best.is_none() { left } else { (left * ROUND_SHARE).max(ROUND_LEAST) };
-        let searched = match partition_with_rows(pg, &extra, model, offload) {
+        watch.holding(best.as_ref().map(|b| cost(&b.0)));
+        let searched = partition_with_rows(pg, &extra, model, offload);
+        // A plan within the limit the program passed on its way, with the reasons the search
+        // gives its own decisions.
+        if let Some(mut found) = watch.take() {
+            match (&searched, &best) {
+                (Ok(s), _) => found.0 = with_reasons(found.0, &s.partition),
+                (Err(_), Some(b)) => found.0 = with_reasons(found.0, &b.0),
+                (Err(_), None) => {}
+            }
+            if best.as_ref().is_none_or(|b| cost(&found.0) < cost(&b.0)) {
+                best = Some(found);
+                extra.cutoff = best.as_ref().map(|b| cost(&b.0) * (1.0 - GAP));
+            }
+        }
+        let searched = match searched {
             Ok(searched) => searched,
             // Below the cutoff, nothing: the best plan is within the stopping gap.
             Err(Error::Infeasible { .. }) if extra.cutoff.is_some() => {

@@ -20,20 +20,20 @@ const CANDIDATES: usize = 96;
 
 /// How the repair scores: whether it may offload, the cost model, each value's exposed seconds
 /// if offloaded.
-struct Scoring<'m> {
+pub(super) struct Scoring<'m> {
     offload: bool,
     model: &'m CostModel,
     exposed: Vec<f64>,
 }
 
 /// What `partition` keeps at hand and offloads of the forward values.
-fn choice_of(partition: &Partition, pg: &PGraph) -> Choice {
+pub(super) fn choice_of(partition: &Partition, pg: &PGraph) -> Choice {
     let forward = |per_node: &[bool]| (0..pg.len()).map(|i| per_node[i] && !pg.nodes[i].backward).collect();
     Choice { at_hand: forward(&partition.saved), offloaded: forward(&partition.offloaded) }
 }
 
 impl<'m> Scoring<'m> {
-    fn new(pg: &PGraph, offload: bool, model: &'m CostModel) -> Scoring<'m> {
+    pub(super) fn new(pg: &PGraph, offload: bool, model: &'m CostModel) -> Scoring<'m> {
         let exposed = if offload { exposed_times(pg, model) } else { Vec::new() };
         Scoring { offload, model, exposed }
     }
@@ -41,7 +41,7 @@ impl<'m> Scoring<'m> {
 
 impl Scoring<'_> {
     /// The search's cost: recompute FLOPs, or with offloads, recompute plus exposed seconds.
-    fn cost(&self, p: &Partition) -> f64 {
+    pub(super) fn cost(&self, p: &Partition) -> f64 {
         if self.offload {
             p.cost(self.model)
         } else {
@@ -227,7 +227,7 @@ fn changes(choice: &Choice, live: &[NodeId], pg: &PGraph, offload: bool) -> Vec<
 }
 
 /// The partition that makes `choice` and its plan, where it keeps every rule.
-fn scored<S: Schedulable + ?Sized>(
+pub(super) fn scored<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
     choice: &Choice,
@@ -314,7 +314,7 @@ fn live_at_peak(plan: &Plan, pg: &PGraph) -> Vec<NodeId> {
 
 /// `repaired`'s decisions with `from`'s reasons where it decided the same, the search's own
 /// where the repair changed it.
-fn with_reasons(mut repaired: Partition, from: &Partition) -> Partition {
+pub(super) fn with_reasons(mut repaired: Partition, from: &Partition) -> Partition {
     for d in &mut repaired.decisions {
         d.reason = match from.decisions.iter().find(|o| o.node == d.node && o.action == d.action) {
             Some(o) => o.reason,

@@ -16,7 +16,10 @@ use crate::partition::PGraph;
 
 /// A joint graph as the planner reads it ([`crate::Plan::with_offload`]): nodes in topological
 /// order, the forward nodes first (ids `0..forward_len`), then the backward nodes.
-pub trait Schedulable {
+///
+/// `Sync`: the exact peak search plans the choices its program finds while the program runs
+/// (from HiGHS's callback), beside threads of the partition that share the program's problem.
+pub trait Schedulable: Sync {
     /// How many nodes are forward nodes (ids `0..n`), or why this graph cannot be planned (the
     /// checks a graph needs before the planner reads it: every other method may assume they
     /// passed).

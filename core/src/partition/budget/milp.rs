@@ -253,7 +253,7 @@ impl Program {
 
     /// A caller's rows ([`super::Extra`]) over its own columns and the program's quantities, and
     /// choices excluded (at least one candidate decided otherwise).
-    fn add_extra(&mut self, p: &Problem<'_>, extra: &super::Extra) {
+    fn add_extra(&mut self, p: &Problem<'_>, extra: &super::Extra<'_>) {
         let first_aux = self.columns;
         self.columns += extra.aux;
         if extra.least_peak {
@@ -422,6 +422,7 @@ impl Program {
         if objective.constant != 0.0 {
             pb.add_column(objective.constant, 1.0..=1.0);
         }
+        let columns = pb.num_cols();
         let limit_rows = p.limits.iter().enumerate().filter(|&(k, _)| skip.keeps(k)).map(|(k, &l)| {
             let scope = k as u32;
             (None, (l != u64::MAX).then_some(l as f64), self.bytes(p, Some(scope)))
@@ -469,6 +470,23 @@ impl Program {
                 .try_set_option("objective_bound", cutoff)
                 .map_err(|e| Unsolved::Failed(format!("objective_bound: {e:?}")))?;
         }
+        // The objective's units per unit of the partition's cost: FLOPs, or with offloads the
+        // seconds as the FLOPs they compute.
+        let per_cost = if p.off.choose { 1.0 / p.off.s_per_flop } else { 1.0 };
+        let choice = |columns: &[f64]| {
+            let (at_hand, offloaded) = self.plan(p, columns);
+            super::Choice { at_hand, offloaded }
+        };
+        let mut watching = p
+            .extra
+            .and_then(|e| e.watch)
+            .filter(|_| self.peak.is_none())
+            .map(|watcher| super::watch::Watching::new(&choice, watcher, columns, gap, per_cost));
+        if let Some(watching) = watching.as_mut() {
+            if !watching.attach(model.as_mut_ptr()) {
+                return Err(Unsolved::Failed("HiGHS refused the callback".into()));
+            }
+        }
         let solved = model.try_solve().map_err(|e| Unsolved::Failed(format!("HiGHS failed: {e:?}")))?;
         let status = solved.status();
         let bound = solved.double_info_value(c"mip_dual_bound").ok();
@@ -485,13 +503,14 @@ impl Program {
             HighsModelStatus::ReachedTimeLimit
             | HighsModelStatus::ReachedIterationLimit
             | HighsModelStatus::ReachedSolutionLimit
+            | HighsModelStatus::ReachedInterrupt
                 if solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible =>
             {
                 // Stopped short: a bound the solver does not report proves nothing (not that the
                 // choice is optimal).
                 Ok((solved.get_solution().columns().to_vec(), Some(bound.unwrap_or(f64::NEG_INFINITY))))
             }
-            HighsModelStatus::ReachedTimeLimit if cutoff.is_some() => {
+            HighsModelStatus::ReachedTimeLimit | HighsModelStatus::ReachedInterrupt if cutoff.is_some() => {
                 Err(Unsolved::NoneBelowCutoff(bound.filter(|b| b.is_finite())))
             }
             other => Err(Unsolved::Failed(format!("HiGHS stopped: {other:?}"))),

@@ -35,6 +35,8 @@ mod path;
 mod problem;
 mod repair;
 mod search;
+#[cfg(feature = "exact")]
+mod watch;
 
 use bound::Bound;
 pub(super) use offload::Offload;
@@ -54,9 +56,9 @@ use std::sync::Arc;
 /// search) over the program's own quantities and `aux` binary columns of its own, and choices
 /// the program may not make again. A problem with them is solved by the program alone (the
 /// other searches do not read them), within `seconds`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 #[cfg_attr(not(feature = "exact"), allow(dead_code))]
-pub(crate) struct Extra {
+pub(crate) struct Extra<'w> {
     /// `(terms, limit)`: `Σ coefficient · term ≤ limit`.
     pub(crate) rows: Vec<(Vec<(Term, f64)>, f64)>,
     /// Binary columns the rows name ([`Term::Aux`]) besides the program's own.
@@ -79,6 +81,37 @@ pub(crate) struct Extra {
     /// rows bound from below, instead of the cost: the least peak the rows allow, for a
     /// refusal to name ([`Strategy::Peak`](super::Strategy::Peak)'s least feasible peak).
     pub(crate) least_peak: bool,
+    /// Told of each choice the program finds on its way (each improving solution, through
+    /// HiGHS's callback), and asked for the cost of the best plan it holds: the program stops
+    /// once its proven bound is within `gap` of that cost. Not for the least-peak program.
+    pub(crate) watch: Option<&'w (dyn Watcher + Sync)>,
+}
+
+// By hand: the watcher is a trait object (shown as whether there is one).
+impl std::fmt::Debug for Extra<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extra")
+            .field("rows", &self.rows)
+            .field("aux", &self.aux)
+            .field("excluded", &self.excluded)
+            .field("seconds", &self.seconds)
+            .field("gap", &self.gap)
+            .field("cutoff", &self.cutoff)
+            .field("fewest_bytes", &self.fewest_bytes)
+            .field("least_peak", &self.least_peak)
+            .field("watch", &self.watch.is_some())
+            .finish()
+    }
+}
+
+/// What watches the exact program's search (see [`Extra::watch`]).
+#[cfg_attr(not(feature = "exact"), allow(dead_code))]
+pub(crate) trait Watcher {
+    /// A choice the program found: returns the cost ([`super::Partition::cost`]'s units) of the
+    /// best plan the watcher holds, this one included where it is one.
+    fn found(&self, choice: &Choice) -> Option<f64>;
+    /// The cost of the best plan the watcher holds.
+    fn best(&self) -> Option<f64>;
 }
 
 /// A decision per node: what is at hand and what of it is offloaded (a search's, before views
@@ -157,7 +190,7 @@ pub(super) fn solve<'s, 'e>(
     respect: &[bool],
     global: Option<Budget>,
     off: &'e Offload,
-    extra: Option<&'e Extra>,
+    extra: Option<&'e Extra<'e>>,
 ) -> Result<Solution<'s>> {
     refine(scope, g, class, reads, base, vec![None; g.len()], respect, global, off, extra)
 }
@@ -175,7 +208,7 @@ pub(super) fn refine<'s, 'e>(
     respect: &[bool],
     global: Option<Budget>,
     off: &'e Offload,
-    extra: Option<&'e Extra>,
+    extra: Option<&'e Extra<'e>>,
 ) -> Result<Solution<'s>> {
     let budgeted = budgeted_regions(g);
     if global.is_none() && budgeted.is_empty() {

@@ -70,7 +70,7 @@ pub(super) struct Problem<'a> {
     /// depend on the limits: sorted on first use, for every path after.
     pub(super) eviction_order: std::sync::OnceLock<Vec<NodeId>>,
     /// A caller's own rows for the exact program, which alone then decides.
-    pub(super) extra: Option<&'a super::Extra>,
+    pub(super) extra: Option<&'a super::Extra<'a>>,
     /// The pairs `(base, view)` of bases kept wherever a view kept through them is reached
     /// ([`view_pairs`]), sorted: a tied base ([`Class::Tied`], no candidate) is at hand exactly
     /// there; a candidate base there and wherever the search chooses it.
