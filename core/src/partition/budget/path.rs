@@ -173,23 +173,7 @@ impl Walk {
             }
             self.stack.extend_from_slice(p.facts.inputs(v.index()));
         }
-        let mut retied = false;
-        while let Some(u) = self.stack.pop() {
-            let u = u.index();
-            if reached[u] {
-                continue;
-            }
-            retied |= p.keeps_anew(at_hand, reached, u);
-            reached[u] = true;
-            let held = p.holds(at_hand, reached, u);
-            if held && offloaded[u] {
-                // In host memory: no device bytes.
-            } else if held {
-                p.count(&mut self.bytes, u);
-            } else {
-                self.stack.extend_from_slice(p.facts.inputs(u));
-            }
-        }
+        let retied = p.reach(at_hand, offloaded, reached, &mut self.bytes, &mut self.stack, |_, _, _| false, |_| {});
         if retied {
             p.eval_into(at_hand, offloaded, reached, &mut self.bytes);
         }

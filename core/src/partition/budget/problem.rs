@@ -207,6 +207,48 @@ impl<'a> Problem<'a> {
         })
     }
 
+    /// For a walk that grows what the backward reaches (the eviction path, the repair): reaches
+    /// what a recompute newly needs, from the values on `stack` (the inputs of the value taken
+    /// off hand). Each value not reached yet is reached; `release` may first take it off hand
+    /// (the repair recomputes a value where that is cheaper than keeping it); where it is still
+    /// held its device bytes are counted (none where offloaded) and `kept` is told, else its
+    /// inputs are reached in turn. Returns whether a view reached keeps a base anew
+    /// ([`Problem::keeps_anew`]): the walk must then evaluate its plan anew.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reach(
+        &self,
+        at_hand: &mut [bool],
+        offloaded: &[bool],
+        reached: &mut [bool],
+        bytes: &mut [u64],
+        stack: &mut Vec<NodeId>,
+        mut release: impl FnMut(&[bool], &[bool], NodeId) -> bool,
+        mut kept: impl FnMut(NodeId),
+    ) -> bool {
+        let mut retied = false;
+        while let Some(u) = stack.pop() {
+            let i = u.index();
+            if reached[i] {
+                continue;
+            }
+            retied |= self.keeps_anew(at_hand, reached, i);
+            reached[i] = true;
+            if at_hand[i] && release(at_hand, reached, u) {
+                at_hand[i] = false;
+            }
+            let held = self.holds(at_hand, reached, i);
+            if held && offloaded[i] {
+                // In host memory: no device bytes.
+            } else if held {
+                self.count(bytes, i);
+                kept(u);
+            } else {
+                stack.extend_from_slice(self.facts.inputs(i));
+            }
+        }
+        retied
+    }
+
     /// With a global budget and no offload choice, the min-cut's choice is one candidate point:
     /// the path is a heuristic on large problems, and the cut keeps the fewest bytes by
     /// construction.

@@ -76,8 +76,7 @@ impl State<'_, '_> {
     /// Whether a value an eviction's recompute newly needs is recomputed rather than kept: one
     /// not at hand always; a candidate at hand whose bytes count, only by a `deep` eviction.
     fn recomputed_when_needed(&self, u: NodeId, deep: bool) -> bool {
-        !self.p.holds(&self.at_hand, &self.reached, u.index())
-            || deep && !self.offloaded[u.index()] && self.counts_globally(u) && self.candidate[u.index()]
+        recomputed_when_needed(self.p, &self.candidate, &self.offloaded, (&self.at_hand, &self.reached), u, deep)
     }
 
     fn price_as(&mut self, v: NodeId, deep: bool) -> Option<Price> {
@@ -114,7 +113,7 @@ impl State<'_, '_> {
 
     /// Whether `v`'s bytes count against the global limit (the first).
     fn counts_globally(&self, v: NodeId) -> bool {
-        self.p.limits_of(v.index()).first() == Some(&0)
+        counts_globally(self.p, v)
     }
 
     /// Evicts `v` (at hand and reached) as `price` priced it: its bytes leave, and what
@@ -128,26 +127,16 @@ impl State<'_, '_> {
         }
         self.stack.clear();
         self.stack.extend_from_slice(facts.inputs(v.index()));
-        let mut retied = false;
-        while let Some(u) = self.stack.pop() {
-            if self.reached[u.index()] {
-                continue;
-            }
-            retied |= self.p.keeps_anew(&self.at_hand, &self.reached, u.index());
-            self.reached[u.index()] = true;
-            if self.at_hand[u.index()] && self.recomputed_when_needed(u, price.deep) {
-                self.at_hand[u.index()] = false;
-            }
-            let held = self.p.holds(&self.at_hand, &self.reached, u.index());
-            if held && self.offloaded[u.index()] {
-                // In host memory: no device bytes.
-            } else if held {
-                self.p.count(&mut self.bytes, u.index());
-                newly_kept.push(u);
-            } else {
-                self.stack.extend_from_slice(facts.inputs(u.index()));
-            }
-        }
+        let (p, candidate, offloaded, deep) = (self.p, &self.candidate, &self.offloaded, price.deep);
+        let retied = p.reach(
+            &mut self.at_hand,
+            offloaded,
+            &mut self.reached,
+            &mut self.bytes,
+            &mut self.stack,
+            |at_hand, reached, u| recomputed_when_needed(p, candidate, offloaded, (at_hand, reached), u, deep),
+            |u| newly_kept.push(u),
+        );
         if retied {
             self.p.eval_into(&self.at_hand, &self.offloaded, &mut self.reached, &mut self.bytes);
             // Candidates the fresh reach holds may be new to the queue (those queued before are
@@ -166,6 +155,25 @@ impl State<'_, '_> {
             && self.counts_globally(v)
             && !self.p.held_by_view(&self.reached, v.index())
     }
+}
+
+/// [`State::recomputed_when_needed`] over the parts of the state it reads, for the walk of an
+/// eviction, which holds the rest of the state mutably.
+fn recomputed_when_needed(
+    p: &Problem<'_>,
+    candidate: &[bool],
+    offloaded: &[bool],
+    (at_hand, reached): (&[bool], &[bool]),
+    u: NodeId,
+    deep: bool,
+) -> bool {
+    !p.holds(at_hand, reached, u.index())
+        || deep && !offloaded[u.index()] && counts_globally(p, u) && candidate[u.index()]
+}
+
+/// Whether value `v`'s bytes count against the global limit.
+fn counts_globally(p: &Problem<'_>, v: NodeId) -> bool {
+    p.limits_of(v.index()).first() == Some(&0)
 }
 
 impl Problem<'_> {
