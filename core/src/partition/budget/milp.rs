@@ -470,9 +470,7 @@ impl Program {
                 .try_set_option("objective_bound", cutoff)
                 .map_err(|e| Unsolved::Failed(format!("objective_bound: {e:?}")))?;
         }
-        // The objective's units per unit of the partition's cost: FLOPs, or with offloads the
-        // seconds as the FLOPs they compute.
-        let per_cost = if p.off.choose { 1.0 / p.off.s_per_flop } else { 1.0 };
+        let to_objective = |c: f64| in_objective(p, c);
         let choice = |columns: &[f64]| {
             let (at_hand, offloaded) = self.plan(p, columns);
             super::Choice { at_hand, offloaded }
@@ -481,7 +479,7 @@ impl Program {
             .extra
             .and_then(|e| e.watch)
             .filter(|_| self.peak.is_none())
-            .map(|watcher| super::watch::Watching::new(&choice, watcher, columns, gap, per_cost));
+            .map(|watcher| super::watch::Watching::new(&choice, watcher, columns, gap, &to_objective));
         if let Some(watching) = watching.as_mut() {
             if !watching.attach(model.as_mut_ptr()) {
                 return Err(Unsolved::Failed("HiGHS refused the callback".into()));
@@ -545,10 +543,9 @@ impl Program {
         }
         let cost = self.cost(p);
         let integral = !p.off.choose;
-        // The caller's cutoff, in the objective's units (FLOPs, or with offloads the seconds
-        // as the FLOPs they compute).
-        let cutoff = p.extra.and_then(|e| e.cutoff).map(|c| if p.off.choose { c / p.off.s_per_flop } else { c });
-        let in_cost = |b: f64| if p.off.choose { b * p.off.s_per_flop } else { b };
+        // The caller's cutoff, in the objective's units.
+        let cutoff = p.extra.and_then(|e| e.cutoff).map(|c| in_objective(p, c));
+        let in_cost = |b: f64| in_cost(p, b);
         let (first, bound) = match self.run(p, Objective { expr: &cost, integral, cutoff }, Skip::None, &[], time_limit)
         {
             Err(Unsolved::NoneBelowCutoff(bound)) => return Err(Unsolved::NoneBelowCutoff(bound.map(in_cost))),
@@ -619,5 +616,24 @@ impl Program {
         let mut bytes = vec![0; p.limits.len()];
         p.eval_into(&at_hand, &offloaded, &mut scratch, &mut bytes);
         Some(bytes[k])
+    }
+}
+
+/// A cost ([`super::super::Partition::cost`]'s units) in the objective's: FLOPs, or with offloads
+/// the seconds as the FLOPs they compute.
+fn in_objective(p: &Problem<'_>, cost: f64) -> f64 {
+    if p.off.choose {
+        cost / p.off.s_per_flop
+    } else {
+        cost
+    }
+}
+
+/// An objective value in the cost's units ([`in_objective`]'s inverse).
+fn in_cost(p: &Problem<'_>, objective: f64) -> f64 {
+    if p.off.choose {
+        objective * p.off.s_per_flop
+    } else {
+        objective
     }
 }

@@ -18,8 +18,8 @@ pub(super) struct Watching<'a> {
     columns: usize,
     /// The relative gap at which the search stops.
     gap: f64,
-    /// The objective's units per unit of [`crate::partition::Partition::cost`].
-    per_cost: f64,
+    /// A cost ([`crate::partition::Partition::cost`]'s units) in the objective's.
+    to_objective: &'a dyn Fn(f64) -> f64,
     /// The watcher's best plan, in the objective's units.
     best: Option<f64>,
 }
@@ -30,10 +30,10 @@ impl<'a> Watching<'a> {
         watcher: &'a (dyn Watcher + Sync),
         columns: usize,
         gap: f64,
-        per_cost: f64,
+        to_objective: &'a dyn Fn(f64) -> f64,
     ) -> Self {
-        let best = watcher.best().map(|c| c * per_cost);
-        Watching { choice, watcher, columns, gap, per_cost, best }
+        let best = watcher.best().map(to_objective);
+        Watching { choice, watcher, columns, gap, to_objective, best }
     }
 
     /// Registers the callback on `highs` (a `Highs` instance) for this state. The state must
@@ -51,7 +51,7 @@ impl<'a> Watching<'a> {
 
     fn improving(&mut self, columns: &[f64]) {
         if let Some(best) = self.watcher.found(&(self.choice)(columns)) {
-            self.best = Some(best * self.per_cost);
+            self.best = Some((self.to_objective)(best));
         }
     }
 
