@@ -31,7 +31,8 @@ pub use remat_core::{ArgReduceOp, BinaryOp, CompareOp, LogicOp, Op, OpKind, Redu
 pub use remat_core::{Graph, JointGraph, Node, NodeId, Region, RegionId, SrcLoc, Tag};
 // Planning.
 pub use remat_core::{
-    Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, Step, Strategy, TransferWindow,
+    Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, SearchTime, Step, Strategy,
+    TransferWindow,
 };
 // A graph document or a traced graph to its partition, plan and report, in one pipeline.
 pub use remat_core::{Evaluated, Partitioned, Problem};

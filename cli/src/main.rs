@@ -1,10 +1,11 @@
 //! `remat`: partition graph documents (`remat.graph`, `remat.joint`) and explain the result.
 //!
 //! ```text
-//! remat partition FILE [--strategy respect|mincut|budget=B|budget+offload=B|peak=BYTES] [--offload] [--json]
-//! remat dot FILE [--strategy ..] [--offload] [--out F]
+//! remat partition FILE [--strategy respect|mincut|budget=B|budget+offload=B|peak=BYTES] [--offload]
+//!                      [--search-seconds S] [--json]
+//! remat dot FILE [--strategy ..] [--offload] [--search-seconds S] [--out F]
 //! remat pareto FILE --out frontier.svg
-//! remat pareto FILE --peak [--against POINTS.json] [--steps N] [--timeout S] --out frontier.svg
+//! remat pareto FILE --peak [--against POINTS.json] [--steps N] [--timeout S] [--search-seconds S] --out frontier.svg
 //! remat evaluate FILE --save ID,ID,... [--json]
 //! ```
 //!
@@ -17,7 +18,7 @@ mod plot;
 
 use clap::{Args, Parser, Subcommand};
 use remat::report::{fmt_bytes, one_line};
-use remat::{Budget, CostModel, Problem, Strategy};
+use remat::{Budget, CostModel, Problem, SearchTime, Strategy};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -99,6 +100,10 @@ enum Command {
         /// Seconds each `peak=` solve may take; one past it is a row `timed out`.
         #[arg(long, default_value_t = 300.0, requires = "peak")]
         timeout: f64,
+        /// Seconds each `peak=` solve's exact search may look (as `remat partition
+        /// --search-seconds`; default 20).
+        #[arg(long, value_name = "SECONDS", requires = "peak", value_parser = str::parse::<SearchTime>)]
+        search_seconds: Option<SearchTime>,
     },
 }
 
@@ -118,6 +123,11 @@ struct Planning {
     /// offload are honoured either way.
     #[arg(long)]
     offload: bool,
+    /// Seconds `peak=`'s exact search may take (`20`, `2.5`, `90s`; default 20, from 1 to a
+    /// week) before it answers with its best plan and the gap it proved: more narrows the gap
+    /// near the least peak. Refused beside another strategy, which takes no time limit.
+    #[arg(long, value_name = "SECONDS", value_parser = str::parse::<SearchTime>)]
+    search_seconds: Option<SearchTime>,
 }
 
 impl Planning {
@@ -129,6 +139,14 @@ impl Planning {
         } else {
             self.strategy
         }
+    }
+
+    /// The document `file` as a problem, searching for `--search-seconds` where given; that
+    /// flag beside a strategy that does not search by time is refused before the file is read.
+    fn load(&self, file: &Path) -> Result<Problem<'static>, Failure> {
+        let Some(time) = self.search_seconds else { return load(file) };
+        let time = time.for_strategy(self.strategy()).map_err(|e| Failure(2, format!("--search-seconds {e}")))?;
+        Ok(load(file)?.with_search_time(time))
     }
 }
 
@@ -166,7 +184,7 @@ fn write_out(out: &Path, text: &str) -> Result<(), Failure> {
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Partition { file, planning, json } => {
-            let problem = load(&file)?;
+            let problem = planning.load(&file)?;
             let (strategy, cost) = (planning.strategy(), CostModel::default());
             let solved = if json {
                 // Written as it is laid out (a large graph's report is tens of MB), beside planning.
@@ -184,7 +202,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             std::mem::forget(problem);
         }
         Command::Dot { file, planning, out } => {
-            let problem = load(&file)?;
+            let problem = planning.load(&file)?;
             let p = problem.partition_only(planning.strategy(), &CostModel::default()).map_err(doc_error(&file))?;
             let dot = remat::report::Report::new(problem.graph(), &p).dot();
             match out {
@@ -198,13 +216,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let text = if json { scored.json() } else { scored.text() };
             to_stdout(|out| out.write_all(text.as_bytes()))?;
         }
-        Command::Pareto { file, out, peak: true, against, from, to, steps, timeout } => {
+        Command::Pareto { file, out, peak: true, against, from, to, steps, timeout, search_seconds } => {
             let problem = load(&file)?;
             if !(timeout > 0.0 && timeout.is_finite()) {
                 return Err(Failure(2, format!("--timeout {timeout}: expected a positive number of seconds")));
             }
             let timeout = std::time::Duration::from_secs_f64(timeout);
-            let sweep = peak_pareto::Sweep { from, to, steps: steps.into(), timeout };
+            let sweep = peak_pareto::Sweep { from, to, steps: steps.into(), timeout, search: search_seconds };
             let table = peak_pareto::run(&problem, &file, against.as_deref(), &sweep, &out)?;
             to_stdout(|stdout| writeln!(stdout, "{table}wrote {}", out.display()))?;
         }

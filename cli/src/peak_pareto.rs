@@ -8,7 +8,7 @@
 
 use crate::{plot, Failure};
 use remat::report::fmt_bytes;
-use remat::{Budget, CostModel, Problem, Strategy};
+use remat::{Budget, CostModel, Problem, SearchTime, Strategy};
 use serde_json::Value;
 use std::io::Read;
 use std::path::Path;
@@ -89,6 +89,8 @@ pub struct Sweep {
     pub steps: usize,
     /// How long one `peak=` solve may take.
     pub timeout: Duration,
+    /// How long each solve's exact search may look, where not the default.
+    pub search: Option<SearchTime>,
 }
 
 /// The limits to ask `peak=` for: the sweep's, and each of the other system's points' own peak.
@@ -112,12 +114,15 @@ fn limits(problem: &Problem<'_>, file: &Path, against: &[Against], sweep: &Sweep
     Ok(limits)
 }
 
-/// `remat partition FILE --strategy peak=LIMIT --json` in a child, killed at `timeout`.
-fn solve(file: &Path, limit: u64, timeout: Duration) -> Result<Solve, Failure> {
+/// `remat partition FILE --strategy peak=LIMIT --json` (with `--search-seconds`, where the sweep
+/// has one) in a child, killed at the sweep's timeout.
+fn solve(file: &Path, limit: u64, sweep: &Sweep) -> Result<Solve, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure(1, format!("finding the remat command: {e}")))?;
-    let start = Instant::now();
+    let (start, timeout) = (Instant::now(), sweep.timeout);
+    let search = sweep.search.map(|t| vec!["--search-seconds".to_string(), t.seconds().to_string()]);
     let mut child = Command::new(exe)
         .args(["partition".as_ref(), file.as_os_str(), "--strategy".as_ref(), format!("peak={limit}").as_ref()])
+        .args(search.unwrap_or_default())
         .arg("--json")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -178,10 +183,8 @@ pub fn run(
         Some(path) => read_against(problem, path)?,
         None => (String::new(), Vec::new()),
     };
-    let solves: Vec<Solve> = limits(problem, file, &points, sweep)?
-        .into_iter()
-        .map(|l| solve(file, l, sweep.timeout))
-        .collect::<Result<_, _>>()?;
+    let solves: Vec<Solve> =
+        limits(problem, file, &points, sweep)?.into_iter().map(|l| solve(file, l, sweep)).collect::<Result<_, _>>()?;
     let mut text = format!(
         "remat peak= answers\n{:>12} {:>12} {:>12} {:>16} {:>8} {:>8}\n",
         "limit", "planned_peak", "", "recompute_flops", "gap", "seconds"

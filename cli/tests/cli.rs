@@ -399,3 +399,39 @@ fn peak_plans_a_joint_document_and_every_strategy_reports_its_peak() {
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(e.contains("cannot be met"), "{e}");
 }
+
+/// `--search-seconds` reaches `peak=`'s search (the same answer as without it where the search
+/// ends within the time, as on the small examples), and a bad one is refused before the file is
+/// read: a value that is no number of seconds or out of range, or a strategy that takes no time.
+#[test]
+fn search_seconds_is_for_peak_searches_and_checked() {
+    for file in ["two_regions.graph.json", "small.joint.json"] {
+        for strategy in ["peak=2KiB", "peak+offload=2KiB"] {
+            let usual = remat(&["partition", &example(file), "--strategy", strategy, "--json"]);
+            let quick =
+                remat(&["partition", &example(file), "--strategy", strategy, "--search-seconds", "1.5", "--json"]);
+            assert_eq!(stdout(&quick), stdout(&usual), "{file} {strategy}: {}", stderr(&quick));
+            assert_eq!(quick.status.code(), usual.status.code(), "{file} {strategy}");
+        }
+    }
+    let missing = "/nonexistent/remat.joint.json";
+    for (args, expected) in [
+        (vec!["--strategy", "peak=2KiB", "--search-seconds", "0"], "0 s is out of range"),
+        (vec!["--strategy", "peak=2KiB", "--search-seconds", "ten"], "`ten`: expected seconds"),
+        (vec!["--strategy", "peak=2KiB", "--search-seconds", "nan"], "NaN is not a number of seconds"),
+        (vec!["--strategy", "budget=0.5", "--search-seconds", "5"], "`budget=0.5` takes none"),
+        (vec!["--strategy", "mincut", "--search-seconds", "5s"], "`mincut` takes none"),
+        (vec!["--search-seconds", "5"], "`respect` takes none"),
+    ] {
+        for command in ["partition", "dot"] {
+            let mut all = vec![command, missing];
+            all.extend(&args);
+            let o = remat(&all);
+            assert_eq!(o.status.code(), Some(2), "{all:?}");
+            let err = stderr(&o);
+            assert!(err.contains(expected) && err.contains("--search-seconds"), "{all:?}: {err}");
+            assert!(!err.contains("nonexistent"), "{all:?}: the flag is checked before the file: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{all:?}: {err}");
+        }
+    }
+}

@@ -85,7 +85,10 @@ fn peak_frontier_agrees_with_evaluate_and_partition() {
 #[test]
 fn without_against_the_sweep_alone_is_drawn() {
     let svg = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pareto-peak-alone.svg");
-    let o = remat(&["pareto", &doc(), "--peak", "--from", "500KiB", "--steps", "6", "--out", svg.to_str().unwrap()]);
+    // Each child searches for as long as `--search-seconds` says (the answers end within it here).
+    let (svg_path, time) = (svg.to_str().unwrap(), ["--search-seconds", "5"]);
+    let o =
+        remat(&["pareto", &doc(), "--peak", "--from", "500KiB", "--steps", "6", time[0], time[1], "--out", svg_path]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let table = String::from_utf8_lossy(&o.stdout).into_owned();
     // Every answered limit is met.
@@ -159,6 +162,9 @@ fn bad_points_are_one_line_errors() {
     let o = remat(&["pareto", &doc(), "--peak", "--timeout", "0", "--out", &out]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--timeout"));
+    let o = remat(&["pareto", &doc(), "--peak", "--search-seconds", "0.1", "--out", &out]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--search-seconds"));
 }
 
 /// A solve past `--timeout` is a row that says so; the command still draws what it has.

@@ -107,8 +107,13 @@ impl Model {
         strategy: Strategy,
         model: &CostModel,
     ) -> Result<Model> {
-        let (mut partition, plan) =
-            pipeline::solve(&crate::plan::Schedule::InOrder(&joint), &PGraph::from_joint(&joint), strategy, model)?;
+        let (mut partition, plan) = pipeline::solve(
+            &crate::plan::Schedule::InOrder(&joint),
+            &PGraph::from_joint(&joint),
+            strategy,
+            model,
+            crate::SearchTime::DEFAULT,
+        )?;
         for warning in &partition.warnings {
             crate::warning::emit(warning);
         }

@@ -16,12 +16,14 @@ mod lazy;
 mod repair;
 #[cfg(feature = "exact")]
 mod rows;
+mod time;
 #[cfg(not(feature = "exact"))]
 mod walk;
 #[cfg(feature = "exact")]
 mod watch;
 
 pub use bound::{peak_lower_bound, PeakBound};
+pub use time::SearchTime;
 
 use crate::error::{Error, Limit, Result};
 use crate::partition::{CostModel, PGraph, Partition, Strategy};
@@ -50,7 +52,7 @@ pub fn partition_for_peak(
     limit: u64,
     model: &CostModel,
 ) -> Result<(Partition, Plan)> {
-    search(&Schedule::InOrder(joint), pg, Strategy::Peak(limit), model)
+    search(&Schedule::InOrder(joint), pg, Strategy::Peak(limit), model, SearchTime::DEFAULT)
 }
 
 /// The refusal of `asked`'s limit where it is below [`peak_lower_bound`] of `graph`.
@@ -63,12 +65,14 @@ fn below_bound(graph: &(impl Schedulable + ?Sized), asked: &Asked) -> Result<Opt
 }
 
 /// [`partition_for_peak`] over a [`Schedule`] of `pg`, for `strategy` (`peak=` or
-/// `peak+offload=`).
+/// `peak+offload=`), the exact search taking `time` (the walk without the `exact` feature takes
+/// none).
 pub(crate) fn search<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
     strategy: Strategy,
     model: &CostModel,
+    #[cfg_attr(not(feature = "exact"), allow(unused_variables))] time: SearchTime,
 ) -> Result<(Partition, Plan)> {
     let Some(limit) = strategy.peak() else {
         return Err(Error::internal(format!("the peak search asked for {strategy}")));
@@ -83,7 +87,7 @@ pub(crate) fn search<S: Schedulable + ?Sized>(
         return Err(refusal);
     }
     #[cfg(feature = "exact")]
-    return match exact::solve(schedule, pg, limit, asked.offload(), model)? {
+    return match exact::solve(schedule, pg, limit, asked.offload(), model, time.seconds())? {
         exact::Outcome::Found(found) => {
             let exact::Found { mut partition, plan, lower } = *found;
             partition.strategy = strategy;
@@ -142,10 +146,17 @@ fn refuse(asked: &Asked, least: &exact::Least, proven: bool) -> Error {
             "cannot be met: no plan peaks below {lower} bytes; the lowest predicted peak found is {lowest} bytes ({})",
             fmt_bytes(lowest)
         )
-    } else {
+    } else if lower > 0 {
         format!(
             "was not met: the search found no plan within it (none peaks below {lower} bytes, proven; the lowest \
              predicted peak found is {lowest} bytes, {})",
+            fmt_bytes(lowest)
+        )
+    } else {
+        // The least-peak search ran out of its share of the time before it proved anything.
+        format!(
+            "was not met: the search found no plan within it in its time (nothing proven of the least peak; the \
+             lowest predicted peak found is {lowest} bytes, {}; more search time may find one or prove there is none)",
             fmt_bytes(lowest)
         )
     };

@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::graph::Graph;
 use crate::json::{self, Document};
 use crate::partition::{partition_with, CostModel, PGraph, Partition, Strategy};
+use crate::peak::SearchTime;
 use crate::plan::{Plan, Reorder, Schedulable, Schedule, TransferWindow};
 use crate::report::Report;
 
@@ -34,6 +35,8 @@ use crate::report::Report;
 pub struct Problem<'j> {
     graph: PGraph,
     planner: Planner<'j>,
+    /// How long `peak=`'s exact search may look.
+    time: SearchTime,
 }
 
 /// What plans a problem's partitions.
@@ -66,11 +69,11 @@ impl Problem<'static> {
                 // is not held beside the partition graph, which plans alike: a third of the peak
                 // on large graphs (docs/performance.md, "Partition graph").
                 let joint = JointGraph::from_forward(forward)?;
-                Ok(Problem { graph: PGraph::from_joint_with_ids(&joint, &ids), planner: Planner::Graph })
+                Ok(Problem::of(PGraph::from_joint_with_ids(&joint, &ids), Planner::Graph))
             }
             Document::Joint(graph) => {
                 let planner = Reorder::of(&graph).map_or(Planner::Graph, Planner::ForwardFirst);
-                Ok(Problem { graph, planner })
+                Ok(Problem::of(graph, planner))
             }
         }
     }
@@ -78,14 +81,35 @@ impl Problem<'static> {
     /// A problem of a forward graph, differentiated here; the joint graph is not kept.
     pub fn from_forward(forward: Graph) -> Result<Self> {
         let joint = JointGraph::from_forward(forward)?;
-        Ok(Problem { graph: PGraph::from_joint(&joint), planner: Planner::Graph })
+        Ok(Problem::of(PGraph::from_joint(&joint), Planner::Graph))
     }
 }
 
 impl<'j> Problem<'j> {
     /// A problem of a traced joint graph, which plans every partition.
     pub fn from_joint(joint: &'j JointGraph) -> Self {
-        Problem { graph: PGraph::from_joint(joint), planner: Planner::Joint(joint) }
+        Problem::of(PGraph::from_joint(joint), Planner::Joint(joint))
+    }
+
+    fn of(graph: PGraph, planner: Planner<'j>) -> Self {
+        Problem { graph, planner, time: SearchTime::DEFAULT }
+    }
+
+    /// The same problem, its `peak=` and `peak+offload=` searches taking `time` rather than
+    /// [`SearchTime::DEFAULT`]: more to narrow the gap of an answer near the least peak, less
+    /// to sweep many limits.
+    ///
+    /// ```
+    /// use remat_core::{CostModel, Problem, SearchTime};
+    ///
+    /// let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/two_regions.graph.json"))?;
+    /// let problem = Problem::read(&doc)?.with_search_time("5s".parse::<SearchTime>()?);
+    /// let solved = problem.partition("peak=2KiB".parse()?, &CostModel::default())?;
+    /// assert!(solved.plan().predicted_peak() <= 2048);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_search_time(self, time: SearchTime) -> Self {
+        Problem { time, ..self }
     }
 
     /// The partition graph: what the partitioner sees.
@@ -98,7 +122,7 @@ impl<'j> Problem<'j> {
     /// `remat.joint` document is planned in its node order, forward nodes first (docs/graph-json.md).
     pub fn partition(&self, strategy: Strategy, model: &CostModel) -> Result<Partitioned<'_>> {
         let schedule = self.schedule();
-        let (partition, plan) = solve(&schedule, &self.graph, strategy, model)?;
+        let (partition, plan) = solve(&schedule, &self.graph, strategy, model, self.time)?;
         let windows = schedule.transfer_windows(&plan);
         Ok(Partitioned { graph: &self.graph, partition, plan, windows })
     }
@@ -133,15 +157,16 @@ impl<'j> Problem<'j> {
 
 /// Partitions `graph` with `strategy` and plans the partition over `schedule` (of the joint
 /// graph `graph` was made from, or of `graph` itself, which plans alike): for `peak=`, the
-/// search over plans ([`crate::peak::partition_for_peak`]).
+/// search over plans ([`crate::peak::partition_for_peak`]), taking `time`.
 pub(crate) fn solve<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     graph: &PGraph,
     strategy: Strategy,
     model: &CostModel,
+    time: SearchTime,
 ) -> Result<(Partition, Plan)> {
     if strategy.peak().is_some() {
-        return crate::peak::search(schedule, graph, strategy, model);
+        return crate::peak::search(schedule, graph, strategy, model, time);
     }
     let partition = partition_with(graph, strategy, model)?;
     let plan = schedule.plan(&partition, model)?;

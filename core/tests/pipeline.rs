@@ -4,7 +4,7 @@
 //! byte budget's plan.
 
 use remat_core::{partition_with, peak_lower_bound, read_document, read_joint, Document, PGraph, Report};
-use remat_core::{Budget, CostModel, Graph, JointGraph, Model, Partition, Plan, Problem, Strategy};
+use remat_core::{Budget, CostModel, Error, Graph, JointGraph, Model, Partition, Plan, Problem, SearchTime, Strategy};
 use remat_zoo::{self as zoo, MlpConfig};
 
 const GRAPH_DOC: &str = include_str!("../../docs/examples/two_regions.graph.json");
@@ -165,6 +165,50 @@ fn peak_works_from_every_entry_within_the_limit_at_the_least_recompute_of_a_budg
     let problem = Problem::from_joint(&traced);
     let solved = problem.partition(Strategy::Peak(limit), &model).unwrap();
     assert_eq!(m.partition().unwrap(), solved.partition());
+}
+
+/// The shortest search time a problem takes still answers within the limit, at no more recompute
+/// than the min-cut's plan where that fits, or refuses naming the least peak: a search cut short
+/// keeps the plans it started from. The 2-layer Llama of docs/peak from the min-cut's peak down to
+/// below the least peak; the small documents solve within the time, as by default.
+#[test]
+fn the_shortest_search_time_answers_within_the_limit_or_refuses() {
+    let model = CostModel::default();
+    let quick = SearchTime::new(SearchTime::LEAST).unwrap();
+    for doc in [JOINT_DOC, GRAPH_DOC] {
+        let limit =
+            Problem::read(doc).unwrap().partition(Strategy::MinCut, &model).unwrap().plan().predicted_peak() as u64;
+        let (usual, quick_one) = (Problem::read(doc).unwrap(), Problem::read(doc).unwrap().with_search_time(quick));
+        let by_default = usual.partition(Strategy::Peak(limit), &model).unwrap();
+        let quickly = quick_one.partition(Strategy::Peak(limit), &model).unwrap();
+        assert_eq!(quickly.partition(), by_default.partition(), "a small document within {quick}");
+    }
+    let llama = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/peak/llama.joint.json")).unwrap();
+    let problem = Problem::read(&llama).unwrap().with_search_time(quick);
+    let mincut = problem.partition(Strategy::MinCut, &model).unwrap();
+    let (high, mincut_flops) = (mincut.plan().predicted_peak() as u64, mincut.partition().recompute_flops);
+    // Down to 80 % of the min-cut's peak: below the least peak of any plan (about 92 %).
+    let low = high * 4 / 5;
+    for k in 0..=4 {
+        let limit = low + (high - low) * k / 4;
+        match problem.partition(Strategy::Peak(limit), &model) {
+            Ok(solved) => {
+                assert!(solved.plan().predicted_peak() as u64 <= limit, "peak={limit}");
+                let gap = solved.partition().optimality_gap.expect("a peak answer carries its gap");
+                assert!((0.0..=1.0).contains(&gap), "peak={limit}: gap {gap}");
+                if limit == high {
+                    assert!(solved.partition().recompute_flops <= mincut_flops, "peak={limit}: above the min-cut's");
+                }
+            }
+            Err(Error::Infeasible { least, message, .. }) => {
+                assert!(limit < high, "peak={limit}: the min-cut's own peak refused: {message}");
+                assert!(message.contains("cannot be met") || message.contains("was not met"), "{message}");
+                assert!(!message.contains("below 0 bytes"), "peak={limit}: a bound of nothing named: {message}");
+                assert!(least.is_none_or(|l| l > limit), "peak={limit}: {message}");
+            }
+            Err(e) => panic!("peak={limit}: {e}"),
+        }
+    }
 }
 
 #[test]

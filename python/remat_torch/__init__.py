@@ -43,34 +43,41 @@ class RematError(ValueError):
     """remat refused the joint graph (the message names the node) or the strategy."""
 
 
-def partition_joint(doc: dict, strategy: str = "mincut", *, text: bool = False) -> dict | str:
+def partition_joint(
+    doc: dict, strategy: str = "mincut", *, text: bool = False, search_seconds: float | None = None
+) -> dict | str:
     """remat's report on a ``remat.joint`` document: ``saved``, ``held``, ``recomputed``, one
     decision per value with its reason, totals; with ``text``, the table ``remat partition``
-    prints."""
+    prints. ``search_seconds``: how long a ``peak=`` search may look (default 20, from 1 to a
+    week; ``remat partition --search-seconds``): more narrows the gap of an answer near the
+    least peak; refused with another strategy."""
     if not isinstance(doc, dict):
         raise ValueError(f"doc: expected a remat.joint document (a dict), got {type(doc).__name__}")
     strategy = _strategy(strategy, None)
     if not isinstance(text, bool):
         raise ValueError(f"text={text!r}: expected True or False")
+    seconds = _seconds(search_seconds)
     try:
-        report = _remat.partition(json.dumps(doc), strategy, text)
+        report = _remat.partition(json.dumps(doc), strategy, text, seconds)
     except ValueError as e:
         raise RematError(str(e)) from None
     return report if text else json.loads(report)
 
 
-def plan_joint(doc: dict, strategy: str = "mincut") -> dict:
+def plan_joint(doc: dict, strategy: str = "mincut", *, search_seconds: float | None = None) -> dict:
     """remat's plan of a ``remat.joint`` document: ``report`` (what :func:`partition_joint`
     returns), ``forward`` and ``backward`` (each program's steps in order, ``[kind, id]`` with
     ``kind`` one of ``compute``, ``recompute``, ``free``, ``alias``, ``offload``, ``fetch`` and
     ``id`` the node's document id), ``planned_peak`` and ``resident_bytes`` (the inputs and
     parameters, which remat counts live from the start; a tangent is computed at the backward's
-    start). One search gives both the partition and its plan (``peak=`` searches over plans)."""
+    start). One search gives both the partition and its plan (``peak=`` searches over plans);
+    ``search_seconds`` as in :func:`partition_joint`."""
     if not isinstance(doc, dict):
         raise ValueError(f"doc: expected a remat.joint document (a dict), got {type(doc).__name__}")
     strategy = _strategy(strategy, None)
+    seconds = _seconds(search_seconds)
     try:
-        return json.loads(_remat.plan(json.dumps(doc), strategy))
+        return json.loads(_remat.plan(json.dumps(doc), strategy, seconds))
     except ValueError as e:
         raise RematError(str(e)) from None
 
@@ -119,6 +126,32 @@ def _strategy(strategy: Any, budget: Any) -> str:
             raise ValueError(f"give a strategy or a budget, not both ({strategy!r}, budget={budget!r})")
         return _budget_strategy(budget)
     return strategy or "mincut"
+
+
+def _seconds(search_seconds: Any) -> float | None:
+    """``search_seconds`` as the float remat reads (which checks its range and strategy)."""
+    if search_seconds is None:
+        return None
+    if isinstance(search_seconds, bool) or not isinstance(search_seconds, numbers.Real):
+        raise ValueError(f"search_seconds={search_seconds!r}: expected a number of seconds (20, 2.5)")
+    return float(search_seconds)
+
+
+def _checked_seconds(search_seconds: Any, strategy: str) -> float | None:
+    """``search_seconds`` for ``strategy``, refused now (not at the first call of the compiled
+    model) where remat would refuse it."""
+    seconds = _seconds(search_seconds)
+    if seconds is None:
+        return None
+    if strategy == "torch":
+        raise ValueError(
+            f"search_seconds: {seconds:g} s: only `peak=` and `peak+offload=` search by time; `torch` takes none"
+        )
+    try:
+        _remat.partition(json.dumps(_EMPTY), strategy, False, seconds)
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    return seconds
 
 
 def _budget_strategy(budget: Any) -> str:
@@ -183,6 +216,7 @@ def partition_fn(
     num_fwd_outputs: int,
     strategy: str = "mincut",
     policy: str | None = None,
+    search_seconds: float | None = None,
     **_kwargs: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """A ``partition_fn`` for ``aot_autograd``: remat chooses the saved values, PyTorch's
@@ -193,10 +227,12 @@ def partition_fn(
     nodes are put in the order of remat's plan (:func:`plan_joint`), so that a compiler running
     them node by node, freeing each value after its last use (``aot_eager``), runs remat's plan.
     ``policy`` (remat's words, ``"save(matmul, sdpa)"``) replaces PyTorch's tag on every op of
-    every checkpointed region (:func:`with_policy`)."""
+    every checkpointed region (:func:`with_policy`). ``search_seconds``: how long a ``peak=``
+    search may look (:func:`partition_joint`)."""
     from torch._functorch.partitioners import _extract_fwd_bwd_modules
 
     strategy = _compiled_strategy(strategy, None)
+    search_seconds = _checked_seconds(search_seconds, strategy)
     lists = None if policy is None else _policy.parse(policy)
     _merge_common_subexpressions(joint_module, num_fwd_outputs)
     doc = joint_document(joint_module, num_fwd_outputs, static_inputs=_kwargs.get("static_lifetime_input_indices"))
@@ -204,7 +240,7 @@ def partition_fn(
         _policy.apply(doc, lists)
     if strategy == "torch":
         strategy = _torch_budget_strategy(doc) or "mincut"
-    planned = plan_joint(doc, strategy) if strategy.startswith("peak=") else None
+    planned = plan_joint(doc, strategy, search_seconds=search_seconds) if strategy.startswith("peak=") else None
     report = planned["report"] if planned else partition_joint(doc, strategy)
     # Nothing asks remat to offload here (PyTorch's tags have no offload policy, and
     # budget+offload is refused): whatever remat would offload is kept on the device.
@@ -310,6 +346,7 @@ def backend(
     budget: float | int | None = None,
     compiler: str = "inductor",
     policy: str | None = None,
+    search_seconds: float | None = None,
 ) -> Callable:
     """A ``torch.compile`` backend that partitions with remat: ``strategy`` is ``"mincut"``
     (the default), ``"respect"``, ``"budget=B"`` or ``"torch"`` (PyTorch's
@@ -324,11 +361,14 @@ def backend(
     graphs run in the plan's order (see :func:`partition_fn`); Inductor reorders and fuses.
     ``policy`` is remat's words for the ops of every region PyTorch marks as checkpointed
     (``"save(matmul, sdpa)"``, the grammar of ``#[checkpoint(policy = ..)]``): selective
-    checkpointing for a model that cannot take a ``context_fn`` (see :func:`with_policy`)."""
+    checkpointing for a model that cannot take a ``context_fn`` (see :func:`with_policy`).
+    ``search_seconds``: how long the ``peak=`` search may look (default 20 s; see
+    :func:`partition_joint`)."""
     # Every argument is checked now, not at the first call of the compiled model.
     if not isinstance(compiler, str) or compiler not in _COMPILERS:
         raise ValueError(f"compiler {compiler!r}: expected one of {', '.join(map(repr, _COMPILERS))}")
     chosen = _compiled_strategy(strategy, budget, compiler)
+    search_seconds = _checked_seconds(search_seconds, chosen)
     if policy is not None:
         _policy.parse(policy)
     if compiler == "inductor":
@@ -348,7 +388,7 @@ def backend(
     return aot_autograd(
         fw_compiler=boxed_nop,
         bw_compiler=boxed_nop,
-        partition_fn=functools.partial(partition_fn, strategy=chosen, policy=policy),
+        partition_fn=functools.partial(partition_fn, strategy=chosen, policy=policy, search_seconds=search_seconds),
         keep_inference_input_mutations=True,
     )
 

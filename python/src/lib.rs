@@ -5,16 +5,21 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use remat_core::{CostModel, OpKind, PGraph, Problem, RegionPolicy, Step, Strategy};
+use remat_core::{CostModel, OpKind, PGraph, Problem, RegionPolicy, SearchTime, Step, Strategy};
 
 /// Partitions `document` (JSON text) with `strategy` (`"respect"`, `"mincut"`, `"budget=0.5"`,
 /// `"budget=64MiB"`, `"peak=64MiB"`, ...) and returns remat's report as JSON text (`saved`,
 /// `held`, `offloaded`, `recomputed`, a decision with its reason per value, totals, and the
 /// plan's peaks where there is a plan), or as the text table with `text`: what `remat partition`
-/// prints for the same document and strategy.
-pub fn partition_report(document: &str, strategy: &str, text: bool) -> Result<String, String> {
-    let strategy: Strategy = strategy.parse().map_err(|e: remat_core::Error| format!("strategy {strategy:?}: {e}"))?;
-    let problem = Problem::read(document).map_err(|e| e.to_string())?;
+/// prints for the same document and strategy. `search_seconds`: how long a `peak=` search may
+/// look ([`SearchTime`]; 20 s where `None`).
+pub fn partition_report(
+    document: &str,
+    strategy: &str,
+    text: bool,
+    search_seconds: Option<f64>,
+) -> Result<String, String> {
+    let (strategy, problem) = problem(document, strategy, search_seconds)?;
     let solved = problem.partition(strategy, &CostModel::default()).map_err(|e| e.to_string())?;
     let report = solved.report();
     Ok(if text { report.text() } else { report.json() })
@@ -27,10 +32,10 @@ pub fn partition_report(document: &str, strategy: &str, text: bool) -> Result<St
 /// a tangent is a step of the backward), and `report`: the partition's report, as
 /// [`partition_report`] gives it (one search for both: `peak=` searches over plans). A caller that
 /// runs the graphs itself (`remat_torch` under `aot_eager`) orders them by these programs, so
-/// that what it runs is what remat predicted the peak of.
-pub fn plan_steps(document: &str, strategy: &str) -> Result<String, String> {
-    let strategy: Strategy = strategy.parse().map_err(|e: remat_core::Error| format!("strategy {strategy:?}: {e}"))?;
-    let problem = Problem::read(document).map_err(|e| e.to_string())?;
+/// that what it runs is what remat predicted the peak of. `search_seconds` as in
+/// [`partition_report`].
+pub fn plan_steps(document: &str, strategy: &str, search_seconds: Option<f64>) -> Result<String, String> {
+    let (strategy, problem) = problem(document, strategy, search_seconds)?;
     let solved = problem.partition(strategy, &CostModel::default()).map_err(|e| e.to_string())?;
     let plan = solved.plan();
     let program = |steps: &[Step]| -> serde_json::Value {
@@ -45,6 +50,28 @@ pub fn plan_steps(document: &str, strategy: &str) -> Result<String, String> {
         "resident_bytes": plan.resident_bytes(),
     });
     Ok(out.to_string())
+}
+
+/// The strategy `strategy` names and the problem of `document`, its search taking
+/// `search_seconds` where given (checked, with the strategy, before the document is read).
+fn problem(
+    document: &str,
+    strategy: &str,
+    search_seconds: Option<f64>,
+) -> Result<(Strategy, Problem<'static>), String> {
+    let strategy: Strategy = strategy.parse().map_err(|e: remat_core::Error| format!("strategy {strategy:?}: {e}"))?;
+    let time = search_seconds
+        .map(|s| SearchTime::new(s).and_then(|t| t.for_strategy(strategy)))
+        .transpose()
+        .map_err(|e| format!("search_seconds: {e}"))?;
+    let problem = Problem::read(document).map_err(|e| e.to_string())?;
+    Ok((
+        strategy,
+        match time {
+            Some(time) => problem.with_search_time(time),
+            None => problem,
+        },
+    ))
 }
 
 fn step_kind(step: Step) -> &'static str {
@@ -62,23 +89,30 @@ fn doc_id(graph: &PGraph, step: Step) -> serde_json::Value {
     graph.node(step.node()).id.to_json()
 }
 
-/// `plan(document, strategy) -> str`: see [`plan_steps`]. A document or strategy remat refuses
-/// raises `ValueError` with remat's message.
+/// `plan(document, strategy, search_seconds=None) -> str`: see [`plan_steps`]. A document,
+/// strategy or time remat refuses raises `ValueError` with remat's message.
 #[pyfunction]
-#[pyo3(name = "plan")]
-fn py_plan(py: Python<'_>, document: &str, strategy: &str) -> PyResult<String> {
-    py.detach(|| plan_steps(document, strategy)).map_err(PyValueError::new_err)
+#[pyo3(name = "plan", signature = (document, strategy, search_seconds = None))]
+fn py_plan(py: Python<'_>, document: &str, strategy: &str, search_seconds: Option<f64>) -> PyResult<String> {
+    py.detach(|| plan_steps(document, strategy, search_seconds)).map_err(PyValueError::new_err)
 }
 
-/// `partition(document, strategy, text=False) -> str`: see [`partition_report`]; with
+/// `partition(document, strategy, text=False, search_seconds=None) -> str`: see
+/// [`partition_report`]; with
 /// `text`, the report as `remat partition` prints it (a table with a reason per value). A
 /// document or strategy remat refuses raises `ValueError` with remat's message (which names the
 /// node).
 #[pyfunction]
-#[pyo3(name = "partition", signature = (document, strategy, text = false))]
-fn py_partition(py: Python<'_>, document: &str, strategy: &str, text: bool) -> PyResult<String> {
+#[pyo3(name = "partition", signature = (document, strategy, text = false, search_seconds = None))]
+fn py_partition(
+    py: Python<'_>,
+    document: &str,
+    strategy: &str,
+    text: bool,
+    search_seconds: Option<f64>,
+) -> PyResult<String> {
     // The partition holds no Python object: other Python threads may run meanwhile.
-    py.detach(|| partition_report(document, strategy, text)).map_err(PyValueError::new_err)
+    py.detach(|| partition_report(document, strategy, text, search_seconds)).map_err(PyValueError::new_err)
 }
 
 /// What a policy written as in `#[checkpoint(policy = ..)]` (`"save(matmul, sdpa)"`) says, as

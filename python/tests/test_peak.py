@@ -76,3 +76,21 @@ def test_the_limits_bench_gives_each_answer_or_its_refusal(tmp_path):
     assert "cannot be met" in refused["error"]
     rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 2 and rows[0].startswith("| 1 000 000 000 000 | 0 |") and "cannot be met" in rows[1], table
+
+
+@pytest.mark.parametrize("strategy", ["peak=64KiB", "peak+offload=64KiB"])
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_a_search_time_reaches_the_search_as_the_commands_flag_does(path, strategy):
+    cli = os.environ.get("REMAT_CLI")
+    if not cli:
+        pytest.skip("REMAT_CLI (the `remat` command built beside the extension) is not set")
+    printed = subprocess.run(
+        [cli, "partition", str(path), "--strategy", strategy, "--search-seconds", "3", "--json"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert _remat.partition(path.read_text(), strategy, False, 3.0) == printed
+    from remat_torch import partition_joint, plan_joint
+
+    doc = json.loads(path.read_text())
+    assert partition_joint(doc, strategy, search_seconds=3) == json.loads(printed)
+    assert plan_joint(doc, strategy, search_seconds=3)["report"] == json.loads(printed)

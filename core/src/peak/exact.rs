@@ -30,15 +30,13 @@ use crate::partition::{partition_with, partition_with_rows, CostModel, Extra, PG
 use crate::plan::{Plan, Schedulable, Schedule};
 use std::time::{Duration, Instant};
 
-/// Seconds the rounds may take together.
-const SECONDS: f64 = 20.0;
 /// Seconds below which no round starts: too short for HiGHS to find a plan.
 const ROUND_LEAST: f64 = 0.5;
 /// The share of the seconds left that one round's program may take: a program stopped short
 /// still hands its best choice to the repair, and a later round (with the repaired plan's cost
 /// as its cutoff) raises the bound.
 const ROUND_SHARE: f64 = 0.5;
-/// Seconds the repair of a round's plan may take at least, even past [`SECONDS`]: without a
+/// Seconds the repair of a round's plan may take at least, even past the search's time: without a
 /// repaired plan the search falls back to the walk (minutes).
 const REPAIR_SECONDS: f64 = 3.0;
 /// Rounds of the program before it gives up: each adds the rows a plan over the limit breaks,
@@ -57,7 +55,7 @@ const LEAST_GAP: f64 = 0.005;
 /// limit out of reach.
 const REFINE: f64 = 0.5;
 /// Seconds the least-peak search may take where a memory row alone proves the limit out of
-/// reach (it stops sooner: see [`least_peak`]).
+/// reach (it stops sooner: see [`least_peak`]), at most the search's time.
 const LEAST_SEARCH: f64 = 10.0;
 
 /// What the program found.
@@ -84,26 +82,30 @@ pub(super) struct Found {
 
 /// The exact search of `pg` planned in `schedule`, under `limit` bytes on the device; with
 /// `offload`, the program chooses offloads too, and its cost is recompute plus exposed transfer
-/// seconds (the rows count an offloaded value off the device between the passes).
+/// seconds (the rows count an offloaded value off the device between the passes). The rounds
+/// take `seconds` together, the least-peak search before them a share of it.
 pub(super) fn solve<S: Schedulable + ?Sized>(
     schedule: &Schedule<'_, S>,
     pg: &PGraph,
     limit: u64,
     offload: bool,
     model: &CostModel,
+    seconds: f64,
 ) -> Result<Outcome> {
-    let asked = Asked { limit, offload, model };
+    let asked = Asked { limit, offload, model, seconds };
     match schedule {
         Schedule::InOrder(g) => solve_rows(&rows::Schedule::of(*g)?, schedule, pg, &asked),
         Schedule::ForwardFirst(f) => solve_rows(&rows::Schedule::of(f)?, schedule, pg, &asked),
     }
 }
 
-/// What the search was asked: the device limit, whether it may offload, the cost model.
+/// What the search was asked: the device limit, whether it may offload, the cost model, the
+/// seconds its rounds may take.
 struct Asked<'m> {
     limit: u64,
     offload: bool,
     model: &'m CostModel,
+    seconds: f64,
 }
 
 fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
@@ -112,13 +114,22 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     pg: &PGraph,
     asked: &Asked<'_>,
 ) -> Result<Outcome> {
-    let Asked { limit, offload, model } = *asked;
+    let Asked { limit, offload, model, seconds } = *asked;
     let cost = |p: &Partition| p.cost(model);
     let watch = Watch::new(schedule, pg, limit, offload, model);
     let mut extra = Extra { gap: GAP, watch: Some(&watch), ..Extra::default() };
     if !add(&mut extra, rows.rows(), schedule, pg, Room::Bytes(limit)) {
         // A row over the limit whatever is saved: refused, with the least peak.
-        let least = least_peak(rows, schedule, pg, offload, model, LEAST_SEARCH, min_cut(schedule, pg, model)?, limit)?;
+        let least = least_peak(
+            rows,
+            schedule,
+            pg,
+            offload,
+            model,
+            LEAST_SEARCH.min(seconds),
+            min_cut(schedule, pg, model)?,
+            limit,
+        )?;
         return Ok(Outcome::Infeasible(Box::new(least)));
     }
     let start = Instant::now();
@@ -131,7 +142,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     let (mut best, least) = if mincut.1.predicted_peak() as u64 <= limit {
         (Some(mincut), None)
     } else {
-        let least = least_peak(rows, schedule, pg, offload, model, SECONDS * LEAST_SHARE, mincut, limit)?;
+        let least = least_peak(rows, schedule, pg, offload, model, seconds * LEAST_SHARE, mincut, limit)?;
         if least.lower > limit {
             return Ok(Outcome::Infeasible(Box::new(least)));
         }
@@ -146,7 +157,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     // The rows made on demand so far.
     let mut made = Vec::new();
     for round in 0..ROUNDS {
-        let left = SECONDS - start.elapsed().as_secs_f64();
+        let left = seconds - start.elapsed().as_secs_f64();
         if left <= ROUND_LEAST {
             break;
         }
@@ -210,7 +221,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // The plan repaired: where it is within the stopping gap of the bound, it is the answer;
         // else it is kept for when the rounds run out.
         let deadline =
-            (start + Duration::from_secs_f64(SECONDS)).max(Instant::now() + Duration::from_secs_f64(REPAIR_SECONDS));
+            (start + Duration::from_secs_f64(seconds)).max(Instant::now() + Duration::from_secs_f64(REPAIR_SECONDS));
         if let Some(repaired) = repair(schedule, pg, &searched.partition, &plan, limit, offload, model, deadline)? {
             if best.as_ref().is_none_or(|b| cost(&repaired.0) < cost(&b.0)) {
                 best = Some(repaired);
