@@ -1,4 +1,4 @@
-//! [`Tensor`]: a handle to one node of a [`Trace`], through which model code records ops (the op
+//! [`Tensor`]: a handle to one node of a [`Trace`](crate::Trace), through which model code records ops (the op
 //! methods themselves are in `tensor_ops.rs`).
 
 use crate::dtype::DType;

@@ -1,4 +1,4 @@
-//! Tracing: recording ops on [`Tensor`](crate::Tensor) handles into a tagged [`Graph`].
+//! Tracing: recording ops on [`Tensor`] handles into a tagged [`Graph`].
 //!
 //! A [`Trace`] owns the graph being recorded. Tensors are cheap handles (a node id and the
 //! trace). Recording checks shapes and dtypes at once; an error does not panic and does not stop

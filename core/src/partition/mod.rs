@@ -15,7 +15,7 @@
 //! by the caller; boundary values are kept by whoever reads them ([`boundary`]: "whoever reads
 //! it keeps it"); views are replayed from their base (a kept view means a kept base); a MustSave
 //! value the backward never needs is reported, not saved; a MustRecompute value the rules must
-//! keep is an error naming both, in every strategy. [`check`] verifies every partition against
+//! keep is an error naming both, in every strategy. [`check()`] verifies every partition against
 //! these rules independently of how it was found (after every partition in debug builds).
 
 mod amount;

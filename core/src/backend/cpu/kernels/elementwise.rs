@@ -304,9 +304,9 @@ pub(super) fn unary_grad<T: Float>(
     finish(call, out)
 }
 
-/// Inverted dropout. Element `i` is kept iff [`rng::dropout_keeps`] says so for the op's stream
-/// seed, key and `i`, so the forward pass, its recompute and the gradient (the same op applied
-/// to the incoming gradient) all see one mask. The Philox block behind four consecutive
+/// Inverted dropout. Element `i` is kept iff `rng::dropout_keeps` (the tests' rule) says so for
+/// the op's stream seed, key and `i`, so the forward pass, its recompute and the gradient (the
+/// same op applied to the incoming gradient) all see one mask. The Philox block behind four consecutive
 /// elements is computed once here instead of four times; a test checks the two agree.
 pub(super) fn dropout<T: Float>(
     call: &KernelCall<'_>,
