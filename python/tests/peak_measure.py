@@ -181,8 +181,8 @@ def compile_and_capture(model: nn.Module, strategy: str | None) -> tuple[Callabl
 
     plan_joint = remat_torch.plan_joint
 
-    def recording(doc: dict, chosen: str) -> dict:
-        planned = plan_joint(doc, chosen)
+    def recording(doc: dict, chosen: str, **options: Any) -> dict:
+        planned = plan_joint(doc, chosen, **options)
         captured.append((doc, planned))
         return planned
 

@@ -116,3 +116,22 @@ def test_the_plan_comes_with_the_report_it_plans():
                 live.add(value)
     with pytest.raises(remat_torch.RematError, match="cannot be met"):
         remat_torch.plan_joint(doc, "peak=1")
+
+
+def test_the_backends_search_time_reaches_the_search(monkeypatch):
+    # The time given to the backend is the one remat's search gets for each joint graph.
+    make, inputs = MODELS[next(iter(MODELS))]
+    plan_joint, asked = remat_torch.plan_joint, []
+
+    def recording(doc, strategy, **options):
+        asked.append(options)
+        return plan_joint(doc, strategy, **options)
+
+    monkeypatch.setattr(remat_torch, "plan_joint", recording)
+    torch.manual_seed(0)
+    compiled = torch.compile(make(), backend=remat_torch.backend("peak=1TiB", compiler="aot_eager",
+                                                                search_seconds=3))
+    torch._dynamo.reset()
+    compiled(*inputs).sum().backward()
+    torch._dynamo.reset()
+    assert asked and all(options == {"search_seconds": 3.0} for options in asked), asked
