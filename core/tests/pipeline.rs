@@ -199,6 +199,11 @@ fn the_shortest_search_time_answers_within_the_limit_or_refuses() {
                 if limit == high {
                     assert!(solved.partition().recompute_flops <= mincut_flops, "peak={limit}: above the min-cut's");
                 }
+                // The report says what kind of search answered, and where it stopped short of
+                // 1 %, that more time may narrow the gap.
+                let text = solved.report().text();
+                assert!(text.contains("peak search: "), "peak={limit}: {text}");
+                assert_eq!(text.contains("more search time may narrow it"), gap > 0.01, "peak={limit}: {text}");
             }
             Err(Error::Infeasible { least, message, .. }) => {
                 assert!(limit < high, "peak={limit}: the min-cut's own peak refused: {message}");
