@@ -73,14 +73,15 @@ impl Report<'_> {
             p.host_bytes,
             p.exposed_transfer_s * 1e3
         );
-        let search = if p.strategy.peak().is_some() { "peak search" } else { "budget search" };
+        let peak = p.strategy.peak().is_some();
+        let search = if peak { "peak search" } else { "budget search" };
         match p.optimality_gap {
             Some(0.0) => {
                 let _ = writeln!(out, "{search}: optimal (gap 0 to the proven lower bound)");
             }
             Some(gap) => {
-                // The peak search stops within 1 % of its bound unless its time runs out first.
-                let more = if p.strategy.peak().is_some() && gap > 0.01 {
+                // The peak search stops within its gap of its bound unless its time runs out first.
+                let more = if peak && gap > crate::peak::STOPPING_GAP {
                     "; more search time may narrow it (--search-seconds, search_seconds=, Problem::with_search_time)"
                 } else {
                     ""
