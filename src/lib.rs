@@ -32,7 +32,7 @@ pub use remat_core::{Graph, JointGraph, Node, NodeId, Region, RegionId, SrcLoc, 
 // Planning.
 pub use remat_core::{
     Action, Budget, CostModel, Decision, Model, OffloadReason, Partition, Plan, Reason, SearchTime, Step, Strategy,
-    TransferWindow,
+    TransferWindow, PEAK_STOPPING_GAP,
 };
 // A graph document or a traced graph to its partition, plan and report, in one pipeline.
 pub use remat_core::{Evaluated, Partitioned, Problem};

@@ -74,7 +74,7 @@ pub use partition::{
 /// Test hooks (the `test-hooks` feature, which only this crate's own tests turn on).
 #[cfg(feature = "test-hooks")]
 pub use partition::{partition_by_heuristic, partition_by_program};
-pub use peak::{partition_for_peak, peak_lower_bound, PeakBound, SearchTime};
+pub use peak::{partition_for_peak, peak_lower_bound, PeakBound, SearchTime, STOPPING_GAP as PEAK_STOPPING_GAP};
 // The pipeline: a document or graph to its partition, plan and report.
 pub use pipeline::{Evaluated, Partitioned, Problem};
 // Plans.

@@ -28,7 +28,7 @@ pub use time::SearchTime;
 /// The relative gap to its bound at which the exact search stops: a plan this close to the least
 /// recompute of the rows is as good as the rows can tell. An answer with a larger gap is one the
 /// search's time ran out on (the report says more time may narrow it).
-pub(crate) const STOPPING_GAP: f64 = 0.01;
+pub const STOPPING_GAP: f64 = 0.01;
 
 use crate::error::{Error, Limit, Result};
 use crate::partition::{CostModel, PGraph, Partition, Strategy};

@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use remat_core::{enter_region, PolicyTable, RegionGuard, RegionSpec};
-use remat_core::{partition, partition_with, PGraph};
+use remat_core::{partition, partition_with, PGraph, PEAK_STOPPING_GAP};
 use remat_core::{
     Budget, CpuBackend, DType, Error, Feeds, Graph, JointGraph, Limit, Model, OpKind, Policy, Strategy, Tensor, Trace,
 };
@@ -427,6 +427,9 @@ proptest! {
                     let gap = p.optimality_gap.unwrap();
                     prop_assert!(p.recompute_flops as f64 * (1.0 - gap) <= best as f64 + 1e-6 * best as f64 + 1e-9,
                         "peak={limit}: {} FLOPs with gap {gap}, the least is {best}", p.recompute_flops);
+                    // Programs this small are solved in milliseconds: the search ends proven
+                    // within its stopping gap, never with an earlier round's bound.
+                    prop_assert!(gap <= PEAK_STOPPING_GAP + 1e-9, "peak={limit}: {} FLOPs with gap {gap}", p.recompute_flops);
                     if gap == 0.0 {
                         prop_assert_eq!(p.recompute_flops, best, "peak={}", limit);
                         prop_assert!(p.recompute_flops <= last_flops, "recompute rose with the limit");
@@ -544,6 +547,7 @@ proptest! {
                     let gap = p.optimality_gap.unwrap();
                     prop_assert!(cost * (1.0 - gap) <= best + tolerance,
                         "peak+offload={limit}: {cost} with gap {gap}, the least is {best}");
+                    prop_assert!(gap <= PEAK_STOPPING_GAP + 1e-9, "peak+offload={limit}: {cost} with gap {gap}");
                     if let Ok(plain) = Model::with_strategy(graph.clone(), Strategy::Peak(limit)) {
                         // The plain search's plan (tagged offloads made) is one of this search's.
                         let plain = plain.partition().unwrap();
@@ -643,7 +647,9 @@ proptest! {
                     prop_assert!(plan.predicted_peak() as u64 <= limit);
                     prop_assert!(holds_released_to_the_forward_end(&pg, &plan));
                     prop_assert!(p.recompute_flops >= best);
-                    if p.optimality_gap == Some(0.0) {
+                    let gap = p.optimality_gap.expect("a peak answer carries its gap");
+                    prop_assert!(gap <= PEAK_STOPPING_GAP + 1e-9, "peak={limit}: {} FLOPs with gap {gap}", p.recompute_flops);
+                    if gap == 0.0 {
                         prop_assert_eq!(p.recompute_flops, best, "peak={}", limit);
                     }
                 }

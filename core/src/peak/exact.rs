@@ -109,7 +109,7 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     asked: &Asked<'_>,
 ) -> Result<Outcome> {
     let Asked { limit, offload, model, seconds } = *asked;
-    let cost = |p: &Partition| p.cost(model);
+    let cost = |p: &Partition| search_cost(p, offload, model);
     let watch = Watch::new(schedule, pg, limit, offload, model);
     let mut extra = Extra { gap: GAP, watch: Some(&watch), ..Extra::default() };
     if !add(&mut extra, rows.rows(), schedule, pg, Room::Bytes(limit)) {
@@ -162,6 +162,9 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // limits, and in 8 s cost the Llama's 5.75 MB its second round: 6.74 % against 0.85 %.)
         extra.seconds = left;
         watch.holding(best.as_ref().map(|b| cost(&b.0)));
+        // The cutoff the program runs under: the watch may lower `extra.cutoff` below its answer
+        // (where the answer is itself the plan the watch found).
+        let cutoff = extra.cutoff;
         let searched = partition_with_rows(pg, &extra, model, offload);
         // A plan within the limit the program passed on its way, with the reasons the search
         // gives its own decisions.
@@ -193,10 +196,12 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // nothing in its time, and the eviction path or the plan that recomputes all it may
         // answered for it). The best plan stands, with the bound proven so far.
         let answer = cost(&searched.partition);
-        if extra.cutoff.is_some_and(|c| answer > c) || answer < lower * (1.0 - 1e-6) {
-            if extra.cutoff.is_some() {
-                // Its bound holds: the program stopped below the cutoff with it.
-                lower = lower.max(searched.bound.unwrap_or(0.0));
+        if cutoff.is_some_and(|c| answer > c) || answer < lower * (1.0 - 1e-6) {
+            if cutoff.is_some() {
+                // Its bound holds: the program stopped below the cutoff with it, or (no bound) it
+                // answered its own optimum just above the cutoff (HiGHS's tolerance on the
+                // offload program's continuous objective), a bound as good.
+                lower = lower.max(searched.bound.unwrap_or(answer));
             }
             break;
         }
@@ -250,6 +255,19 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // No plan within the limit is known only where the least-peak search ran.
         (None, Some(least)) => Ok(Outcome::Unmet(least)),
         (None, None) => Err(Error::internal("the peak search's rounds lost the plan they started from")),
+    }
+}
+
+/// What the search minimises of `p`, whatever strategy made it (the min-cut's plan, a repair's,
+/// the program's): recompute FLOPs, or where it may offload, recompute plus exposed transfer
+/// seconds under `model` — the answer's [`Partition::cost`] once it names `peak+offload=`. (The
+/// min-cut's plan costed by its own strategy is in FLOPs, and where it recomputes nothing but
+/// offloads what is tagged, 0: a cutoff below the least cost, and an answer with a gap of 1.)
+pub(super) fn search_cost(p: &Partition, offload: bool, model: &CostModel) -> f64 {
+    if offload {
+        model.compute_s(p.recompute_flops) + p.exposed_transfer_s
+    } else {
+        p.recompute_flops as f64
     }
 }
 

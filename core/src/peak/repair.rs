@@ -42,11 +42,7 @@ impl<'m> Scoring<'m> {
 impl Scoring<'_> {
     /// The search's cost: recompute FLOPs, or with offloads, recompute plus exposed seconds.
     pub(super) fn cost(&self, p: &Partition) -> f64 {
-        if self.offload {
-            p.cost(self.model)
-        } else {
-            p.recompute_flops as f64
-        }
+        super::exact::search_cost(p, self.offload, self.model)
     }
 }
 

@@ -229,8 +229,10 @@ pub(super) fn refine<'s, 'e>(
         let solved = problem.solve_graded(true, early_bound, None).map(Graded::proved);
         // Nothing to compare where the search proved its plan optimal, or where it answers a
         // caller's rows (the peak search, whose plain program is as hard as `peak=` itself and
-        // whose own rounds compare plans).
-        let settled = solved.as_ref().is_ok_and(|s| s.bound.is_none() || extra.is_some());
+        // whose own rounds compare plans) — there even where the program found nothing: under
+        // the caller's cutoff that is a proof the caller needs, which a plain plan costing more
+        // than the cutoff would hide (it took the peak search's bound to 0, its gap to 1).
+        let settled = extra.is_some() || solved.as_ref().is_ok_and(|s| s.bound.is_none());
         let plain = (!settled).then(|| {
             let plain_off = off.without_choice();
             let mut plain =
