@@ -253,6 +253,45 @@ def score(remat, doc_path, ids, decisions, timeout):
         print(f"{d.get('label')}: {json.dumps(d['evaluate'])} -> remat {answer}", file=sys.stderr)
 
 
+def mib(n):
+    """Bytes in MiB, two decimals, as docs/peak.md writes them."""
+    return f"{n / 2**20:.2f} MiB"
+
+
+def points_table(points):
+    """docs/peak.md's table of a `remat.points` file: per point PyTorch's peak and recompute as
+    `remat evaluate` scores them, remat's `peak=` answer at that peak (recompute, its own peak,
+    its gap, its seconds), and whether a smaller budget peaks above a larger one's."""
+    print("| budget | PyTorch peak | PyTorch recompute FLOPs | remat recompute at that peak (its peak) | gap | remat s | monotone |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    scored = [p for p in points if "planned_peak" in p.get("evaluate", {})]
+    for p in points:
+        score, answer = p.get("evaluate", {}), p.get("remat_at_peak") or {}
+        if "planned_peak" not in score:
+            print(f"| {p.get('budget')} | not scored: {score.get('error', 'timed out')} | | | | | |")
+            continue
+        if "recompute_flops" in answer:
+            gap = answer.get("optimality_gap")
+            remat = f"{answer['recompute_flops']:,} ({mib(answer['planned_peak'])})"
+            gap = "—" if gap is None else f"{100 * gap:.2f} %"
+        else:
+            remat = "timed out" if answer.get("timed_out") else (answer.get("error", "").splitlines() or ["—"])[-1]
+            gap = "—"
+        # A smaller budget whose decision peaks above a larger budget's.
+        lower = [
+            q
+            for q in scored
+            if p.get("budget") is not None
+            and q.get("budget") is not None
+            and q["budget"] > p["budget"]
+            and q["evaluate"]["planned_peak"] < score["planned_peak"]
+        ]
+        monotone = f"no: {lower[0]['budget']} peaks lower" if lower else "yes"
+        seconds = f"{answer['seconds']:.1f}" if "seconds" in answer else "—"
+        cells = [str(p.get("budget")), mib(score["planned_peak"]), f"{score['recompute_flops']:,}", remat, gap, seconds]
+        print(f"| {' | '.join(cells)} | {monotone} |")
+
+
 def spaced(n):
     """An integer with its thousands apart, as docs/ writes them."""
     return f"{n:,}".replace(",", " ")
@@ -296,6 +335,11 @@ def main():
         help="write the joint document (--doc, or beside --out) and stop: no PyTorch budgets, no remat calls",
     )
     parser.add_argument(
+        "--table",
+        action="store_true",
+        help="print the Markdown table of the remat.points file --out names (written before) and stop",
+    )
+    parser.add_argument(
         "--limits",
         help="comma-separated byte limits: time remat's peak= at each instead of PyTorch's budgets",
     )
@@ -307,6 +351,9 @@ def main():
     if args.limits and (args.fixture or args.export_only):
         parser.error("--limits times the exported model's document: not with --fixture or --export-only")
     out = Path(args.out)
+    if args.table:
+        points_table(json.loads(out.read_text())["points"])
+        return
     out.parent.mkdir(parents=True, exist_ok=True)
 
     if args.fixture:
@@ -349,6 +396,7 @@ def main():
         "points": decisions,
     }
     out.write_text(json.dumps(result, indent=1) + "\n")
+    points_table(decisions)
     print(f"wrote {out} ({len(decisions)} points, document {doc_path}, {len(doc['nodes'])} nodes)", file=sys.stderr)
 
 
