@@ -22,7 +22,7 @@
 //! once its bound is within the gap of the best plan held.
 
 use super::lazy::Lazy;
-use super::repair::{improve, repair, with_reasons};
+use super::repair::{improve, repair, search_cost, with_reasons};
 use super::rows::{self, Link, Row, Rows, Var};
 use super::watch::Watch;
 use super::STOPPING_GAP as GAP;
@@ -264,19 +264,6 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
         // No plan within the limit is known only where the least-peak search ran.
         (None, Some(least)) => Ok(Outcome::Unmet(least)),
         (None, None) => Err(Error::internal("the peak search's rounds lost the plan they started from")),
-    }
-}
-
-/// What the search minimises of `p`, whatever strategy made it (the min-cut's plan, a repair's,
-/// the program's): recompute FLOPs, or where it may offload, recompute plus exposed transfer
-/// seconds under `model` — the answer's [`Partition::cost`] once it names `peak+offload=`. (The
-/// min-cut's plan costed by its own strategy is in FLOPs, and where it recomputes nothing but
-/// offloads what is tagged, 0: a cutoff below the least cost, and an answer with a gap of 1.)
-pub(super) fn search_cost(p: &Partition, offload: bool, model: &CostModel) -> f64 {
-    if offload {
-        model.compute_s(p.recompute_flops) + p.exposed_transfer_s
-    } else {
-        p.recompute_flops as f64
     }
 }
 

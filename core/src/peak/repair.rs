@@ -34,7 +34,8 @@ pub(super) fn choice_of(partition: &Partition, pg: &PGraph) -> Choice {
 
 impl<'m> Scoring<'m> {
     pub(super) fn new(pg: &PGraph, offload: bool, model: &'m CostModel) -> Scoring<'m> {
-        let exposed = if offload { exposed_times(pg, model) } else { Vec::new() };
+        // Every search needs them: a plain `peak=` plan offloads what is tagged `must_offload`.
+        let exposed = exposed_times(pg, model);
         Scoring { offload, model, exposed }
     }
 }
@@ -42,7 +43,20 @@ impl<'m> Scoring<'m> {
 impl Scoring<'_> {
     /// The search's cost: recompute FLOPs, or with offloads, recompute plus exposed seconds.
     pub(super) fn cost(&self, p: &Partition) -> f64 {
-        super::exact::search_cost(p, self.offload, self.model)
+        search_cost(p, self.offload, self.model)
+    }
+}
+
+/// What the search minimises of `p`, whatever strategy made it (the min-cut's plan, a repair's,
+/// the program's): recompute FLOPs, or where it may offload, recompute plus exposed transfer
+/// seconds under `model` — the answer's [`Partition::cost`] once it names `peak+offload=`. (The
+/// min-cut's plan costed by its own strategy is in FLOPs, and where it recomputes nothing but
+/// offloads what is tagged, 0: a cutoff below the least cost, and an answer with a gap of 1.)
+pub(super) fn search_cost(p: &Partition, offload: bool, model: &CostModel) -> f64 {
+    if offload {
+        model.compute_s(p.recompute_flops) + p.exposed_transfer_s
+    } else {
+        p.recompute_flops as f64
     }
 }
 
