@@ -30,6 +30,14 @@ pub use time::SearchTime;
 /// search's time ran out on (the report says more time may narrow it).
 pub const STOPPING_GAP: f64 = 0.01;
 
+/// The 2-layer Llama's joint document of docs/peak (520 nodes), which the exact search's unit
+/// tests plan.
+#[cfg(all(test, feature = "exact"))]
+fn llama_document() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/peak/llama.joint.json");
+    std::fs::read_to_string(path).expect("the Llama document")
+}
+
 use crate::error::{Error, Limit, Result};
 use crate::partition::{CostModel, PGraph, Partition, Strategy};
 use crate::plan::{Plan, Schedulable, Schedule};

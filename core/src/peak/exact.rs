@@ -132,25 +132,19 @@ fn solve_rows<G: Schedulable + ?Sized, S: Schedulable + ?Sized>(
     }
     let start = Instant::now();
     // A first plan within the limit, whose cost less the gap is the first round's cutoff: the
-    // min-cut's (a low peak, found in milliseconds), or below its peak, the min-cut's repaired,
-    // or where the repair finds none, the least-peak search's, which runs until it finds one —
-    // and refuses a limit below every plan's peak in the rounds that prove it, where rounds of
-    // the cost would go on for the whole time and prove nothing.
+    // min-cut's (a low peak, found in milliseconds); below its peak, the min-cut's repaired (a
+    // limit a little below it is met at little more recompute, where the least-peak search's
+    // plan, the least peak at any recompute, would be the fallback: on the 12-layer GPT 768 B
+    // below the min-cut's peak, 11 773 952 FLOPs in 20 s against 3 438 592); where the repair
+    // finds none, the least-peak search's, which runs until it finds one — and refuses a limit
+    // below every plan's peak in the rounds that prove it, where rounds of the cost would go on
+    // for the whole time and prove nothing.
     let mincut = min_cut(schedule, pg, model)?;
     // The best plan within the limit known; `least`, the least-peak search where none is.
-    // Where the min-cut's plan peaks over the limit, that plan repaired: a limit a little below
-    // its peak is met at little more recompute, where the least-peak search's plan (the least
-    // peak, at any recompute) would be the first plan and the fallback (on the 12-layer GPT 768 B
-    // below the min-cut's peak: 11 773 952 FLOPs in 20 s against 3 438 592 from the repair).
-    let repaired = if mincut.1.predicted_peak() as u64 > limit {
-        let deadline = Instant::now() + Duration::from_secs_f64(FIRST_REPAIR.min(seconds * 0.1));
-        repair(schedule, pg, &mincut.0, &mincut.1, limit, offload, model, deadline)?
-    } else {
-        None
-    };
+    let first_repair = Instant::now() + Duration::from_secs_f64(FIRST_REPAIR.min(seconds * 0.1));
     let (mut best, least) = if mincut.1.predicted_peak() as u64 <= limit {
         (Some(mincut), None)
-    } else if let Some(repaired) = repaired {
+    } else if let Some(repaired) = repair(schedule, pg, &mincut.0, &mincut.1, limit, offload, model, first_repair)? {
         (Some(repaired), None)
     } else {
         let least = least_peak(rows, schedule, pg, offload, model, seconds * LEAST_SHARE, mincut, limit)?;

@@ -424,8 +424,7 @@ mod tests {
     /// sets of the 2-layer Llama in docs/peak, at densities from a tenth to nine tenths.
     #[test]
     fn no_row_counts_more_than_the_plan_holds() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/peak/llama.joint.json");
-        let text = std::fs::read_to_string(path).expect("the Llama document");
+        let text = crate::peak::llama_document();
         let problem = Problem::read(&text).expect("a joint document");
         let planned = problem.schedule();
         let checked = match &planned {

@@ -359,8 +359,7 @@ mod tests {
     /// above it.
     #[test]
     fn the_descent_ends_where_no_value_kept_instead_fits_for_less() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/peak/llama.joint.json");
-        let text = std::fs::read_to_string(path).expect("the Llama document");
+        let text = crate::peak::llama_document();
         let problem = Problem::read(&text).expect("a joint document");
         let (pg, schedule, model) = (problem.graph(), problem.schedule(), CostModel::CPU);
         let mincut = partition_with(pg, Strategy::MinCut, &model).expect("the min-cut's plan");

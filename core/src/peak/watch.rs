@@ -91,11 +91,6 @@ mod tests {
     use crate::partition::{partition_with, partition_with_rows, Extra, Term};
     use crate::pipeline::Problem;
 
-    fn llama() -> String {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/peak/llama.joint.json");
-        std::fs::read_to_string(path).expect("the Llama document")
-    }
-
     /// A watcher that keeps every choice it is told of and holds no plan.
     #[derive(Default)]
     struct Recording(Mutex<Vec<Choice>>);
@@ -117,7 +112,7 @@ mod tests {
     /// a third of their sum (a knapsack HiGHS searches, not one presolve decides).
     #[test]
     fn the_watcher_is_told_of_the_choice_the_program_answers() {
-        let text = llama();
+        let text = crate::peak::llama_document();
         let problem = Problem::read(&text).expect("a joint document");
         let pg = problem.graph();
         let forward: Vec<usize> = (0..pg.len()).filter(|&i| !pg.nodes[i].backward && !pg.nodes[i].flags.view).collect();
@@ -142,7 +137,7 @@ mod tests {
     /// with a cheaper plan held.
     #[test]
     fn a_choice_is_kept_where_it_fits_and_costs_less_than_the_plan_held() {
-        let text = llama();
+        let text = crate::peak::llama_document();
         let problem = Problem::read(&text).expect("a joint document");
         let (pg, schedule, model) = (problem.graph(), problem.schedule(), CostModel::CPU);
         let partition = partition_with(pg, Strategy::MinCut, &model).expect("the min-cut's plan");
