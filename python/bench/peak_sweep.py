@@ -352,7 +352,11 @@ def main():
         parser.error("--limits times the exported model's document: not with --fixture or --export-only")
     out = Path(args.out)
     if args.table:
-        points_table(json.loads(out.read_text())["points"])
+        try:
+            points = json.loads(out.read_text())["points"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            parser.error(f"--table reads the remat.points file --out names, and {out} is not one ({e!r})")
+        points_table(points)
         return
     out.parent.mkdir(parents=True, exist_ok=True)
 
